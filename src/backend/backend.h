@@ -1,0 +1,152 @@
+// The compute interface the model is written against. One implementation per device:
+// cpu/ (a plain reference of every op, and a fast oneDNN/OpenMP path) and cuda/.
+//
+// Rules of the interface:
+//  * Every pointer passed to an op was returned by Alloc() of the same backend (device memory).
+//    The model never dereferences them; host data moves only through Upload()/Download().
+//  * Shapes use llm.c's letters: B batch, T time, C channels, NH heads, V vocab, N = B*T rows,
+//    OC output channels. Tensors are row-major and contiguous.
+//  * "+=" in a comment means the op accumulates into its output (gradients across micro-batches,
+//    the residual gradient stream); everything else overwrites.
+//  * bf16 values are stored as uint16_t (the top half of an fp32). Matmuls with compute = kBF16 round
+//    their fp32 operands to bf16 (the backend casts them into its own scratch) and accumulate in fp32.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tern {
+
+enum class DType : uint8_t { kF32, kBF16, kI32 };
+enum class Compute : uint8_t { kF32, kBF16 };
+
+size_t DTypeSize(DType t);
+const char* DTypeName(DType t);
+const char* ComputeName(Compute c);
+
+// A matmul operand: a device pointer and how its elements are stored.
+struct Operand {
+  const void* ptr = nullptr;
+  DType dtype = DType::kF32;
+};
+inline Operand F32(const float* p) { return {p, DType::kF32}; }
+inline Operand BF16(const uint16_t* p) { return {p, DType::kBF16}; }
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // ---- memory ----------------------------------------------------------------------------------
+  virtual void* Alloc(size_t bytes) = 0;  // zero-filled; aborts on out-of-memory (a bug in sizing)
+  virtual void Free(void* ptr) = 0;
+  virtual void Upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void Download(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void Zero(void* dst, size_t bytes) = 0;
+  virtual void Synchronize() {}
+
+  // ---- ops ---------------------------------------------------------------------------------------
+  // out[B,T,C] = wte[inp[b,t],:] + wpe[t,:]
+  virtual void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
+                              int C) = 0;
+  // dwte[V,C] += , dwpe[T,C] += from dout[B,T,C]. Deterministic (no atomics, fixed order).
+  virtual void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
+                               int C) = 0;
+
+  // out[N,C] = (inp - mean) * rstd * weight + bias; also saves mean[N], rstd[N]. eps = 1e-5.
+  virtual void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                const float* bias, int N, int C) = 0;
+  // dinp[N,C] +=, dweight[C] +=, dbias[C] +=
+  virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                 const float* weight, const float* mean, const float* rstd, int N, int C) = 0;
+
+  // General matmul: C[M,N] = beta*C + op(A)[M,K] * op(B)[K,N] (+ bias[N] broadcast over rows if non-null).
+  // trans_a: A is stored [K,M]; trans_b: B is stored [N,K] (the nn.Linear weight layout).
+  // Uses in the model:  forward   out[N,OC]  = inp[N,C] * W[OC,C]^T + b      (trans_b)
+  //                     backward  dinp[N,C]  = dout[N,OC] * W[OC,C]           (plain)
+  //                               dW[OC,C]  += dout[N,OC]^T * inp[N,C]        (trans_a, beta = 1)
+  virtual void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
+                      bool trans_b, float beta, Compute compute) = 0;
+  // dbias[OC] += sum over rows of dout[N,OC]
+  virtual void BiasBackward(float* dbias, const float* dout, int N, int OC) = 0;
+
+  // out[N] = gelu(inp[N]) (tanh approximation, as GPT-2)
+  virtual void GeluForward(float* out, const float* inp, size_t n) = 0;
+  // dinp[N] = gelu'(inp) * dout
+  virtual void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
+
+  // out[n] = a[n] + b[n]
+  virtual void Add(float* out, const float* a, const float* b, size_t n) = 0;
+
+  // Causal self-attention. qkv[B,T,3C] packs q,k,v; out[B,T,C]; att[B,NH,T,T] saves the softmax
+  // probabilities for the backward (entries above the diagonal are zero).
+  virtual void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) = 0;
+  // dqkv[B,T,3C] = (overwrites), using scratch datt[B,NH,T,T].
+  virtual void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+                                 int B, int T, int C, int NH) = 0;
+
+  // Fused softmax + cross-entropy over logits[N,V] with targets[N]:
+  // losses[N] = -log softmax(logits)[target]. If dloss != 0, logits are overwritten with the gradient
+  // dlogits = (softmax - onehot(target)) * dloss (dloss = 1 / (N * grad_accum_steps) for a mean loss).
+  // A target < 0 is ignored (loss 0, gradient 0).
+  virtual void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
+                                           float dloss) = 0;
+
+  // sum of squares of x[n] in double, returned to the host (for the global gradient norm).
+  virtual double SumSquares(const float* x, size_t n) = 0;
+  // sum of x[n], returned to the host (for the mean loss).
+  virtual double Sum(const float* x, size_t n) = 0;
+
+  // AdamW on one tensor: g' = g * grad_scale; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
+  // p -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * p), with bias corrections for step t (1-based).
+  // If param_bf16 is non-null it receives the updated parameters rounded to bf16 (the matmul copy).
+  virtual void AdamW(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v, size_t n,
+                     float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                     int t) = 0;
+
+  // dst[n] = bf16(src[n]) with round-to-nearest-even.
+  virtual void CastF32ToBF16(uint16_t* dst, const float* src, size_t n) = 0;
+};
+
+// Backends this build knows. "cpu" is the fast CPU path, "cpu-ref" the plain reference (the test oracle).
+std::unique_ptr<Backend> MakeCpuReferenceBackend();
+std::unique_ptr<Backend> MakeCpuFastBackend();
+
+// Device memory owned by a backend, freed on destruction. Move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend* backend, size_t bytes) : backend_(backend), bytes_(bytes) {
+    ptr_ = bytes ? backend->Alloc(bytes) : nullptr;
+  }
+  ~DeviceBuffer() { Reset(); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      backend_ = o.backend_; ptr_ = o.ptr_; bytes_ = o.bytes_;
+      o.ptr_ = nullptr; o.bytes_ = 0;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void Reset() {
+    if (ptr_) backend_->Free(ptr_);
+    ptr_ = nullptr; bytes_ = 0;
+  }
+  template <typename T> T* as() const { return static_cast<T*>(ptr_); }
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Backend* backend_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace tern

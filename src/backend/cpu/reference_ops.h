@@ -1,0 +1,39 @@
+// The plain reference implementation of every op: single-threaded, no intrinsics, written to be read
+// (a port of llm.c's train_gpt2.c). It is the oracle every faster backend is tested against.
+#pragma once
+
+#include "backend/cpu/cpu_memory.h"
+
+namespace tern {
+
+class CpuReferenceBackend : public CpuMemoryBackend {
+ public:
+  std::string name() const override { return "cpu-ref"; }
+
+  void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
+                      int C) override;
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
+                       int C) override;
+  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                        const float* bias, int N, int C) override;
+  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, const float* mean, const float* rstd, int N, int C) override;
+  void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a, bool trans_b,
+              float beta, Compute compute) override;
+  void BiasBackward(float* dbias, const float* dout, int N, int OC) override;
+  void GeluForward(float* out, const float* inp, size_t n) override;
+  void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override;
+  void Add(float* out, const float* a, const float* b, size_t n) override;
+  void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override;
+  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B,
+                         int T, int C, int NH) override;
+  void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
+                                   float dloss) override;
+  double SumSquares(const float* x, size_t n) override;
+  double Sum(const float* x, size_t n) override;
+  void AdamW(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v, size_t n, float lr,
+             float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) override;
+  void CastF32ToBF16(uint16_t* dst, const float* src, size_t n) override;
+};
+
+}  // namespace tern

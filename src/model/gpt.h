@@ -1,0 +1,78 @@
+// GPT-2 written once over the Backend interface (llm.c's layout and names). Every buffer is allocated
+// at construction for the largest micro-batch (max_B x max_T); Forward may run with any B <= max_B and
+// T <= max_T (evaluation, generation). The model never dereferences a device pointer.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/gpt_config.h"
+
+namespace tern {
+
+class Gpt {
+ public:
+  Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Compute compute);
+
+  const GptConfig& config() const { return config_; }
+  const std::vector<ParamTensor>& layout() const { return layout_; }
+  size_t num_params() const { return num_params_; }
+  Compute compute() const { return compute_; }
+  Backend* backend() const { return backend_; }
+
+  // GPT-2 initialisation from a seed: N(0, 0.02) for matrices and embeddings, residual projections
+  // (attprojw, fcprojw) scaled by 1/sqrt(2L), biases 0, layernorm weights 1. Deterministic per seed.
+  void InitWeights(uint64_t seed);
+  // Host <-> device copies of the whole flat fp32 parameter buffer (layout() order).
+  void SetParameters(const std::vector<float>& host);
+  std::vector<float> GetParameters() const;
+  std::vector<float> GetGradients() const;
+  void SetGradients(const std::vector<float>& host);  // for tests and optimizer restores
+
+  // Forward pass over host tokens inputs[B*T]. With targets (host, [B*T], -1 = ignore) returns the mean
+  // loss; without, returns NaN and only the logits are valid. If dloss != 0 the head's backward is fused
+  // into the pass (logits are replaced by their gradient, scaled by dloss) and Backward() may follow.
+  float Forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss = 0.0f);
+  // Accumulates parameter gradients (+=) for the last Forward, which must have had dloss != 0.
+  void Backward();
+  void ZeroGrad();
+
+  // Copies the logits row for (b, t) of the last Forward without targets to host (V floats).
+  void GetLogits(int b, int t, float* host_out) const;
+
+  // Global L2 norm of the gradient buffer.
+  double GradNorm();
+  // One AdamW step over every tensor (weight decay only where ParamTensor::decay), gradients scaled by
+  // grad_scale first (gradient clipping folds into it). t is the 1-based step. Updates the bf16 copy.
+  void AdamWStep(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
+  // Optimizer moments, for checkpoints.
+  std::vector<float> GetAdamState() const;  // m then v, each num_params
+  void SetAdamState(const std::vector<float>& host);
+
+  // Device buffers (for data-parallel all-reduce and checkpoint snapshots).
+  float* params() const { return params_.as<float>(); }
+  float* grads() const { return grads_.as<float>(); }
+
+ private:
+  struct Acts;  // activation pointers for one micro-batch shape
+  float* P(const char* name) const;  // device pointer of a parameter tensor
+  float* G(const char* name) const;  // device pointer of its gradient
+  const uint16_t* P16(const char* name) const;
+  Operand W(const char* name, size_t offset_elems) const;  // matmul operand for a weight (bf16 copy if bf16)
+  void SyncBf16Copy();
+
+  Backend* backend_;
+  GptConfig config_;
+  int max_B_, max_T_;
+  Compute compute_;
+  std::vector<ParamTensor> layout_;
+  size_t num_params_ = 0;
+
+  DeviceBuffer params_, params_bf16_, grads_, adam_m_, adam_v_;
+  DeviceBuffer acts_, scratch_, tokens_;
+  int last_B_ = 0, last_T_ = 0;
+  bool have_dlogits_ = false;
+};
+
+}  // namespace tern

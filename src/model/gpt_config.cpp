@@ -1,0 +1,80 @@
+#include "model/gpt_config.h"
+
+#include <fmt/format.h>
+
+namespace tern {
+
+Status GptConfig::Validate() const {
+  auto positive = [](const char* key, int v) -> Status {
+    if (v <= 0) return Status::InvalidArgument(fmt::format("model.{} must be a positive integer, got {}", key, v));
+    return Status::Ok();
+  };
+  TERN_RETURN_IF_ERROR(positive("n_layer", n_layer));
+  TERN_RETURN_IF_ERROR(positive("n_head", n_head));
+  TERN_RETURN_IF_ERROR(positive("n_embd", n_embd));
+  TERN_RETURN_IF_ERROR(positive("vocab_size", vocab_size));
+  TERN_RETURN_IF_ERROR(positive("block_size", block_size));
+  if (n_embd % n_head != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "model.n_embd ({}) must be divisible by model.n_head ({}); pick n_head among the divisors of n_embd",
+        n_embd, n_head));
+  }
+  return Status::Ok();
+}
+
+std::string GptConfig::ToString() const {
+  return fmt::format("L{} H{} C{} V{} T{}", n_layer, n_head, n_embd, vocab_size, block_size);
+}
+
+std::vector<ParamTensor> GptParamLayout(const GptConfig& cfg) {
+  const int64_t L = cfg.n_layer, C = cfg.n_embd, V = cfg.vocab_size, maxT = cfg.block_size;
+  std::vector<ParamTensor> t = {
+      {"wte", {V, C}, 0, 0, true},           {"wpe", {maxT, C}, 0, 0, true},
+      {"ln1w", {L, C}, 0, 0, false},         {"ln1b", {L, C}, 0, 0, false},
+      {"qkvw", {L, 3 * C, C}, 0, 0, true},   {"qkvb", {L, 3 * C}, 0, 0, false},
+      {"attprojw", {L, C, C}, 0, 0, true},   {"attprojb", {L, C}, 0, 0, false},
+      {"ln2w", {L, C}, 0, 0, false},         {"ln2b", {L, C}, 0, 0, false},
+      {"fcw", {L, 4 * C, C}, 0, 0, true},    {"fcb", {L, 4 * C}, 0, 0, false},
+      {"fcprojw", {L, C, 4 * C}, 0, 0, true}, {"fcprojb", {L, C}, 0, 0, false},
+      {"lnfw", {C}, 0, 0, false},            {"lnfb", {C}, 0, 0, false},
+  };
+  size_t offset = 0;
+  for (auto& p : t) {
+    size_t n = 1;
+    for (int64_t d : p.shape) n *= static_cast<size_t>(d);
+    p.numel = n;
+    p.offset = offset;
+    offset += n;
+  }
+  return t;
+}
+
+size_t GptParamCount(const GptConfig& cfg) {
+  auto layout = GptParamLayout(cfg);
+  return layout.back().offset + layout.back().numel;
+}
+
+double GptFlopsPerToken(const GptConfig& cfg, int T) {
+  const double L = cfg.n_layer, C = cfg.n_embd, V = cfg.vocab_size;
+  return 6.0 * (12.0 * L * C * C + C * V) + 12.0 * L * T * C;
+}
+
+GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16) {
+  const size_t L = cfg.n_layer, C = cfg.n_embd, V = cfg.vocab_size, NH = cfg.n_head;
+  const size_t N = static_cast<size_t>(B) * T;
+  const size_t P = GptParamCount(cfg);
+  GptMemory m;
+  m.params = P * 4;
+  m.params_bf16 = bf16 ? P * 2 : 0;
+  m.grads = P * 4;
+  m.adam_state = P * 8;
+  // per layer: ln1, atty, attproj, residual2, ln2, fcproj, residual3 (7 x C), qkv (3C), fch + gelu (8C),
+  // two layernorm stats pairs (4 per row), attention probabilities NH*T per row.
+  size_t per_layer = N * (7 * C + 3 * C + 8 * C + 4) + N * NH * T;
+  m.activations = 4 * (N * C /*encoded*/ + L * per_layer + N * (C + 2) /*lnf*/ + N * V /*logits*/ + N /*losses*/);
+  // backward scratch: dresidual, dln, datty (C each), dqkv (3C), dfch, dfch_gelu (4C each), datt (NH*T)
+  m.scratch = 4 * (N * (3 * C + 3 * C + 8 * C) + N * NH * T);
+  return m;
+}
+
+}  // namespace tern

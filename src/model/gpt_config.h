@@ -1,0 +1,61 @@
+// GPT-2 shape, parameter layout, and the FLOP and memory counts that the trainer (MFU), `tern bench`
+// and `tern plan` all share. One formula, stated once:
+//
+//   model FLOPs per token (training) = 6 * (12*L*C^2 + C*V) + 12*L*T*C
+//
+// 12*L*C^2 is the weight count of the block matmuls (qkv 3C^2, proj C^2, fc 4C^2, fcproj 4C^2), C*V the
+// tied LM head; each weight costs 2 FLOPs forward and 4 backward. 12*L*T*C is attention's QK^T and AV
+// (2*2*T*C forward per token and layer, counted over the full T as nanoGPT and the PaLM paper do,
+// times 3 for forward + backward). Layernorm, GELU, softmax and the optimizer are not counted: MFU
+// measures useful model math, not everything the machine did.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace tern {
+
+struct GptConfig {
+  int n_layer = 12;
+  int n_head = 12;
+  int n_embd = 768;
+  int vocab_size = 50257;
+  int block_size = 1024;  // maximum sequence length (rows of wpe)
+
+  Status Validate() const;
+  std::string ToString() const;  // "L12 H12 C768 V50257 T1024"
+};
+
+// One parameter tensor in the flat parameter buffer (llm.c order; per-layer tensors are stacked [L,...]).
+struct ParamTensor {
+  std::string name;           // tern's name, e.g. "qkvw"
+  std::vector<int64_t> shape;  // e.g. {L, 3C, C}
+  size_t offset = 0;          // in elements, into the flat buffer
+  size_t numel = 0;
+  bool decay = false;         // weight decay applies (matrices only: dim >= 2 per layer)
+};
+
+// The 16 parameter tensors of a GPT-2 with this config, in buffer order.
+std::vector<ParamTensor> GptParamLayout(const GptConfig& cfg);
+size_t GptParamCount(const GptConfig& cfg);
+
+// Training FLOPs per token at sequence length T (the formula above).
+double GptFlopsPerToken(const GptConfig& cfg, int T);
+
+// Bytes of memory per component for training with micro-batch B x T.
+struct GptMemory {
+  size_t params = 0;        // fp32 weights (the master copy)
+  size_t params_bf16 = 0;   // bf16 working copy of the weights (bf16 precision only)
+  size_t grads = 0;         // fp32 gradients
+  size_t adam_state = 0;    // fp32 first and second moments
+  size_t activations = 0;   // saved forward activations (incl. attention probabilities and logits)
+  size_t scratch = 0;       // backward scratch reused across layers
+  size_t total() const { return params + params_bf16 + grads + adam_state + activations + scratch; }
+};
+GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16);
+
+}  // namespace tern
