@@ -1,0 +1,25 @@
+// Each subcommand lives in its own cmd_*.cpp and registers itself here: it adds a CLI11 subcommand with
+// its options and a function that runs it and returns the process exit code. main() runs the one given.
+#pragma once
+
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace tern::cli {
+
+struct CommandTable {
+  std::vector<std::pair<CLI::App*, std::function<int()>>> entries;
+  void Add(CLI::App* sub, std::function<int()> run) { entries.emplace_back(sub, std::move(run)); }
+};
+
+void AddPrepareCommand(CLI::App& root, CommandTable& table);
+void AddTrainCommand(CLI::App& root, CommandTable& table);
+void AddBenchCommand(CLI::App& root, CommandTable& table);
+void AddGenerateCommand(CLI::App& root, CommandTable& table);
+void AddExportCommand(CLI::App& root, CommandTable& table);
+void AddPlanCommand(CLI::App& root, CommandTable& table);
+
+}  // namespace tern::cli

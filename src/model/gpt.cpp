@@ -1,0 +1,1 @@
+void tern_model_placeholder() {}
