@@ -1,1 +1,305 @@
-void tern_model_placeholder() {}
+#include "model/gpt.h"
+
+#include <cassert>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "model/init.h"
+
+namespace tern {
+
+// Activation pointers for one (B, T): carved out of one buffer sized for (max_B, max_T).
+// Per-layer tensors are stacked [L, ...]; shapes in the comments use N = B*T.
+struct Gpt::Acts {
+  float* encoded;    // [N, C]
+  float* ln1;        // [L, N, C]
+  float* ln1_mean;   // [L, N]
+  float* ln1_rstd;   // [L, N]
+  float* qkv;        // [L, N, 3C]
+  float* atty;       // [L, N, C]
+  float* att;        // [L, B, NH, T, T]
+  float* attproj;    // [L, N, C]
+  float* residual2;  // [L, N, C]
+  float* ln2;        // [L, N, C]
+  float* ln2_mean;   // [L, N]
+  float* ln2_rstd;   // [L, N]
+  float* fch;        // [L, N, 4C]
+  float* fch_gelu;   // [L, N, 4C]
+  float* fcproj;     // [L, N, C]
+  float* residual3;  // [L, N, C]
+  float* lnf;        // [N, C]
+  float* lnf_mean;   // [N]
+  float* lnf_rstd;   // [N]
+  float* logits;     // [N, V]
+  float* losses;     // [N]
+  size_t total;      // floats used
+
+  Acts(float* base, const GptConfig& c, size_t B, size_t T) {
+    const size_t L = c.n_layer, C = c.n_embd, V = c.vocab_size, NH = c.n_head, N = B * T;
+    size_t off = 0;
+    auto take = [&](size_t n) { float* p = base ? base + off : nullptr; off += n; return p; };
+    encoded = take(N * C);
+    ln1 = take(L * N * C);
+    ln1_mean = take(L * N);
+    ln1_rstd = take(L * N);
+    qkv = take(L * N * 3 * C);
+    atty = take(L * N * C);
+    att = take(L * B * NH * T * T);
+    attproj = take(L * N * C);
+    residual2 = take(L * N * C);
+    ln2 = take(L * N * C);
+    ln2_mean = take(L * N);
+    ln2_rstd = take(L * N);
+    fch = take(L * N * 4 * C);
+    fch_gelu = take(L * N * 4 * C);
+    fcproj = take(L * N * C);
+    residual3 = take(L * N * C);
+    lnf = take(N * C);
+    lnf_mean = take(N);
+    lnf_rstd = take(N);
+    logits = take(N * V);
+    losses = take(N);
+    total = off;
+  }
+};
+
+// Backward scratch, reused by every layer.
+struct BackwardScratch {
+  float *dresidual, *dln, *datty, *dqkv, *dfch, *dfch_gelu, *datt;
+  size_t total;
+  BackwardScratch(float* base, const GptConfig& c, size_t B, size_t T) {
+    const size_t C = c.n_embd, NH = c.n_head, N = B * T;
+    size_t off = 0;
+    auto take = [&](size_t n) { float* p = base ? base + off : nullptr; off += n; return p; };
+    dresidual = take(N * C);
+    dln = take(N * C);
+    datty = take(N * C);
+    dqkv = take(N * 3 * C);
+    dfch = take(N * 4 * C);
+    dfch_gelu = take(N * 4 * C);
+    datt = take(B * NH * T * T);
+    total = off;
+  }
+};
+
+Gpt::Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Compute compute)
+    : backend_(backend), config_(config), max_B_(max_B), max_T_(max_T), compute_(compute) {
+  assert(config.Validate().ok());
+  assert(max_T <= config.block_size);
+  layout_ = GptParamLayout(config_);
+  num_params_ = GptParamCount(config_);
+  params_ = DeviceBuffer(backend_, num_params_ * sizeof(float));
+  if (compute_ == Compute::kBF16) params_bf16_ = DeviceBuffer(backend_, num_params_ * sizeof(uint16_t));
+  grads_ = DeviceBuffer(backend_, num_params_ * sizeof(float));
+  adam_m_ = DeviceBuffer(backend_, num_params_ * sizeof(float));
+  adam_v_ = DeviceBuffer(backend_, num_params_ * sizeof(float));
+  acts_ = DeviceBuffer(backend_, Acts(nullptr, config_, max_B, max_T).total * sizeof(float));
+  scratch_ = DeviceBuffer(backend_, BackwardScratch(nullptr, config_, max_B, max_T).total * sizeof(float));
+  tokens_ = DeviceBuffer(backend_, 2 * static_cast<size_t>(max_B) * max_T * sizeof(int32_t));
+}
+
+float* Gpt::P(const char* name) const {
+  for (const auto& t : layout_)
+    if (t.name == name) return params_.as<float>() + t.offset;
+  assert(false && "unknown parameter");
+  return nullptr;
+}
+
+float* Gpt::G(const char* name) const {
+  for (const auto& t : layout_)
+    if (t.name == name) return grads_.as<float>() + t.offset;
+  assert(false && "unknown parameter");
+  return nullptr;
+}
+
+Operand Gpt::W(const char* name, size_t offset_elems) const {
+  for (const auto& t : layout_) {
+    if (t.name != name) continue;
+    if (compute_ == Compute::kBF16) return BF16(params_bf16_.as<uint16_t>() + t.offset + offset_elems);
+    return F32(params_.as<float>() + t.offset + offset_elems);
+  }
+  assert(false && "unknown parameter");
+  return {};
+}
+
+void Gpt::SyncBf16Copy() {
+  if (compute_ == Compute::kBF16) backend_->CastF32ToBF16(params_bf16_.as<uint16_t>(), params(), num_params_);
+}
+
+void Gpt::InitWeights(uint64_t seed) { SetParameters(GptInitialWeights(config_, seed)); }
+
+void Gpt::SetParameters(const std::vector<float>& host) {
+  assert(host.size() == num_params_);
+  backend_->Upload(params(), host.data(), num_params_ * sizeof(float));
+  SyncBf16Copy();
+}
+
+std::vector<float> Gpt::GetParameters() const {
+  std::vector<float> host(num_params_);
+  backend_->Download(host.data(), params(), num_params_ * sizeof(float));
+  return host;
+}
+
+std::vector<float> Gpt::GetGradients() const {
+  std::vector<float> host(num_params_);
+  backend_->Download(host.data(), grads(), num_params_ * sizeof(float));
+  return host;
+}
+
+void Gpt::SetGradients(const std::vector<float>& host) {
+  assert(host.size() == num_params_);
+  backend_->Upload(grads(), host.data(), num_params_ * sizeof(float));
+}
+
+std::vector<float> Gpt::GetAdamState() const {
+  std::vector<float> host(2 * num_params_);
+  backend_->Download(host.data(), adam_m_.data(), num_params_ * sizeof(float));
+  backend_->Download(host.data() + num_params_, adam_v_.data(), num_params_ * sizeof(float));
+  return host;
+}
+
+void Gpt::SetAdamState(const std::vector<float>& host) {
+  assert(host.size() == 2 * num_params_);
+  backend_->Upload(adam_m_.data(), host.data(), num_params_ * sizeof(float));
+  backend_->Upload(adam_v_.data(), host.data() + num_params_, num_params_ * sizeof(float));
+}
+
+float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
+  assert(B <= max_B_ && T <= max_T_);
+  const int L = config_.n_layer, C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
+  const size_t N = static_cast<size_t>(B) * T;
+  Acts a(acts_.as<float>(), config_, B, T);
+  int32_t* d_inputs = tokens_.as<int32_t>();
+  int32_t* d_targets = d_inputs + N;
+  backend_->Upload(d_inputs, inputs, N * sizeof(int32_t));
+  if (targets) backend_->Upload(d_targets, targets, N * sizeof(int32_t));
+  last_B_ = B;
+  last_T_ = T;
+  have_dlogits_ = false;
+
+  backend_->EncoderForward(a.encoded, d_inputs, P("wte"), P("wpe"), B, T, C);
+  for (int l = 0; l < L; l++) {
+    const size_t lc = static_cast<size_t>(l) * C, nc = N * C;
+    const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * nc;
+    float* ln1 = a.ln1 + l * nc;
+    float* qkv = a.qkv + l * 3 * nc;
+    float* atty = a.atty + l * nc;
+    float* attproj = a.attproj + l * nc;
+    float* residual2 = a.residual2 + l * nc;
+    float* ln2 = a.ln2 + l * nc;
+    float* fch = a.fch + l * 4 * nc;
+    float* fch_gelu = a.fch_gelu + l * 4 * nc;
+    float* fcproj = a.fcproj + l * nc;
+    float* residual3 = a.residual3 + l * nc;
+
+    backend_->LayerNormForward(ln1, a.ln1_mean + l * N, a.ln1_rstd + l * N, residual, P("ln1w") + lc,
+                               P("ln1b") + lc, N, C);
+    backend_->Matmul(qkv, F32(ln1), W("qkvw", lc * 3 * C), P("qkvb") + 3 * lc, N, 3 * C, C, false, true, 0.0f,
+                     compute_);
+    backend_->AttentionForward(atty, a.att + static_cast<size_t>(l) * B * NH * T * T, qkv, B, T, C, NH);
+    backend_->Matmul(attproj, F32(atty), W("attprojw", lc * C), P("attprojb") + lc, N, C, C, false, true, 0.0f,
+                     compute_);
+    backend_->Add(residual2, residual, attproj, nc);
+    backend_->LayerNormForward(ln2, a.ln2_mean + l * N, a.ln2_rstd + l * N, residual2, P("ln2w") + lc,
+                               P("ln2b") + lc, N, C);
+    backend_->Matmul(fch, F32(ln2), W("fcw", lc * 4 * C), P("fcb") + 4 * lc, N, 4 * C, C, false, true, 0.0f,
+                     compute_);
+    backend_->GeluForward(fch_gelu, fch, 4 * nc);
+    backend_->Matmul(fcproj, F32(fch_gelu), W("fcprojw", lc * 4 * C), P("fcprojb") + lc, N, C, 4 * C, false,
+                     true, 0.0f, compute_);
+    backend_->Add(residual3, residual2, fcproj, nc);
+  }
+  const float* last = a.residual3 + (L - 1) * N * C;
+  backend_->LayerNormForward(a.lnf, a.lnf_mean, a.lnf_rstd, last, P("lnfw"), P("lnfb"), N, C);
+  backend_->Matmul(a.logits, F32(a.lnf), W("wte", 0), nullptr, N, V, C, false, true, 0.0f, compute_);
+  if (!targets) return std::numeric_limits<float>::quiet_NaN();
+  backend_->CrossEntropyForwardBackward(a.losses, a.logits, d_targets, N, V, dloss);
+  have_dlogits_ = dloss != 0.0f;
+  return static_cast<float>(backend_->Sum(a.losses, N) / N);
+}
+
+void Gpt::Backward() {
+  assert(have_dlogits_ && "Backward() needs a Forward() with targets and dloss != 0");
+  const int B = last_B_, T = last_T_;
+  const int L = config_.n_layer, C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
+  const size_t N = static_cast<size_t>(B) * T, nc = N * C;
+  Acts a(acts_.as<float>(), config_, B, T);
+  BackwardScratch s(scratch_.as<float>(), config_, B, T);
+  const int32_t* d_inputs = tokens_.as<int32_t>();
+  have_dlogits_ = false;
+
+  backend_->Zero(s.dresidual, nc * sizeof(float));
+  // Head: logits now hold dlogits. lnf -> logits through the tied embedding.
+  const float* dlogits = a.logits;
+  backend_->Matmul(s.dln, F32(dlogits), W("wte", 0), nullptr, N, C, V, false, false, 0.0f, compute_);
+  backend_->Matmul(G("wte"), F32(dlogits), F32(a.lnf), nullptr, V, C, N, true, false, 1.0f, compute_);
+  const float* last = a.residual3 + (L - 1) * nc;
+  backend_->LayerNormBackward(s.dresidual, G("lnfw"), G("lnfb"), s.dln, last, P("lnfw"), a.lnf_mean, a.lnf_rstd,
+                              N, C);
+
+  for (int l = L - 1; l >= 0; l--) {
+    const size_t lc = static_cast<size_t>(l) * C;
+    const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * nc;
+    const float* ln1 = a.ln1 + l * nc;
+    const float* qkv = a.qkv + l * 3 * nc;
+    const float* atty = a.atty + l * nc;
+    const float* att = a.att + static_cast<size_t>(l) * B * NH * T * T;
+    const float* residual2 = a.residual2 + l * nc;
+    const float* ln2 = a.ln2 + l * nc;
+    const float* fch = a.fch + l * 4 * nc;
+    const float* fch_gelu = a.fch_gelu + l * 4 * nc;
+
+    // residual3 = residual2 + fcproj: the gradient of fcproj is dresidual itself.
+    backend_->Matmul(s.dfch_gelu, F32(s.dresidual), W("fcprojw", lc * 4 * C), nullptr, N, 4 * C, C, false, false,
+                     0.0f, compute_);
+    backend_->Matmul(G("fcprojw") + lc * 4 * C, F32(s.dresidual), F32(fch_gelu), nullptr, C, 4 * C, N, true,
+                     false, 1.0f, compute_);
+    backend_->BiasBackward(G("fcprojb") + lc, s.dresidual, N, C);
+    backend_->GeluBackward(s.dfch, fch, s.dfch_gelu, 4 * nc);
+    backend_->Matmul(s.dln, F32(s.dfch), W("fcw", lc * 4 * C), nullptr, N, C, 4 * C, false, false, 0.0f, compute_);
+    backend_->Matmul(G("fcw") + lc * 4 * C, F32(s.dfch), F32(ln2), nullptr, 4 * C, C, N, true, false, 1.0f,
+                     compute_);
+    backend_->BiasBackward(G("fcb") + 4 * lc, s.dfch, N, 4 * C);
+    backend_->LayerNormBackward(s.dresidual, G("ln2w") + lc, G("ln2b") + lc, s.dln, residual2, P("ln2w") + lc,
+                                a.ln2_mean + l * N, a.ln2_rstd + l * N, N, C);
+
+    // residual2 = residual + attproj
+    backend_->Matmul(s.datty, F32(s.dresidual), W("attprojw", lc * C), nullptr, N, C, C, false, false, 0.0f,
+                     compute_);
+    backend_->Matmul(G("attprojw") + lc * C, F32(s.dresidual), F32(atty), nullptr, C, C, N, true, false, 1.0f,
+                     compute_);
+    backend_->BiasBackward(G("attprojb") + lc, s.dresidual, N, C);
+    backend_->AttentionBackward(s.dqkv, s.datt, s.datty, qkv, att, B, T, C, NH);
+    backend_->Matmul(s.dln, F32(s.dqkv), W("qkvw", lc * 3 * C), nullptr, N, C, 3 * C, false, false, 0.0f,
+                     compute_);
+    backend_->Matmul(G("qkvw") + lc * 3 * C, F32(s.dqkv), F32(ln1), nullptr, 3 * C, C, N, true, false, 1.0f,
+                     compute_);
+    backend_->BiasBackward(G("qkvb") + 3 * lc, s.dqkv, N, 3 * C);
+    backend_->LayerNormBackward(s.dresidual, G("ln1w") + lc, G("ln1b") + lc, s.dln, residual, P("ln1w") + lc,
+                                a.ln1_mean + l * N, a.ln1_rstd + l * N, N, C);
+  }
+  backend_->EncoderBackward(G("wte"), G("wpe"), s.dresidual, d_inputs, B, T, C);
+}
+
+void Gpt::ZeroGrad() { backend_->Zero(grads(), num_params_ * sizeof(float)); }
+
+void Gpt::GetLogits(int b, int t, float* host_out) const {
+  Acts a(acts_.as<float>(), config_, last_B_, last_T_);
+  const size_t V = config_.vocab_size;
+  backend_->Download(host_out, a.logits + (static_cast<size_t>(b) * last_T_ + t) * V, V * sizeof(float));
+}
+
+double Gpt::GradNorm() { return std::sqrt(backend_->SumSquares(grads(), num_params_)); }
+
+void Gpt::AdamWStep(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
+  uint16_t* bf16 = compute_ == Compute::kBF16 ? params_bf16_.as<uint16_t>() : nullptr;
+  for (const auto& p : layout_) {
+    backend_->AdamW(params() + p.offset, bf16 ? bf16 + p.offset : nullptr, grads() + p.offset,
+                    adam_m_.as<float>() + p.offset, adam_v_.as<float>() + p.offset, p.numel, lr, beta1, beta2, eps,
+                    p.decay ? weight_decay : 0.0f, grad_scale, t);
+  }
+}
+
+}  // namespace tern

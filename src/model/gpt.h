@@ -58,7 +58,6 @@ class Gpt {
   struct Acts;  // activation pointers for one micro-batch shape
   float* P(const char* name) const;  // device pointer of a parameter tensor
   float* G(const char* name) const;  // device pointer of its gradient
-  const uint16_t* P16(const char* name) const;
   Operand W(const char* name, size_t offset_elems) const;  // matmul operand for a weight (bf16 copy if bf16)
   void SyncBf16Copy();
 

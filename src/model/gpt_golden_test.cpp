@@ -1,0 +1,166 @@
+// The GPT against an independent PyTorch implementation (tests/golden/make_golden.py): logits, loss,
+// every parameter gradient, and the losses of 10 AdamW steps, on both CPU backends.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "model/gpt.h"
+
+namespace tern {
+namespace {
+
+struct Golden {
+  GptConfig cfg;
+  int B = 0, T = 0, steps = 0;
+  float lr, beta1, beta2, eps, wd;
+  std::vector<float> params, logits, grads, losses;
+  std::vector<int32_t> inputs, targets;
+  float loss = 0;
+};
+
+std::string SourceDir() {
+  const char* s = std::getenv("TERN_SOURCE_DIR");
+  return s ? s : ".";
+}
+
+Golden LoadGolden() {
+  Golden g;
+  std::ifstream in(SourceDir() + "/tests/golden/gpt_tiny.bin", std::ios::binary);
+  EXPECT_TRUE(in.good()) << "missing tests/golden/gpt_tiny.bin; regenerate with tests/golden/make_golden.py";
+  int32_t hdr[10];
+  in.read(reinterpret_cast<char*>(hdr), sizeof(hdr));
+  EXPECT_EQ(hdr[0], 0x7465726E);
+  EXPECT_EQ(hdr[1], 1);
+  g.cfg = {hdr[2], hdr[3], hdr[4], hdr[5], hdr[6]};
+  g.B = hdr[7];
+  g.T = hdr[8];
+  g.steps = hdr[9];
+  float hp[5];
+  in.read(reinterpret_cast<char*>(hp), sizeof(hp));
+  g.lr = hp[0]; g.beta1 = hp[1]; g.beta2 = hp[2]; g.eps = hp[3]; g.wd = hp[4];
+  auto read = [&](auto& v, size_t n) {
+    v.resize(n);
+    in.read(reinterpret_cast<char*>(v.data()), n * sizeof(v[0]));
+  };
+  const size_t P = GptParamCount(g.cfg), N = static_cast<size_t>(g.B) * g.T;
+  read(g.params, P);
+  read(g.inputs, N);
+  read(g.targets, N);
+  read(g.logits, N * g.cfg.vocab_size);
+  in.read(reinterpret_cast<char*>(&g.loss), 4);
+  read(g.grads, P);
+  read(g.losses, g.steps);
+  EXPECT_TRUE(in.good());
+  return g;
+}
+
+// max |a-b| / max(1e-6, max |b|): a scale-free error for a whole tensor.
+double RelMaxError(const float* a, const float* b, size_t n) {
+  double diff = 0, scale = 1e-6;
+  for (size_t i = 0; i < n; i++) {
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  }
+  return diff / scale;
+}
+
+struct Bounds {
+  double logits, loss, grads, step_loss;
+};
+
+void CheckAgainstGolden(Backend* backend, Compute compute, Bounds bounds) {
+  Golden g = LoadGolden();
+  Gpt model(backend, g.cfg, g.B, g.T, compute);
+  model.SetParameters(g.params);
+  const size_t N = static_cast<size_t>(g.B) * g.T;
+  const float dloss = 1.0f / N;
+
+  float loss = model.Forward(g.inputs.data(), g.targets.data(), g.B, g.T, 0.0f);
+  EXPECT_NEAR(loss, g.loss, bounds.loss);
+  std::vector<float> logits(g.cfg.vocab_size);
+  double worst_logit = 0;
+  for (int b = 0; b < g.B; b++)
+    for (int t = 0; t < g.T; t++) {
+      model.GetLogits(b, t, logits.data());
+      const float* want = g.logits.data() + (static_cast<size_t>(b) * g.T + t) * g.cfg.vocab_size;
+      worst_logit = std::max(worst_logit, RelMaxError(logits.data(), want, logits.size()));
+    }
+  EXPECT_LT(worst_logit, bounds.logits);
+
+  model.ZeroGrad();
+  model.Forward(g.inputs.data(), g.targets.data(), g.B, g.T, dloss);
+  model.Backward();
+  std::vector<float> grads = model.GetGradients();
+  for (const auto& t : model.layout()) {
+    double err = RelMaxError(grads.data() + t.offset, g.grads.data() + t.offset, t.numel);
+    EXPECT_LT(err, bounds.grads) << "gradient of " << t.name;
+  }
+
+  // Ten AdamW steps on the same batch, as the script did.
+  model.SetParameters(g.params);
+  for (int step = 1; step <= g.steps; step++) {
+    model.ZeroGrad();
+    float l = model.Forward(g.inputs.data(), g.targets.data(), g.B, g.T, dloss);
+    EXPECT_NEAR(l, g.losses[step - 1], bounds.step_loss * std::max(1.0f, g.losses[step - 1])) << "step " << step;
+    model.Backward();
+    model.AdamWStep(g.lr, g.beta1, g.beta2, g.eps, g.wd, 1.0f, step);
+  }
+}
+
+TEST(GptGolden, ReferenceBackendFp32) {
+  auto backend = MakeCpuReferenceBackend();
+  CheckAgainstGolden(backend.get(), Compute::kF32, {1e-5, 1e-5, 1e-4, 1e-4});
+}
+
+TEST(GptGolden, FastBackendFp32) {
+  auto backend = MakeCpuFastBackend();
+  CheckAgainstGolden(backend.get(), Compute::kF32, {1e-5, 1e-5, 1e-4, 1e-4});
+}
+
+// bf16 operands round weights and activations to 8 bits of mantissa: logits and loss agree to about
+// 1e-2, gradients to a few percent of their tensor's scale, and the 10-step trajectory to 2% (llm.c's
+// CUDA bf16 test uses similar bounds).
+TEST(GptGolden, FastBackendBf16) {
+  auto backend = MakeCpuFastBackend();
+  CheckAgainstGolden(backend.get(), Compute::kBF16, {2e-2, 2e-2, 6e-2, 2e-2});
+}
+
+TEST(GptGolden, ReferenceBackendBf16) {
+  auto backend = MakeCpuReferenceBackend();
+  CheckAgainstGolden(backend.get(), Compute::kBF16, {2e-2, 2e-2, 6e-2, 2e-2});
+}
+
+// k micro-batches with dloss = 1/(k*B*T) accumulate the same gradient as one batch k times larger.
+TEST(GptGradAccumulation, MicroBatchesEqualOneBigBatch) {
+  auto backend = MakeCpuReferenceBackend();
+  GptConfig cfg{2, 2, 20, 31, 9};
+  const int B = 4, T = 9, k = 2;
+  Gpt model(backend.get(), cfg, B, T, Compute::kF32);
+  model.InitWeights(7);
+  std::vector<int32_t> x(B * T), y(B * T);
+  for (int i = 0; i < B * T; i++) {
+    x[i] = (i * 7 + 3) % cfg.vocab_size;
+    y[i] = (i * 5 + 1) % cfg.vocab_size;
+  }
+  model.ZeroGrad();
+  model.Forward(x.data(), y.data(), B, T, 1.0f / (B * T));
+  model.Backward();
+  std::vector<float> big = model.GetGradients();
+
+  model.ZeroGrad();
+  const int mb = B / k;
+  for (int i = 0; i < k; i++) {
+    model.Forward(x.data() + i * mb * T, y.data() + i * mb * T, mb, T, 1.0f / (k * mb * T));
+    model.Backward();
+  }
+  std::vector<float> acc = model.GetGradients();
+  EXPECT_LT(RelMaxError(acc.data(), big.data(), big.size()), 1e-5);
+}
+
+}  // namespace
+}  // namespace tern
