@@ -8,7 +8,7 @@ namespace tern {
 
 ProgressBar::ProgressBar(std::string label, uint64_t total, std::string unit, FILE* out)
     : label_(std::move(label)), unit_(std::move(unit)), total_(total), out_(out) {
-  tty_ = ::isatty(::fileno(out_));
+  tty_ = out_ && ::isatty(::fileno(out_));
   start_ = last_draw_ = std::chrono::steady_clock::now();
 }
 
@@ -45,6 +45,17 @@ void ProgressBar::Update(uint64_t done, const std::string& extra) {
   Draw(false);
 }
 
+void ProgressBar::Print(const std::string& line) {
+  if (!out_) return;
+  if (tty_) {
+    std::fprintf(out_, "\r\033[K%s\n", line.c_str());
+    if (!finished_ && done_ > 0) Draw(false);
+  } else {
+    std::fprintf(out_, "%s\n", line.c_str());
+  }
+  std::fflush(out_);
+}
+
 void ProgressBar::Finish(const std::string& extra) {
   if (finished_) return;
   if (!extra.empty()) extra_ = extra;
@@ -54,6 +65,7 @@ void ProgressBar::Finish(const std::string& extra) {
 }
 
 void ProgressBar::Draw(bool final) {
+  if (!out_) return;
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   double rate = elapsed > 0 ? done_ / elapsed : 0;
   std::string line = label_;

@@ -11,12 +11,14 @@ namespace tern {
 
 class ProgressBar {
  public:
-  // total = 0 means unknown (no bar, no ETA). unit is printed after rates, e.g. "B" formats as MB/s.
+  // total = 0 means unknown (no bar, no ETA). out = nullptr draws nothing. unit is printed after rates, e.g. "B" formats as MB/s.
   ProgressBar(std::string label, uint64_t total, std::string unit, FILE* out = stderr);
   ~ProgressBar();
 
   // Sets the absolute progress; `extra` is appended to the line (e.g. "loss 3.21").
   void Update(uint64_t done, const std::string& extra = "");
+  // Prints a whole line above the bar (clearing the bar first on a terminal, redrawing it after).
+  void Print(const std::string& line);
   // Draws the final state and ends the line.
   void Finish(const std::string& extra = "");
 

@@ -26,6 +26,32 @@ std::string GptConfig::ToString() const {
   return fmt::format("L{} H{} C{} V{} T{}", n_layer, n_head, n_embd, vocab_size, block_size);
 }
 
+namespace {
+struct Preset {
+  const char* name;
+  GptConfig cfg;
+};
+const Preset kPresets[] = {
+    {"gpt2-124m", {12, 12, 768, 50257, 1024}},
+    {"gpt2-350m", {24, 16, 1024, 50257, 1024}},
+    {"gpt2-774m", {36, 20, 1280, 50257, 1024}},
+    {"gpt2-1558m", {48, 25, 1600, 50257, 1024}},
+};
+}  // namespace
+
+std::vector<std::string> GptPresetNames() {
+  std::vector<std::string> names;
+  for (const auto& p : kPresets) names.push_back(p.name);
+  return names;
+}
+
+Result<GptConfig> GptPreset(const std::string& name) {
+  for (const auto& p : kPresets)
+    if (name == p.name) return p.cfg;
+  return Status::InvalidArgument(
+      fmt::format("unknown model preset '{}'; use one of: {}", name, fmt::join(GptPresetNames(), ", ")));
+}
+
 std::vector<ParamTensor> GptParamLayout(const GptConfig& cfg) {
   const int64_t L = cfg.n_layer, C = cfg.n_embd, V = cfg.vocab_size, maxT = cfg.block_size;
   std::vector<ParamTensor> t = {

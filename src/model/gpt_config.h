@@ -30,6 +30,10 @@ struct GptConfig {
   std::string ToString() const;  // "L12 H12 C768 V50257 T1024"
 };
 
+// Named shapes: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m (OpenAI's GPT-2 family, V=50257, T=1024).
+Result<GptConfig> GptPreset(const std::string& name);
+std::vector<std::string> GptPresetNames();
+
 // One parameter tensor in the flat parameter buffer (llm.c order; per-layer tensors are stacked [L,...]).
 struct ParamTensor {
   std::string name;           // tern's name, e.g. "qkvw"

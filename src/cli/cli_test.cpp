@@ -1,0 +1,103 @@
+// The tern binary as a user runs it: bad config keys, bad values and missing files give a non-zero exit
+// and a message that names the problem.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+
+struct CmdResult {
+  int code;
+  std::string output;
+};
+
+std::string Tern() {
+  const char* b = std::getenv("TERN_BINARY_DIR");
+  return std::string(b ? b : "build") + "/tern";
+}
+
+CmdResult RunTern(const std::string& args) {
+  std::string cmd = Tern() + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string WriteConfig(const std::string& name, const std::string& yaml) {
+  auto dir = std::filesystem::temp_directory_path() / "tern_cli_test";
+  std::filesystem::create_directories(dir);
+  auto path = dir / name;
+  std::ofstream(path) << yaml;
+  return path.string();
+}
+
+TEST(Cli, HelpTeachesTheCommands) {
+  CmdResult r = RunTern("--help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* cmd : {"prepare", "train", "generate", "bench", "export", "plan"}) {
+    EXPECT_NE(r.output.find(cmd), std::string::npos) << cmd;
+  }
+}
+
+TEST(Cli, UnknownConfigKeyIsNamedWithTheAllowedOnes) {
+  std::string cfg = WriteConfig("bad_key.yaml", "train:\n  lerning_rate: 0.1\n");
+  CmdResult r = RunTern("train " + cfg);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("train.lerning_rate"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("train.lr"), std::string::npos) << r.output;  // lists what is allowed
+}
+
+TEST(Cli, BadValueNamesTheKeyAndTheAllowedValues) {
+  std::string cfg = WriteConfig("bad_value.yaml", "train:\n  precision: fp8\n");
+  CmdResult r = RunTern("train " + cfg);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("train.precision"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bf16"), std::string::npos) << r.output;
+}
+
+TEST(Cli, BadNumberInOverride) {
+  std::string cfg = WriteConfig("ok.yaml", "train:\n  steps: 3\n");
+  CmdResult r = RunTern("train " + cfg + " --set train.steps=many");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("train.steps"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("many"), std::string::npos) << r.output;
+}
+
+TEST(Cli, MissingConfigFile) {
+  CmdResult r = RunTern("train /nonexistent/tern.yaml");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("/nonexistent/tern.yaml"), std::string::npos) << r.output;
+}
+
+TEST(Cli, MissingDataDirectory) {
+  std::string cfg = WriteConfig("no_data.yaml", "data:\n  dir: /nonexistent/prepared\n");
+  CmdResult r = RunTern("train " + cfg);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("/nonexistent/prepared"), std::string::npos) << r.output;
+}
+
+TEST(Cli, GenerateOnMissingRunDir) {
+  CmdResult r = RunTern("generate /nonexistent/run");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("/nonexistent/run"), std::string::npos) << r.output;
+}
+
+TEST(Cli, ListKeysShowsDefaults) {
+  CmdResult r = RunTern("train --list-keys");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.output.find("train.precision"), std::string::npos);
+  EXPECT_NE(r.output.find("fp32 | bf16"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,28 @@
+#include "metrics/run_log.h"
+
+#include <cerrno>
+#include <cstring>
+
+namespace tern {
+
+RunLog::~RunLog() {
+  if (file_) std::fclose(file_);
+}
+
+Status RunLog::Open(const std::string& path, bool append) {
+  if (file_) std::fclose(file_);
+  file_ = std::fopen(path.c_str(), append ? "a" : "w");
+  if (!file_) return Status::IoError(fmt::format("cannot open {} for writing: {}", path, std::strerror(errno)));
+  path_ = path;
+  return Status::Ok();
+}
+
+Status RunLog::Write(const nlohmann::json& row) {
+  std::string line = row.dump() + "\n";
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
+    return Status::IoError(fmt::format("writing {} failed: {} (disk full?)", path_, std::strerror(errno)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace tern

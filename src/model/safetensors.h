@@ -1,0 +1,27 @@
+// GPT weights as a .safetensors file (https://github.com/huggingface/safetensors): an 8-byte
+// little-endian header length, a JSON header {name: {dtype, shape, data_offsets}}, then raw data.
+// Tensor names and shapes are Hugging Face's GPT-2 ones (transformer.h.0.attn.c_attn.weight, ...),
+// whose Conv1D weights are stored [in, out], so tern's [out, in] matrices are transposed on export.
+// The tern config travels in __metadata__ so `tern generate` can rebuild the model from the file.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/gpt_config.h"
+
+namespace tern {
+
+Status WriteGptSafetensors(const std::string& path, const GptConfig& cfg, const std::vector<float>& params,
+                           const std::map<std::string, std::string>& extra_metadata = {});
+
+struct LoadedWeights {
+  GptConfig config;
+  std::vector<float> params;  // tern layout
+  std::map<std::string, std::string> metadata;
+};
+Result<LoadedWeights> ReadGptSafetensors(const std::string& path);
+
+}  // namespace tern

@@ -1,0 +1,227 @@
+#include "train/train_config.h"
+
+#include <charconv>
+#include <functional>
+#include <sstream>
+
+#include <fmt/ranges.h>
+
+#include <yaml-cpp/yaml.h>
+
+namespace tern {
+namespace {
+
+// One configuration key: how to read it, write it, and what it means.
+struct Key {
+  std::string name;  // "section.key"
+  std::string help;
+  std::vector<std::string> allowed;  // for string enums; empty = free
+  std::function<Status(TrainConfig&, const std::string&)> set;
+  std::function<std::string(const TrainConfig&)> get;
+};
+
+template <typename T>
+Status ParseNumber(const std::string& key, const std::string& text, T* out, T min_value) {
+  T v{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (ec != std::errc() || ptr != end) {
+    return Status::InvalidArgument(fmt::format("{}: '{}' is not a valid {}", key, text,
+                                               std::is_integral_v<T> ? "integer" : "number"));
+  }
+  if (v < min_value) return Status::InvalidArgument(fmt::format("{}: {} is below the minimum {}", key, text, min_value));
+  *out = v;
+  return Status::Ok();
+}
+
+template <typename T>
+Key Number(std::string name, T TrainConfig::*field, T min_value, std::string help) {
+  return {name, std::move(help), {},
+          [name, field, min_value](TrainConfig& c, const std::string& s) {
+            return ParseNumber(name, s, &(c.*field), min_value);
+          },
+          [field](const TrainConfig& c) { return fmt::format("{}", c.*field); }};
+}
+
+template <typename T>
+Key ModelNumber(std::string name, T GptConfig::*field, T min_value, std::string help) {
+  return {name, std::move(help), {},
+          [name, field, min_value](TrainConfig& c, const std::string& s) {
+            return ParseNumber(name, s, &(c.model.*field), min_value);
+          },
+          [field](const TrainConfig& c) { return fmt::format("{}", c.model.*field); }};
+}
+
+Key String(std::string name, std::string TrainConfig::*field, std::vector<std::string> allowed, std::string help) {
+  return {name, std::move(help), allowed,
+          [name, field, allowed](TrainConfig& c, const std::string& s) {
+            if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
+              return Status::InvalidArgument(
+                  fmt::format("{}: '{}' is not allowed; use one of: {}", name, s, fmt::join(allowed, ", ")));
+            }
+            c.*field = s;
+            return Status::Ok();
+          },
+          [field](const TrainConfig& c) { return c.*field; }};
+}
+
+const std::vector<Key>& Registry() {
+  using C = TrainConfig;
+  static const std::vector<Key> keys = {
+      ModelNumber("model.n_layer", &GptConfig::n_layer, 1, "transformer blocks"),
+      ModelNumber("model.n_head", &GptConfig::n_head, 1, "attention heads (must divide n_embd)"),
+      ModelNumber("model.n_embd", &GptConfig::n_embd, 1, "channels"),
+      ModelNumber("model.vocab_size", &GptConfig::vocab_size, 0, "vocabulary; 0 = the tokenizer's"),
+      ModelNumber("model.block_size", &GptConfig::block_size, 1, "maximum sequence length (positions)"),
+      String("data.dir", &C::data_dir, {}, "directory written by `tern prepare` (tokenizer.model, *_NNN.bin)"),
+      Number("train.batch_size", &C::batch_size, 1, "micro-batch size B in sequences"),
+      Number("train.seq_len", &C::seq_len, 1, "sequence length T (<= model.block_size)"),
+      Number<int64_t>("train.total_batch_tokens", &C::total_batch_tokens, 0,
+                      "tokens per optimizer step, a multiple of B*T (gradient accumulation); 0 = B*T"),
+      Number("train.steps", &C::steps, 1, "optimizer steps"),
+      Number("train.lr", &C::lr, 0.0, "peak learning rate"),
+      Number("train.min_lr_ratio", &C::min_lr_ratio, 0.0, "cosine floor as a fraction of lr"),
+      Number("train.warmup_steps", &C::warmup_steps, 0, "linear warmup steps"),
+      String("train.schedule", &C::schedule, {"cosine", "constant"}, "learning-rate schedule after warmup"),
+      Number("train.weight_decay", &C::weight_decay, 0.0, "AdamW decoupled weight decay (matrices only)"),
+      Number("train.beta1", &C::beta1, 0.0, "AdamW beta1"),
+      Number("train.beta2", &C::beta2, 0.0, "AdamW beta2"),
+      Number("train.eps", &C::eps, 0.0, "AdamW epsilon"),
+      Number("train.grad_clip", &C::grad_clip, 0.0, "clip the global gradient norm to this; 0 = off"),
+      Number<uint64_t>("train.seed", &C::seed, 0, "seed for weights, data order and sampling"),
+      String("train.precision", &C::precision, {"fp32", "bf16"},
+             "fp32, or bf16 mixed precision (bf16 matmul operands, fp32 master weights and accumulation)"),
+      String("train.device", &C::device, {"cpu", "cpu-ref", "cuda", "auto"},
+             "cpu (fast path), cpu-ref (plain reference ops), cuda, auto"),
+      Number("eval.every", &C::eval_every, 0, "validate every N steps; 0 = only at the end"),
+      Number("eval.batches", &C::eval_batches, 1, "validation micro-batches per evaluation"),
+      Number("sample.every", &C::sample_every, 0, "print samples every N steps; 0 = only at the end"),
+      Number("sample.tokens", &C::sample_tokens, 0, "tokens per sample"),
+      String("sample.prompt", &C::sample_prompt, {}, "prompt for the samples (empty = start of text)"),
+      Number("sample.count", &C::num_samples, 0, "samples printed at the end"),
+      String("run.dir", &C::run_dir, {}, "run directory (metrics.jsonl, config.yaml, model.safetensors)"),
+      Number("run.price_per_hour", &C::price_per_hour, 0.0, "USD per hour of this machine, for cost metrics"),
+      Number("run.peak_gflops", &C::peak_gflops, 0.0, "peak GFLOP/s for MFU; 0 = measure with a matmul probe"),
+      Number("run.log_every", &C::log_every, 1, "write a console line every N steps"),
+  };
+  return keys;
+}
+
+const Key* FindKey(const std::string& name) {
+  for (const auto& k : Registry())
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+Status UnknownKey(const std::string& name) {
+  std::string section = name.substr(0, name.find('.'));
+  std::vector<std::string> same_section, all_sections;
+  for (const auto& k : Registry()) {
+    if (k.name.rfind(section + ".", 0) == 0) same_section.push_back(k.name);
+    std::string s = k.name.substr(0, k.name.find('.'));
+    if (std::find(all_sections.begin(), all_sections.end(), s) == all_sections.end()) all_sections.push_back(s);
+  }
+  if (same_section.empty()) {
+    return Status::InvalidArgument(fmt::format("unknown config key '{}'; sections are: {} (see `tern train --list-keys`)",
+                                               name, fmt::join(all_sections, ", ")));
+  }
+  return Status::InvalidArgument(
+      fmt::format("unknown config key '{}'; allowed keys: {}", name, fmt::join(same_section, ", ")));
+}
+
+Status SetKey(TrainConfig* cfg, const std::string& name, const std::string& value) {
+  const Key* k = FindKey(name);
+  if (!k) return UnknownKey(name);
+  return k->set(*cfg, value);
+}
+
+Status WalkYaml(const YAML::Node& node, const std::string& prefix, TrainConfig* cfg) {
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      std::string key = kv.first.as<std::string>();
+      TERN_RETURN_IF_ERROR(WalkYaml(kv.second, prefix.empty() ? key : prefix + "." + key, cfg));
+    }
+    return Status::Ok();
+  }
+  if (node.IsScalar()) return SetKey(cfg, prefix, node.Scalar());
+  if (node.IsNull()) return SetKey(cfg, prefix, "");
+  return Status::InvalidArgument(fmt::format("{}: expected a single value, got a list", prefix));
+}
+
+}  // namespace
+
+int TrainConfig::grad_accum_steps() const {
+  int64_t micro = static_cast<int64_t>(batch_size) * seq_len;
+  return total_batch_tokens == 0 ? 1 : static_cast<int>(total_batch_tokens / micro);
+}
+
+Status TrainConfig::Validate() const {
+  int64_t micro = static_cast<int64_t>(batch_size) * seq_len;
+  if (total_batch_tokens % micro != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "train.total_batch_tokens ({}) must be a multiple of batch_size*seq_len ({}*{}={}); try {}",
+        total_batch_tokens, batch_size, seq_len, micro, std::max<int64_t>(1, total_batch_tokens / micro) * micro));
+  }
+  if (seq_len > model.block_size) {
+    return Status::InvalidArgument(
+        fmt::format("train.seq_len ({}) exceeds model.block_size ({}); raise block_size or lower seq_len", seq_len,
+                    model.block_size));
+  }
+  if (data_dir.empty()) {
+    return Status::InvalidArgument("data.dir is not set: point it at the output of `tern prepare`");
+  }
+  if (beta1 >= 1 || beta2 >= 1) return Status::InvalidArgument("train.beta1 and train.beta2 must be below 1");
+  return Status::Ok();
+}
+
+Status LoadTrainConfigFile(const std::string& path, TrainConfig* cfg) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    return Status::NotFound(fmt::format("config file {} does not exist or cannot be read", path));
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(fmt::format("{}: YAML syntax error at line {}: {}", path, e.mark.line + 1, e.msg));
+  }
+  if (!root.IsMap()) return Status::InvalidArgument(fmt::format("{}: expected a mapping of sections", path));
+  return WalkYaml(root, "", cfg).WithContext(path);
+}
+
+Status ApplyOverride(const std::string& assignment, TrainConfig* cfg) {
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return Status::InvalidArgument(
+        fmt::format("--set '{}': expected section.key=value, e.g. --set train.steps=200", assignment));
+  }
+  return SetKey(cfg, assignment.substr(0, eq), assignment.substr(eq + 1)).WithContext("--set");
+}
+
+std::string TrainConfigToYaml(const TrainConfig& cfg) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  std::string section;
+  for (const auto& k : Registry()) {
+    std::string s = k.name.substr(0, k.name.find('.'));
+    if (s != section) {
+      if (!section.empty()) out << YAML::EndMap;
+      section = s;
+      out << YAML::Key << s << YAML::Value << YAML::BeginMap;
+    }
+    out << YAML::Key << k.name.substr(k.name.find('.') + 1) << YAML::Value << k.get(cfg);
+  }
+  if (!section.empty()) out << YAML::EndMap;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+std::string DescribeTrainConfigKeys(const TrainConfig& cfg) {
+  std::ostringstream os;
+  for (const auto& k : Registry()) {
+    os << fmt::format("  {:<26} = {:<12} {}", k.name, k.get(cfg), k.help);
+    if (!k.allowed.empty()) os << fmt::format(" [{}]", fmt::join(k.allowed, " | "));
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace tern
