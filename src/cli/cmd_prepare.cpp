@@ -1,11 +1,110 @@
+// tern prepare: raw text -> tokenizer + train/val token shards (the library call is data/prepare.h).
+#include <cstdio>
+#include <memory>
+
 #include "cli/command.h"
+#include "core/progress.h"
+#include "data/prepare.h"
 
 namespace tern::cli {
 
-// Placeholder until the prepare component lands.
+namespace {
+
+struct PrepareArgs {
+  PrepareOptions options;
+  int64_t shard_tokens = 100'000'000;
+  int64_t max_sentences = 2'000'000;
+};
+
+std::string Plural(size_t n, const char* word) {
+  return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
+}
+
+int RunPrepare(PrepareArgs& args) {
+  PrepareOptions& o = args.options;
+  if (args.shard_tokens <= 0 || args.max_sentences <= 0) {
+    std::fprintf(stderr, "tern prepare: --shard-tokens and --max-sentences must be positive\n");
+    return 2;
+  }
+  o.shard_tokens = static_cast<uint64_t>(args.shard_tokens);
+  o.max_sentences = static_cast<uint64_t>(args.max_sentences);
+  o.progress = stderr;
+  auto r = Prepare(o);
+  if (!r.ok()) {
+    std::fprintf(stderr, "tern prepare: %s\n", r.status().message().c_str());
+    return 1;
+  }
+  const PrepareSummary& s = *r;
+  for (const auto& w : s.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  auto tokens = [](uint64_t n) { return ProgressBar::FormatAmount(static_cast<double>(n), "tokens"); };
+  auto where = [](const std::vector<std::string>& shards) {
+    if (shards.empty()) return std::string("(none)");
+    return shards.size() == 1 ? shards[0] : fmt::format("{} .. {}", shards.front(), shards.back());
+  };
+  fmt::print(
+      "prepared {} in {}\n"
+      "  input      {}, {}\n"
+      "  tokenizer  {} (vocab {}, fingerprint {}, trained in {:.1f} s)\n"
+      "  train      {} in {}: {}\n"
+      "  val        {} in {}: {}\n"
+      "  ratio      {:.2f} bytes per token\n"
+      "  summary    {}\n"
+      "next: tern train configs/demo.yaml --set data.dir={}\n",
+      o.out_dir, ProgressBar::FormatDuration(s.seconds), Plural(s.files.size(), "file"),
+      ProgressBar::FormatAmount(static_cast<double>(s.bytes), "B"), s.tokenizer_path, s.vocab_size,
+      s.fingerprint, s.tokenizer_seconds, tokens(s.train_tokens), Plural(s.train_shards.size(), "shard"),
+      where(s.train_shards), tokens(s.val_tokens), Plural(s.val_shards.size(), "shard"), where(s.val_shards),
+      s.bytes_per_token, s.summary_path, o.out_dir);
+  return 0;
+}
+
+}  // namespace
+
 void AddPrepareCommand(CLI::App& root, CommandTable& table) {
-  auto* sub = root.add_subcommand("prepare", "(not built yet)");
-  table.Add(sub, [] { return 1; });
+  auto args = std::make_shared<PrepareArgs>();
+  auto* sub =
+      root.add_subcommand("prepare", "Train a tokenizer on raw text and write token shards for training");
+  sub->footer(
+      "What it does:\n"
+      "  1. checks every input (text files, or directories searched recursively; binary, empty or "
+      "unreadable\n"
+      "     inputs are an error naming the file),\n"
+      "  2. trains a lossless byte-level BPE tokenizer (SentencePiece, byte fallback: decode(encode(x)) == "
+      "x),\n"
+      "  3. streams the text through it (never loading a file whole) and writes token shards: blocks of 64\n"
+      "     lines go to train or, for about --val-fraction of them, to val.\n\n"
+      "It writes, in --out DIR:\n"
+      "  tokenizer.model, tokenizer.vocab   the tokenizer (ids: 0 unk, 1 bos, 2 eos between files)\n"
+      "  train_000.bin, train_001.bin, ...  training tokens, a new shard every --shard-tokens tokens\n"
+      "  val_000.bin                        validation tokens (format: docs/formats.md)\n"
+      "  prepare.json                       inputs, sizes, token counts, tokenizer fingerprint\n"
+      "Nothing in DIR changes unless the whole run succeeds. A DIR prepared with other options is\n"
+      "only replaced with --force.\n\n"
+      "Example (the King James Bible, 4.3 MB, about 10 s on 2 cores):\n"
+      "  bible \"Gen1:1-Rev22:21\" > kjv.txt\n"
+      "  tern prepare --input kjv.txt --out data/kjv --vocab-size 4096\n");
+  sub->add_option("--input,-i", args->options.inputs, "Text files or directories to read (one or more)")
+      ->required()
+      ->expected(1, -1);
+  sub->add_option("--out,-o", args->options.out_dir, "Output directory (created if missing)")->required();
+  sub->add_option(
+         "--vocab-size", args->options.vocab_size,
+         "Tokenizer vocabulary size: at least 260 + the number of distinct characters; 4096-8192 suits a "
+         "few MB of text, 32768-50257 a large corpus")
+      ->required();
+  sub->add_option("--val-fraction", args->options.val_fraction,
+                  "Share of the text held out for validation (0..0.5)")
+      ->capture_default_str();
+  sub->add_option("--shard-tokens", args->shard_tokens, "Tokens per shard file before a new one starts")
+      ->capture_default_str();
+  sub->add_option("--max-sentences", args->max_sentences,
+                  "Lines sampled to train the tokenizer (bounds its memory and time on huge corpora)")
+      ->capture_default_str();
+  sub->add_option("--threads", args->options.threads, "Encoding threads (0 = one per core)")
+      ->capture_default_str();
+  sub->add_flag("--force", args->options.force,
+                "Replace an output directory prepared with different options");
+  table.Add(sub, [args] { return RunPrepare(*args); });
 }
 
 }  // namespace tern::cli

@@ -1,0 +1,247 @@
+#include "data/loader.h"
+
+#include <algorithm>
+#include <cassert>
+#include <chrono>
+#include <filesystem>
+#include <limits>
+#include <numeric>
+#include <random>
+
+namespace tern {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Uniform integer in [0, n) from raw 64-bit outputs (Lemire's multiply-and-reject). Written out because
+// std::uniform_int_distribution's algorithm differs between standard libraries, and the order must not.
+uint64_t Bounded(std::mt19937_64& rng, uint64_t n) {
+  unsigned __int128 m = static_cast<unsigned __int128>(rng()) * n;
+  uint64_t low = static_cast<uint64_t>(m);
+  if (low < n) {
+    const uint64_t threshold = (0 - n) % n;
+    while (low < threshold) {
+      m = static_cast<unsigned __int128>(rng()) * n;
+      low = static_cast<uint64_t>(m);
+    }
+  }
+  return static_cast<uint64_t>(m >> 64);
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> FindShards(const std::string& dir, const std::string& split) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return Status::NotFound(
+        fmt::format("data directory {} does not exist; create it with tern prepare --out {}", dir, dir));
+  }
+  std::vector<std::string> found;
+  const std::string prefix = split + "_";
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file() || name.size() <= prefix.size() + 4 || !name.starts_with(prefix) ||
+        !name.ends_with(".bin")) {
+      continue;
+    }
+    // Only SPLIT_<digits>.bin: other .bin files beside the shards are not ours to read.
+    std::string_view digits(name.data() + prefix.size(), name.size() - prefix.size() - 4);
+    if (std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      found.push_back(e.path().string());
+    }
+  }
+  if (ec) return Status::IoError(fmt::format("cannot list {}: {}", dir, ec.message()));
+  if (found.empty()) {
+    return Status::NotFound(
+        fmt::format("no {}_*.bin shards in {}; tern prepare --out {} writes them", split, dir, dir));
+  }
+  // Shorter names first, so that train_1000.bin follows train_999.bin.
+  std::sort(found.begin(), found.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  });
+  return found;
+}
+
+Result<std::unique_ptr<DataLoader>> DataLoader::Open(const std::vector<std::string>& shard_paths, int B,
+                                                     int T, uint64_t seed, bool shuffle, int prefetch_depth) {
+  if (B <= 0 || T <= 0)
+    return Status::InvalidArgument(fmt::format("batch B={} and sequence T={} must be > 0", B, T));
+  if (prefetch_depth <= 0) return Status::InvalidArgument("prefetch_depth must be >= 1");
+  if (shard_paths.empty()) return Status::InvalidArgument("DataLoader needs at least one shard");
+  std::unique_ptr<DataLoader> dl(new DataLoader());
+  dl->B_ = B;
+  dl->T_ = T;
+  dl->seed_ = seed;
+  dl->shuffle_ = shuffle;
+  dl->depth_ = static_cast<size_t>(prefetch_depth);
+  uint64_t largest = 0;
+  for (const auto& path : shard_paths) {
+    TERN_ASSIGN_OR_RETURN(ShardReader r, ShardReader::Open(path));
+    if (dl->shards_.empty()) dl->vocab_size_ = r.vocab_size();
+    if (r.vocab_size() != dl->vocab_size_) {
+      return Status::InvalidArgument(fmt::format(
+          "shard {} has vocab size {} but {} has {}: shards from different tokenizers cannot be mixed", path,
+          r.vocab_size(), shard_paths.front(), dl->vocab_size_));
+    }
+    dl->first_window_.push_back(dl->total_windows_);
+    // Windows of T+1 tokens start at 0, T, 2T, ... and must end inside the shard.
+    uint64_t n = r.size();
+    dl->total_windows_ += n > static_cast<uint64_t>(T) ? (n - 1) / T : 0;
+    dl->total_tokens_ += n;
+    largest = std::max(largest, n);
+    dl->shards_.push_back(std::move(r));
+  }
+  dl->first_window_.push_back(dl->total_windows_);
+  if (dl->total_windows_ == 0) {
+    return Status::InvalidArgument(
+        fmt::format("the {} shard(s) hold {} tokens (largest {}), but one sample needs T+1 = {} consecutive "
+                    "tokens in one shard; "
+                    "use a smaller sequence length or more text",
+                    shard_paths.size(), dl->total_tokens_, largest, static_cast<uint64_t>(T) + 1));
+  }
+  if (dl->total_windows_ > std::numeric_limits<uint32_t>::max()) {
+    return Status::InvalidArgument(fmt::format(
+        "{} windows per epoch exceed the loader's 2^32 limit; use a larger T", dl->total_windows_));
+  }
+  dl->Start({0, 0});
+  return dl;
+}
+
+DataLoader::~DataLoader() {
+  Stop();
+}
+
+void DataLoader::Start(LoaderPosition from) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = false;
+  }
+  thread_ = std::thread(&DataLoader::ProducerLoop, this, from);
+}
+
+void DataLoader::Stop() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  not_full_.notify_all();
+  not_empty_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void DataLoader::BuildOrder(uint64_t epoch, std::vector<uint32_t>* order) const {
+  order->resize(total_windows_);
+  std::iota(order->begin(), order->end(), 0u);
+  // Fisher-Yates, seeded by (seed, epoch) only: any epoch's order can be rebuilt from scratch on Restore.
+  std::mt19937_64 rng(SplitMix64(seed_ ^ SplitMix64(epoch)));
+  for (uint64_t i = total_windows_ - 1; i > 0; --i) std::swap((*order)[i], (*order)[Bounded(rng, i + 1)]);
+}
+
+void DataLoader::FillBatch(LoaderPosition* pos, uint64_t* order_epoch, std::vector<uint32_t>* order, Batch* b,
+                           std::vector<int32_t>* window) const {
+  const size_t T = static_cast<size_t>(T_);
+  b->B = B_;
+  b->T = T_;
+  b->inputs.resize(static_cast<size_t>(B_) * T);
+  b->targets.resize(static_cast<size_t>(B_) * T);
+  for (int row = 0; row < B_; ++row) {
+    uint64_t w = pos->index;
+    if (shuffle_) {
+      if (*order_epoch != pos->epoch) {
+        BuildOrder(pos->epoch, order);
+        *order_epoch = pos->epoch;
+      }
+      w = (*order)[pos->index];
+    }
+    size_t s = std::upper_bound(first_window_.begin(), first_window_.end(), w) - first_window_.begin() - 1;
+    Status st = shards_[s].Read((w - first_window_[s]) * T, T + 1, window->data());
+    assert(st.ok());  // windows are in range by construction
+    (void)st;
+    std::copy(window->begin(), window->begin() + T, b->inputs.begin() + row * T);
+    std::copy(window->begin() + 1, window->end(), b->targets.begin() + row * T);
+    if (++pos->index == total_windows_) *pos = {pos->epoch + 1, 0};
+  }
+}
+
+void DataLoader::ProducerLoop(LoaderPosition pos) {
+  uint64_t order_epoch = std::numeric_limits<uint64_t>::max();
+  std::vector<uint32_t> order;
+  std::vector<int32_t> window(static_cast<size_t>(T_) + 1);
+  while (true) {
+    Batch b;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      not_full_.wait(lk, [&] { return stop_ || queue_.size() < depth_; });
+      if (stop_) return;
+      if (!spare_.empty()) {
+        b = std::move(spare_.back());
+        spare_.pop_back();
+      }
+    }
+    FillBatch(&pos, &order_epoch, &order, &b, &window);  // outside the lock: the consumer keeps going
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stop_) return;
+      queue_.push_back({std::move(b), pos});
+    }
+    not_empty_.notify_one();
+  }
+}
+
+Status DataLoader::Next(Batch* out) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lk(mu_);
+  not_empty_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+  if (queue_.empty()) return Status::Unavailable("the data loader is shutting down");
+  Prefetched p = std::move(queue_.front());
+  queue_.pop_front();
+  consumer_pos_ = p.end;
+  if (out->inputs.capacity() > 0 && spare_.size() <= depth_) spare_.push_back(std::move(*out));
+  *out = std::move(p.batch);
+  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  lk.unlock();
+  not_full_.notify_one();
+  return Status::Ok();
+}
+
+double DataLoader::TakeWaitSeconds() {
+  std::lock_guard<std::mutex> lk(mu_);
+  double w = wait_seconds_;
+  wait_seconds_ = 0;
+  return w;
+}
+
+LoaderPosition DataLoader::position() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return consumer_pos_;
+}
+
+Status DataLoader::Restore(const LoaderPosition& p) {
+  if (p.index >= total_windows_) {
+    return Status::InvalidArgument(
+        fmt::format("loader position {}:{} is outside the {} windows of an epoch: were the shards or T "
+                    "changed since it was saved?",
+                    p.epoch, p.index, total_windows_));
+  }
+  Stop();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    while (!queue_.empty()) {  // keep the read-ahead buffers for reuse
+      if (spare_.size() <= depth_) spare_.push_back(std::move(queue_.front().batch));
+      queue_.pop_front();
+    }
+    consumer_pos_ = p;
+  }
+  Start(p);
+  return Status::Ok();
+}
+
+}  // namespace tern

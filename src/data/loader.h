@@ -1,0 +1,104 @@
+// Batches for training and evaluation, read from memory-mapped token shards by a background thread.
+//
+// A sample is a window of T+1 consecutive tokens inside one shard (windows start every T tokens and never
+// cross shards): inputs are its first T tokens, targets the last T (the next token at each position).
+// An epoch visits every window once, in order (validation) or in a per-epoch permutation (training) that
+// depends only on (seed, epoch), computed from std::mt19937_64's raw outputs so it is identical on every
+// platform and standard library. A batch takes the next B windows; epochs roll over forever, so a batch
+// may straddle two epochs.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "data/shard.h"
+
+namespace tern {
+
+struct Batch {
+  std::vector<int32_t> inputs;   // (B, T) row-major
+  std::vector<int32_t> targets;  // (B, T): targets[b][t] = token after inputs[b][t]
+  int B = 0, T = 0;
+};
+
+// Where the loader stands: `index` is the position, within epoch `epoch`'s window order, of the first window
+// of the next batch Next() will return (not of what the prefetcher has read ahead).
+struct LoaderPosition {
+  uint64_t epoch = 0, index = 0;
+  bool operator==(const LoaderPosition&) const = default;
+};
+
+// Sorted DIR/<split>_<digits>.bin (e.g. split "train" -> train_000.bin, train_001.bin, ...). NotFound when
+// none.
+Result<std::vector<std::string>> FindShards(const std::string& dir, const std::string& split);
+
+class DataLoader {
+ public:
+  // Opens every shard (all must share one vocab size) and starts the prefetch thread, which keeps up to
+  // prefetch_depth batches ready. InvalidArgument when the shards hold no window of T+1 tokens.
+  static Result<std::unique_ptr<DataLoader>> Open(const std::vector<std::string>& shard_paths, int B, int T,
+                                                  uint64_t seed, bool shuffle, int prefetch_depth = 4);
+  ~DataLoader();  // stops and joins the prefetch thread
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // The next batch. Blocks while the queue is empty; that time is added to the wait counter. The vectors
+  // that *out held before are recycled for a later batch (no allocation per step in steady state).
+  Status Next(Batch* out);
+  // Seconds Next() spent waiting since the last call; resets the counter.
+  double TakeWaitSeconds();
+
+  LoaderPosition position() const;
+  // Continues from `p` (as returned by position(), possibly by another loader over the same shards, seed and
+  // shapes): the batches that follow are identical to those that followed when position() returned p.
+  // InvalidArgument when p.index is outside the epoch (the shards or T changed since p was saved).
+  Status Restore(const LoaderPosition& p);
+  Status Reset() { return Restore({0, 0}); }
+
+  uint64_t windows_per_epoch() const { return total_windows_; }
+  uint64_t tokens() const { return total_tokens_; }
+  uint32_t vocab_size() const { return vocab_size_; }
+  int B() const { return B_; }
+  int T() const { return T_; }
+
+ private:
+  struct Prefetched {
+    Batch batch;
+    LoaderPosition end;  // position after this batch
+  };
+
+  DataLoader() = default;
+  void Start(LoaderPosition from);
+  void Stop();
+  void ProducerLoop(LoaderPosition from);
+  void BuildOrder(uint64_t epoch, std::vector<uint32_t>* order) const;
+  void FillBatch(LoaderPosition* pos, uint64_t* order_epoch, std::vector<uint32_t>* order, Batch* b,
+                 std::vector<int32_t>* window) const;
+
+  std::vector<ShardReader> shards_;
+  std::vector<uint64_t> first_window_;  // first global window index of each shard, plus the total at the end
+  uint64_t total_windows_ = 0, total_tokens_ = 0;
+  uint32_t vocab_size_ = 0;
+  int B_ = 0, T_ = 0;
+  uint64_t seed_ = 0;
+  bool shuffle_ = false;
+  size_t depth_ = 4;
+
+  mutable std::mutex mu_;
+  std::condition_variable not_empty_, not_full_;
+  std::deque<Prefetched> queue_;
+  std::vector<Batch> spare_;  // recycled batch buffers
+  bool stop_ = false;
+  LoaderPosition consumer_pos_;
+  double wait_seconds_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace tern
