@@ -1,5 +1,8 @@
 #include "backend/backend.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace tern {
 
 size_t DTypeSize(DType t) {
@@ -21,5 +24,28 @@ const char* DTypeName(DType t) {
 }
 
 const char* ComputeName(Compute c) { return c == Compute::kBF16 ? "bf16" : "fp32"; }
+
+// The inference ops are optional: a backend that lacks one fails loudly at the first call (a missing
+// kernel is a bug in the build, not an input error).
+namespace {
+[[noreturn]] void NotImplemented(const char* op, const Backend& b) {
+  std::fprintf(stderr, "tern: op %s not implemented on backend %s\n", op, b.name().c_str());
+  std::abort();
+}
+}  // namespace
+
+void Backend::EmbedTokens(float*, const int32_t*, const int32_t*, const float*, const float*, int, int) {
+  NotImplemented("EmbedTokens", *this);
+}
+void Backend::KvCacheWrite(float*, float*, const float*, const int32_t*, int, int, int, int) {
+  NotImplemented("KvCacheWrite", *this);
+}
+void Backend::PagedAttentionForward(float*, const float*, const float*, const float*, const int32_t*,
+                                    const int32_t*, int, int, int, int, int, int) {
+  NotImplemented("PagedAttentionForward", *this);
+}
+void Backend::MatmulInt8(float*, const float*, const int8_t*, const float*, const float*, int, int, int) {
+  NotImplemented("MatmulInt8", *this);
+}
 
 }  // namespace tern

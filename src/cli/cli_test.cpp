@@ -20,7 +20,7 @@ struct CmdResult {
 
 std::string Tern() {
   const char* b = std::getenv("TERN_BINARY_DIR");
-  return std::string(b ? b : "build") + "/tern";
+  return std::string(b ? b : TERN_TEST_BINARY_DIR) + "/tern";
 }
 
 CmdResult RunTern(const std::string& args) {

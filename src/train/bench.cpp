@@ -21,7 +21,7 @@ nlohmann::json BenchResult::ToJson() const {
           {"batch", options.batch},
           {"seq", options.seq},
           {"precision", options.precision},
-          {"device", options.device == "cuda" ? "cuda" : "cpu"},
+          {"device", backend.rfind("cuda", 0) == 0 ? "cuda" : "cpu"},
           {"backend", backend},
           {"gpu", nullptr},
           {"threads", threads},
@@ -48,7 +48,10 @@ Result<BenchResult> RunBench(const BenchOptions& o) {
   r.options = o;
   r.backend = backend->name();
   r.threads = omp_get_max_threads();
-  r.peak_gflops = o.measure_peak ? MeasurePeakGflops(backend.get(), compute, 1.0) : o.peak_gflops;
+  // A GPU needs a large probe to reach its peak (launch and sync overheads hide it at 1024^3).
+  const bool gpu = r.backend.rfind("cuda", 0) == 0;
+  const int probe = gpu ? 8192 : 1024;
+  r.peak_gflops = o.measure_peak ? MeasurePeakGflops(backend.get(), compute, 1.0, probe) : o.peak_gflops;
 
   Gpt model(backend.get(), o.model, o.batch, o.seq, compute);
   model.InitWeights(1);

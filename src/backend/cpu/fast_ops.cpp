@@ -1,5 +1,357 @@
-// placeholder
-#include "backend/cpu/reference_ops.h"
+// The fast CPU backend: elementwise ops, normalisation, embedding, loss, optimizer and the matmul glue.
+// Attention lives in fast_attention.cpp, the oneDNN matmul in dnnl_matmul.cpp.
+//
+// Every loop over elements is `omp parallel for` with a static schedule (each element is computed by one
+// thread, in one fixed way) and `omp simd` inside; reductions use per-thread or per-chunk partials that are
+// combined in a fixed order. Small inputs stay on the calling thread (the `if` clauses).
+#include "backend/cpu/fast_ops.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/dnnl_matmul.h"
+
 namespace tern {
-std::unique_ptr<Backend> MakeCpuFastBackend() { return std::make_unique<CpuReferenceBackend>(); }
+namespace {
+
+constexpr float kLayerNormEps = 1e-5f;
+constexpr size_t kParallelMin = 1 << 14;  // elements below which a fork/join costs more than it saves
+constexpr size_t kSumChunk =
+    1 << 15;  // Sum/SumSquares partial size: fixed, so results ignore the thread count
+const float kGeluScale = std::sqrt(2.0f / static_cast<float>(M_PI));
+
+// [begin, end) of part `i` of `n` items split into `parts` contiguous ranges of whole `align`-sized blocks.
+void SplitRange(size_t n, size_t align, int i, int parts, size_t* begin, size_t* end) {
+  size_t blocks = (n + align - 1) / align;
+  size_t b0 = blocks * i / parts, b1 = blocks * (i + 1) / parts;
+  *begin = std::min(n, b0 * align);
+  *end = std::min(n, b1 * align);
 }
+
+// dst[c][r] = bf16(src[r][c]) for src [rows, cols]: 16x16 tiles, parallel over column strips.
+void CastTransposeBF16(uint16_t* dst, const float* src, int rows, int cols) {
+  constexpr int kTile = 16;
+  const int strips = (cols + kTile - 1) / kTile;
+#pragma omp parallel for schedule(static) if (static_cast <size_t>(rows) * cols >= kParallelMin)
+  for (int s = 0; s < strips; s++) {
+    const int c0 = s * kTile, c1 = std::min(cols, c0 + kTile);
+    for (int r0 = 0; r0 < rows; r0 += kTile) {
+      const int r1 = std::min(rows, r0 + kTile);
+      for (int c = c0; c < c1; c++) {
+        uint16_t* __restrict d = dst + static_cast<size_t>(c) * rows;
+        for (int r = r0; r < r1; r++) d[r] = fast::ToBF16(src[static_cast<size_t>(r) * cols + c]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+CpuFastBackend::CpuFastBackend() : dnnl_(std::make_unique<DnnlMatmul>()) {}
+CpuFastBackend::~CpuFastBackend() = default;
+
+// ---- embedding ---------------------------------------------------------------------------------------
+
+void CpuFastBackend::EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
+                                    int T, int C) {
+  const int rows = B * T;
+#pragma omp parallel for schedule(static) if (static_cast <size_t>(rows) * C >= kParallelMin)
+  for (int bt = 0; bt < rows; bt++) {
+    float* __restrict o = out + static_cast<size_t>(bt) * C;
+    const float* __restrict e = wte + static_cast<size_t>(inp[bt]) * C;
+    const float* __restrict p = wpe + static_cast<size_t>(bt % T) * C;
+#pragma omp simd
+    for (int i = 0; i < C; i++) o[i] = e[i] + p[i];
+  }
+}
+
+// Each thread owns a range of channels and walks all (b,t) in order, so every element of dwte/dwpe sums its
+// contributions in the reference's order: deterministic, race-free, and identical for any thread count.
+void CpuFastBackend::EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B,
+                                     int T, int C) {
+  const int rows = B * T;
+#pragma omp parallel if (static_cast <size_t>(rows) * C >= kParallelMin)
+  {
+    size_t c0, c1;
+    SplitRange(C, 16, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+    for (int bt = 0; bt < rows && c0 < c1; bt++) {
+      const float* __restrict d = dout + static_cast<size_t>(bt) * C;
+      float* __restrict we = dwte + static_cast<size_t>(inp[bt]) * C;
+      float* __restrict wp = dwpe + static_cast<size_t>(bt % T) * C;
+#pragma omp simd
+      for (size_t i = c0; i < c1; i++) {
+        we[i] += d[i];
+        wp[i] += d[i];
+      }
+    }
+  }
+}
+
+// ---- layernorm ---------------------------------------------------------------------------------------
+
+void CpuFastBackend::LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
+                                      const float* weight, const float* bias, int N, int C) {
+#pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * C >= kParallelMin)
+  for (int n = 0; n < N; n++) {
+    const float* __restrict x = inp + static_cast<size_t>(n) * C;
+    float* __restrict y = out + static_cast<size_t>(n) * C;
+    float m = 0.0f;
+#pragma omp simd reduction(+ : m)
+    for (int i = 0; i < C; i++) m += x[i];
+    m /= C;
+    float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+    for (int i = 0; i < C; i++) v += (x[i] - m) * (x[i] - m);
+    v /= C;
+    const float s = 1.0f / std::sqrt(v + kLayerNormEps);
+#pragma omp simd
+    for (int i = 0; i < C; i++) y[i] = (s * (x[i] - m)) * weight[i] + bias[i];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+// Rows are split statically over threads; each thread sums dweight/dbias into its own partial row, and the
+// partials are added to the outputs in thread order.
+void CpuFastBackend::LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                       const float* inp, const float* weight, const float* mean,
+                                       const float* rstd, int N, int C) {
+  const size_t cp = fast::RoundUp(C, 16);  // partial rows on separate cache lines
+  float* partials = partials_.As<float>(2 * cp * omp_get_max_threads());
+#pragma omp parallel if (static_cast <size_t>(N) * C >= kParallelMin)
+  {
+    const int nthr = omp_get_num_threads();
+    float* __restrict dw = partials + 2 * cp * omp_get_thread_num();
+    float* __restrict db = dw + cp;
+    std::memset(dw, 0, 2 * cp * sizeof(float));
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; n++) {
+      const float* __restrict dy = dout + static_cast<size_t>(n) * C;
+      const float* __restrict x = inp + static_cast<size_t>(n) * C;
+      float* __restrict dx = dinp + static_cast<size_t>(n) * C;
+      const float m = mean[n], s = rstd[n];
+      float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
+      for (int i = 0; i < C; i++) {
+        float dnorm = weight[i] * dy[i];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * ((x[i] - m) * s);
+      }
+      dnorm_mean /= C;
+      dnorm_norm_mean /= C;
+#pragma omp simd
+      for (int i = 0; i < C; i++) {
+        float norm = (x[i] - m) * s;
+        float dnorm = weight[i] * dy[i];
+        db[i] += dy[i];
+        dw[i] += norm * dy[i];
+        dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+      }
+    }
+#pragma omp for schedule(static)
+    for (int i = 0; i < C; i++) {
+      float w = 0.0f, b = 0.0f;
+      for (int t = 0; t < nthr; t++) {
+        w += partials[2 * cp * t + i];
+        b += partials[2 * cp * t + cp + i];
+      }
+      dweight[i] += w;
+      dbias[i] += b;
+    }
+  }
+}
+
+// ---- matmul ------------------------------------------------------------------------------------------
+
+void CpuFastBackend::Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K,
+                            bool trans_a, bool trans_b, float beta, Compute compute) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0 || a.dtype == DType::kI32 || b.dtype == DType::kI32) {  // degenerate: let the oracle define it
+    CpuReferenceBackend::Matmul(c, a, b, bias, M, N, K, trans_a, trans_b, beta, compute);
+    return;
+  }
+  const DType want = compute == Compute::kBF16 ? DType::kBF16 : DType::kF32;
+  // Brings an operand to the compute type: bf16 compute casts fp32 into scratch; fp32 compute widens bf16.
+  auto convert = [&](Operand op, size_t n, fast::Scratch& scratch) -> const void* {
+    if (op.dtype == want) return op.ptr;
+    if (want == DType::kBF16) {
+      uint16_t* dst = scratch.As<uint16_t>(n);
+      CastF32ToBF16(dst, static_cast<const float*>(op.ptr), n);
+      return dst;
+    }
+    float* dst = scratch.As<float>(n);
+    const uint16_t* src = static_cast<const uint16_t*>(op.ptr);
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (size_t i = 0; i < n; i++) dst[i] = fast::FromBF16(src[i]);
+    return dst;
+  };
+  const void* pa;
+  bool ta = trans_a;
+  if (want == DType::kBF16 && trans_a && a.dtype == DType::kF32) {
+    // The cast has to copy A anyway: it writes A back untransposed, which oneDNN multiplies faster.
+    uint16_t* dst = operand_a_.As<uint16_t>(static_cast<size_t>(M) * K);
+    CastTransposeBF16(dst, static_cast<const float*>(a.ptr), K, M);
+    pa = dst;
+    ta = false;
+  } else {
+    pa = convert(a, static_cast<size_t>(M) * K, operand_a_);
+  }
+  const void* pb = convert(b, static_cast<size_t>(K) * N, operand_b_);
+  if (!dnnl_->Run(c, pa, pb, want, bias, M, N, K, ta, trans_b, beta)) {
+    CpuReferenceBackend::Matmul(c, a, b, bias, M, N, K, trans_a, trans_b, beta, compute);
+  }
+}
+
+// Columns are split into blocks of 32; each block sums all rows in order in double (as the reference does),
+// so the result does not depend on the thread count.
+void CpuFastBackend::BiasBackward(float* dbias, const float* dout, int N, int OC) {
+  constexpr int kBlock = 32;
+  const int blocks = (OC + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * OC >= kParallelMin)
+  for (int blk = 0; blk < blocks; blk++) {
+    const int o0 = blk * kBlock, width = std::min(kBlock, OC - o0);
+    double acc[kBlock] = {};
+    for (int n = 0; n < N; n++) {
+      const float* __restrict row = dout + static_cast<size_t>(n) * OC + o0;
+#pragma omp simd
+      for (int j = 0; j < width; j++) acc[j] += row[j];
+    }
+    for (int j = 0; j < width; j++) dbias[o0 + j] += static_cast<float>(acc[j]);
+  }
+}
+
+// ---- elementwise -------------------------------------------------------------------------------------
+
+// gelu(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3). The sigmoid form
+// needs only one exp and has no cancellation for negative x.
+void CpuFastBackend::GeluForward(float* out, const float* inp, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float u = kGeluScale * (x + 0.044715f * x * x * x);
+    out[i] = x / (1.0f + fast::Exp(-2.0f * u));
+  }
+}
+
+// d/dx [x s(2u)] = s + 2 x s (1 - s) u'  with s = sigmoid(2u) (so 1 + tanh = 2s and sech^2 = 4 s (1 - s)).
+void CpuFastBackend::GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float u = kGeluScale * (x + 0.044715f * x * x * x);
+    float e = fast::Exp(-2.0f * u);
+    float s = 1.0f / (1.0f + e);
+    float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] = (s + 2.0f * x * s * (e * s) * du) * dout[i];
+  }
+}
+
+void CpuFastBackend::Add(float* out, const float* a, const float* b, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void CpuFastBackend::CastF32ToBF16(uint16_t* dst, const float* src, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (size_t i = 0; i < n; i++) dst[i] = fast::ToBF16(src[i]);
+}
+
+// ---- loss --------------------------------------------------------------------------------------------
+
+// One row per task: max, then the sum of exp in double, then (if dloss) the gradient written in place.
+// The row (V floats, 200 KB for GPT-2) stays in L2 across the three passes.
+void CpuFastBackend::CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N,
+                                                 int V, float dloss) {
+#pragma omp parallel for schedule(static) if (N > 1 && static_cast <size_t>(N) * V >= kParallelMin)
+  for (int n = 0; n < N; n++) {
+    float* __restrict row = logits + static_cast<size_t>(n) * V;
+    const int target = targets[n];
+    const float maxval = fast::Max(row, V);
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < V; i++) sum += fast::Exp(row[i] - maxval);
+    const float logsum = static_cast<float>(std::log(sum));
+    losses[n] = target < 0 ? 0.0f : -(row[target] - maxval - logsum);
+    if (dloss == 0.0f) continue;
+    if (target < 0) {
+      std::memset(row, 0, sizeof(float) * V);
+      continue;
+    }
+    const float scale = static_cast<float>(dloss / sum);
+#pragma omp simd
+    for (int i = 0; i < V; i++) row[i] = fast::Exp(row[i] - maxval) * scale;
+    row[target] -= dloss;
+  }
+}
+
+// ---- reductions --------------------------------------------------------------------------------------
+
+// Partials over fixed chunks of kSumChunk elements, added in chunk order: the same result for any thread
+// count.
+double CpuFastBackend::SumSquares(const float* x, size_t n) {
+  const size_t chunks = (n + kSumChunk - 1) / kSumChunk;
+  double* partial = partials_.As<double>(chunks + 1);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (size_t ch = 0; ch < chunks; ch++) {
+    const size_t i0 = ch * kSumChunk, i1 = std::min(n, i0 + kSumChunk);
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (size_t i = i0; i < i1; i++) s += static_cast<double>(x[i]) * x[i];
+    partial[ch] = s;
+  }
+  double total = 0.0;
+  for (size_t ch = 0; ch < chunks; ch++) total += partial[ch];
+  return total;
+}
+
+double CpuFastBackend::Sum(const float* x, size_t n) {
+  const size_t chunks = (n + kSumChunk - 1) / kSumChunk;
+  double* partial = partials_.As<double>(chunks + 1);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (size_t ch = 0; ch < chunks; ch++) {
+    const size_t i0 = ch * kSumChunk, i1 = std::min(n, i0 + kSumChunk);
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (size_t i = i0; i < i1; i++) s += x[i];
+    partial[ch] = s;
+  }
+  double total = 0.0;
+  for (size_t ch = 0; ch < chunks; ch++) total += partial[ch];
+  return total;
+}
+
+// ---- optimizer ---------------------------------------------------------------------------------------
+
+// One pass over param, grad, m, v (and the bf16 copy): the update is memory-bound, so it is read once.
+void CpuFastBackend::AdamW(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v,
+                           size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                           float grad_scale, int t) {
+  const float bc1 = 1.0f - std::pow(beta1, static_cast<float>(t));
+  const float bc2 = 1.0f - std::pow(beta2, static_cast<float>(t));
+  auto update = [=](size_t i) {
+    float g = grad[i] * grad_scale;
+    float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float p = param[i];
+    p -= lr * ((mi / bc1) / (std::sqrt(vi / bc2) + eps) + weight_decay * p);
+    param[i] = p;
+    return p;
+  };
+  if (param_bf16) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (size_t i = 0; i < n; i++) param_bf16[i] = fast::ToBF16(update(i));
+  } else {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (size_t i = 0; i < n; i++) update(i);
+  }
+}
+
+std::unique_ptr<Backend> MakeCpuFastBackend() {
+  return std::make_unique<CpuFastBackend>();
+}
+
+}  // namespace tern

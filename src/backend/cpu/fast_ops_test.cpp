@@ -1,2 +1,385 @@
-#include <gtest/gtest.h>
-TEST(Placeholder, Builds) { EXPECT_TRUE(true); }
+// Every op of the fast CPU backend ("cpu") against the reference backend ("cpu-ref") on random inputs,
+// including odd shapes, and run twice to check that the fast path is deterministic (bit-identical reruns).
+//
+// Tolerances: |fast - ref| <= rtol * |ref| + atol * max|ref| per element.
+//   fp32 ops: rtol 1e-5 (different summation order, a polynomial exp); attention atol 1e-5.
+//   bf16 matmul vs the reference's computation on the same bf16-rounded operands: rtol 1e-3, atol 1e-4.
+//   Encoder, Add, BiasBackward and CastF32ToBF16 sum in the reference's order: exact.
+#include <functional>
+#include <limits>
+
+#include "backend/bf16.h"
+#include "backend/cpu/dnnl_matmul.h"
+#include "backend/cpu/fast_ops.h"
+#include "backend/cpu/ops_test_util.h"
+
+namespace tern {
+namespace {
+
+using testing::Arena;
+using testing::ExpectBitEqual;
+using testing::ExpectClose;
+using testing::Tokens;
+using testing::Uniform;
+using Outputs = std::vector<std::vector<float>>;
+
+class FastOpsTest : public ::testing::Test {
+ protected:
+  // Runs `op` on the reference and twice on the fast backend: every output close to the reference, and the
+  // two fast runs bit-identical.
+  void Check(const std::function<Outputs(Backend&)>& op, double rtol, double atol, const std::string& what) {
+    Outputs want = op(*ref_), got = op(*fast_), again = op(*fast_);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); i++) {
+      ExpectClose(got[i], want[i], rtol, atol, what + " output " + std::to_string(i));
+      ExpectBitEqual(got[i], again[i], what + " rerun output " + std::to_string(i));
+    }
+  }
+  std::vector<float> U(size_t n, float lo = -1.0f, float hi = 1.0f) { return Uniform(rng_, n, lo, hi); }
+
+  std::unique_ptr<Backend> ref_ = MakeCpuReferenceBackend();
+  std::unique_ptr<Backend> fast_ = MakeCpuFastBackend();
+  std::mt19937 rng_{20240601};
+};
+
+TEST_F(FastOpsTest, IsTheFastBackend) {
+  EXPECT_EQ(fast_->name(), "cpu");
+}
+
+// ---- matmul ------------------------------------------------------------------------------------------
+
+struct Shape {
+  int M, N, K;
+};
+// {4100, 13, 7} is tall enough for DnnlMatmul to prepack B.
+const std::vector<Shape> kShapes = {{7, 13, 5}, {33, 17, 65}, {1, 1, 1}, {130, 70, 257}, {4100, 13, 7}};
+const std::vector<Shape> kSmallShapes = {{7, 13, 5}, {33, 17, 65}};
+
+std::vector<uint16_t> ToBF16(const std::vector<float>& v) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); i++) h[i] = F32ToBF16(v[i]);
+  return h;
+}
+
+// Runs every layout (trans_a, trans_b) of every shape for one operand/compute mix. The first two shapes get
+// every (beta in {0, 1, 0.5}) x (bias or not); the others beta 0 without bias and beta 1 with bias.
+void MatmulSweep(const std::vector<Shape>& shapes, std::mt19937& rng, DType a_type, DType b_type,
+                 Compute compute, std::function<void(std::function<Outputs(Backend&)>, std::string)> check) {
+  for (const Shape& s : shapes) {
+    auto a = Uniform(rng, size_t(s.M) * s.K), b = Uniform(rng, size_t(s.K) * s.N);
+    auto c0 = Uniform(rng, size_t(s.M) * s.N), bias = Uniform(rng, s.N);
+    auto a16 = ToBF16(a), b16 = ToBF16(b);
+    for (int layout = 0; layout < 4; layout++) {
+      for (float beta : {0.0f, 1.0f, 0.5f}) {
+        const bool full_grid = &s - shapes.data() < 2;
+        if (!full_grid && beta == 0.5f) continue;
+        for (bool with_bias : {false, true}) {
+          if (!full_grid && with_bias != (beta == 1.0f)) continue;
+          const bool ta = layout & 1, tb = layout & 2;
+          auto op = [&](Backend& be) {
+            Arena ar(be);
+            float* c = ar.In(c0);
+            Operand oa = a_type == DType::kBF16 ? BF16(ar.In(a16)) : F32(ar.In(a));
+            Operand ob = b_type == DType::kBF16 ? BF16(ar.In(b16)) : F32(ar.In(b));
+            be.Matmul(c, oa, ob, with_bias ? ar.In(bias) : nullptr, s.M, s.N, s.K, ta, tb, beta, compute);
+            return Outputs{ar.Out(c, size_t(s.M) * s.N)};
+          };
+          check(op, "matmul " + std::string(DTypeName(a_type)) + "x" + DTypeName(b_type) + " compute " +
+                        ComputeName(compute) + " M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) +
+                        " K=" + std::to_string(s.K) + " ta=" + std::to_string(ta) +
+                        " tb=" + std::to_string(tb) + " beta=" + std::to_string(beta) +
+                        " bias=" + std::to_string(with_bias));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(FastOpsTest, MatmulF32) {
+  MatmulSweep(kShapes, rng_, DType::kF32, DType::kF32, Compute::kF32,
+              [&](auto op, std::string what) { Check(op, 1e-5, 1e-5, what); });
+}
+
+TEST_F(FastOpsTest, MatmulBF16CastsF32Operands) {
+  MatmulSweep(kShapes, rng_, DType::kF32, DType::kF32, Compute::kBF16,
+              [&](auto op, std::string what) { Check(op, 1e-3, 1e-4, what); });
+}
+
+TEST_F(FastOpsTest, MatmulBF16Operands) {
+  MatmulSweep(kShapes, rng_, DType::kBF16, DType::kBF16, Compute::kBF16,
+              [&](auto op, std::string what) { Check(op, 1e-3, 1e-4, what); });
+  MatmulSweep(kSmallShapes, rng_, DType::kF32, DType::kBF16, Compute::kBF16,
+              [&](auto op, std::string what) { Check(op, 1e-3, 1e-4, what); });
+}
+
+TEST_F(FastOpsTest, MatmulF32ComputeWidensBF16Operands) {
+  MatmulSweep(kSmallShapes, rng_, DType::kBF16, DType::kF32, Compute::kF32,
+              [&](auto op, std::string what) { Check(op, 1e-5, 1e-5, what); });
+}
+
+// The LM head's three products at a reduced vocabulary (odd V, many rows): forward, dinp, dweight.
+TEST_F(FastOpsTest, MatmulHeadShapes) {
+  const int N = 48, C = 40, V = 4111;
+  auto x = U(size_t(N) * C), w = U(size_t(V) * C), dlogits = U(size_t(N) * V), dw0 = U(size_t(V) * C);
+  for (Compute compute : {Compute::kF32, Compute::kBF16}) {
+    const double rtol = compute == Compute::kBF16 ? 1e-3 : 1e-5,
+                 atol = compute == Compute::kBF16 ? 1e-4 : 1e-5;
+    Check(
+        [&](Backend& be) {
+          Arena ar(be);
+          float* logits = ar.Zeros<float>(size_t(N) * V);
+          float* dx = ar.Zeros<float>(size_t(N) * C);
+          float* dw = ar.In(dw0);
+          const float* pw = ar.In(w);
+          be.Matmul(logits, F32(ar.In(x)), F32(pw), nullptr, N, V, C, false, true, 0.0f, compute);
+          const float* pd = ar.In(dlogits);
+          be.Matmul(dx, F32(pd), F32(pw), nullptr, N, C, V, false, false, 0.0f, compute);
+          be.Matmul(dw, F32(pd), F32(ar.In(x)), nullptr, V, C, N, true, false, 1.0f, compute);
+          return Outputs{ar.Out(logits, size_t(N) * V), ar.Out(dx, size_t(N) * C), ar.Out(dw, size_t(V) * C)};
+        },
+        rtol, atol, std::string("head ") + ComputeName(compute));
+  }
+}
+
+// A long reduction (K = GPT-2's vocabulary, few outputs), where oneDNN may split K across threads: still
+// bit-identical from run to run.
+TEST_F(FastOpsTest, MatmulLongReductionIsDeterministic) {
+  const int M = 64, N = 96, K = 50257;
+  auto a = U(size_t(M) * K), b = U(size_t(K) * N);
+  for (Compute compute : {Compute::kF32, Compute::kBF16}) {
+    std::vector<float> first;
+    for (int run = 0; run < 2; run++) {
+      Arena ar(*fast_);
+      float* c = ar.Zeros<float>(size_t(M) * N);
+      fast_->Matmul(c, F32(ar.In(a)), F32(ar.In(b)), nullptr, M, N, K, false, false, 0.0f, compute);
+      auto out = ar.Out(c, size_t(M) * N);
+      if (run == 0) first = out;
+      ExpectBitEqual(out, first, std::string("long reduction ") + ComputeName(compute));
+    }
+  }
+}
+
+TEST_F(FastOpsTest, MatmulCachesPrimitivesAndAvoidsReferenceKernels) {
+  CpuFastBackend fb;
+  auto a = U(7 * 5), b = U(5 * 13);
+  Arena ar(fb);
+  float* c = ar.Zeros<float>(7 * 13);
+  const float *pa = ar.In(a), *pb = ar.In(b);
+  for (int i = 0; i < 3; i++)
+    fb.Matmul(c, F32(pa), F32(pb), nullptr, 7, 13, 5, false, false, 0.0f, Compute::kF32);
+  EXPECT_EQ(fb.dnnl().CachedPrimitives(), 1u);
+  fb.Matmul(c, F32(pa), F32(pb), nullptr, 7, 13, 5, false, false, 1.0f, Compute::kF32);
+  EXPECT_EQ(fb.dnnl().CachedPrimitives(), 2u);
+  for (DType d : {DType::kF32, DType::kBF16}) {
+    std::string impl = fb.dnnl().ImplName(d, false, 256, 50257, 768, false, true, 0.0f);
+    EXPECT_FALSE(impl.empty());
+    EXPECT_EQ(impl.find("ref"), std::string::npos) << impl;
+    impl = fb.dnnl().ImplName(d, false, 50257, 768, 256, false, false, 1.0f);  // the head's dweight
+    EXPECT_NE(impl.find("prepacked"), std::string::npos) << impl;
+  }
+}
+
+// ---- embedding, layernorm, bias ----------------------------------------------------------------------
+
+TEST_F(FastOpsTest, Encoder) {
+  struct Case {
+    int B, T, C, V;
+  };
+  for (Case s : {Case{3, 7, 13, 37}, Case{4, 64, 96, 50}}) {
+    auto inp = Tokens(rng_, size_t(s.B) * s.T, s.V);
+    auto wte = U(size_t(s.V) * s.C), wpe = U(size_t(s.T) * s.C), dout = U(size_t(s.B) * s.T * s.C);
+    auto dwte0 = U(size_t(s.V) * s.C), dwpe0 = U(size_t(s.T) * s.C);
+    Check(
+        [&](Backend& be) {
+          Arena ar(be);
+          const size_t n = size_t(s.B) * s.T * s.C;
+          float* out = ar.Zeros<float>(n);
+          float *dwte = ar.In(dwte0), *dwpe = ar.In(dwpe0);
+          const int32_t* pi = ar.In(inp);
+          be.EncoderForward(out, pi, ar.In(wte), ar.In(wpe), s.B, s.T, s.C);
+          be.EncoderBackward(dwte, dwpe, ar.In(dout), pi, s.B, s.T, s.C);
+          return Outputs{ar.Out(out, n), ar.Out(dwte, wte.size()), ar.Out(dwpe, wpe.size())};
+        },
+        0.0, 0.0, "encoder C=" + std::to_string(s.C));
+  }
+}
+
+TEST_F(FastOpsTest, LayerNorm) {
+  struct Case {
+    int N, C;
+  };
+  for (Case s : {Case{5, 13}, Case{64, 768}, Case{33, 1000}}) {
+    const size_t n = size_t(s.N) * s.C;
+    auto inp = U(n, -2.0f, 3.0f), w = U(s.C), b = U(s.C), dout = U(n), dinp0 = U(n), dw0 = U(s.C),
+         db0 = U(s.C);
+    Check(
+        [&](Backend& be) {
+          Arena ar(be);
+          float *out = ar.Zeros<float>(n), *mean = ar.Zeros<float>(s.N), *rstd = ar.Zeros<float>(s.N);
+          float *dinp = ar.In(dinp0), *dw = ar.In(dw0), *db = ar.In(db0);
+          const float *pi = ar.In(inp), *pw = ar.In(w);
+          be.LayerNormForward(out, mean, rstd, pi, pw, ar.In(b), s.N, s.C);
+          be.LayerNormBackward(dinp, dw, db, ar.In(dout), pi, pw, mean, rstd, s.N, s.C);
+          return Outputs{ar.Out(out, n),  ar.Out(mean, s.N), ar.Out(rstd, s.N),
+                         ar.Out(dinp, n), ar.Out(dw, s.C),   ar.Out(db, s.C)};
+        },
+        1e-5, 1e-6, "layernorm C=" + std::to_string(s.C));
+  }
+}
+
+TEST_F(FastOpsTest, BiasBackward) {
+  struct Case {
+    int N, OC;
+  };
+  for (Case s : {Case{5, 13}, Case{256, 2311}}) {
+    auto dout = U(size_t(s.N) * s.OC), db0 = U(s.OC);
+    Check(
+        [&](Backend& be) {
+          Arena ar(be);
+          float* db = ar.In(db0);
+          be.BiasBackward(db, ar.In(dout), s.N, s.OC);
+          return Outputs{ar.Out(db, s.OC)};
+        },
+        0.0, 0.0, "bias backward OC=" + std::to_string(s.OC));
+  }
+}
+
+// ---- elementwise -------------------------------------------------------------------------------------
+
+TEST_F(FastOpsTest, GeluAndAdd) {
+  for (size_t n : {size_t(1001), size_t(100003)}) {
+    auto x = U(n, -6.0f, 6.0f), y = U(n), dout = U(n);
+    const float specials[] = {0.0f, -0.0f, 20.0f, -20.0f, 100.0f, -100.0f, 1e-3f, -1e-3f, -0.7517916f};
+    for (size_t i = 0; i < std::size(specials); i++) x[i * 7] = specials[i];
+    Check(
+        [&](Backend& be) {
+          Arena ar(be);
+          float *out = ar.Zeros<float>(n), *dinp = ar.Zeros<float>(n);
+          const float* px = ar.In(x);
+          be.GeluForward(out, px, n);
+          be.GeluBackward(dinp, px, ar.In(dout), n);
+          return Outputs{ar.Out(out, n), ar.Out(dinp, n)};
+        },
+        1e-5, 1e-6, "gelu n=" + std::to_string(n));
+    Check(
+        [&](Backend& be) {
+          Arena ar(be);
+          float* out = ar.Zeros<float>(n);
+          be.Add(out, ar.In(x), ar.In(y), n);
+          return Outputs{ar.Out(out, n)};
+        },
+        0.0, 0.0, "add n=" + std::to_string(n));
+  }
+}
+
+// ---- attention ---------------------------------------------------------------------------------------
+
+TEST_F(FastOpsTest, Attention) {
+  struct Case {
+    int B, T, C, NH;
+  };
+  const Case cases[] = {{2, 7, 24, 3},    {1, 1, 16, 2},  {2, 33, 96, 2}, {1, 64, 128, 2},
+                        {2, 130, 192, 3}, {1, 20, 39, 3}, {3, 17, 96, 1}};
+  for (Case s : cases) {
+    const size_t nqkv = size_t(s.B) * s.T * 3 * s.C, nout = size_t(s.B) * s.T * s.C;
+    const size_t natt = size_t(s.B) * s.NH * s.T * s.T;
+    auto qkv = U(nqkv, -2.0f, 2.0f), dout = U(nout), garbage_att = U(natt, 5.0f, 6.0f), garbage_qkv = U(nqkv);
+    Check(
+        [&](Backend& be) {
+          Arena ar(be);
+          // att, datt and dqkv start as garbage: the ops must overwrite what they promise to
+          float *out = ar.Zeros<float>(nout), *att = ar.In(garbage_att), *datt = ar.In(garbage_att);
+          float* dqkv = ar.In(garbage_qkv);
+          const float* pq = ar.In(qkv);
+          be.AttentionForward(out, att, pq, s.B, s.T, s.C, s.NH);
+          be.AttentionBackward(dqkv, datt, ar.In(dout), pq, att, s.B, s.T, s.C, s.NH);
+          return Outputs{ar.Out(out, nout), ar.Out(att, natt), ar.Out(dqkv, nqkv)};
+        },
+        1e-5, 1e-5,
+        "attention B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " C=" + std::to_string(s.C) +
+            " NH=" + std::to_string(s.NH));
+  }
+}
+
+// ---- loss, reductions, optimizer, cast ---------------------------------------------------------------
+
+TEST_F(FastOpsTest, CrossEntropy) {
+  struct Case {
+    int N, V;
+    float dloss;
+  };
+  for (Case s : {Case{5, 37, 0.1f}, Case{4, 50257, 1.0f / 8}, Case{3, 50257, 0.0f}, Case{1, 13, 1.0f}}) {
+    auto logits = U(size_t(s.N) * s.V, -4.0f, 4.0f);
+    auto targets = Tokens(rng_, s.N, s.V);
+    if (s.N > 1) targets[1] = -1;  // ignored position
+    Check(
+        [&](Backend& be) {
+          Arena ar(be);
+          float *pl = ar.In(logits), *losses = ar.Zeros<float>(s.N);
+          be.CrossEntropyForwardBackward(losses, pl, ar.In(targets), s.N, s.V, s.dloss);
+          return Outputs{ar.Out(losses, s.N), ar.Out(pl, logits.size())};
+        },
+        1e-5, 1e-7, "cross-entropy V=" + std::to_string(s.V) + " dloss=" + std::to_string(s.dloss));
+  }
+}
+
+TEST_F(FastOpsTest, SumAndSumSquares) {
+  for (size_t n : {size_t(0), size_t(1), size_t(17), size_t(1 << 20) + 3}) {
+    auto x = U(n + 1, -3.0f, 2.0f);
+    Arena ar_ref(*ref_), ar_fast(*fast_);
+    const float *xr = ar_ref.In(x), *xf = ar_fast.In(x);
+    const double sq = ref_->SumSquares(xr, n), s = ref_->Sum(xr, n);
+    EXPECT_NEAR(fast_->SumSquares(xf, n), sq, 1e-12 * (std::fabs(sq) + 1)) << n;
+    EXPECT_NEAR(fast_->Sum(xf, n), s, 1e-12 * (std::fabs(sq) + 1)) << n;
+    EXPECT_EQ(fast_->SumSquares(xf, n), fast_->SumSquares(xf, n));
+    EXPECT_EQ(fast_->Sum(xf, n), fast_->Sum(xf, n));
+  }
+}
+
+// The fp32 state must match the reference to float rounding; the bf16 copy must be the rounded new parameter.
+TEST_F(FastOpsTest, AdamW) {
+  for (size_t n : {size_t(1001), size_t(100003)}) {
+    auto p0 = U(n), g = U(n, -0.1f, 0.1f), m0 = U(n, -0.01f, 0.01f), v0 = U(n, 0.0f, 1e-4f);
+    for (bool with_bf16 : {false, true}) {
+      for (int t : {1, 10}) {
+        Check(
+            [&](Backend& be) {
+              Arena ar(be);
+              float *p = ar.In(p0), *m = ar.In(m0), *v = ar.In(v0);
+              uint16_t* p16 = with_bf16 ? ar.Zeros<uint16_t>(n) : nullptr;
+              be.AdamW(p, p16, ar.In(g), m, v, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+              Outputs outs{ar.Out(p, n), ar.Out(m, n), ar.Out(v, n)};
+              if (p16) {
+                auto copy = ar.Out(p16, n);
+                for (size_t i = 0; i < n; i++) EXPECT_EQ(copy[i], F32ToBF16(outs[0][i])) << i;
+              }
+              return outs;
+            },
+            1e-6, 0.0,
+            "adamw n=" + std::to_string(n) + " t=" + std::to_string(t) +
+                " bf16=" + std::to_string(with_bf16));
+      }
+    }
+  }
+}
+
+TEST_F(FastOpsTest, CastF32ToBF16MatchesReferenceExactly) {
+  auto x = U(100003, -1e3f, 1e3f);
+  const uint32_t bits[] = {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7f800000u, 0xff800000u,
+                           0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x7f7fffffu,
+                           0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7f8000u};
+  for (size_t i = 0; i < std::size(bits); i++) std::memcpy(&x[i * 3], &bits[i], 4);
+  for (size_t n : {size_t(50), x.size()}) {
+    std::vector<uint16_t> want, got;
+    for (Backend* be : {ref_.get(), fast_.get()}) {
+      Arena ar(*be);
+      uint16_t* out = ar.Zeros<uint16_t>(n);
+      be->CastF32ToBF16(out, ar.In(x), n);
+      (be == ref_.get() ? want : got) = ar.Out(out, n);
+    }
+    ExpectBitEqual(got, want, "cast n=" + std::to_string(n));
+  }
+}
+
+}  // namespace
+}  // namespace tern

@@ -34,6 +34,17 @@ class CpuReferenceBackend : public CpuMemoryBackend {
   void AdamW(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v, size_t n, float lr,
              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) override;
   void CastF32ToBF16(uint16_t* dst, const float* src, size_t n) override;
+
+  // Inference ops (serve/), in reference_inference_ops.cpp.
+  void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe,
+                   int N, int C) override;
+  void KvCacheWrite(float* k_cache, float* v_cache, const float* qkv, const int32_t* slots, int N, int C, int NH,
+                    int bs) override;
+  void PagedAttentionForward(float* out, const float* qkv, const float* k_cache, const float* v_cache,
+                             const int32_t* seqs, const int32_t* block_tables, int S, int max_blocks, int N, int C,
+                             int NH, int bs) override;
+  void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias, int N,
+                  int OC, int K) override;
 };
 
 }  // namespace tern

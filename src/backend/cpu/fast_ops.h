@@ -1,0 +1,76 @@
+// The fast CPU backend ("cpu"): every op of the reference backend again, OpenMP-parallel and vectorised,
+// with oneDNN matmuls (fp32, and bf16×bf16→fp32). Results match the reference within float rounding
+// (fast_ops_test.cpp states the bounds).
+//
+// Determinism: every op gives bit-identical results run after run for the same OMP_NUM_THREADS (static
+// schedules, per-thread partials combined in a fixed order, no atomics). EncoderBackward, BiasBackward,
+// Sum and SumSquares are even independent of the thread count. The thread count is never set here.
+//
+// Like the reference, the backend is not thread-safe: one caller at a time (it owns scratch buffers and a
+// cache of oneDNN primitives).
+#pragma once
+
+#include <memory>
+
+#include "backend/cpu/fast_math.h"
+#include "backend/cpu/reference_ops.h"
+
+namespace tern {
+
+class DnnlMatmul;
+
+class CpuFastBackend : public CpuReferenceBackend {
+ public:
+  CpuFastBackend();
+  ~CpuFastBackend() override;
+  std::string name() const override { return "cpu"; }
+
+  void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
+                      int C) override;
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
+                       int C) override;
+  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                        const float* bias, int N, int C) override;
+  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, const float* mean, const float* rstd, int N, int C) override;
+  void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
+              bool trans_b, float beta, Compute compute) override;
+  void BiasBackward(float* dbias, const float* dout, int N, int OC) override;
+  void GeluForward(float* out, const float* inp, size_t n) override;
+  void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override;
+  void Add(float* out, const float* a, const float* b, size_t n) override;
+  void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override;
+  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+                         int B, int T, int C, int NH) override;
+  void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
+                                   float dloss) override;
+  double SumSquares(const float* x, size_t n) override;
+  double Sum(const float* x, size_t n) override;
+  void AdamW(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v, size_t n, float lr,
+             float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) override;
+  void CastF32ToBF16(uint16_t* dst, const float* src, size_t n) override;
+
+  // Inference ops (serve/): fast_paged_attention.cpp and int8_matmul.cpp.
+  void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
+                   const float* wpe, int N, int C) override;
+  void KvCacheWrite(float* k_cache, float* v_cache, const float* qkv, const int32_t* slots, int N, int C,
+                    int NH, int bs) override;
+  void PagedAttentionForward(float* out, const float* qkv, const float* k_cache, const float* v_cache,
+                             const int32_t* seqs, const int32_t* block_tables, int S, int max_blocks, int N,
+                             int C, int NH, int bs) override;
+  void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias,
+                  int N, int OC, int K) override;
+
+  // The oneDNN matmul (for tests and benchmarks: implementation names, cache size).
+  DnnlMatmul& dnnl() { return *dnnl_; }
+
+ private:
+  std::unique_ptr<DnnlMatmul> dnnl_;
+  fast::Scratch operand_a_, operand_b_;  // matmul operands converted to the compute type
+  fast::Scratch partials_;               // per-thread / per-chunk partial sums
+  fast::Scratch attention_;              // per-thread packed q, k, v tiles
+  fast::Scratch paged_scores_;           // PagedAttentionForward: per-thread attention scores
+  fast::Scratch int8_acts_;              // MatmulInt8: quantised activations, row scales and sums
+};
+
+}  // namespace tern

@@ -1,0 +1,151 @@
+// Causal self-attention as llm.c's pre-cuDNN trainer does it: Q.K^T and att.V as strided-batched cuBLAS
+// GEMMs, with a causal softmax kernel in between; the backward mirrors it (four GEMMs and a softmax
+// backward kernel). The probabilities att[B, NH, T, T] are saved in fp32 as the interface asks.
+//
+// No permute: for one batch row b, head h's q/k/v are [T, hs] matrices with row stride 3C starting at
+// column h*hs, so the heads of one batch row are a strided batch (stride hs). We loop over b.
+//
+// Precision: with bf16 compute (the compute of the most recent Matmul, see cuda_backend.h) q, k, v, dout
+// and the probabilities are rounded to bf16 for the GEMMs (fp32 accumulate); with fp32 compute every GEMM
+// is true fp32. The softmax and its backward are fp32 either way.
+//
+// Next step (see README.md): a fused flash-attention kernel or cuDNN SDPA, which needs an interface that
+// lets the backend keep its own attention state (logsumexp) instead of the [B, NH, T, T] probabilities.
+#include <cmath>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_common.cuh"
+
+namespace tern {
+namespace cuda {
+namespace {
+
+constexpr int kRowsPerBlock = 8;
+
+// rows = NH * T rows of one batch row; row r is query t = r % T. In place: scores -> probabilities.
+__global__ void CausalSoftmaxKernel(float* __restrict__ att, uint16_t* __restrict__ p16, int rows, int T) {
+  const int lane = threadIdx.x % kWarp;
+  const int r = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  const int t = r % T;
+  float* x = att + static_cast<size_t>(r) * T;
+  float m = -INFINITY;
+  for (int j = lane; j <= t; j += kWarp) m = fmaxf(m, x[j]);
+  m = WarpMax(m);
+  float s = 0.0f;
+  for (int j = lane; j <= t; j += kWarp) s += expf(x[j] - m);
+  const float inv = 1.0f / WarpSum(s);
+  for (int j = lane; j < T; j += kWarp) {
+    const float p = j <= t ? expf(x[j] - m) * inv : 0.0f;
+    x[j] = p;
+    if (p16) p16[static_cast<size_t>(r) * T + j] = ToBF16Bits(p);
+  }
+}
+
+// In place: datt -> dpreatt * scale = att * (datt - sum(att * datt)) * scale on the causal part, 0 above.
+// With bf16 GEMMs also writes the bf16 probabilities (p16) and the bf16 result (dp16).
+__global__ void CausalSoftmaxBackwardKernel(float* __restrict__ datt, const float* __restrict__ att,
+                                            uint16_t* __restrict__ p16, uint16_t* __restrict__ dp16, int rows,
+                                            int T, float scale) {
+  const int lane = threadIdx.x % kWarp;
+  const int r = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  const int t = r % T;
+  const size_t off = static_cast<size_t>(r) * T;
+  float dot = 0.0f;
+  for (int j = lane; j <= t; j += kWarp) dot += att[off + j] * datt[off + j];
+  dot = WarpSum(dot);
+  for (int j = lane; j < T; j += kWarp) {
+    const float a = att[off + j];
+    const float d = j <= t ? a * (datt[off + j] - dot) * scale : 0.0f;
+    datt[off + j] = d;
+    if (dp16) {
+      dp16[off + j] = ToBF16Bits(d);
+      p16[off + j] = ToBF16Bits(a);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaBackend::AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  if (B <= 0 || T <= 0) return;
+  const int hs = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const bool bf16 = attention_compute() == Compute::kBF16;
+  const size_t esize = bf16 ? 2 : 4, tt = static_cast<size_t>(T) * T, rows = static_cast<size_t>(NH) * T;
+  const char* base = reinterpret_cast<const char*>(qkv);
+  uint16_t* p16 = nullptr;
+  if (bf16) {
+    const size_t n = static_cast<size_t>(B) * T * C3;
+    auto* q16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnQkv, n * sizeof(uint16_t)));
+    cuda::LaunchCastF32ToBF16(q16, qkv, n, stream_);
+    base = reinterpret_cast<const char*>(q16);
+    p16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnP, NH * tt * sizeof(uint16_t)));
+  }
+  const unsigned blocks = static_cast<unsigned>((rows + cuda::kRowsPerBlock - 1) / cuda::kRowsPerBlock);
+  for (int b = 0; b < B; b++) {
+    const char* qb = base + static_cast<size_t>(b) * T * C3 * esize;
+    const void *q = qb, *k = qb + C * esize, *v = qb + 2 * C * esize;
+    float* att_b = att + static_cast<size_t>(b) * NH * tt;
+    // scores[h][t][t2] = scale * q_t . k_t2   (column-major: [t2, t] = K^T-as-stored^T * Q)
+    GemmStridedBatched(true, false, T, T, hs, scale, k, C3, hs, q, C3, hs, 0.0f, att_b, T, tt, NH, bf16);
+    cuda::CausalSoftmaxKernel<<<blocks, cuda::kRowsPerBlock * cuda::kWarp, 0, stream_>>>(att_b, p16,
+                                                                                         static_cast<int>(rows), T);
+    CUDA_CHECK_LAUNCH();
+    // out[t, h*hs + d] = sum_t2 att[h][t][t2] v[t2, h*hs + d]
+    const void* p = bf16 ? static_cast<const void*>(p16) : static_cast<const void*>(att_b);
+    GemmStridedBatched(false, false, hs, T, T, 1.0f, v, C3, hs, p, T, tt, 0.0f, out + static_cast<size_t>(b) * T * C,
+                       C, hs, NH, bf16);
+  }
+}
+
+void CudaBackend::AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+                                    int B, int T, int C, int NH) {
+  if (B <= 0 || T <= 0) return;
+  const int hs = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const bool bf16 = attention_compute() == Compute::kBF16;
+  const size_t esize = bf16 ? 2 : 4, tt = static_cast<size_t>(T) * T, rows = static_cast<size_t>(NH) * T;
+  const char* base = reinterpret_cast<const char*>(qkv);
+  const char* dbase = reinterpret_cast<const char*>(dout);
+  uint16_t *p16 = nullptr, *dp16 = nullptr;
+  if (bf16) {
+    const size_t n = static_cast<size_t>(B) * T * C3, nd = static_cast<size_t>(B) * T * C;
+    auto* q16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnQkv, n * sizeof(uint16_t)));
+    auto* d16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnDout, nd * sizeof(uint16_t)));
+    cuda::LaunchCastF32ToBF16(q16, qkv, n, stream_);
+    cuda::LaunchCastF32ToBF16(d16, dout, nd, stream_);
+    base = reinterpret_cast<const char*>(q16);
+    dbase = reinterpret_cast<const char*>(d16);
+    p16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnP, NH * tt * sizeof(uint16_t)));
+    dp16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnDp, NH * tt * sizeof(uint16_t)));
+  }
+  const unsigned blocks = static_cast<unsigned>((rows + cuda::kRowsPerBlock - 1) / cuda::kRowsPerBlock);
+  for (int b = 0; b < B; b++) {
+    const char* qb = base + static_cast<size_t>(b) * T * C3 * esize;
+    const void *q = qb, *k = qb + C * esize, *v = qb + 2 * C * esize;
+    const void* dy = dbase + static_cast<size_t>(b) * T * C * esize;
+    const float* att_b = att + static_cast<size_t>(b) * NH * tt;
+    float* datt_b = datt + static_cast<size_t>(b) * NH * tt;
+    float* dq = dqkv + static_cast<size_t>(b) * T * C3;
+    float *dk = dq + C, *dv = dq + 2 * C;
+    // datt[h][t][t2] = dy_t . v_t2
+    GemmStridedBatched(true, false, T, T, hs, 1.0f, v, C3, hs, dy, C, hs, 0.0f, datt_b, T, tt, NH, bf16);
+    cuda::CausalSoftmaxBackwardKernel<<<blocks, cuda::kRowsPerBlock * cuda::kWarp, 0, stream_>>>(
+        datt_b, att_b, p16, dp16, static_cast<int>(rows), T, scale);
+    CUDA_CHECK_LAUNCH();
+    const void* p = bf16 ? static_cast<const void*>(p16) : static_cast<const void*>(att_b);
+    const void* dp = bf16 ? static_cast<const void*>(dp16) : static_cast<const void*>(datt_b);
+    // dv[t2, :] = sum_t att[t][t2] dy[t, :]
+    GemmStridedBatched(false, true, hs, T, T, 1.0f, dy, C, hs, p, T, tt, 0.0f, dv, C3, hs, NH, bf16);
+    // dq[t, :] = sum_t2 dpre[t][t2] k[t2, :]
+    GemmStridedBatched(false, false, hs, T, T, 1.0f, k, C3, hs, dp, T, tt, 0.0f, dq, C3, hs, NH, bf16);
+    // dk[t2, :] = sum_t dpre[t][t2] q[t, :]
+    GemmStridedBatched(false, true, hs, T, T, 1.0f, q, C3, hs, dp, T, tt, 0.0f, dk, C3, hs, NH, bf16);
+  }
+}
+
+}  // namespace tern

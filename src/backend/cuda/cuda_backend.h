@@ -1,0 +1,133 @@
+// The CUDA backend: every op of backend.h on one NVIDIA GPU, on one stream.
+//
+// Memory: Alloc is cudaMalloc + a zero fill (the model allocates everything at construction). The
+// backend also owns a few scratch buffers (bf16 copies of matmul operands, attention operands,
+// reduction partials) that grow to the largest size a config asks for during the first step and are
+// then reused: no allocation in the steady-state training step.
+//
+// Kernel families live in one file each (matmul_cublaslt.cu, layernorm.cu, gelu.cu, residual.cu,
+// attention.cu, cross_entropy.cu, encoder.cu, adamw.cu, reduce.cu, cast.cu); each defines the
+// CudaBackend members for its ops. See README.md for the design notes and the precision of each op.
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_api.h"
+
+namespace tern {
+namespace cuda {
+
+// Backend-owned scratch, one buffer per purpose so that uses never alias within an op.
+enum class Scratch : int {
+  kMatmulA, kMatmulB,          // operand conversions for Matmul
+  kAttnQkv, kAttnDout,         // bf16 copies of qkv and dout for the attention GEMMs
+  kAttnP, kAttnDp,             // bf16 probabilities and their gradient, one batch row at a time
+  kPartials,                   // column-reduction partial sums (bias and layernorm parameter gradients)
+  kReduce,                     // Sum / SumSquares block partials (double)
+  kEncoder,                    // encoder-backward buckets
+  kCount
+};
+
+// A cached cuBLASLt plan for one matmul shape.
+struct LtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool usable = false;  // false: cuBLASLt offered no algorithm; use the cublasGemmEx fallback
+};
+
+}  // namespace cuda
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(int device = 0);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return name_; }
+
+  void* Alloc(size_t bytes) override;
+  void Free(void* ptr) override;
+  void Upload(void* dst, const void* host_src, size_t bytes) override;
+  void Download(void* host_dst, const void* src, size_t bytes) override;
+  void Copy(void* dst, const void* src, size_t bytes) override;
+  void Zero(void* dst, size_t bytes) override;
+  void Synchronize() override;
+
+  void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
+                      int C) override;
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
+                       int C) override;
+  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                        const float* bias, int N, int C) override;
+  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, const float* mean, const float* rstd, int N, int C) override;
+  void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a, bool trans_b,
+              float beta, Compute compute) override;
+  void BiasBackward(float* dbias, const float* dout, int N, int OC) override;
+  void GeluForward(float* out, const float* inp, size_t n) override;
+  void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override;
+  void Add(float* out, const float* a, const float* b, size_t n) override;
+  void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override;
+  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B,
+                         int T, int C, int NH) override;
+  void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
+                                   float dloss) override;
+  double SumSquares(const float* x, size_t n) override;
+  double Sum(const float* x, size_t n) override;
+  void AdamW(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v, size_t n, float lr,
+             float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) override;
+  void CastF32ToBF16(uint16_t* dst, const float* src, size_t n) override;
+
+  // The attention interface has no compute argument: its GEMMs use the compute type of the most recent
+  // Matmul call (the model always runs the qkv / attproj matmuls with its own compute type right before).
+  // TERN_CUDA_ATTENTION=fp32 in the environment forces fp32 attention GEMMs.
+  Compute attention_compute() const;
+
+  cudaStream_t stream() const { return stream_; }
+  // Grows a scratch buffer to at least `bytes` (synchronising the stream first when it must grow).
+  void* ScratchBuffer(cuda::Scratch which, size_t bytes);
+
+ private:
+  // A pinned host buffer of at least `bytes` (synchronises the stream first when it must grow).
+  void* Pinned(size_t bytes);
+  // Reduction helpers (reduce.cu).
+  double ReduceToHost(const float* x, size_t n, bool squares);
+  // Converts an operand to the element type the GEMM runs in; returns the pointer to use.
+  const void* PrepareOperand(Operand op, size_t elems, bool want_bf16, cuda::Scratch slot);
+  cuda::LtPlan* GetPlan(int m, int n, int k, bool ta, bool tb, bool bf16, bool bias, int lda, int ldb,
+                        int ldc);
+  // Strided-batched GEMM through cublasGemmStridedBatchedEx (column-major arguments), used by attention.
+  void GemmStridedBatched(bool ta, bool tb, int m, int n, int k, float alpha, const void* a, int lda,
+                          long long stride_a, const void* b, int ldb, long long stride_b, float beta, float* c,
+                          int ldc, long long stride_c, int batch, bool bf16);
+
+  int device_ = 0;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  cublasLtHandle_t cublaslt_ = nullptr;
+  void* lt_workspace_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::unordered_map<std::string, cuda::LtPlan> plans_;
+  std::vector<void*> scratch_;
+  std::vector<size_t> scratch_bytes_;
+  void* pinned_ = nullptr;  // small pinned host buffer: reduction results and encoder buckets
+  size_t pinned_bytes_ = 0;
+  Compute last_compute_ = Compute::kF32;
+  bool force_fp32_attention_ = false;
+  int num_sms_ = 0;
+};
+
+}  // namespace tern
