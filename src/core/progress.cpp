@@ -32,6 +32,7 @@ std::string ProgressBar::FormatAmount(double v, const std::string& unit) {
   }
   if (v >= 1e6) return fmt::format("{:.2f}M {}", v / 1e6, unit);
   if (v >= 1e4) return fmt::format("{:.1f}k {}", v / 1e3, unit);
+  if (v < 10) return fmt::format("{:.2f} {}", v, unit);
   return fmt::format("{:.0f} {}", v, unit);
 }
 
