@@ -1,11 +1,198 @@
+// `tern plan`: which GPU instance, how many, where and on which billing finishes a training job
+// cheapest. Parses flags into a PlanRequest, loads the catalog, runs the planner, prints.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "cli/command.h"
+#include "plan/calibration.h"
+#include "plan/catalog.h"
+#include "plan/explain.h"
+#include "plan/model_spec.h"
+#include "plan/planner.h"
+#include "plan/report.h"
+#include "plan/units.h"
 
 namespace tern::cli {
+namespace {
 
-// Placeholder until the plan component lands.
+using namespace tern::plan;
+
+struct PlanFlags {
+  std::string model, params, tokens, deadline, budget, batch_tokens, spot_mtbf;
+  std::string providers, regions, gpus, instance, billing = "on-demand,spot,reserved";
+  std::string precision = "auto", zero = "auto", recompute = "auto";
+  std::string calibrate;
+  std::vector<std::string> catalogs;
+  int seq = 0, max_gpus = 64, top = 10, explain = 0;
+  double price_per_hour = 0, local_mem_gib = 0, reserved_discount = -1, reserved_utilization = 0;
+  double dataset_gb = -1, data_egress = -1;
+  bool json = false, show_excluded = false, show_defaults = false, strict = false, no_shipped = false, ascii = false;
+};
+
+Result<Toggle> ParseToggle(const std::string& s, const char* flag) {
+  if (s == "auto") return Toggle::kAuto;
+  if (s == "on") return Toggle::kOn;
+  if (s == "off") return Toggle::kOff;
+  return Status::InvalidArgument(fmt::format("{}: '{}' is not auto, on or off", flag, s));
+}
+
+Result<PlanRequest> BuildRequest(const PlanFlags& f) {
+  PlanRequest req;
+  TERN_ASSIGN_OR_RETURN(ModelChoice m, ResolveModel(f.model, f.params));
+  req.workload.cfg = m.cfg;
+  req.workload.model_label = m.label;
+  req.workload.seq = f.seq;
+  if (f.tokens.empty()) return Status::InvalidArgument("--tokens is required (e.g. --tokens 10B)");
+  TERN_ASSIGN_OR_RETURN(req.workload.tokens, ParseCount(f.tokens, "--tokens"));
+  if (!f.batch_tokens.empty()) {
+    TERN_ASSIGN_OR_RETURN(req.workload.global_batch_tokens, ParseCount(f.batch_tokens, "--batch-tokens"));
+  }
+  TERN_ASSIGN_OR_RETURN(req.workload.zero1, ParseToggle(f.zero, "--zero"));
+  TERN_ASSIGN_OR_RETURN(req.workload.recompute, ParseToggle(f.recompute, "--recompute"));
+  if (!f.deadline.empty()) {
+    TERN_ASSIGN_OR_RETURN(req.deadline_h, ParseDurationHours(f.deadline, "--deadline"));
+  }
+  if (!f.budget.empty()) {
+    TERN_ASSIGN_OR_RETURN(req.budget_usd, ParseMoney(f.budget, "--budget"));
+  }
+  if (!f.spot_mtbf.empty()) {
+    TERN_ASSIGN_OR_RETURN(double mtbf_h, ParseDurationHours(f.spot_mtbf, "--spot-mtbf"));
+    req.spot_hazard_per_hr = 1.0 / mtbf_h;
+  }
+  req.max_gpus = f.max_gpus;
+  req.providers = SplitList(f.providers);
+  req.regions = SplitList(f.regions);
+  req.gpus = SplitList(f.gpus);
+  req.instances = SplitList(f.instance);
+  req.billing.clear();
+  for (const auto& b : SplitList(f.billing)) {
+    TERN_ASSIGN_OR_RETURN(Billing parsed, ParseBilling(b));
+    req.billing.push_back(parsed);
+  }
+  if (f.precision == "bf16") req.precision = PrecisionMode::kBf16;
+  else if (f.precision == "fp32") req.precision = PrecisionMode::kFp32;
+  else if (f.precision != "auto") return Status::InvalidArgument("--precision must be auto, bf16 or fp32");
+  if (f.reserved_discount >= 0) {
+    if (f.reserved_discount >= 1) return Status::InvalidArgument("--reserved-discount is a fraction in [0, 1), e.g. 0.35");
+    req.reserved_discount = f.reserved_discount;
+  }
+  if (f.reserved_utilization < 0 || f.reserved_utilization > 1) {
+    return Status::InvalidArgument("--reserved-utilization is a fraction in (0, 1], e.g. 0.8");
+  }
+  req.reserved_utilization = f.reserved_utilization;
+  if (f.dataset_gb >= 0) req.dataset_gb = f.dataset_gb;
+  if (f.data_egress >= 0) req.dataset_egress_usd_per_gb = f.data_egress;
+  req.strict_catalog = f.strict;
+  if (!f.calibrate.empty()) {
+    TERN_ASSIGN_OR_RETURN(req.calibration, LoadBenchJson(f.calibrate));
+  }
+  return req;
+}
+
+int RunPlan(const PlanFlags& f) {
+  const PlanDefaults defaults;
+  if (f.show_defaults) {
+    std::fputs(RenderDefaultsMarkdown(defaults).c_str(), stdout);
+    return 0;
+  }
+  auto fail = [](const Status& st) {
+    std::fprintf(stderr, "tern plan: %s\n", st.message().c_str());
+    return 1;
+  };
+  Result<PlanRequest> req = BuildRequest(f);
+  if (!req.ok()) return fail(req.status());
+  std::vector<std::string> files;
+  if (!f.no_shipped) {
+    Result<std::string> dir = FindCatalogDir();
+    if (!dir.ok()) return fail(dir.status());
+    files = ShippedCatalogFiles(dir.value());
+  }
+  files.insert(files.end(), f.catalogs.begin(), f.catalogs.end());
+  if (files.empty()) return fail(Status::InvalidArgument("no catalog: drop --no-shipped-catalog or pass --catalog FILE"));
+  Result<Catalog> cat = LoadCatalog(files, defaults);
+  if (!cat.ok()) return fail(cat.status());
+  const bool local = !req->instances.empty() && req->instances.front() == "local";
+  if (local) {
+    if (!req->calibration) return fail(Status::InvalidArgument("--instance local needs --calibrate bench.json (from `tern bench --json`)"));
+    const double mem = f.local_mem_gib > 0 ? f.local_mem_gib : (req->calibration->device == "cpu" ? HostMemoryGib() : 0);
+    Status st = AddLocalInstance(*req->calibration, f.price_per_hour, mem, &cat.value());
+    if (!st.ok()) return fail(st);
+  }
+  Result<PlanResult> plan = MakePlan(cat.value(), req.value(), defaults);
+  if (!plan.ok()) return fail(plan.status());
+  ReportOptions opt;
+  opt.top = f.top;
+  opt.show_excluded = f.show_excluded;
+  opt.ascii = f.ascii;
+  if (f.explain > 0) {
+    Result<std::string> text = ExplainRow(plan.value(), cat.value(), req.value(), defaults, f.explain);
+    if (!text.ok()) return fail(text.status());
+    std::fputs(text->c_str(), stdout);
+    return 0;
+  }
+  if (f.json) {
+    std::puts(ReportJson(plan.value(), cat.value(), defaults, opt).dump(2).c_str());
+  } else {
+    std::fputs(RenderReport(plan.value(), cat.value(), opt).c_str(), stdout);
+  }
+  return plan->rows.empty() ? 3 : 0;
+}
+
+}  // namespace
+
 void AddPlanCommand(CLI::App& root, CommandTable& table) {
-  auto* sub = root.add_subcommand("plan", "(not built yet)");
-  table.Add(sub, [] { return 1; });
+  auto flags = std::make_shared<PlanFlags>();
+  auto* sub = root.add_subcommand("plan", "Choose the GPU instance, count, region and billing that finish a training job cheapest");
+  sub->footer(
+      "Examples:\n"
+      "  tern plan --model gpt2-124m --tokens 10B                    # every option, cheapest first\n"
+      "  tern plan --params 1.3B --tokens 26B --deadline 48h --gpus H100,A100-80GB --billing on-demand,spot\n"
+      "  tern plan --model configs/demo.yaml --tokens 500M --budget 50 --providers aws,gcp --top 5\n"
+      "  tern plan --model gpt2-124m --tokens 10B --explain 1          # the arithmetic of row 1\n"
+      "  tern bench --model gpt2-124m --batch 4 --seq 64 --json > bench.json\n"
+      "  tern plan --model gpt2-124m --tokens 20M --seq 64 --calibrate bench.json --instance local\n\n"
+      "How it decides: FLOPs/token = 6(12LC^2+CV)+12LTC (as the trainer reports MFU); memory per GPU from\n"
+      "the trainer's own layout (ZeRO-1 and recomputation only when needed to fit); time = FLOPs / (peak x MFU)\n"
+      "plus the exposed ring all-reduce; spot adds Young/Daly checkpointing and expected preemptions.\n"
+      "Every default: `tern plan --show-defaults`; models and sources: docs/planning.md.\n"
+      "Exit status: 0 plans found, 3 no option meets the constraints, 1 error.");
+  sub->add_option("--model", flags->model, "gpt2-124m | gpt2-350m | gpt2-774m | gpt2-1.5b | CONFIG.yaml (its model: block)");
+  sub->add_option("--params", flags->params, "instead of --model: a GPT-2-shaped model of about this size, e.g. 1.3B");
+  sub->add_option("--tokens", flags->tokens, "training tokens, e.g. 10B, 500M");
+  sub->add_option("--seq", flags->seq, "sequence length (default: the model's block_size)");
+  sub->add_option("--batch-tokens", flags->batch_tokens, "tokens per optimizer step (default 524288 = 2^19)");
+  sub->add_option("--deadline", flags->deadline, "exclude plans slower than this, e.g. 48h, 90m, 2d");
+  sub->add_option("--budget", flags->budget, "exclude plans dearer than this many USD, e.g. 500");
+  sub->add_option("--max-gpus", flags->max_gpus, "most GPUs in one plan (instances x GPUs each)")->capture_default_str();
+  sub->add_option("--providers", flags->providers, "only these providers, e.g. aws,gcp (catalog: aws, gcp, azure, lambda)");
+  sub->add_option("--regions", flags->regions, "only these regions, e.g. us-east-1,us-central1");
+  sub->add_option("--gpus", flags->gpus, "only these GPUs, e.g. H100,A100-80GB");
+  sub->add_option("--instance", flags->instance, "only these instance types; `local` = this machine (needs --calibrate)");
+  sub->add_option("--billing", flags->billing, "any of on-demand,spot,reserved")->capture_default_str();
+  sub->add_option("--precision", flags->precision, "auto (bf16 where the GPU has it) | bf16 | fp32")->capture_default_str();
+  sub->add_option("--zero", flags->zero, "ZeRO-1 optimizer sharding: auto (only to fit) | on | off")->capture_default_str();
+  sub->add_option("--recompute", flags->recompute, "activation recomputation: auto (only to fit) | on | off")->capture_default_str();
+  sub->add_option("--spot-mtbf", flags->spot_mtbf, "mean time between spot preemptions per instance, e.g. 6h (default 6h)");
+  sub->add_option("--reserved-discount", flags->reserved_discount, "reserved/committed discount off on-demand (default 0.35)");
+  sub->add_option("--reserved-utilization", flags->reserved_utilization,
+                  "share of the 1-year term you keep a reservation busy (default: only this job)");
+  sub->add_option("--dataset-gb", flags->dataset_gb, "dataset size moved in (default: tokens x 2 bytes)");
+  sub->add_option("--data-egress-per-gb", flags->data_egress, "USD per GB to move the dataset in (default 0.09)");
+  sub->add_option("--calibrate", flags->calibrate, "bench.json from `tern bench --json`: use its measured MFU");
+  sub->add_option("--price-per-hour", flags->price_per_hour, "price of --instance local per hour (default 0)");
+  sub->add_option("--local-mem-gib", flags->local_mem_gib, "memory of --instance local (default: MemTotal or the GPU's)");
+  sub->add_option("--catalog", flags->catalogs, "extra catalog CSV (instances, GPU specs or network); repeatable");
+  sub->add_flag("--no-shipped-catalog", flags->no_shipped, "use only --catalog files");
+  sub->add_flag("--strict-catalog", flags->strict, "exclude options whose catalog row raised a warning");
+  sub->add_option("--top", flags->top, "rows to show")->capture_default_str();
+  sub->add_flag("--json", flags->json, "print JSON instead of the table");
+  sub->add_flag("--show-excluded", flags->show_excluded, "list every excluded option with its reason");
+  sub->add_option("--explain", flags->explain, "print the arithmetic of ranked row ROW (1 = best)");
+  sub->add_flag("--show-defaults", flags->show_defaults, "print every default with its source and exit");
+  sub->add_flag("--ascii", flags->ascii, "plain ASCII table");
+  table.Add(sub, [flags] { return RunPlan(*flags); });
 }
 
 }  // namespace tern::cli

@@ -1,0 +1,131 @@
+#include "plan/calibration.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/file_util.h"
+
+namespace tern::plan {
+namespace {
+
+using nlohmann::json;
+
+Status Need(const json& j, const char* key, const std::string& file) {
+  if (!j.contains(key) || j[key].is_null()) return Status::InvalidArgument(fmt::format("{}: missing key '{}'", file, key));
+  return Status::Ok();
+}
+
+template <typename T>
+Status Read(const json& j, const char* key, const std::string& file, T* out) {
+  TERN_RETURN_IF_ERROR(Need(j, key, file));
+  try {
+    *out = j[key].get<T>();
+  } catch (const json::exception&) {
+    return Status::InvalidArgument(fmt::format("{}: key '{}' has the wrong type ({})", file, key, j[key].dump()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<BenchProfile> ParseBenchJson(const std::string& text, const std::string& file) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(fmt::format("{}: not JSON ({}); expected the output of `tern bench --json`", file, e.what()));
+  }
+  if (!j.is_object()) return Status::InvalidArgument(fmt::format("{}: expected one JSON object from `tern bench --json`", file));
+  BenchProfile b;
+  b.file = file;
+  TERN_RETURN_IF_ERROR(Need(j, "model", file));
+  const json& m = j["model"];
+  TERN_RETURN_IF_ERROR(Read(m, "n_layer", file + " model", &b.model.n_layer));
+  TERN_RETURN_IF_ERROR(Read(m, "n_head", file + " model", &b.model.n_head));
+  TERN_RETURN_IF_ERROR(Read(m, "n_embd", file + " model", &b.model.n_embd));
+  TERN_RETURN_IF_ERROR(Read(m, "vocab_size", file + " model", &b.model.vocab_size));
+  TERN_RETURN_IF_ERROR(Read(m, "block_size", file + " model", &b.model.block_size));
+  TERN_RETURN_IF_ERROR(Read(j, "batch", file, &b.batch));
+  TERN_RETURN_IF_ERROR(Read(j, "seq", file, &b.seq));
+  std::string precision;
+  TERN_RETURN_IF_ERROR(Read(j, "precision", file, &precision));
+  if (precision == "bf16") b.precision = Precision::kBf16;
+  else if (precision == "fp32") b.precision = Precision::kFp32;
+  else return Status::InvalidArgument(fmt::format("{}: precision '{}' is neither fp32 nor bf16", file, precision));
+  TERN_RETURN_IF_ERROR(Read(j, "device", file, &b.device));
+  if (b.device != "cpu" && b.device != "cuda") {
+    return Status::InvalidArgument(fmt::format("{}: device '{}' is neither cpu nor cuda", file, b.device));
+  }
+  // `gpu` names the catalog GPU the run was on; null when the bench could not tell (then the profile
+  // still calibrates --instance local, but matches no catalog GPU).
+  if (j.contains("gpu") && j["gpu"].is_string()) b.gpu = j["gpu"].get<std::string>();
+  if (j.contains("threads") && j["threads"].is_number_integer()) b.threads = j["threads"].get<int>();
+  TERN_RETURN_IF_ERROR(Read(j, "tokens_per_s", file, &b.tokens_per_s));
+  TERN_RETURN_IF_ERROR(Read(j, "flops_per_token", file, &b.flops_per_token));
+  TERN_RETURN_IF_ERROR(Read(j, "achieved_tflops", file, &b.achieved_tflops));
+  TERN_RETURN_IF_ERROR(Read(j, "peak_tflops", file, &b.peak_tflops));
+  TERN_RETURN_IF_ERROR(Read(j, "mfu", file, &b.mfu));
+  if (!(b.mfu > 0 && b.mfu <= 1)) return Status::InvalidArgument(fmt::format("{}: mfu {} is outside (0, 1]", file, b.mfu));
+  if (!(b.peak_tflops > 0)) return Status::InvalidArgument(fmt::format("{}: peak_tflops must be positive", file));
+  return b;
+}
+
+Result<BenchProfile> LoadBenchJson(const std::string& path) {
+  Result<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return text.status().WithContext("--calibrate");
+  return ParseBenchJson(text.value(), path);
+}
+
+Status AddLocalInstance(const BenchProfile& b, double price_per_hour, double mem_gib, Catalog* cat) {
+  InstanceOffer o;
+  o.provider = "local";
+  o.region = "-";
+  o.instance_type = "local";
+  o.gpu_count = 1;
+  o.where = b.file + ": ";
+  o.price_ondemand_hr = std::max(0.0, price_per_hour);
+  // The local device is what the bench measured: its own spec, so that the peak is the bench's
+  // (e.g. the CPU's, or a GPU the catalog does not sell).
+  GpuSpec spec;
+  spec.name = b.device == "cpu" ? "cpu" : b.gpu.empty() ? "local-cuda" : "local-" + b.gpu;
+  spec.vendor = "local";
+  spec.form_factor = b.device;
+  spec.source = b.file;
+  spec.generation = b.device == "cpu" ? GpuGeneration::kCpu : GenerationOf(b.gpu);
+  if (b.precision == Precision::kBf16) {
+    spec.bf16_tflops = b.peak_tflops;
+    spec.tf32_tflops = b.peak_tflops;  // marks bf16 as supported
+  } else {
+    spec.fp32_tflops = b.peak_tflops;
+  }
+  if (mem_gib <= 0 && b.device == "cuda") {
+    if (const GpuSpec* g = cat->FindGpu(b.gpu)) mem_gib = g->mem_gib;
+  }
+  if (mem_gib <= 0) return Status::InvalidArgument("--instance local: cannot tell the device memory; pass --local-mem-gib");
+  spec.mem_gib = mem_gib;
+  spec.where = o.where;
+  o.gpu = spec.name;
+  o.gpu_mem_gib = mem_gib;
+  cat->gpus.push_back(spec);
+  o.gpu_index = static_cast<int>(cat->gpus.size() - 1);
+  cat->offers.push_back(o);
+  return Status::Ok();
+}
+
+double HostMemoryGib() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemTotal:") return kb / (1024.0 * 1024.0);
+  }
+  return 0;
+}
+
+}  // namespace tern::plan

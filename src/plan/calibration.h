@@ -1,0 +1,44 @@
+// Calibration from a measurement: `tern bench --json > bench.json` records the achieved MFU on a real
+// device; `tern plan --calibrate bench.json` uses it instead of the default MFU for that GPU, and with
+// `--instance local` plans the run on the benchmarked machine itself (a pseudo-instance "local" with
+// the bench's peak, one device, and --price-per-hour).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "core/status.h"
+#include "model/gpt_config.h"
+#include "plan/catalog.h"
+#include "plan/gpu_specs.h"
+
+namespace tern::plan {
+
+struct BenchProfile {
+  std::string file;
+  GptConfig model;
+  int batch = 0, seq = 0, threads = 0;
+  Precision precision = Precision::kFp32;
+  std::string device;  // "cpu" | "cuda"
+  std::string gpu;     // "H100"; empty on CPU or when the bench could not name the GPU
+  double tokens_per_s = 0, flops_per_token = 0, achieved_tflops = 0, peak_tflops = 0, mfu = 0;
+
+  // The catalog GPU this measurement speaks for ("cpu" on a CPU run, empty if unknown).
+  std::string DeviceName() const { return device == "cpu" ? "cpu" : gpu; }
+  // MFU to use with a catalog GPU's datasheet peak: the bench's own peak is a matmul probe, so its
+  // `mfu` is relative to that; achieved FLOP/s over the datasheet peak is the comparable figure.
+  double MfuAgainst(double datasheet_peak_tflops) const { return achieved_tflops / datasheet_peak_tflops; }
+};
+
+// Parses `tern bench --json` output. Missing or mistyped keys are errors naming the key.
+Result<BenchProfile> ParseBenchJson(const std::string& text, const std::string& file);
+Result<BenchProfile> LoadBenchJson(const std::string& path);
+
+// Adds the pseudo-instance "local/-/local" (and, for a CPU bench, a GPU spec "cpu" with the bench's
+// peak for its precision) to the catalog. `mem_gib` is the device memory (host RAM for a CPU).
+Status AddLocalInstance(const BenchProfile& b, double price_per_hour, double mem_gib, Catalog* cat);
+
+// The memory the local machine offers: MemTotal from /proc/meminfo in GiB (0 if unreadable).
+double HostMemoryGib();
+
+}  // namespace tern::plan

@@ -1,0 +1,103 @@
+// `tern plan` as a user runs it: flags, exit codes, JSON, errors. Runs the built binary
+// ($TERN_BINARY_DIR/tern, else found above the test executable); skips if it has not been built.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/test_support.h"
+
+namespace tern::plan {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Output {
+  int code = -1;
+  std::string text;
+};
+
+Output Tern(const std::string& args) {
+  const fs::path tern = testing::FindTernBinary();
+  Output out;
+  if (tern.empty()) return out;
+  FILE* p = popen((tern.string() + " " + args + " 2>&1").c_str(), "r");
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.text.append(buf.data(), n);
+  const int status = pclose(p);
+  out.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+#define SKIP_IF_NO_BINARY(out) \
+  if ((out).code == -1) GTEST_SKIP() << "the tern binary is not built"
+
+TEST(PlanCli, HelpTeachesWithExamples) {
+  Output o = Tern("plan --help");
+  SKIP_IF_NO_BINARY(o);
+  EXPECT_EQ(o.code, 0);
+  for (const char* s : {"Examples:", "--tokens 10B", "--explain", "--calibrate", "--show-excluded", "Exit status"}) {
+    EXPECT_NE(o.text.find(s), std::string::npos) << s;
+  }
+}
+
+TEST(PlanCli, TableJsonAndExplain) {
+  Output o = Tern("plan --model gpt2-124m --tokens 10B --top 5");
+  SKIP_IF_NO_BINARY(o);
+  EXPECT_EQ(o.code, 0) << o.text;
+  for (const char* s : {"Plans (5 of", "Pareto frontier", "Recommendation:", "Excluded"}) {
+    EXPECT_NE(o.text.find(s), std::string::npos) << s << "\n" << o.text;
+  }
+  Output j = Tern("plan --model gpt2-124m --tokens 10B --top 3 --json --show-excluded");
+  ASSERT_EQ(j.code, 0) << j.text;
+  const auto doc = nlohmann::json::parse(j.text, nullptr, false);
+  ASSERT_TRUE(doc.is_object()) << j.text.substr(0, 500);
+  EXPECT_EQ(doc["plans"].size(), 3u);
+  EXPECT_EQ(doc["excluded"].size(), doc["excluded_count"].get<size_t>());
+  Output e = Tern("plan --model gpt2-124m --tokens 10B --explain 1");
+  EXPECT_EQ(e.code, 0);
+  EXPECT_NE(e.text.find("1. FLOPs"), std::string::npos) << e.text;
+}
+
+TEST(PlanCli, ConstraintsAndFilters) {
+  Output none = Tern("plan --model gpt2-124m --tokens 10B --budget 1");
+  SKIP_IF_NO_BINARY(none);
+  EXPECT_EQ(none.code, 3) << none.text;  // no option meets the constraints
+  EXPECT_NE(none.text.find("Cheapest:"), std::string::npos) << none.text;
+  Output some = Tern("plan --model gpt2-350m --tokens 5B --deadline 2h --max-gpus 16 --providers aws,gcp "
+                     "--regions us-east-1,us-central1 --gpus H100,B200 --billing on-demand,spot --json");
+  ASSERT_EQ(some.code, 0) << some.text;
+  const auto doc = nlohmann::json::parse(some.text, nullptr, false);
+  for (const auto& p : doc["plans"]) {
+    EXPECT_TRUE(p["provider"] == "aws" || p["provider"] == "gcp");
+    EXPECT_TRUE(p["gpu"] == "H100" || p["gpu"] == "B200");
+    EXPECT_LE(p["gpus"].get<int>(), 16);
+    EXPECT_LE(p["wall_s"].get<double>(), 2 * 3600.0);
+    EXPECT_NE(p["billing"], "reserved");
+  }
+}
+
+TEST(PlanCli, ErrorsNameTheProblem) {
+  Output o = Tern("plan --model gpt2-124m --tokens 10Q");
+  SKIP_IF_NO_BINARY(o);
+  EXPECT_EQ(o.code, 1);
+  EXPECT_NE(o.text.find("--tokens"), std::string::npos) << o.text;
+  const fs::path bad = fs::temp_directory_path() / "tern_plan_cli_bad.csv";
+  std::ofstream(bad) << "provider,region,instance_type,gpu,gpu_count,gpu_mem_gib,vcpus,mem_gib,price_ondemand_hr,"
+                        "price_spot_hr\nx,r,box,H100,1,80,8,64,abc,\n";
+  Output c = Tern("plan --model gpt2-124m --tokens 1B --catalog " + bad.string());
+  EXPECT_EQ(c.code, 1);
+  EXPECT_NE(c.text.find(bad.string() + ":2: column 'price_ondemand_hr': 'abc' is not a number"), std::string::npos)
+      << c.text;
+  Output env = Tern("plan --model gpt2-124m --tokens 1B --no-shipped-catalog");
+  EXPECT_EQ(env.code, 1);
+}
+
+}  // namespace
+}  // namespace tern::plan

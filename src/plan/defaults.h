@@ -1,0 +1,82 @@
+// Every number `tern plan` assumes that is not in a catalog file, in one place. docs/planning.md
+// reproduces this table with sources (a test checks that every entry appears there), and
+// `tern plan --show-defaults` prints it. Change a default here and in the doc together.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "plan/gpu_specs.h"
+
+namespace tern::plan {
+
+struct ProviderRates {
+  std::string provider;
+  double storage_usd_per_gb_month;  // object storage for checkpoints
+  double egress_usd_per_gb;         // internet egress for the trained model
+  std::string source;
+};
+
+// Default MFU (model FLOPs / peak of the training precision) by GPU generation and model size.
+struct MfuRow {
+  GpuGeneration generation;
+  double small;   // < 300M parameters: layernorm/GELU/softmax are a larger share of the time
+  double medium;  // 300M .. 1B
+  double large;   // >= 1B
+};
+
+struct PlanDefaults {
+  // Workload
+  double global_batch_tokens = 524288;  // 2^19 tokens per optimizer step (GPT-2 / llm.c)
+  int max_micro_batch = 64;             // largest micro-batch tried (sequences)
+  double dataset_bytes_per_token = 2;   // uint16 token shards (4 if vocab > 65535)
+  // Memory
+  double mem_usable_fraction = 0.95;  // allocator fragmentation
+  double mem_reserve_gib = 1.0;       // CUDA context + cuBLAS workspace
+  double recompute_time_factor = 4.0 / 3.0;  // full recompute re-runs the forward (2 of 6 FLOPs/param)
+  // Throughput
+  double allreduce_link_efficiency = 0.8;  // achieved / nominal bandwidth of a ring all-reduce
+  double overlap_fraction = 0.5;           // share of the last micro-batch's backward that hides comm
+  double default_gpu_link_gbps = 64;       // PCIe Gen4 x16, bidirectional, when gpus.csv has none
+  double default_network_gbps = 25;        // instance network when instance_network.csv has none
+  // Spot
+  double spot_mtbf_hours = 6;             // per instance, when the catalog has no spot_hazard_per_hr
+  double checkpoint_write_gb_per_s = 1.0;  // blocking checkpoint write bandwidth
+  double restart_minutes = 10;             // re-acquire + boot + load checkpoint after a preemption
+  // Reserved / committed use
+  double reserved_discount = 0.35;        // off on-demand, 1-year term
+  double reserved_term_hours = 8760;      // 1 year
+  // Storage and egress
+  int checkpoint_retention = 3;            // checkpoints kept
+  double dataset_egress_usd_per_gb = 0.09;  // moving the dataset in from where it lives
+  std::vector<ProviderRates> providers = {
+      {"aws", 0.023, 0.09, "SOURCES.md: S3 Standard us-east-1; SkyPilot aws egress first 10 TB"},
+      {"gcp", 0.020, 0.12, "SOURCES.md: GCS Standard us-central1; Premium-tier egress first TB (unchecked)"},
+      {"azure", 0.018, 0.087, "SOURCES.md: Blob Hot LRS East US; internet egress (unchecked)"},
+      {"lambda", 0.20, 0.0, "tern assumption: Lambda filesystem ~$0.20/GB-month, no egress fee (unchecked)"},
+      {"local", 0.0, 0.0, "your own machine"},
+  };
+  ProviderRates unknown_provider = {"(other)", 0.023, 0.09, "tern assumption: AWS rates"};
+  std::vector<MfuRow> mfu = {
+      {GpuGeneration::kVolta, 0.45, 0.50, 0.50},     {GpuGeneration::kTuring, 0.40, 0.45, 0.45},
+      {GpuGeneration::kAmpere, 0.40, 0.45, 0.50},    {GpuGeneration::kAda, 0.35, 0.40, 0.45},
+      {GpuGeneration::kHopper, 0.35, 0.40, 0.45},    {GpuGeneration::kBlackwell, 0.30, 0.35, 0.40},
+      {GpuGeneration::kUnknown, 0.30, 0.30, 0.30},
+  };
+  // Catalog sanity thresholds (warnings, not errors)
+  double spot_min_ratio = 0.15;      // spot below 15% of on-demand looks stale
+  double price_band_low = 0.33;      // per-GPU price vs the GPU's median across the catalog
+  double price_band_high = 3.0;      // (hosts differ: g5.16xlarge pays for 64 vCPUs around one A10G)
+  double region_spread_max = 1.6;    // same instance type, cheapest vs dearest region
+
+  const ProviderRates& Rates(const std::string& provider) const;
+  double DefaultMfu(GpuGeneration g, double params) const;
+};
+
+// One line per default: name as in the struct, value, and where it comes from.
+struct DefaultEntry {
+  std::string name, value, source;
+};
+std::vector<DefaultEntry> DescribeDefaults(const PlanDefaults& d);
+
+}  // namespace tern::plan

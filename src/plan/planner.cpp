@@ -1,0 +1,286 @@
+#include "plan/planner.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "plan/ranker.h"
+#include "plan/units.h"
+
+namespace tern::plan {
+
+const char* BillingName(Billing b) {
+  switch (b) {
+    case Billing::kOnDemand: return "on-demand";
+    case Billing::kSpot: return "spot";
+    case Billing::kReserved: return "reserved";
+  }
+  return "?";
+}
+
+Result<Billing> ParseBilling(const std::string& s) {
+  if (s == "on-demand" || s == "ondemand" || s == "od") return Billing::kOnDemand;
+  if (s == "spot" || s == "preemptible") return Billing::kSpot;
+  if (s == "reserved" || s == "committed") return Billing::kReserved;
+  return Status::InvalidArgument(fmt::format("--billing: '{}' is not one of on-demand, spot, reserved", s));
+}
+
+namespace {
+
+bool EqualsIgnoreCase(const std::string& a, const std::string& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+bool Passes(const std::vector<std::string>& filter, const std::string& value) {
+  if (filter.empty()) return true;
+  return std::any_of(filter.begin(), filter.end(), [&](const std::string& f) { return EqualsIgnoreCase(f, value); });
+}
+
+// Everything about one (offer, node count) that does not depend on billing.
+struct Shape {
+  size_t offer;
+  int nodes, gpus;
+  Precision precision;
+  MemoryFit fit;
+  LinkModel link;
+  StepModel step;
+};
+
+class Planner {
+ public:
+  Planner(const Catalog& cat, const PlanRequest& req, const PlanDefaults& d, PlanResult* out)
+      : cat_(cat), req_(req), d_(d), out_(out) {}
+
+  void Run() {
+    for (size_t i = 0; i < cat_.offers.size(); ++i) PlanOffer(i);
+  }
+
+ private:
+  void Exclude(size_t offer, int nodes, std::optional<Billing> b, const char* category, std::string reason,
+               double total = -1, double wall = -1) {
+    out_->excluded.push_back(Exclusion{offer, nodes, b, category, std::move(reason), total, wall});
+  }
+
+  void PlanOffer(size_t i) {
+    const InstanceOffer& o = cat_.offers[i];
+    const bool local = o.provider == "local";
+    if (!local && (!Passes(req_.providers, o.provider) || !Passes(req_.regions, o.region) ||
+                   !Passes(req_.gpus, o.gpu) || !Passes(req_.instances, o.instance_type))) {
+      ++out_->filtered;
+      return;
+    }
+    if (local && !req_.instances.empty() && !Passes(req_.instances, "local")) {
+      ++out_->filtered;
+      return;
+    }
+    const GpuSpec& g = cat_.GpuOf(o);
+    if (g.generation == GpuGeneration::kCdna3) {
+      return Exclude(i, 0, std::nullopt, "hardware", fmt::format("{}: tern has no ROCm backend", o.gpu));
+    }
+    Precision p = Precision::kFp32;
+    if (local) {
+      p = req_.calibration->precision;
+    } else if (req_.precision == PrecisionMode::kBf16) {
+      if (!g.SupportsBf16()) return Exclude(i, 0, std::nullopt, "hardware", fmt::format("{} has no bf16", o.gpu));
+      p = Precision::kBf16;
+    } else if (req_.precision == PrecisionMode::kAuto && g.SupportsBf16()) {
+      p = Precision::kBf16;
+    }
+    const std::optional<double> peak = g.PeakTflops(p);
+    if (!peak) {
+      return Exclude(i, 0, std::nullopt, "catalog",
+                     fmt::format("no {} peak TFLOPS for {} in the GPU catalog (add them in a GPU CSV via --catalog)",
+                                 PrecisionName(p), o.gpu));
+    }
+    if (o.gpu_count > req_.max_gpus) {
+      return Exclude(i, 0, std::nullopt, "max-gpus",
+                     fmt::format("instance has {} GPUs > --max-gpus {}", o.gpu_count, req_.max_gpus));
+    }
+    // MFU: measured for the benchmarked device at its precision, else the documented default.
+    double mfu = d_.DefaultMfu(g.generation, out_->workload.params());
+    std::string mfu_source = fmt::format("default: {}, {}", GenerationName(g.generation),
+                                         out_->workload.params() < 300e6 ? "<300M" : out_->workload.params() < 1e9 ? "300M-1B" : ">=1B");
+    if (req_.calibration) {
+      const BenchProfile& b = *req_.calibration;
+      if (local) {
+        mfu = b.mfu;  // the local spec's peak is the bench's own, so its MFU applies as is
+        mfu_source = fmt::format("calibrated: {}", b.file);
+        used_calibration_ = true;
+      } else if (!b.DeviceName().empty() && b.DeviceName() == o.gpu && b.precision == p) {
+        mfu = b.MfuAgainst(*peak);
+        mfu_source = fmt::format("calibrated: {} achieved {:g} TFLOP/s", b.file, b.achieved_tflops);
+        used_calibration_ = true;
+      }
+    }
+    std::vector<Billing> billings;
+    for (Billing b : req_.billing) {
+      if (local && b != Billing::kOnDemand) continue;
+      const bool has_price = (b == Billing::kSpot) ? o.price_spot_hr.has_value() : o.price_ondemand_hr.has_value();
+      if (!has_price) {
+        Exclude(i, 0, b, "price", fmt::format("no {} price in the catalog", b == Billing::kSpot ? "spot" : "on-demand"));
+        continue;
+      }
+      if (req_.strict_catalog && !Warnings(o, b).empty()) {
+        Exclude(i, 0, b, "catalog", fmt::format("suspicious catalog row (--strict-catalog): {}", Warnings(o, b).front()));
+        continue;
+      }
+      billings.push_back(b);
+    }
+    if (billings.empty()) return;
+    for (int nodes = 1; nodes * o.gpu_count <= req_.max_gpus; nodes *= 2) {
+      Shape s{i, nodes, nodes * o.gpu_count, p, {}, {}, {}};
+      s.fit = out_->workload.Fit(p, o.gpu_mem_gib, s.gpus, d_);
+      if (!s.fit.fits) {
+        Exclude(i, nodes, std::nullopt, "memory",
+                fmt::format("needs {}/GPU at micro-batch 1, {} usable", FormatGiB(s.fit.need_b1), FormatGiB(s.fit.available)));
+        continue;
+      }
+      s.link = AllReduceLink(o, g, nodes, d_);
+      s.step = ModelStep(out_->workload, s.fit, *peak, mfu, s.gpus, s.link, d_);
+      s.step.mfu_source = mfu_source;
+      for (Billing b : billings) Cost(s, b);
+      if (local) break;
+    }
+  }
+
+  std::vector<std::string> Warnings(const InstanceOffer& o, Billing b) const {
+    std::vector<std::string> w = o.warnings;
+    if (b == Billing::kSpot) w.insert(w.end(), o.spot_warnings.begin(), o.spot_warnings.end());
+    return w;
+  }
+
+  void Cost(const Shape& s, Billing b) {
+    const InstanceOffer& o = cat_.offers[s.offer];
+    PlanRow r;
+    r.offer = s.offer;
+    r.nodes = s.nodes;
+    r.gpus = s.gpus;
+    r.billing = b;
+    r.precision = s.precision;
+    r.fit = s.fit;
+    r.link = s.link;
+    r.step = s.step;
+    r.warnings = Warnings(o, b);
+    r.wall_s = s.step.wall_s;
+    const double work_h = s.step.wall_s / 3600;
+    if (b == Billing::kOnDemand) {
+      r.price_hr = *o.price_ondemand_hr;
+      r.hourly_usd = r.price_hr * s.nodes;  // risk stays "-"
+    } else if (b == Billing::kSpot) {
+      r.price_hr = *o.price_spot_hr;
+      const double hazard = req_.spot_hazard_per_hr.value_or(o.spot_hazard_per_hr.value_or(1.0 / d_.spot_mtbf_hours));
+      r.spot = ModelSpot(s.step.wall_s, out_->workload.checkpoint_bytes(), s.nodes, hazard, d_);
+      if (!r.spot.feasible) {
+        return Exclude(s.offer, s.nodes, b, "spot",
+                       fmt::format("job MTBF {} is too short to make progress (restart + lost work {})",
+                                   FormatHours(r.spot.job_mtbf_h), FormatHours(r.spot.lost_per_preemption_s / 3600)));
+      }
+      r.wall_s = r.spot.expected_wall_s;
+      r.hourly_usd = r.price_hr * s.nodes;
+      r.risk = fmt::format("{:.1f} preempt, +{}", r.spot.expected_preemptions, FormatHours(r.spot.time_lost_s / 3600));
+    } else {
+      r.price_hr = *o.price_ondemand_hr;
+      const double discount = req_.reserved_discount.value_or(d_.reserved_discount);
+      r.reserved = ModelReserved(r.price_hr, s.nodes, work_h, discount, req_.reserved_utilization, d_);
+      if (r.reserved.utilization < r.reserved.break_even_utilization) {
+        const std::string busy = r.reserved.job_only
+                                     ? fmt::format("this job alone keeps it {:.2g}% busy", 100 * r.reserved.utilization)
+                                     : fmt::format("kept {:.0f}% busy", 100 * r.reserved.utilization);
+        return Exclude(s.offer, s.nodes, b, "reserved",
+                       fmt::format("{} over a {:g}-h term; pays off only above {:.0f}% busy (commitment {}); "
+                                   "pass --reserved-utilization if other work fills it",
+                                   busy, d_.reserved_term_hours, 100 * r.reserved.break_even_utilization,
+                                   FormatUsd(r.reserved.commitment_usd)));
+      }
+      r.hourly_usd = r.reserved.effective_hourly * s.nodes;
+      r.risk = fmt::format("commit {}", FormatUsd(r.reserved.commitment_usd));
+    }
+    const double wall_h = r.wall_s / 3600;
+    r.compute_usd = r.hourly_usd * wall_h;
+    const Workload& w = out_->workload;
+    const double dataset_gb = req_.dataset_gb.value_or(w.spec().tokens * d_.dataset_bytes_per_token *
+                                                       (w.spec().cfg.vocab_size > 65535 ? 2 : 1) / 1e9);
+    r.storage = ModelStorageEgress(o.provider, wall_h, w.checkpoint_bytes(), dataset_gb,
+                                   req_.dataset_egress_usd_per_gb.value_or(d_.dataset_egress_usd_per_gb), w.model_bytes(), d_);
+    r.total_usd = r.compute_usd + r.storage.total();
+    r.usd_per_mtok = r.total_usd / (w.spec().tokens / 1e6);
+    r.why = Why(r);
+    if (req_.deadline_h && wall_h > *req_.deadline_h) {
+      return Exclude(s.offer, s.nodes, b, "deadline",
+                     fmt::format("over deadline: {} > {}", FormatHours(wall_h), FormatHours(*req_.deadline_h)),
+                     r.total_usd, r.wall_s);
+    }
+    if (req_.budget_usd && r.total_usd > *req_.budget_usd) {
+      return Exclude(s.offer, s.nodes, b, "budget",
+                     fmt::format("over budget: {} > {}", FormatUsd(r.total_usd), FormatUsd(*req_.budget_usd)),
+                     r.total_usd, r.wall_s);
+    }
+    out_->rows.push_back(std::move(r));
+  }
+
+  // One line on what shapes this option: the first thing a reader should know about it.
+  std::string Why(const PlanRow& r) const {
+    std::vector<std::string> parts;
+    if (!r.warnings.empty()) parts.push_back(fmt::format("catalog warning: {}", r.warnings.front()));
+    if (r.fit.zero1 || r.fit.recompute) {
+      parts.push_back(fmt::format("memory-bound: needs {}{}{}", r.fit.zero1 ? fmt::format("ZeRO-1 over {} GPUs", r.gpus) : "",
+                                  r.fit.zero1 && r.fit.recompute ? " + " : "",
+                                  r.fit.recompute ? "activation recompute" : ""));
+    }
+    if (r.billing == Billing::kSpot) {
+      parts.push_back(fmt::format("spot: {:.1f} expected preemptions, checkpoint every {}", r.spot.expected_preemptions,
+                                  FormatHours(r.spot.interval_s / 3600)));
+    } else if (r.billing == Billing::kReserved) {
+      parts.push_back(fmt::format("reserved: break-even at {:.0f}% busy", 100 * r.reserved.break_even_utilization));
+    }
+    const double exposed = r.step.exposed_s / r.step.step_s;
+    if (r.gpus > 1 && exposed > 0.10) {
+      parts.push_back(fmt::format("comm-bound: all-reduce {:.0f}% of step over {}", 100 * exposed, r.link.what));
+    } else if (parts.empty()) {
+      parts.push_back(r.gpus > 1 ? fmt::format("compute-bound; all-reduce {:.0f}% of step", 100 * exposed)
+                                 : "compute-bound on one device");
+    }
+    return fmt::format("{}", fmt::join(parts, "; "));
+  }
+
+ public:
+  bool used_calibration_ = false;
+
+ private:
+  const Catalog& cat_;
+  const PlanRequest& req_;
+  const PlanDefaults& d_;
+  PlanResult* out_;
+};
+
+}  // namespace
+
+Result<PlanResult> MakePlan(const Catalog& cat, const PlanRequest& req, const PlanDefaults& d) {
+  PlanResult out;
+  TERN_ASSIGN_OR_RETURN(out.workload, Workload::Make(req.workload, d));
+  if (req.max_gpus < 1) return Status::InvalidArgument("--max-gpus must be at least 1");
+  if (req.billing.empty()) return Status::InvalidArgument("--billing: give at least one of on-demand, spot, reserved");
+  Planner planner(cat, req, d, &out);
+  planner.Run();
+  if (req.calibration) {
+    const BenchProfile& b = *req.calibration;
+    if (!planner.used_calibration_) {
+      out.notes.push_back(fmt::format("calibration from {} ({} {}) matched no planned GPU; defaults used", b.file,
+                                      b.DeviceName(), PrecisionName(b.precision)));
+    }
+    const GptConfig& m = out.workload.spec().cfg;
+    if (b.model.ToString() != m.ToString()) {
+      out.notes.push_back(fmt::format("calibration model {} differs from the planned {}: MFU transfers only roughly",
+                                      b.model.ToString(), m.ToString()));
+    }
+  }
+  Rank(cat, req, &out);
+  return out;
+}
+
+}  // namespace tern::plan

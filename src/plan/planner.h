@@ -1,0 +1,85 @@
+// The optimizer, stateless in SkyPilot's manner: a job spec and a catalog in, every option costed out.
+// An option is (instance offer, number of instances, billing); each is either a PlanRow or an
+// Exclusion with the reason. Ranking, the Pareto frontier and the recommendation are in ranker.h.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plan/calibration.h"
+#include "plan/catalog.h"
+#include "plan/cost.h"
+#include "plan/defaults.h"
+#include "plan/throughput.h"
+#include "plan/workload.h"
+
+namespace tern::plan {
+
+enum class Billing { kOnDemand, kSpot, kReserved };
+const char* BillingName(Billing b);  // "on-demand", "spot", "reserved"
+Result<Billing> ParseBilling(const std::string& s);
+
+enum class PrecisionMode { kAuto, kBf16, kFp32 };
+
+struct PlanRequest {
+  WorkloadSpec workload;
+  std::optional<double> deadline_h, budget_usd;
+  int max_gpus = 64;
+  // Empty = no filter. Matching is exact (case-insensitive for GPUs and providers).
+  std::vector<std::string> providers, regions, gpus, instances;
+  std::vector<Billing> billing = {Billing::kOnDemand, Billing::kSpot, Billing::kReserved};
+  PrecisionMode precision = PrecisionMode::kAuto;
+  std::optional<BenchProfile> calibration;
+  std::optional<double> spot_hazard_per_hr;  // overrides catalog and default
+  std::optional<double> reserved_discount;
+  double reserved_utilization = 0;           // 0: only this job uses the commitment
+  std::optional<double> dataset_gb;          // default: tokens x bytes/token
+  std::optional<double> dataset_egress_usd_per_gb;
+  bool strict_catalog = false;               // exclude options whose catalog row has warnings
+};
+
+struct PlanRow {
+  size_t offer = 0;
+  int nodes = 1, gpus = 1;
+  Billing billing = Billing::kOnDemand;
+  Precision precision = Precision::kBf16;
+  MemoryFit fit;
+  LinkModel link;
+  StepModel step;
+  SpotModel spot;          // billing == spot
+  ReservedModel reserved;  // billing == reserved
+  StorageEgress storage;
+  double price_hr = 0;     // catalog price per instance-hour for this billing
+  double hourly_usd = 0;   // all instances; reserved: effective (commitment share)
+  double wall_s = 0;       // expected, incl. preemptions for spot
+  double compute_usd = 0, total_usd = 0, usd_per_mtok = 0;
+  std::vector<std::string> warnings;  // catalog warnings that apply to this billing
+  std::string why;
+  std::string risk = "-";  // on-demand: none
+};
+
+struct Exclusion {
+  size_t offer = 0;
+  int nodes = 0;                   // 0: any count
+  std::optional<Billing> billing;  // empty: every billing
+  std::string category;            // "memory", "deadline", "budget", "price", "catalog", "hardware", "spot", "reserved"
+  std::string reason;
+  double total_usd = -1, wall_s = -1;  // when the option was costed before it was excluded
+};
+
+struct PlanResult {
+  Workload workload;
+  std::vector<PlanRow> rows;          // ranked, best first
+  std::vector<size_t> pareto;         // indices into rows, fastest first
+  std::optional<size_t> recommended;  // index into rows
+  std::vector<std::string> recommendation;
+  std::vector<Exclusion> excluded;
+  int filtered = 0;                   // offers dropped by --providers/--regions/--gpus/--instance
+  std::vector<std::string> notes;
+};
+
+Result<PlanResult> MakePlan(const Catalog& cat, const PlanRequest& req, const PlanDefaults& d);
+
+}  // namespace tern::plan

@@ -1,0 +1,27 @@
+// Rendering a PlanResult: the ranked table with the Pareto frontier and the recommendation for people,
+// and the same data as JSON for machines.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/planner.h"
+
+namespace tern::plan {
+
+struct ReportOptions {
+  int top = 10;
+  bool show_excluded = false;
+  bool ascii = false;  // "x" instead of "×" (golden files and dumb terminals)
+};
+
+std::string RenderHeader(const PlanResult& r, const Catalog& cat, bool ascii = false);
+std::string RenderTable(const PlanResult& r, const Catalog& cat, const ReportOptions& opt);
+std::string RenderReport(const PlanResult& r, const Catalog& cat, const ReportOptions& opt);
+nlohmann::json ReportJson(const PlanResult& r, const Catalog& cat, const PlanDefaults& d, const ReportOptions& opt);
+
+// The defaults table as Markdown (what docs/planning.md reproduces).
+std::string RenderDefaultsMarkdown(const PlanDefaults& d);
+
+}  // namespace tern::plan

@@ -1,0 +1,93 @@
+#include "plan/workload.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace tern::plan {
+
+Result<Workload> Workload::Make(const WorkloadSpec& spec_in, const PlanDefaults& d) {
+  Workload w;
+  w.spec_ = spec_in;
+  TERN_RETURN_IF_ERROR(w.spec_.cfg.Validate());
+  if (w.spec_.seq == 0) w.spec_.seq = w.spec_.cfg.block_size;
+  if (w.spec_.seq < 1 || w.spec_.seq > w.spec_.cfg.block_size) {
+    return Status::InvalidArgument(fmt::format("--seq {} must be in 1..{} (the model's block_size)", w.spec_.seq,
+                                               w.spec_.cfg.block_size));
+  }
+  if (!(w.spec_.tokens > 0)) return Status::InvalidArgument("--tokens must be positive (e.g. --tokens 10B)");
+  if (w.spec_.global_batch_tokens <= 0) w.spec_.global_batch_tokens = d.global_batch_tokens;
+  const int T = w.spec_.seq;
+  w.params_ = static_cast<double>(GptParamCount(w.spec_.cfg));
+  w.flops_per_token_ = GptFlopsPerToken(w.spec_.cfg, T);
+  w.base_[0] = GptMemoryEstimate(w.spec_.cfg, 1, T, false);
+  w.base_[1] = GptMemoryEstimate(w.spec_.cfg, 1, T, true);
+  // One block's saved activations = the difference between a 2-layer and a 1-layer model of this width.
+  GptConfig one = w.spec_.cfg, two = w.spec_.cfg;
+  one.n_layer = 1;
+  two.n_layer = 2;
+  w.layer_act_b1_ = static_cast<double>(GptMemoryEstimate(two, 1, T, false).activations) -
+                    static_cast<double>(GptMemoryEstimate(one, 1, T, false).activations);
+  w.layer_input_b1_ = 4.0 * T * w.spec_.cfg.n_embd;
+  return w;
+}
+
+MemoryBreakdown Workload::Memory(Precision p, int micro_batch, bool zero1, bool recompute, int dp_ranks) const {
+  const GptMemory& m = base_[p == Precision::kBf16 ? 1 : 0];
+  const double B = micro_batch, n = zero1 ? dp_ranks : 1;
+  MemoryBreakdown out;
+  // ZeRO-1 shards the optimizer state: the AdamW moments, and in bf16 also the fp32 master weights
+  // (each rank updates its shard, then all-gathers bf16 weights). In fp32 the weights are the working
+  // copy every rank needs, so they stay whole.
+  const double master = static_cast<double>(m.params), working = static_cast<double>(m.params_bf16);
+  out.weights = (p == Precision::kBf16) ? working + master / n : master;
+  out.grads = static_cast<double>(m.grads);
+  out.optimizer = static_cast<double>(m.adam_state) / n;
+  double act = static_cast<double>(m.activations);
+  if (recompute) {
+    // Keep each block's input and recompute the block in backward: L full blocks become L inputs
+    // plus one block's working set.
+    const double L = spec_.cfg.n_layer;
+    act = act - L * layer_act_b1_ + L * layer_input_b1_ + layer_act_b1_;
+  }
+  out.activations = B * (act + static_cast<double>(m.scratch));
+  return out;
+}
+
+MemoryFit Workload::Fit(Precision p, double gpu_mem_gib, int dp_ranks, const PlanDefaults& d) const {
+  MemoryFit fit;
+  fit.available = (gpu_mem_gib * d.mem_usable_fraction - d.mem_reserve_gib) * 1024.0 * 1024 * 1024;
+  const int T = spec_.seq;
+  // Micro-batch never larger than the global batch split over the ranks.
+  const int per_rank = std::max(1, static_cast<int>(spec_.global_batch_tokens / (static_cast<double>(T) * dp_ranks)));
+  const int b_max = std::min(d.max_micro_batch, per_rank);
+  // Cheapest option first: sharding costs no extra compute (reduce-scatter + all-gather move the same
+  // bytes as the all-reduce), recomputation costs a third more compute.
+  struct Option {
+    bool zero1, recompute;
+  };
+  const Option options[] = {{false, false}, {true, false}, {false, true}, {true, true}};
+  auto allowed = [](Toggle t, bool v) { return t == Toggle::kAuto || (t == Toggle::kOn) == v; };
+  fit.need_b1 = 1e300;
+  for (const Option& o : options) {
+    if (!allowed(spec_.zero1, o.zero1) || !allowed(spec_.recompute, o.recompute)) continue;
+    if (o.zero1 && dp_ranks == 1 && spec_.zero1 != Toggle::kOn) continue;  // nothing to shard over
+    const double b1 = Memory(p, 1, o.zero1, o.recompute, dp_ranks).total();
+    fit.need_b1 = std::min(fit.need_b1, b1);
+    if (b1 > fit.available) continue;
+    int B = 1;
+    while (B * 2 <= b_max && Memory(p, B * 2, o.zero1, o.recompute, dp_ranks).total() <= fit.available) B *= 2;
+    fit.fits = true;
+    fit.micro_batch = B;
+    fit.zero1 = o.zero1;
+    fit.recompute = o.recompute;
+    fit.used = Memory(p, B, o.zero1, o.recompute, dp_ranks);
+    const double per_micro = static_cast<double>(B) * T * dp_ranks;
+    fit.grad_accum = std::max(1, static_cast<int>(std::ceil(spec_.global_batch_tokens / per_micro - 1e-9)));
+    return fit;
+  }
+  return fit;
+}
+
+}  // namespace tern::plan
