@@ -1,7 +1,9 @@
-// tern train CONFIG.yaml [--set key=value]...
+// tern train CONFIG.yaml [--set key=value]... [--resume auto|none|PATH]
+// Exit codes: 0 done, 1 failed, 2 bad usage or config, 75 preempted after an emergency checkpoint (resumable).
 #include <cstdio>
 #include <memory>
 
+#include "ckpt/preemption.h"
 #include "cli/command.h"
 #include "core/progress.h"
 #include "train/trainer.h"
@@ -12,6 +14,7 @@ namespace {
 struct TrainOptions {
   std::string config_path;
   std::vector<std::string> overrides;
+  std::string resume;  // empty = the config's ckpt.resume
   double price_per_hour = -1;
   bool list_keys = false;
   bool quiet = false;
@@ -51,6 +54,7 @@ int RunTrain(const TrainOptions& o) {
     }
   }
   if (o.price_per_hour >= 0) cfg.price_per_hour = o.price_per_hour;
+  if (!o.resume.empty()) cfg.ckpt.resume = o.resume;
   if (o.list_keys) {
     std::printf("%s", DescribeTrainConfigKeys(cfg).c_str());
     return 0;
@@ -69,6 +73,10 @@ int RunTrain(const TrainOptions& o) {
     std::fprintf(stderr, "tern train: %s\n", summary.status().message().c_str());
     return 1;
   }
+  if (summary->preempted) {
+    std::fprintf(stderr, "tern train: %s\n", summary->preempt_report.c_str());
+    return ckpt::kExitPreempted;
+  }
   PrintSummary(*summary, (*trainer)->config());
   return 0;
 }
@@ -82,10 +90,15 @@ void AddTrainCommand(CLI::App& root, CommandTable& table) {
       "\nThe config is YAML with sections model, data, train, eval, sample, run (see configs/demo.yaml;\n"
       "`tern train --list-keys` lists every key with its default). Any key can be overridden:\n"
       "  tern train configs/demo.yaml --set train.steps=200 --set train.precision=bf16 --set run.dir=runs/x\n"
-      "Writes RUN_DIR/metrics.jsonl (one JSON object per step), config.yaml, model.safetensors, summary.json.");
+      "Writes RUN_DIR/metrics.jsonl (one JSON object per step), config.yaml, model.safetensors, summary.json.\n"
+      "Checkpoints (docs/checkpoints.md): --set ckpt.every=100 saves to RUN_DIR/checkpoints; ckpt.durable=DIR or\n"
+      "s3://bucket/prefix adds a durable tier; --resume auto continues from the newest valid checkpoint.\n"
+      "On SIGTERM, SIGUSR1 or a spot notice (ckpt.notice_url) it saves and exits with code 75 (resumable).");
   sub->add_option("config", o->config_path, "YAML config file");
   sub->add_option("--set", o->overrides, "override a key: section.key=value (repeatable)");
   sub->add_option("--price-per-hour", o->price_per_hour, "USD/hour of this machine: adds cost_usd and usd_per_mtok");
+  sub->add_option("--resume", o->resume,
+                  "auto (newest valid checkpoint, else fresh) | none | PATH; overrides ckpt.resume");
   sub->add_flag("--list-keys", o->list_keys, "list every config key with its value and meaning, then exit");
   sub->add_flag("--quiet", o->quiet, "no progress line (metrics.jsonl and the summary are still written)");
   table.Add(sub, [o] { return RunTrain(*o); });

@@ -21,5 +21,7 @@ void AddBenchCommand(CLI::App& root, CommandTable& table);
 void AddGenerateCommand(CLI::App& root, CommandTable& table);
 void AddExportCommand(CLI::App& root, CommandTable& table);
 void AddPlanCommand(CLI::App& root, CommandTable& table);
+void AddServeCommand(CLI::App& root, CommandTable& table);
+void AddCkptCommand(CLI::App& root, CommandTable& table);
 
 }  // namespace tern::cli

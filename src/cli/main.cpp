@@ -10,8 +10,10 @@ int main(int argc, char** argv) {
       "  tern prepare --input corpus.txt --out data/corpus --vocab-size 4096   # tokenizer + token shards\n"
       "  tern train configs/demo.yaml --set run.dir=runs/demo                   # train, live metrics\n"
       "  tern generate runs/demo --prompt \"In the beginning\"                    # sample from it\n"
+      "  tern serve runs/demo --port 8080                                       # OpenAI-compatible API\n"
       "  tern bench --model gpt2-124m --batch 4 --seq 64 --json                 # measure speed and MFU\n"
-      "  tern plan --model gpt2-124m --tokens 10B                               # cheapest GPU plan\n\n"
+      "  tern plan --model gpt2-124m --tokens 10B                               # cheapest GPU plan\n"
+      "  tern ckpt ls runs/demo                                                 # checkpoints, verify, gc\n\n"
       "Run `tern <command> --help` for each command's options.",
       "tern"};
   app.require_subcommand(1);
@@ -23,6 +25,8 @@ int main(int argc, char** argv) {
   tern::cli::AddBenchCommand(app, table);
   tern::cli::AddExportCommand(app, table);
   tern::cli::AddPlanCommand(app, table);
+  tern::cli::AddServeCommand(app, table);
+  tern::cli::AddCkptCommand(app, table);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

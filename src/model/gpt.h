@@ -53,6 +53,9 @@ class Gpt {
   // Device buffers (for data-parallel all-reduce and checkpoint snapshots).
   float* params() const { return params_.as<float>(); }
   float* grads() const { return grads_.as<float>(); }
+  // AdamW moments (num_params each), so a checkpoint snapshot copies them without a host temporary.
+  float* adam_m() const { return adam_m_.as<float>(); }
+  float* adam_v() const { return adam_v_.as<float>(); }
 
  private:
   struct Acts;  // activation pointers for one micro-batch shape

@@ -52,6 +52,40 @@ Key ModelNumber(std::string name, T GptConfig::*field, T min_value, std::string 
           [field](const TrainConfig& c) { return fmt::format("{}", c.model.*field); }};
 }
 
+template <typename T>
+Key CkptNumber(std::string name, T CheckpointConfig::*field, T min_value, std::string help) {
+  return {name, std::move(help), {},
+          [name, field, min_value](TrainConfig& c, const std::string& s) {
+            return ParseNumber(name, s, &(c.ckpt.*field), min_value);
+          },
+          [field](const TrainConfig& c) { return fmt::format("{}", c.ckpt.*field); }};
+}
+
+Key CkptString(std::string name, std::string CheckpointConfig::*field, std::vector<std::string> allowed,
+               std::string help) {
+  return {name, std::move(help), allowed,
+          [name, field, allowed](TrainConfig& c, const std::string& s) {
+            if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
+              return Status::InvalidArgument(
+                  fmt::format("{}: '{}' is not allowed; use one of: {}", name, s, fmt::join(allowed, ", ")));
+            }
+            c.ckpt.*field = s;
+            return Status::Ok();
+          },
+          [field](const TrainConfig& c) { return c.ckpt.*field; }};
+}
+
+Key CkptBool(std::string name, bool CheckpointConfig::*field, std::string help) {
+  return {name, std::move(help), {"true", "false"},
+          [name, field](TrainConfig& c, const std::string& s) {
+            if (s != "true" && s != "false")
+              return Status::InvalidArgument(fmt::format("{}: '{}' is not allowed; use true or false", name, s));
+            c.ckpt.*field = s == "true";
+            return Status::Ok();
+          },
+          [field](const TrainConfig& c) { return std::string(c.ckpt.*field ? "true" : "false"); }};
+}
+
 Key String(std::string name, std::string TrainConfig::*field, std::vector<std::string> allowed, std::string help) {
   return {name, std::move(help), allowed,
           [name, field, allowed](TrainConfig& c, const std::string& s) {
@@ -103,6 +137,38 @@ const std::vector<Key>& Registry() {
       Number("run.price_per_hour", &C::price_per_hour, 0.0, "USD per hour of this machine, for cost metrics"),
       Number("run.peak_gflops", &C::peak_gflops, 0.0, "peak GFLOP/s for MFU; 0 = measure with a matmul probe"),
       Number("run.log_every", &C::log_every, 1, "write a console line every N steps"),
+      CkptString("ckpt.resume", &CheckpointConfig::resume, {},
+                 "auto (newest valid checkpoint across tiers, else start fresh) | none | PATH (step dir or tier)"),
+      CkptString("ckpt.dir", &CheckpointConfig::dir, {}, "fast tier directory; empty = RUN_DIR/checkpoints"),
+      CkptNumber("ckpt.every", &CheckpointConfig::every, 0, "fast-tier save every N steps; 0 = off"),
+      CkptNumber("ckpt.keep_last", &CheckpointConfig::keep_last, 0, "fast tier keeps the newest N; 0 = all"),
+      CkptNumber("ckpt.keep_every", &CheckpointConfig::keep_every, 0,
+                 "fast and durable tiers also keep steps that are multiples of N (milestones); 0 = none"),
+      CkptString("ckpt.durable", &CheckpointConfig::durable, {},
+                 "durable tier: a directory (shared FS) or s3://bucket/prefix; empty = off"),
+      CkptNumber("ckpt.durable_every", &CheckpointConfig::durable_every, 0, "durable-tier save every N steps; 0 = off"),
+      CkptNumber("ckpt.durable_keep_last", &CheckpointConfig::durable_keep_last, 0, "durable tier keeps the newest N; 0 = all"),
+      CkptNumber("ckpt.best_k", &CheckpointConfig::best_k, 0, "best tier keeps the K lowest validation losses; 0 = off"),
+      CkptString("ckpt.best_dir", &CheckpointConfig::best_dir, {}, "best tier directory or s3:// URI; empty = RUN_DIR/best"),
+      CkptBool("ckpt.async", &CheckpointConfig::async, "persist on a writer thread while training goes on"),
+      CkptString("ckpt.when_busy", &CheckpointConfig::when_busy, {"wait", "skip"},
+                 "a save due while the previous one is still being written"),
+      CkptString("ckpt.on_error", &CheckpointConfig::on_error, {"continue", "stop"},
+                 "after a failed save (disk full, store unreachable)"),
+      CkptString("ckpt.on_notice", &CheckpointConfig::on_notice, {"finish", "abandon"},
+                 "on a preemption notice: finish the current step or abandon it, then save and exit 75"),
+      CkptBool("ckpt.fast_survives", &CheckpointConfig::fast_survives,
+               "the fast tier outlives the instance; false sends emergency saves to the durable tier"),
+      CkptString("ckpt.notice_url", &CheckpointConfig::notice_url, {},
+                 "metadata base URL to poll for spot notices, e.g. http://169.254.169.254; empty = off"),
+      CkptString("ckpt.notice_kind", &CheckpointConfig::notice_kind, {"aws", "gcp"}, "metadata protocol"),
+      CkptNumber("ckpt.notice_poll_s", &CheckpointConfig::notice_poll_s, 0.05, "seconds between polls"),
+      CkptNumber("ckpt.notice_window_s", &CheckpointConfig::notice_window_s, 0.0,
+                 "warning time assumed for SIGTERM/SIGUSR1 and GCP notices"),
+      CkptString("ckpt.s3_endpoint", &CheckpointConfig::s3_endpoint, {},
+                 "S3-compatible endpoint URL; empty = $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL or AWS"),
+      CkptString("ckpt.s3_region", &CheckpointConfig::s3_region, {}, "S3 region; empty = $AWS_REGION or us-east-1"),
+      CkptNumber("ckpt.s3_part_mb", &CheckpointConfig::s3_part_mb, 5, "S3 multipart part size and threshold, MiB"),
   };
   return keys;
 }
@@ -171,6 +237,11 @@ Status TrainConfig::Validate() const {
     return Status::InvalidArgument("data.dir is not set: point it at the output of `tern prepare`");
   }
   if (beta1 >= 1 || beta2 >= 1) return Status::InvalidArgument("train.beta1 and train.beta2 must be below 1");
+  if (ckpt.durable_every > 0 && ckpt.durable.empty()) {
+    return Status::InvalidArgument("ckpt.durable_every is set but ckpt.durable is empty: give a directory or "
+                                   "s3://bucket/prefix");
+  }
+  if (ckpt.resume.empty()) return Status::InvalidArgument("ckpt.resume is empty: use auto, none or a path");
   return Status::Ok();
 }
 
@@ -212,6 +283,12 @@ std::string TrainConfigToYaml(const TrainConfig& cfg) {
   if (!section.empty()) out << YAML::EndMap;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
+}
+
+std::vector<std::pair<std::string, std::string>> TrainConfigValues(const TrainConfig& cfg) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& k : Registry()) out.emplace_back(k.name, k.get(cfg));
+  return out;
 }
 
 std::string DescribeTrainConfigKeys(const TrainConfig& cfg) {

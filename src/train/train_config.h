@@ -12,6 +12,38 @@
 
 namespace tern {
 
+// Checkpoints (docs/checkpoints.md): tiers, cadence, retention, resume and preemption. Keys ckpt.*.
+struct CheckpointConfig {
+  std::string resume = "none";  // auto | none | PATH (a step directory or a tier root, local or s3://)
+  // fast tier: frequent, local (instance NVMe). Also where emergency saves go unless fast_survives=false.
+  std::string dir;              // empty = RUN_DIR/checkpoints
+  int every = 0;                // steps between saves; 0 = no periodic saves
+  int keep_last = 2;            // newest N kept; 0 = all
+  int keep_every = 0;           // also keep every step that is a multiple of this (milestones); 0 = none
+  // durable tier: less frequent, to a shared filesystem or an S3-compatible store.
+  std::string durable;          // a directory or s3://bucket/prefix; empty = off
+  int durable_every = 0;        // steps between durable saves; 0 = none
+  int durable_keep_last = 2;
+  // best tier: the K best by validation loss, for deployment and rollback (checked at each evaluation).
+  int best_k = 0;               // 0 = off
+  std::string best_dir;         // empty = RUN_DIR/best
+  // how saves run
+  bool async = true;                 // snapshot to host memory, persist on a writer thread
+  std::string when_busy = "wait";    // a save due while one is in flight: wait | skip
+  std::string on_error = "continue"; // a failed save (disk full, store down): continue | stop
+  // preemption
+  std::string on_notice = "finish";  // finish the current step, or abandon it (keeps the last update)
+  bool fast_survives = true;         // false: the instance's disk dies with it; emergency saves go durable
+  std::string notice_url;            // cloud metadata base URL polled for a spot notice; empty = off
+  std::string notice_kind = "aws";   // aws | gcp
+  double notice_poll_s = 5;
+  double notice_window_s = 30;       // assumed warning time for SIGTERM/SIGUSR1 and GCP
+  // S3-compatible stores (credentials come from the AWS environment variables or ~/.aws, never here)
+  std::string s3_endpoint;           // e.g. http://127.0.0.1:9000; empty = $AWS_ENDPOINT_URL_S3 or AWS
+  std::string s3_region;             // empty = $AWS_REGION / $AWS_DEFAULT_REGION / us-east-1
+  int s3_part_mb = 64;               // multipart part size (and threshold), MiB
+};
+
 struct TrainConfig {
   GptConfig model;  // model.vocab_size = 0 means "take it from the tokenizer"
 
@@ -48,6 +80,8 @@ struct TrainConfig {
   double peak_gflops = 0;     // peak FLOP/s of this machine for the precision; 0 = measure at start
   int log_every = 1;
 
+  CheckpointConfig ckpt;
+
   int grad_accum_steps() const;
   Status Validate() const;
 };
@@ -58,6 +92,8 @@ Status LoadTrainConfigFile(const std::string& path, TrainConfig* cfg);
 Status ApplyOverride(const std::string& assignment, TrainConfig* cfg);
 // The whole config as YAML (written into the run directory; loading it back gives the same config).
 std::string TrainConfigToYaml(const TrainConfig& cfg);
+// Every key with its value as text, in registry order (what a checkpoint records to compare on resume).
+std::vector<std::pair<std::string, std::string>> TrainConfigValues(const TrainConfig& cfg);
 // Every key with its current value and help, for `tern train --list-keys`.
 std::string DescribeTrainConfigKeys(const TrainConfig& cfg);
 

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <filesystem>
 
@@ -16,16 +17,30 @@
 namespace tern {
 namespace {
 
+// A process killed mid-write can leave a torn last line; end it, so the next row starts on a line of its own
+// (readers skip the torn one).
+Status EndWithNewline(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb+");
+  if (!f) return Status::Ok();  // no log yet
+  int last = std::fseek(f, -1, SEEK_END) == 0 ? std::fgetc(f) : '\n';
+  if (last != '\n' && last != EOF) {
+    std::fseek(f, 0, SEEK_END);
+    std::fputc('\n', f);
+  }
+  return std::fclose(f) == 0 ? Status::Ok() : Status::IoError("cannot repair the end of " + path);
+}
+
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
 }  // namespace
 
-Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool quiet) {
+Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool quiet, TrainerEnv env) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->cfg_ = config;
   t->quiet_ = quiet;
+  t->env_ = std::move(env);
   TrainConfig& cfg = t->cfg_;
 
   const std::string tok_path = cfg.data_dir + "/tokenizer.model";
@@ -47,7 +62,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   TERN_ASSIGN_OR_RETURN(t->backend_, MakeBackend(cfg.device));
   const Compute compute = cfg.precision == "bf16" ? Compute::kBF16 : Compute::kF32;
   t->model_ = std::make_unique<Gpt>(t->backend_.get(), cfg.model, cfg.batch_size, cfg.seq_len, compute);
-  t->model_->InitWeights(cfg.seed);
+  // InitWeights waits until we know whether a checkpoint replaces the weights (OpenCheckpoints below):
+  // initialising 124M parameters only to overwrite them is a second of the time to the first resumed step.
 
   t->schedule_ = {cfg.lr, cfg.min_lr_ratio, cfg.warmup_steps, cfg.steps, cfg.schedule == "cosine"};
   t->cost_.price_per_hour = cfg.price_per_hour;
@@ -60,7 +76,13 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   std::filesystem::copy_file(tok_path, cfg.run_dir + "/tokenizer.model",
                              std::filesystem::copy_options::overwrite_existing, ec);
   if (ec) return Status::IoError(fmt::format("copying {} into {}: {}", tok_path, cfg.run_dir, ec.message()));
-  TERN_RETURN_IF_ERROR(t->log_.Open(cfg.run_dir + "/metrics.jsonl", /*append=*/false));
+  nlohmann::json resume_row;
+  TERN_RETURN_IF_ERROR(t->OpenCheckpoints(&resume_row));
+  if (t->resumed_from_ < 0) t->model_->InitWeights(cfg.seed);
+  // A resumed run appends: the rows of the steps it repeats follow a "resume" row (the last row wins).
+  const std::string metrics = cfg.run_dir + "/metrics.jsonl";
+  if (t->resumed_from_ >= 0) TERN_RETURN_IF_ERROR(EndWithNewline(metrics));
+  TERN_RETURN_IF_ERROR(t->log_.Open(metrics, /*append=*/t->resumed_from_ >= 0));
   GptMemory mem = GptMemoryEstimate(cfg.model, cfg.batch_size, cfg.seq_len, compute == Compute::kBF16);
   TERN_RETURN_IF_ERROR(t->log_.Write({{"event", "start"},
                                       {"model", cfg.model.ToString()},
@@ -76,6 +98,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
                                       {"memory_bytes", mem.total()},
                                       {"tokenizer", t->tokenizer_->fingerprint()},
                                       {"price_per_hour", cfg.price_per_hour}}));
+  if (!resume_row.is_null()) TERN_RETURN_IF_ERROR(t->log_.Write(resume_row));
   return t;
 }
 
@@ -88,7 +111,14 @@ Result<StepStats> Trainer::Step() {
   model_->ZeroGrad();
   Batch batch;
   double loss_sum = 0;
+  const LoaderPosition start_pos = train_loader_->position();
   for (int micro = 0; micro < accum; micro++) {
+    if (micro > 0 && AbandonRequested()) {
+      // Rewind the data so the emergency checkpoint resumes with this step's first micro-batch.
+      TERN_RETURN_IF_ERROR(train_loader_->Restore(start_pos));
+      s.abandoned = true;
+      return s;
+    }
     TERN_RETURN_IF_ERROR(train_loader_->Next(&batch));
     loss_sum += model_->Forward(batch.inputs.data(), batch.targets.data(), B, T, dloss);
     model_->Backward();
@@ -103,6 +133,7 @@ Result<StepStats> Trainer::Step() {
   float grad_scale = 1.0f;
   if (cfg_.grad_clip > 0 && s.grad_norm > cfg_.grad_clip) grad_scale = static_cast<float>(cfg_.grad_clip / s.grad_norm);
   s.lr = schedule_.At(step_);
+  ckpt_->WaitForSnapshot();  // a save in flight must finish copying the weights before they change
   model_->AdamWStep(static_cast<float>(s.lr), cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay, grad_scale,
                     step_ + 1);
   backend_->Synchronize();
@@ -159,11 +190,17 @@ Result<TrainSummary> Trainer::Run() {
                  cfg_.grad_accum_steps(), static_cast<unsigned long long>(tokens_per_step), cfg_.steps, peak_gflops_,
                  cfg_.precision.c_str(), flops_per_token_ / 1e6, cfg_.run_dir.c_str());
   }
+  sum.resumed_from = resumed_from_;
   ProgressBar bar("train", cfg_.steps, "step", quiet_ ? nullptr : stderr);
   double mfu_sum = 0, loss_ema = 0;
-  for (int i = 0; i < cfg_.steps; i++) {
+  int steps_here = 0;
+  while (step_ < cfg_.steps) {
     TERN_ASSIGN_OR_RETURN(StepStats s, Step());
-    loss_ema = i == 0 ? s.loss : 0.9 * loss_ema + 0.1 * s.loss;
+    if (s.abandoned) {
+      TERN_RETURN_IF_ERROR(EmergencyCheckpoint(&sum, &bar));
+      return sum;
+    }
+    loss_ema = steps_here++ == 0 ? s.loss : 0.9 * loss_ema + 0.1 * s.loss;
     mfu_sum += s.mfu;
     sum.train_loss = s.loss;
     double elapsed = Seconds(start);
@@ -180,21 +217,42 @@ Result<TrainSummary> Trainer::Run() {
       cost_text = fmt::format(" | ${:.4f} ({:.2f} $/Mtok)", cost_.CostUsd(elapsed), cost_.UsdPerMillionTokens(s.tokens_per_s));
     }
     TERN_RETURN_IF_ERROR(log_.Write(row));
+    if (resumed_from_ >= 0 && !first_resumed_step_logged_) {
+      first_resumed_step_logged_ = true;
+      TERN_RETURN_IF_ERROR(log_.Write(
+          {{"event", "resumed_first_step"}, {"step", s.step}, {"since_process_start_s", ProcessAgeSeconds()}}));
+    }
+    if (watcher_ && watcher_->notified()) {  // finish policy: this step is done; save it and stop
+      TERN_RETURN_IF_ERROR(EmergencyCheckpoint(&sum, &bar));
+      return sum;
+    }
     if (!quiet_ && (s.step % cfg_.log_every == 0 || s.step == cfg_.steps)) {
       bar.Update(s.step, fmt::format("loss {:.4f} | lr {:.2e} | {} | MFU {:.1f}%{}", loss_ema, s.lr,
                                      ProgressBar::FormatAmount(s.tokens_per_s, "tok/s"), s.mfu * 100, cost_text));
     }
     bool last = s.step == cfg_.steps;
+    std::optional<double> val_now;
     if ((cfg_.eval_every > 0 && s.step % cfg_.eval_every == 0) || last) {
       auto t0 = std::chrono::steady_clock::now();
       TERN_ASSIGN_OR_RETURN(double val, Evaluate());
       sum.val_loss = val;
+      val_now = val;
       TERN_RETURN_IF_ERROR(log_.Write({{"step", s.step}, {"val_loss", val}, {"eval_ms", Seconds(t0) * 1e3}}));
       if (!quiet_) bar.Print(fmt::format("step {:>6}: val loss {:.4f} (train {:.4f})", s.step, val, loss_ema));
     }
     if (cfg_.sample_every > 0 && s.step % cfg_.sample_every == 0 && !last && !quiet_) {
       for (const auto& text : Samples(1, cfg_.sample_tokens)) bar.Print("sample: " + text);
     }
+    TERN_RETURN_IF_ERROR(MaybeCheckpoint(s.step, last, val_now, &bar));
+  }
+  ckpt_->WaitIdle();  // the last save is published before the run reports success
+  Status save_failure;
+  TERN_RETURN_IF_ERROR(DrainCheckpointEvents(&bar, &save_failure));
+  if (!save_failure.ok() && cfg_.ckpt.on_error == "stop") {
+    return save_failure.WithContext("the final checkpoint failed and ckpt.on_error=stop");
+  }
+  if (steps_here == 0) {  // resumed a finished run: nothing to train, still report where it stands
+    TERN_ASSIGN_OR_RETURN(sum.val_loss, Evaluate());
   }
   if (!quiet_) bar.Finish();
   sum.steps = step_;

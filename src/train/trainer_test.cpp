@@ -2,6 +2,8 @@
 // deterministic for a seed; the exported safetensors file reads back in an independent reader.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -36,7 +38,9 @@ std::string SmallCorpus() {
 class TrainerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / "tern_trainer_test";
+    // One directory per process: ctest runs each test case as its own process, in parallel, and a shared
+    // directory would be removed under a neighbour's feet.
+    root_ = fs::temp_directory_path() / ("tern_trainer_test_" + std::to_string(::getpid()));
     fs::remove_all(root_);
     fs::create_directories(root_);
     std::ofstream(root_ / "corpus.txt") << SmallCorpus();
@@ -68,6 +72,8 @@ class TrainerTest : public ::testing::Test {
     c.run_dir = (root_ / run).string();
     return c;
   }
+
+  static void TearDownTestSuite() { fs::remove_all(root_); }
 
   static fs::path root_;
 };

@@ -24,15 +24,19 @@ inline v16 Load16(const float* p) {
   std::memcpy(&v, p, sizeof(v));  // unaligned load
   return v;
 }
-inline void Store16(float* p, v16 v) { std::memcpy(p, &v, sizeof(v)); }
+inline void Store16(float* p, v16 v) {
+  std::memcpy(p, &v, sizeof(v));
+}
 
-// Lanes summed in a fixed tree order.
+// Lanes summed in a fixed tree order (halves, then quarters, ...), in registers: a round trip through memory
+// would stall on store forwarding once per dot product.
 inline float HorizontalSum(v16 v) {
-  float lanes[16];
-  std::memcpy(lanes, &v, sizeof(lanes));
-  for (int w = 8; w >= 1; w /= 2)
-    for (int i = 0; i < w; i++) lanes[i] += lanes[i + w];
-  return lanes[0];
+  typedef float v8 __attribute__((vector_size(32)));
+  typedef float v4 __attribute__((vector_size(16)));
+  v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+         __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  v4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+  return (b[0] + b[2]) + (b[1] + b[3]);
 }
 
 inline float Dot(const float* a, const float* b, int n) {
@@ -55,9 +59,9 @@ constexpr size_t kParallelMin = 1 << 14;  // elements below which a fork/join co
 
 }  // namespace
 
-void CpuFastBackend::EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
-                                 const float* wpe, int N, int C) {
-#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * C >= kParallelMin)
+void CpuFastBackend::EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions,
+                                 const float* wte, const float* wpe, int N, int C) {
+#pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * C >= kParallelMin)
   for (int n = 0; n < N; n++) {
     float* __restrict o = out + static_cast<size_t>(n) * C;
     const float* __restrict e = wte + static_cast<size_t>(tokens[n]) * C;
@@ -67,10 +71,10 @@ void CpuFastBackend::EmbedTokens(float* out, const int32_t* tokens, const int32_
   }
 }
 
-void CpuFastBackend::KvCacheWrite(float* k_cache, float* v_cache, const float* qkv, const int32_t* slots, int N,
-                                  int C, int NH, int bs) {
+void CpuFastBackend::KvCacheWrite(float* k_cache, float* v_cache, const float* qkv, const int32_t* slots,
+                                  int N, int C, int NH, int bs) {
   const int hs = C / NH;
-#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * C >= kParallelMin)
+#pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * C >= kParallelMin)
   for (int n = 0; n < N; n++) {
     const int block = slots[n] / bs, slot = slots[n] % bs;
     const float* k = qkv + static_cast<size_t>(n) * 3 * C + C;
@@ -84,8 +88,9 @@ void CpuFastBackend::KvCacheWrite(float* k_cache, float* v_cache, const float* q
 }
 
 void CpuFastBackend::PagedAttentionForward(float* out, const float* qkv, const float* k_cache,
-                                           const float* v_cache, const int32_t* seqs, const int32_t* block_tables,
-                                           int S, int max_blocks, int N, int C, int NH, int bs) {
+                                           const float* v_cache, const int32_t* seqs,
+                                           const int32_t* block_tables, int S, int max_blocks, int N, int C,
+                                           int NH, int bs) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   // Work items are (row, head) pairs; seq_of_row finds a row's sequence. Scratch: per-thread scores, then it.
@@ -111,7 +116,8 @@ void CpuFastBackend::PagedAttentionForward(float* out, const float* qkv, const f
     for (int p0 = 0; p0 <= pos; p0 += bs) {
       const size_t base = (static_cast<size_t>(table[p0 / bs]) * NH + h) * bs * hs;
       const int p1 = std::min(pos + 1, p0 + bs);
-      for (int p = p0; p < p1; p++) att[p] = Dot(q, k_cache + base + static_cast<size_t>(p - p0) * hs, hs) * scale;
+      for (int p = p0; p < p1; p++)
+        att[p] = Dot(q, k_cache + base + static_cast<size_t>(p - p0) * hs, hs) * scale;
     }
     const float maxval = fast::Max(att, pos + 1);
     v16 sum16 = v16{};
@@ -133,7 +139,8 @@ void CpuFastBackend::PagedAttentionForward(float* out, const float* qkv, const f
     for (int p0 = 0; p0 <= pos; p0 += bs) {
       const size_t base = (static_cast<size_t>(table[p0 / bs]) * NH + h) * bs * hs;
       const int p1 = std::min(pos + 1, p0 + bs);
-      for (int q2 = p0; q2 < p1; q2++) Axpy(o, att[q2] * inv, v_cache + base + static_cast<size_t>(q2 - p0) * hs, hs);
+      for (int q2 = p0; q2 < p1; q2++)
+        Axpy(o, att[q2] * inv, v_cache + base + static_cast<size_t>(q2 - p0) * hs, hs);
     }
   }
 }

@@ -3,7 +3,8 @@
 //
 // 1. Each activation row is quantised to int8 with its own scale (backend.h states the rounding), and its
 //    int8 sum is kept.
-// 2. vpdpbusd multiplies unsigned by signed bytes. The weights are made unsigned on load (w ^ 0x80 = w + 128),
+// 2. vpdpbusd multiplies unsigned by signed bytes. The weights are made unsigned on load (w ^ 0x80 = w +
+// 128),
 //    so the dot product comes out as sum(a * w) + 128 * sum(a); the row sum removes the excess exactly.
 // 3. A micro-tile is MR rows x NG groups of 16 output channels (up to 4 x 4 = 16 zmm accumulators); per step
 //    of 4 k it loads NG weight vectors (64 bytes each, the packed layout of backend.h) and broadcasts 4
@@ -90,7 +91,8 @@ void MicroTile(const Int8Args& p, int r0, int g0) {
     for (int g = 0; g < NG; g++) {
       const int o0 = (g0 + g) * 16;
       const int valid = std::min(16, p.OC - o0);
-      const __mmask16 mask = valid == 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1);
+      const __mmask16 mask =
+          valid == 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1);
       const __m512 sums = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][g], excess));
       const __m512 scale = _mm512_mul_ps(rs, _mm512_maskz_loadu_ps(mask, p.w_scale + o0));
       __m512 y = _mm512_mul_ps(sums, scale);
@@ -119,8 +121,10 @@ void CpuFastBackend::MatmulInt8(float* out, const float* inp, const int8_t* w, c
   int8_t* a = reinterpret_cast<int8_t*>(scratch);
   float* row_scale = reinterpret_cast<float*>(scratch + a_bytes);
   int32_t* row_sum = reinterpret_cast<int32_t*>(row_scale + N);
-#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * K >= (1 << 16))
-  for (int n = 0; n < N; n++) row_sum[n] = QuantizeRow(inp + static_cast<size_t>(n) * K, K, a + static_cast<size_t>(n) * K, &row_scale[n]);
+#pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * K >= (1 << 16))
+  for (int n = 0; n < N; n++)
+    row_sum[n] =
+        QuantizeRow(inp + static_cast<size_t>(n) * K, K, a + static_cast<size_t>(n) * K, &row_scale[n]);
 
   const Int8Args args{a, row_scale, row_sum, w, w_scale, bias, out, N, OC, K};
   const int groups = (OC + 15) / 16;

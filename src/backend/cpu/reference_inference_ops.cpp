@@ -50,8 +50,8 @@ void CpuReferenceBackend::KvCacheWrite(float* k_cache, float* v_cache, const flo
 // values read through the block table instead of from qkv.
 void CpuReferenceBackend::PagedAttentionForward(float* out, const float* qkv, const float* k_cache,
                                                 const float* v_cache, const int32_t* seqs,
-                                                const int32_t* block_tables, int S, int max_blocks, int N, int C,
-                                                int NH, int bs) {
+                                                const int32_t* block_tables, int S, int max_blocks, int N,
+                                                int C, int NH, int bs) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   std::vector<float> att;

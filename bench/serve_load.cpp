@@ -1,0 +1,291 @@
+// serve_load: a load generator for `tern serve` (bench/serve_load.sh drives it).
+//
+//   serve_load --url http://127.0.0.1:8080 --streams 1,4,16,32 --prompt-tokens 32 --max-tokens 64
+//
+// For each concurrency level, that many client threads send streaming completions back to back (closed
+// loop: a client sends its next request when the previous one ends), each with a fresh random token-id
+// prompt (so the prefix cache does not flatter the numbers) and ignore_eos, so every request generates
+// exactly --max-tokens tokens. Reported per level: aggregate generated tokens/s over the wall time, the
+// per-stream decode rate, and time to first token p50/p99.
+//
+//   serve_load make-run --shape 12,12,768,50257,1024 --tokenizer T --out DIR
+// writes a run directory with random weights of that shape (L,H,C,V,T) for speed tests.
+//
+//   serve_load quality --run RUN_DIR --data PREPARED_DIR
+// the quality cost of int8: mean cross-entropy of the serving model on the validation shard, fp32 vs int8
+// (windows of the model's context, every position scored, as the trainer's validation loss).
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "data/loader.h"
+#include "model/init.h"
+#include "model/safetensors.h"
+#include "serve/inference_model.h"
+#include "serve/setup.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+struct Options {
+  std::string url = "http://127.0.0.1:8080", api_key, model;
+  std::vector<int> streams = {1, 4, 16, 32};
+  int prompt_tokens = 32, max_tokens = 64, requests_per_stream = 3, vocab = 256;
+  bool json_out = false;
+};
+
+struct RequestResult {
+  bool ok = false;
+  double ttft = 0, total = 0;  // seconds
+  int tokens = 0;
+};
+
+RequestResult OneRequest(const Options& o, httplib::Client& cli, std::mt19937_64& rng) {
+  json prompt = json::array();
+  for (int i = 0; i < o.prompt_tokens; i++) prompt.push_back(3 + static_cast<int>(rng() % (o.vocab - 3)));
+  json body = {{"prompt", prompt},   {"max_tokens", o.max_tokens},
+               {"temperature", 0},   {"stream", true},
+               {"ignore_eos", true}, {"stream_options", {{"include_usage", true}}}};
+  if (!o.model.empty()) body["model"] = o.model;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.headers = {{"Content-Type", "application/json"}};
+  if (!o.api_key.empty()) req.headers.emplace("Authorization", "Bearer " + o.api_key);
+  req.body = body.dump();
+  RequestResult r;
+  std::string buffer;
+  const auto t0 = Clock::now();
+  bool first = true;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    buffer.append(data, n);
+    size_t end;
+    while ((end = buffer.find("\n\n")) != std::string::npos) {
+      const std::string event = buffer.substr(0, end);
+      buffer.erase(0, end + 2);
+      if (event.rfind("data: ", 0) != 0 || event == "data: [DONE]") continue;
+      json chunk = json::parse(event.substr(6), nullptr, false);
+      if (chunk.is_discarded()) continue;
+      if (first &&
+          !chunk["choices"].empty()) {  // the first token's chunk (text may be empty for a byte token)
+        r.ttft = std::chrono::duration<double>(Clock::now() - t0).count();
+        first = false;
+      }
+      if (chunk.contains("usage") && chunk["usage"].is_object())
+        r.tokens = chunk["usage"]["completion_tokens"];
+    }
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err;
+  r.ok = cli.send(req, res, err) && res.status == 200 && r.tokens > 0;
+  r.total = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!r.ok)
+    std::fprintf(stderr, "serve_load: request failed: status %d, %s\n", res.status,
+                 httplib::to_string(err).c_str());
+  return r;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+int RunLoad(const Options& o) {
+  if (!o.json_out)
+    std::printf(
+        "| streams | requests | tokens | wall s | agg tok/s | per-stream tok/s | TTFT p50 ms | TTFT p99 ms "
+        "|\n"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  json rows = json::array();
+  for (int n : o.streams) {
+    std::vector<RequestResult> results;
+    std::mutex mu;
+    std::atomic<int> failures{0};
+    const auto t0 = Clock::now();
+    std::vector<std::thread> clients;
+    for (int c = 0; c < n; c++) {
+      clients.emplace_back([&, c] {
+        httplib::Client cli(o.url);
+        cli.set_read_timeout(600, 0);
+        cli.set_write_timeout(60, 0);
+        std::mt19937_64 rng(1000 * n + c);
+        for (int i = 0; i < o.requests_per_stream; i++) {
+          RequestResult r = OneRequest(o, cli, rng);
+          if (!r.ok) failures++;
+          std::lock_guard<std::mutex> lock(mu);
+          results.push_back(r);
+        }
+      });
+    }
+    for (auto& t : clients) t.join();
+    const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::vector<double> ttft, decode_rates;
+    int64_t tokens = 0;
+    for (const auto& r : results) {
+      if (!r.ok) continue;
+      ttft.push_back(r.ttft);
+      tokens += r.tokens;
+      if (r.total > r.ttft && r.tokens > 1) decode_rates.push_back((r.tokens - 1) / (r.total - r.ttft));
+    }
+    double per_stream = 0;
+    for (double d : decode_rates) per_stream += d / decode_rates.size();
+    json row = {{"streams", n},
+                {"requests", results.size()},
+                {"failed", failures.load()},
+                {"tokens", tokens},
+                {"wall_s", wall},
+                {"agg_tokens_per_s", tokens / wall},
+                {"per_stream_tokens_per_s", per_stream},
+                {"ttft_p50_ms", 1000 * Percentile(ttft, 0.5)},
+                {"ttft_p99_ms", 1000 * Percentile(ttft, 0.99)}};
+    rows.push_back(row);
+    if (!o.json_out)
+      std::printf("| %d | %zu | %lld | %.1f | %.1f | %.1f | %.0f | %.0f |\n", n, results.size(),
+                  static_cast<long long>(tokens), wall, tokens / wall, per_stream,
+                  1000 * Percentile(ttft, 0.5), 1000 * Percentile(ttft, 0.99));
+    std::fflush(stdout);
+  }
+  if (o.json_out) std::printf("%s\n", rows.dump(2).c_str());
+  return 0;
+}
+
+int MakeRun(const std::string& shape, const std::string& tokenizer, const std::string& out) {
+  tern::GptConfig cfg;
+  std::istringstream in(shape);
+  char comma;
+  if (!(in >> cfg.n_layer >> comma >> cfg.n_head >> comma >> cfg.n_embd >> comma >> cfg.vocab_size >> comma >>
+        cfg.block_size) ||
+      !cfg.Validate().ok()) {
+    std::fprintf(stderr, "serve_load make-run: --shape wants L,H,C,V,T (e.g. 12,12,768,50257,1024)\n");
+    return 2;
+  }
+  std::filesystem::create_directories(out);
+  std::filesystem::copy_file(tokenizer, out + "/tokenizer.model",
+                             std::filesystem::copy_options::overwrite_existing);
+  tern::Status st =
+      tern::WriteGptSafetensors(out + "/model.safetensors", cfg, tern::GptInitialWeights(cfg, 1));
+  if (!st.ok()) {
+    std::fprintf(stderr, "serve_load make-run: %s\n", st.message().c_str());
+    return 1;
+  }
+  std::printf("wrote %s (%s, random weights)\n", out.c_str(), cfg.ToString().c_str());
+  return 0;
+}
+
+// Mean next-token cross-entropy over up to max_windows validation windows of T tokens.
+tern::Result<double> ValLoss(tern::Backend* be, const tern::ServeWeights& w, tern::Quantize q,
+                             const std::vector<std::string>& shards, int max_windows) {
+  const int T = w.config.block_size, V = w.config.vocab_size, bs = 16;
+  tern::InferenceModelOptions mo;
+  mo.quantize = q;
+  mo.block_size = bs;
+  mo.num_blocks = (T + bs - 1) / bs;
+  mo.max_rows = T;
+  mo.max_seqs = 1;
+  mo.max_logit_rows = T;
+  TERN_ASSIGN_OR_RETURN(auto model, tern::InferenceModel::Create(be, w.config, w.params, mo));
+  TERN_ASSIGN_OR_RETURN(auto loader, tern::DataLoader::Open(shards, 1, T, 0, false));
+  const int windows = std::min<int>(max_windows, static_cast<int>(loader->windows_per_epoch()));
+  tern::ForwardBatch b;
+  for (int t = 0; t < T; t++) {
+    b.positions.push_back(t);
+    b.slots.push_back(t);  // blocks 0, 1, ... in order
+    b.logit_rows.push_back(t);
+  }
+  b.seqs = {0, T, T};
+  for (int i = 0; i < model->max_blocks_per_seq(); i++) b.block_tables.push_back(i);
+  std::vector<float> logits(static_cast<size_t>(T) * V);
+  double total = 0;
+  tern::Batch batch;
+  for (int win = 0; win < windows; win++) {
+    TERN_RETURN_IF_ERROR(loader->Next(&batch));
+    b.tokens = batch.inputs;
+    model->Forward(b, logits.data());
+    for (int t = 0; t < T; t++) {
+      const float* l = logits.data() + static_cast<size_t>(t) * V;
+      const double mx = *std::max_element(l, l + V);
+      double sum = 0;
+      for (int v = 0; v < V; v++) sum += std::exp(l[v] - mx);
+      total += mx + std::log(sum) - l[batch.targets[t]];
+    }
+  }
+  std::printf("  %s: %d windows of %d tokens, mean loss %.6f\n", tern::QuantizeName(q), windows, T,
+              total / (static_cast<double>(windows) * T));
+  return total / (static_cast<double>(windows) * T);
+}
+
+int Quality(const std::string& run, const std::string& data, int windows) {
+  auto w = tern::LoadServeWeights(run);
+  auto shards = tern::FindShards(data, "val");
+  if (!w.ok() || !shards.ok()) {
+    std::fprintf(stderr, "serve_load quality: %s\n",
+                 (!w.ok() ? w.status() : shards.status()).message().c_str());
+    return 1;
+  }
+  auto be = tern::MakeCpuFastBackend();
+  auto fp32 = ValLoss(be.get(), *w, tern::Quantize::kNone, *shards, windows);
+  auto int8 = ValLoss(be.get(), *w, tern::Quantize::kInt8, *shards, windows);
+  if (!fp32.ok() || !int8.ok()) {
+    std::fprintf(stderr, "serve_load quality: %s\n",
+                 (!fp32.ok() ? fp32.status() : int8.status()).message().c_str());
+    return 1;
+  }
+  std::printf("val loss (%s): fp32 %.4f, int8 %.4f, delta %+.4f (%+.2f%%), perplexity %.2f -> %.2f\n",
+              w->config.ToString().c_str(), *fp32, *int8, *int8 - *fp32, 100 * (*int8 - *fp32) / *fp32,
+              std::exp(*fp32), std::exp(*int8));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Load generator for tern serve: aggregate tokens/s and time to first token at several concurrencies"};
+  Options o;
+  app.add_option("--url", o.url, "server base URL")->capture_default_str();
+  app.add_option("--api-key", o.api_key, "bearer token, if the server wants one");
+  app.add_option("--model", o.model, "model name to send (default: none, the served one)");
+  app.add_option("--streams", o.streams, "concurrency levels")->delimiter(',')->capture_default_str();
+  app.add_option("--prompt-tokens", o.prompt_tokens, "prompt length (random token ids)")
+      ->capture_default_str();
+  app.add_option("--max-tokens", o.max_tokens, "tokens generated per request")->capture_default_str();
+  app.add_option("--requests-per-stream", o.requests_per_stream, "requests each client sends")
+      ->capture_default_str();
+  app.add_option("--vocab", o.vocab, "prompt token ids are drawn from [3, vocab)")->capture_default_str();
+  app.add_flag("--json", o.json_out, "JSON rows instead of a markdown table");
+  std::string shape, tokenizer, out;
+  auto* make = app.add_subcommand("make-run", "write a run directory with random weights (for speed tests)");
+  make->add_option("--shape", shape, "L,H,C,V,T")->required();
+  make->add_option("--tokenizer", tokenizer, "tokenizer.model to copy")->required();
+  make->add_option("--out", out, "directory")->required();
+  std::string run, data;
+  int windows = 1000;
+  auto* quality = app.add_subcommand("quality", "validation loss of the serving model, fp32 vs int8");
+  quality->add_option("--run", run, "run directory")->required();
+  quality->add_option("--data", data, "prepared data directory (val_*.bin)")->required();
+  quality->add_option("--windows", windows, "at most this many windows")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (make->parsed()) return MakeRun(shape, tokenizer, out);
+  if (quality->parsed()) return Quality(run, data, windows);
+  return RunLoad(o);
+}

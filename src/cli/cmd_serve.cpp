@@ -1,0 +1,208 @@
+// tern serve RUN_DIR|CHECKPOINT: the OpenAI-compatible inference server (docs/serving.md).
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "backend/registry.h"
+#include "cli/command.h"
+#include "serve/server.h"
+#include "serve/setup.h"
+
+namespace tern::cli {
+namespace {
+
+struct ServeCliOptions {
+  std::string model_path, host = "127.0.0.1", api_key, api_key_file, quantize = "none", device = "cpu";
+  std::string model_name, tokenizer;
+  int port = 8080, max_batch = 32, max_batch_tokens = 256, max_queue = 64, max_seq_len = 0, threads = 0;
+  int http_threads = 0, max_body_kb = 1024, timeout_s = 600;
+  double kv_cache_mb = 1024, price_per_hour = 0;
+  bool log_requests = false;
+};
+
+// The key from --api-key-file (first line, surrounding whitespace removed), --api-key or $TERN_API_KEY.
+Result<std::string> ApiKey(const ServeCliOptions& o) {
+  std::string key = o.api_key;
+  if (!o.api_key_file.empty()) {
+    std::ifstream in(o.api_key_file);
+    if (!in || !std::getline(in, key))
+      return Status::NotFound("cannot read --api-key-file " + o.api_key_file);
+  } else if (key.empty() && std::getenv("TERN_API_KEY")) {
+    key = std::getenv("TERN_API_KEY");
+  }
+  while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
+  while (!key.empty() && std::isspace(static_cast<unsigned char>(key.front()))) key.erase(0, 1);
+  if ((!o.api_key_file.empty() || !o.api_key.empty()) && key.empty())
+    return Status::InvalidArgument("the API key is empty");
+  return key;
+}
+
+int Fail(const Status& st) {
+  std::fprintf(stderr, "tern serve: %s\n", st.message().c_str());
+  return 1;
+}
+
+int RunServe(const ServeCliOptions& o) {
+  auto key = ApiKey(o);
+  if (!key.ok()) return Fail(key.status());
+  auto quantize = ParseQuantize(o.quantize);
+  if (!quantize.ok()) return Fail(quantize.status());
+  // SIGINT/SIGTERM are taken by sigwait below; blocked before any thread starts so that all inherit it.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  // Listen first: /health answers 503 while the weights load.
+  ServeMetrics metrics;
+  ServerOptions so;
+  so.host = o.host;
+  so.port = o.port;
+  so.api_key = *key;
+  // Every running or queued request holds an HTTP thread; with fewer threads than that, a burst of clients
+  // would wait unseen in the accept queue instead of getting 429 when the queue is full.
+  so.http_threads = o.http_threads > 0 ? o.http_threads : o.max_batch + o.max_queue + 16;
+  so.max_body_bytes = static_cast<size_t>(o.max_body_kb) * 1024;
+  so.request_timeout_s = o.timeout_s;
+  so.log_requests = o.log_requests;
+  auto weights = LoadServeWeights(o.model_path, o.tokenizer);  // cheap to fail early on a wrong path
+  if (!weights.ok()) return Fail(weights.status());
+  so.model_name = o.model_name.empty() ? weights->name : o.model_name;
+  Server server(so, &metrics);
+  if (Status st = server.Bind(); !st.ok()) return Fail(st);
+  std::thread http([&] { server.Serve(); });
+  std::fprintf(stderr,
+               "tern serve: listening on http://%s:%d (loading the model; /health is 503 until ready)\n",
+               o.host.c_str(), server.port());
+
+  auto fail_running = [&](const Status& st) {
+    server.Stop();
+    http.join();
+    return Fail(st);
+  };
+  auto tok = Tokenizer::Load(weights->tokenizer_path);
+  if (!tok.ok()) return fail_running(tok.status());
+  auto backend = MakeBackend(o.device);
+  if (!backend.ok()) return fail_running(backend.status());
+  EngineSetup setup;
+  setup.quantize = *quantize;
+  setup.kv_cache_mb = o.kv_cache_mb;
+  setup.engine.max_batch = o.max_batch;
+  setup.engine.max_batch_tokens = std::max(o.max_batch_tokens, o.max_batch);
+  setup.engine.max_queue = o.max_queue;
+  setup.engine.max_seq_len = o.max_seq_len;
+  setup.engine.threads = o.threads;
+  auto engine = MakeEngine(backend->get(), weights->config, weights->params, &tok.value(), setup, &metrics);
+  if (!engine.ok()) return fail_running(engine.status());
+  weights->params = {};  // the model holds its own copy
+  Engine& e = **engine;
+  const InferenceModel& m = e.model();
+  std::fprintf(
+      stderr,
+      "tern serve: model %s (%s), weights %s %.1f MB on %s; KV cache %d blocks x %d tokens (%.0f MB); "
+      "max batch %d, context %d\n",
+      so.model_name.c_str(), weights->config.ToString().c_str(),
+      *quantize == Quantize::kInt8 ? "int8" : "fp32", m.weight_bytes() / 1048576.0,
+      (*backend)->name().c_str(), m.options().num_blocks, m.options().block_size,
+      m.options().num_blocks * InferenceModel::KvBytesPerBlock(weights->config, m.options().block_size) /
+          1048576.0,
+      o.max_batch, e.max_seq_len());
+  e.Start();
+  server.SetEngine(&e, {so.model_name, &tok.value(), e.max_seq_len()});
+  std::fprintf(stderr, "tern serve: ready: POST http://%s:%d/v1/completions%s\n", o.host.c_str(),
+               server.port(),
+               so.api_key.empty() ? " (no API key: anyone who can reach the port can use it)" : "");
+
+  // Until a signal: every 30 s with traffic, the throughput and (with --price-per-hour) the cost it implies.
+  uint64_t last_tokens = metrics.generation_tokens;
+  auto last = std::chrono::steady_clock::now();
+  for (;;) {
+    timespec wait{30, 0};
+    if (sigtimedwait(&signals, nullptr, &wait) > 0) break;
+    const uint64_t tokens = metrics.generation_tokens;
+    const auto now = std::chrono::steady_clock::now();
+    const double secs = std::chrono::duration<double>(now - last).count(),
+                 rate = (tokens - last_tokens) / secs;
+    if (tokens > last_tokens) {
+      std::fprintf(stderr, "tern serve: %.1f generated tokens/s over the last %.0f s", rate, secs);
+      if (o.price_per_hour > 0)
+        std::fprintf(stderr, "; at $%.2f/h that is $%.3f per 1M generated tokens", o.price_per_hour,
+                     o.price_per_hour / (rate * 3600) * 1e6);
+      std::fprintf(stderr, "\n");
+    }
+    last_tokens = tokens;
+    last = now;
+  }
+  std::fprintf(stderr, "tern serve: shutting down\n");
+  e.Stop();  // open streams end first, so that the HTTP threads can finish
+  server.Stop();
+  http.join();
+  return 0;
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& root, CommandTable& table) {
+  auto o = std::make_shared<ServeCliOptions>();
+  auto* sub = root.add_subcommand("serve", "Serve a trained model over an OpenAI-compatible HTTP API");
+  sub->footer(
+      "\nExample:\n  tern serve runs/demo --port 8080 --api-key-file key.txt --quantize int8\n"
+      "  curl -s localhost:8080/v1/completions -H \"Authorization: Bearer $(cat key.txt)\" \\\n"
+      "       -d '{\"prompt\": \"And God said\", \"max_tokens\": 40}'\n"
+      "Endpoints, limits, metrics and tuning: docs/serving.md.");
+  sub->add_option("model", o->model_path, "run directory (model.safetensors + tokenizer.model) or checkpoint")
+      ->required();
+  sub->add_option("--host", o->host, "address to listen on (0.0.0.0 for all interfaces)")
+      ->capture_default_str();
+  sub->add_option("--port", o->port, "TCP port")->capture_default_str()->check(CLI::Range(0, 65535));
+  auto* key = sub->add_option(
+      "--api-key", o->api_key,
+      "require 'Authorization: Bearer KEY' (visible in ps: prefer --api-key-file or $TERN_API_KEY)");
+  sub->add_option("--api-key-file", o->api_key_file, "file whose first line is the API key")->excludes(key);
+  sub->add_option("--max-batch", o->max_batch, "sequences decoded together")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--max-batch-tokens", o->max_batch_tokens,
+                  "tokens per forward pass (long prompts are prefilled in chunks of this size)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
+  sub->add_option("--max-queue", o->max_queue, "requests waiting beyond which new ones get 429")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--max-seq-len", o->max_seq_len,
+                  "prompt + completion tokens per request (0 = the model's context)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--kv-cache-mb", o->kv_cache_mb, "memory for the paged KV cache")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--quantize", o->quantize, "matmul weights: none (fp32) or int8 (per-channel, VNNI)")
+      ->capture_default_str();
+  sub->add_option("--threads", o->threads, "compute threads (0 = OMP_NUM_THREADS or all cores)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option(
+         "--http-threads", o->http_threads,
+         "HTTP worker threads; each running or queued request holds one (0 = max-batch + max-queue + 16)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-body-kb", o->max_body_kb, "largest request body; larger ones get 413")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--timeout", o->timeout_s, "seconds after which a request is cancelled")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--model-name", o->model_name, "model id in the API (default: the run directory's name)");
+  sub->add_option("--tokenizer", o->tokenizer,
+                  "tokenizer.model to use (default: the one next to the weights)");
+  sub->add_option("--device", o->device, "cpu | cpu-ref | cuda | auto")->capture_default_str();
+  sub->add_option("--price-per-hour", o->price_per_hour,
+                  "instance price in $/h: prints $ per 1M generated tokens at the measured throughput")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--log-requests", o->log_requests, "one line per request on stderr (method, path, status)");
+  table.Add(sub, [o] { return RunServe(*o); });
+}
+
+}  // namespace tern::cli

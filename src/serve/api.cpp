@@ -1,0 +1,356 @@
+#include "serve/api.h"
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <random>
+
+namespace tern {
+namespace {
+
+using json = nlohmann::json;
+
+ApiError Bad(std::string param, std::string message, std::string code = "") {
+  return ApiError{400, std::move(message), "invalid_request_error", std::move(param), std::move(code)};
+}
+
+// The text is whatever the model produced; replacing invalid UTF-8 keeps dump() from throwing.
+std::string Dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+uint64_t RandomSeed() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return rng();
+}
+
+const char* TypeName(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    default:
+      return v.is_number_integer() || v.is_number_unsigned() ? "an integer" : "a number";
+  }
+}
+
+ApiError WrongType(const std::string& field, const char* want, const json& got) {
+  return Bad(field, fmt::format("'{}' must be {}, not {}", field, want, TypeName(got)));
+}
+
+// Optional fields: absent or null leaves *out as it is.
+std::optional<ApiError> GetNumber(const json& body, const char* field, double lo, double hi, float* out) {
+  if (!body.contains(field) || body[field].is_null()) return std::nullopt;
+  const json& v = body[field];
+  if (!v.is_number()) return WrongType(field, "a number", v);
+  const double x = v.get<double>();
+  if (!(x >= lo && x <= hi))
+    return Bad(field, fmt::format("'{}' must be between {} and {}, got {}", field, lo, hi, x));
+  *out = static_cast<float>(x);
+  return std::nullopt;
+}
+
+std::optional<ApiError> GetInt(const json& body, const char* field, int64_t lo, int64_t hi, int64_t* out) {
+  if (!body.contains(field) || body[field].is_null()) return std::nullopt;
+  const json& v = body[field];
+  if (!v.is_number_integer() && !v.is_number_unsigned()) return WrongType(field, "an integer", v);
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    return Bad(field, fmt::format("'{}' is out of range", field));
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi)
+    return Bad(field, fmt::format("'{}' must be between {} and {}, got {}", field, lo, hi, x));
+  *out = x;
+  return std::nullopt;
+}
+
+std::optional<ApiError> GetBool(const json& body, const char* field, bool* out) {
+  if (!body.contains(field) || body[field].is_null()) return std::nullopt;
+  if (!body[field].is_boolean()) return WrongType(field, "a boolean", body[field]);
+  *out = body[field].get<bool>();
+  return std::nullopt;
+}
+
+// prompt: a string, an array of token ids, or an array holding exactly one of those (n = 1).
+std::optional<ApiError> ParsePrompt(const json& body, const ApiContext& ctx, std::vector<int32_t>* out) {
+  if (!body.contains("prompt") || body["prompt"].is_null()) return Bad("prompt", "'prompt' is required");
+  json p = body["prompt"];
+  if (p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array())) p = p[0];
+  if (p.is_string()) {
+    *out = ctx.tokenizer->Encode(p.get<std::string>());
+  } else if (p.is_array()) {
+    const int V = ctx.tokenizer->vocab_size();
+    for (const json& t : p) {
+      if (t.is_string() || t.is_array()) return Bad("prompt", "only one prompt per request is supported");
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= V)
+        return Bad("prompt", fmt::format("'prompt' token ids must be integers in [0, {})", V));
+      out->push_back(t.get<int32_t>());
+    }
+  } else {
+    return WrongType("prompt", "a string or an array of token ids", p);
+  }
+  if (out->empty()) return Bad("prompt", "'prompt' must not be empty");
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseMessages(const json& body, std::vector<ChatMessage>* out) {
+  if (!body.contains("messages") || body["messages"].is_null())
+    return Bad("messages", "'messages' is required");
+  const json& msgs = body["messages"];
+  if (!msgs.is_array()) return WrongType("messages", "an array", msgs);
+  if (msgs.empty()) return Bad("messages", "'messages' must not be empty");
+  for (size_t i = 0; i < msgs.size(); i++) {
+    const std::string at = fmt::format("messages[{}]", i);
+    const json& m = msgs[i];
+    if (!m.is_object()) return WrongType(at, "an object", m);
+    if (!m.contains("role") || !m["role"].is_string())
+      return Bad(at + ".role", "'" + at + ".role' must be a string");
+    ChatMessage cm{m["role"].get<std::string>(), ""};
+    if (cm.role != "system" && cm.role != "developer" && cm.role != "user" && cm.role != "assistant")
+      return Bad(at + ".role", "'" + at + ".role' must be one of system, developer, user, assistant; got '" +
+                                   cm.role + "'");
+    const json content = m.value("content", json());
+    if (content.is_string()) {
+      cm.content = content.get<std::string>();
+    } else if (content.is_array()) {  // content parts: only text parts are understood
+      for (const json& part : content) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+          return Bad(at + ".content",
+                     "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+        cm.content += part["text"].get<std::string>();
+      }
+    } else if (!(content.is_null() && cm.role == "assistant")) {
+      return WrongType(at + ".content", "a string or an array of text parts", content);
+    }
+    out->push_back(std::move(cm));
+  }
+  return std::nullopt;
+}
+
+// Fields of the OpenAI API that tern does not implement: accepted at their neutral value, refused otherwise.
+std::optional<ApiError> CheckUnsupported(const json& body) {
+  int64_t n = 1;
+  if (auto e = GetInt(body, "n", 1, 1, &n)) return Bad("n", "only n = 1 is supported");
+  if (auto e = GetInt(body, "best_of", 1, 1, &n)) return Bad("best_of", "only best_of = 1 is supported");
+  for (const char* f : {"presence_penalty", "frequency_penalty"}) {
+    float x = 0;
+    if (auto e = GetNumber(body, f, -2, 2, &x)) return e;
+    if (x != 0) return Bad(f, fmt::format("'{}' is not supported (use 0)", f));
+  }
+  if (body.contains("logit_bias") && !body["logit_bias"].is_null() && !body["logit_bias"].empty())
+    return Bad("logit_bias", "'logit_bias' is not supported");
+  bool flag = false;
+  if (auto e = GetBool(body, "echo", &flag)) return e;
+  if (flag) return Bad("echo", "'echo' is not supported (use false)");
+  if (body.contains("suffix") && !body["suffix"].is_null() && body["suffix"] != "")
+    return Bad("suffix", "'suffix' is not supported");
+  // completions: logprobs is an integer; chat: a boolean (with top_logprobs)
+  for (const char* lp : {"logprobs", "top_logprobs"})
+    if (body.contains(lp) && !body[lp].is_null() && body[lp] != false && body[lp] != 0)
+      return Bad(lp, fmt::format("'{}' is not supported", lp));
+  if (body.contains("tools") && !body["tools"].is_null() && !body["tools"].empty())
+    return Bad("tools", "'tools' is not supported");
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string ErrorJson(const ApiError& e) {
+  json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
+  if (!e.param.empty()) err["param"] = e.param;
+  if (!e.code.empty()) err["code"] = e.code;
+  return Dump(json{{"error", err}});
+}
+
+std::string ApplyChatTemplate(const std::vector<ChatMessage>& messages) {
+  std::string system, turns;
+  for (const auto& m : messages) {
+    if (m.role == "system" || m.role == "developer") {
+      system += (system.empty() ? "" : "\n") + m.content;
+    } else {
+      turns += (m.role == "user" ? "User: " : "Assistant: ") + m.content + "\n";
+    }
+  }
+  return (system.empty() ? "" : system + "\n\n") + turns + "Assistant:";
+}
+
+std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body_text, bool chat,
+                                                   const ApiContext& ctx) {
+  json body;
+  try {
+    body = json::parse(body_text);
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();
+    const size_t at = what.find("parse error");
+    return Bad("",
+               "the request body is not valid JSON: " + (at == std::string::npos ? what : what.substr(at)));
+  }
+  if (!body.is_object()) return Bad("", "the request body must be a JSON object");
+  if (body.contains("model") && !body["model"].is_null()) {
+    if (!body["model"].is_string()) return WrongType("model", "a string", body["model"]);
+    const std::string model = body["model"].get<std::string>();
+    if (model != ctx.model_name)
+      return ApiError{
+          404, fmt::format("The model '{}' does not exist; this server serves '{}'", model, ctx.model_name),
+          "invalid_request_error", "model", "model_not_found"};
+  }
+  if (auto e = CheckUnsupported(body)) return *e;
+
+  ParsedRequest r;
+  r.chat = chat;
+  GenerationRequest& g = r.gen;
+  std::string prompt_field = "prompt";
+  if (chat) {
+    std::vector<ChatMessage> messages;
+    if (auto e = ParseMessages(body, &messages)) return *e;
+    g.prompt = ctx.tokenizer->Encode(ApplyChatTemplate(messages));
+    g.stop.push_back(kChatStop);
+    prompt_field = "messages";
+  } else if (auto e = ParsePrompt(body, ctx, &g.prompt)) {
+    return *e;
+  }
+  const int P = static_cast<int>(g.prompt.size());
+  if (P >= ctx.max_seq_len)
+    return Bad(prompt_field,
+               fmt::format("this model's maximum context length is {} tokens and the prompt has {} "
+                           "(at least one token must be left for the completion)",
+                           ctx.max_seq_len, P),
+               "context_length_exceeded");
+
+  int64_t max_tokens = chat ? ctx.max_seq_len - P : 16;  // OpenAI's defaults: chat until the context ends
+  const char* mt_field =
+      chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (auto e = GetInt(body, mt_field, 1, INT32_MAX, &max_tokens)) {
+    e->message += " (max_tokens is the number of tokens to generate)";
+    return *e;
+  }
+  if (P + max_tokens > ctx.max_seq_len)
+    return Bad(mt_field,
+               fmt::format("this model's maximum context length is {} tokens, but {} were requested "
+                           "({} in the prompt, {} for the completion); lower {}",
+                           ctx.max_seq_len, P + max_tokens, P, max_tokens, mt_field),
+               "context_length_exceeded");
+  g.max_tokens = static_cast<int>(max_tokens);
+
+  g.sampling = SamplingParams{1.0f, 0, 1.0f};  // OpenAI's defaults: temperature 1, no top-k, top_p 1
+  if (auto e = GetNumber(body, "temperature", 0, 2, &g.sampling.temperature)) return *e;
+  if (auto e = GetNumber(body, "top_p", 0, 1, &g.sampling.top_p)) return *e;
+  if (g.sampling.top_p <= 0) return Bad("top_p", "'top_p' must be greater than 0");
+  int64_t top_k = 0;
+  if (auto e = GetInt(body, "top_k", 0, INT32_MAX, &top_k)) return *e;
+  g.sampling.top_k = static_cast<int>(top_k);
+  int64_t seed = 0;
+  if (body.contains("seed") && !body["seed"].is_null()) {
+    if (auto e = GetInt(body, "seed", INT64_MIN, INT64_MAX, &seed)) return *e;
+    g.seed = static_cast<uint64_t>(seed);
+  } else {
+    g.seed = RandomSeed();
+  }
+  if (body.contains("stop") && !body["stop"].is_null()) {
+    const json& s = body["stop"];
+    if (s.is_string()) {
+      g.stop.push_back(s.get<std::string>());
+    } else if (s.is_array() && s.size() <= 4) {
+      for (const json& x : s) {
+        if (!x.is_string()) return WrongType("stop", "a string or an array of up to 4 strings", x);
+        g.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      return WrongType("stop", "a string or an array of up to 4 strings", s);
+    }
+  }
+  if (auto e = GetBool(body, "stream", &r.stream)) return *e;
+  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+    const json& so = body["stream_options"];
+    if (!so.is_object()) return WrongType("stream_options", "an object", so);
+    if (auto e = GetBool(so, "include_usage", &r.include_usage)) {
+      e->param = "stream_options.include_usage";
+      return *e;
+    }
+  }
+  if (auto e = GetBool(body, "ignore_eos", &g.ignore_eos)) return *e;
+  if (body.contains("user") && !body["user"].is_null() && !body["user"].is_string())
+    return WrongType("user", "a string", body["user"]);
+  return r;
+}
+
+ResponseMeta NewResponseMeta(const std::string& model, bool chat) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  ResponseMeta m;
+  m.id = fmt::format("{}-{:016x}{:08x}", chat ? "chatcmpl" : "cmpl", rng(), static_cast<uint32_t>(rng()));
+  m.created =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  m.model = model;
+  m.chat = chat;
+  return m;
+}
+
+namespace {
+json UsageObject(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+json Envelope(const ResponseMeta& m, const char* object) {
+  return {{"id", m.id}, {"object", object}, {"created", m.created}, {"model", m.model}};
+}
+json Reason(FinishReason f) {
+  return f == FinishReason::kNone ? json() : json(FinishReasonName(f));
+}
+}  // namespace
+
+std::string CompletionJson(const ResponseMeta& m, const std::string& text, FinishReason finish,
+                           const Usage& u) {
+  json j = Envelope(m, m.chat ? "chat.completion" : "text_completion");
+  json choice = {{"index", 0}, {"finish_reason", Reason(finish)}, {"logprobs", nullptr}};
+  if (m.chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  j["choices"] = json::array({choice});
+  j["usage"] = UsageObject(u);
+  return Dump(j);
+}
+
+std::string ChunkJson(const ResponseMeta& m, const std::string& text, FinishReason finish, bool role_only) {
+  json j = Envelope(m, m.chat ? "chat.completion.chunk" : "text_completion");
+  json choice = {{"index", 0}, {"finish_reason", Reason(finish)}, {"logprobs", nullptr}};
+  if (m.chat) {
+    if (role_only) {
+      choice["delta"] = {{"role", "assistant"}, {"content", ""}};
+    } else {
+      choice["delta"] =
+          finish == FinishReason::kNone || !text.empty() ? json{{"content", text}} : json::object();
+    }
+  } else {
+    choice["text"] = text;
+  }
+  j["choices"] = json::array({choice});
+  return Dump(j);
+}
+
+std::string UsageChunkJson(const ResponseMeta& m, const Usage& u) {
+  json j = Envelope(m, m.chat ? "chat.completion.chunk" : "text_completion");
+  j["choices"] = json::array();
+  j["usage"] = UsageObject(u);
+  return Dump(j);
+}
+
+std::string ModelJson(const std::string& model, int64_t created) {
+  return Dump({{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "tern"}});
+}
+
+std::string ModelsJson(const std::string& model, int64_t created) {
+  return Dump({{"object", "list"}, {"data", json::array({json::parse(ModelJson(model, created))})}});
+}
+
+}  // namespace tern

@@ -1,0 +1,134 @@
+// The serving engine: one thread owns the model and runs continuous batching (llama.cpp's server, vLLM).
+//
+// Requests arrive as native structs (Submit, from any thread) and wait in a queue. Every iteration the
+// engine (1) drops requests whose client went away, freeing their KV blocks, (2) gives every running
+// sequence its next row(s) - one token for a decoding sequence, the next chunk of its prompt for one being
+// prefilled - (3) admits waiting requests in arrival order while the batch has room (sequences and tokens)
+// and the KV pool can promise them the blocks their prompt and max_tokens need, reusing cached prompt
+// prefixes, (4) runs one forward over all those rows and samples the next token of every sequence that
+// finished its prompt. Results go back through each request's RequestHandle, so an HTTP thread can stream
+// them while the engine moves on. Nothing waits for the batch to drain.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "data/tokenizer.h"
+#include "model/sampler.h"
+#include "serve/inference_model.h"
+#include "serve/kv_cache.h"
+#include "serve/metrics.h"
+
+namespace tern {
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled };
+const char* FinishReasonName(FinishReason r);  // "stop", "length", "cancelled"
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;    // at least one token
+  int max_tokens = 16;            // >= 1; prompt + max_tokens <= Engine::max_seq_len()
+  SamplingParams sampling;        // temperature 0 = greedy
+  uint64_t seed = 0;              // same seed, same request -> same tokens
+  std::vector<std::string> stop;  // stop strings (not included in the text)
+  bool ignore_eos = false;        // keep going past the end-of-text token (benchmarks)
+};
+
+// What flows back to the client, in order. The last event has finish != kNone.
+struct GenerationEvent {
+  std::string text;             // new text (may be empty)
+  std::vector<int32_t> tokens;  // tokens generated since the previous event
+  FinishReason finish = FinishReason::kNone;
+  int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // set on the last event
+};
+
+// Shared by the engine and the thread waiting for the results.
+class RequestHandle {
+ public:
+  // Moves the events that are ready into *out, waiting up to `timeout` for the first one. False on timeout.
+  bool Wait(std::vector<GenerationEvent>* out, std::chrono::milliseconds timeout);
+  // The client went away: the engine drops the request at its next iteration (finish = kCancelled).
+  void Cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+ private:
+  friend class Engine;
+  void Push(GenerationEvent e);
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<GenerationEvent> events_;
+  std::atomic<bool> cancelled_{false};
+};
+
+struct EngineOptions {
+  int max_batch = 32;             // sequences per forward
+  int max_batch_tokens = 256;     // rows per forward: long prompts are prefilled in chunks of this size
+  int max_queue = 256;            // waiting requests beyond which Submit refuses
+  int max_seq_len = 0;            // prompt + generated tokens per sequence; 0 = the model's context
+  int threads = 0;                // compute threads of the engine thread (OpenMP); 0 = OpenMP's default
+  double debug_step_delay_s = 0;  // tests only: sleep per iteration, so that a stream lasts long enough
+};
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<InferenceModel> model, const Tokenizer* tokenizer, const EngineOptions& options,
+         ServeMetrics* metrics);
+  ~Engine();  // stops the thread; unfinished requests end with kCancelled
+
+  void Start();
+  void Stop();
+
+  // Queues a request. InvalidArgument when it can never run (too long for the context or the KV cache);
+  // Unavailable when the queue is full (the client should retry later).
+  Result<std::shared_ptr<RequestHandle>> Submit(GenerationRequest request);
+
+  // One iteration (the thread's loop body; tests call it without Start()). False when there was nothing to
+  // do.
+  bool Step();
+
+  int max_seq_len() const { return max_seq_len_; }
+  const InferenceModel& model() const { return *model_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // Thread-safe counts (tests): requests queued or running, and KV blocks held.
+  int active() const;
+  int kv_blocks_used() const;
+
+ private:
+  struct Sequence;
+  void Run();
+  bool Admit(Sequence* seq);
+  void AddRows(Sequence* seq, int n);
+  void Finish(Sequence* seq, FinishReason reason);
+  void AfterForward(const std::vector<Sequence*>& in_batch, const float* logits);
+  void PublishGauges();
+
+  std::unique_ptr<InferenceModel> model_;
+  const Tokenizer* tokenizer_;
+  EngineOptions opt_;
+  ServeMetrics* metrics_;
+  int max_seq_len_;
+  BlockManager blocks_;
+
+  mutable std::mutex mu_;  // guards submitted_, stop_, and the counts read by active()/kv_blocks_used()
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Sequence>> submitted_;
+  bool stop_ = false;
+  int active_count_ = 0, kv_used_ = 0;
+
+  // engine thread only
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;
+  ForwardBatch batch_;
+  std::vector<float> logits_;
+  std::thread thread_;
+};
+
+}  // namespace tern

@@ -1,0 +1,203 @@
+#include "serve/inference_model.h"
+
+#include <cassert>
+#include <cstring>
+
+#include "serve/quantize.h"
+
+namespace tern {
+
+Result<Quantize> ParseQuantize(const std::string& name) {
+  if (name == "none") return Quantize::kNone;
+  if (name == "int8") return Quantize::kInt8;
+  return Status::InvalidArgument("unknown --quantize '" + name + "'; use none or int8");
+}
+
+const char* QuantizeName(Quantize q) {
+  return q == Quantize::kInt8 ? "int8" : "none";
+}
+
+void ForwardBatch::Clear() {
+  tokens.clear();
+  positions.clear();
+  slots.clear();
+  seqs.clear();
+  block_tables.clear();
+  logit_rows.clear();
+}
+
+// Activation buffers for R rows (S sequences for the head), shapes in the comments.
+namespace {
+struct Acts {          // S = rows that feed the head
+  float *x, *x2;       // [R, C] residual stream (ping-pong: ops never alias their inputs)
+  float* ln;           // [R, C]
+  float *mean, *rstd;  // [R]
+  float* qkv;          // [R, 3C]
+  float* atty;         // [R, C]
+  float* proj;         // [R, C]
+  float *fch, *fcg;    // [R, 4C]
+  float* last;         // [S, C] rows that feed the head
+  float* logits;       // [S, V]
+  size_t total;
+  Acts(float* base, size_t R, size_t S, size_t C, size_t V) {
+    size_t off = 0;
+    auto take = [&](size_t n) {
+      float* p = base ? base + off : nullptr;
+      off += (n + 15) / 16 * 16;
+      return p;
+    };
+    x = take(R * C);
+    x2 = take(R * C);
+    ln = take(R * C);
+    mean = take(R);
+    rstd = take(R);
+    qkv = take(R * 3 * C);
+    atty = take(R * C);
+    proj = take(R * C);
+    fch = take(R * 4 * C);
+    fcg = take(R * 4 * C);
+    last = take(S * C);
+    logits = take(S * V);
+    total = off;
+  }
+};
+}  // namespace
+
+size_t InferenceModel::KvBytesPerBlock(const GptConfig& cfg, int block_size) {
+  return 2ull * cfg.n_layer * block_size * cfg.n_embd * sizeof(float);
+}
+
+InferenceModel::InferenceModel(Backend* backend, const GptConfig& cfg, const InferenceModelOptions& options)
+    : backend_(backend), cfg_(cfg), opt_(options) {}
+
+Result<std::unique_ptr<InferenceModel>> InferenceModel::Create(Backend* backend, const GptConfig& cfg,
+                                                               const std::vector<float>& params,
+                                                               const InferenceModelOptions& options) {
+  TERN_RETURN_IF_ERROR(cfg.Validate());
+  if (params.size() != GptParamCount(cfg))
+    return Status::InvalidArgument(fmt::format("expected {} parameters for {}, got {}", GptParamCount(cfg),
+                                               cfg.ToString(), params.size()));
+  if (options.block_size < 1 || options.num_blocks < 1 || options.max_rows < 1 || options.max_seqs < 1)
+    return Status::InvalidArgument("block size, KV blocks, rows and sequences per batch must be positive");
+  if (options.quantize == Quantize::kInt8 && cfg.n_embd % 4 != 0)
+    return Status::InvalidArgument("int8 needs n_embd divisible by 4 (int8 dot products take 4 at a time)");
+  std::unique_ptr<InferenceModel> m(new InferenceModel(backend, cfg, options));
+  m->Init(params);
+  return m;
+}
+
+void InferenceModel::Init(const std::vector<float>& params) {
+  const int L = cfg_.n_layer, C = cfg_.n_embd, V = cfg_.vocab_size, bs = opt_.block_size;
+  max_blocks_ = (cfg_.block_size + bs - 1) / bs;
+  layout_ = GptParamLayout(cfg_);
+  params_ = DeviceBuffer(backend_, params.size() * sizeof(float));
+  backend_->Upload(params_.data(), params.data(), params.size() * sizeof(float));
+
+  // Matmul weights: [OC, K] slices of the stacked per-layer tensors, quantised on the host if asked.
+  weight_bytes_ = 0;
+  auto make = [&](const char* name, int layer, int OC, int K) {
+    Linear w;
+    const size_t n = static_cast<size_t>(OC) * K;
+    if (opt_.quantize == Quantize::kNone) {
+      w.f32 = P(name, layer);
+      weight_bytes_ += n * sizeof(float);
+      return w;
+    }
+    size_t host_off = 0;
+    for (const auto& t : layout_)
+      if (t.name == name) host_off = t.offset + (name == std::string("wte") ? 0 : layer * (t.numel / L));
+    Int8Matrix q = QuantizeInt8(params.data() + host_off, OC, K);
+    int8_buffers_.emplace_back(backend_, q.packed.size());
+    backend_->Upload(int8_buffers_.back().data(), q.packed.data(), q.packed.size());
+    w.q = int8_buffers_.back().as<int8_t>();
+    int8_buffers_.emplace_back(backend_, q.scale.size() * sizeof(float));
+    backend_->Upload(int8_buffers_.back().data(), q.scale.data(), q.scale.size() * sizeof(float));
+    w.scale = int8_buffers_.back().as<float>();
+    weight_bytes_ += q.packed.size() + q.scale.size() * sizeof(float);
+    return w;
+  };
+  int8_buffers_.reserve(2 * (4 * L + 1));  // no reallocation: Linear keeps raw pointers into them
+  for (int l = 0; l < L; l++) {
+    qkvw_.push_back(make("qkvw", l, 3 * C, C));
+    attprojw_.push_back(make("attprojw", l, C, C));
+    fcw_.push_back(make("fcw", l, 4 * C, C));
+    fcprojw_.push_back(make("fcprojw", l, C, 4 * C));
+  }
+  head_ = std::make_unique<Linear>(make("wte", 0, V, C));
+
+  const size_t layer_floats = static_cast<size_t>(opt_.num_blocks) * bs * C;
+  k_cache_ = DeviceBuffer(backend_, L * layer_floats * sizeof(float));
+  v_cache_ = DeviceBuffer(backend_, L * layer_floats * sizeof(float));
+  if (opt_.max_logit_rows <= 0) opt_.max_logit_rows = opt_.max_seqs;
+  acts_ =
+      DeviceBuffer(backend_, Acts(nullptr, opt_.max_rows, opt_.max_logit_rows, C, V).total * sizeof(float));
+  const size_t ints =
+      3 * static_cast<size_t>(opt_.max_rows) + static_cast<size_t>(opt_.max_seqs) * (3 + max_blocks_);
+  ints_ = DeviceBuffer(backend_, ints * sizeof(int32_t));
+}
+
+const float* InferenceModel::P(const char* name, int layer) const {
+  for (const auto& t : layout_)
+    if (t.name == name) return params_.as<float>() + t.offset + layer * (t.numel / t.shape[0]);
+  assert(false && "unknown parameter");
+  return nullptr;
+}
+
+void InferenceModel::RunLinear(float* out, const float* inp, const Linear& w, const float* bias, int N,
+                               int OC, int K) {
+  if (w.q) {
+    backend_->MatmulInt8(out, inp, w.q, w.scale, bias, N, OC, K);
+  } else {
+    backend_->Matmul(out, F32(inp), F32(w.f32), bias, N, OC, K, false, true, 0.0f, Compute::kF32);
+  }
+}
+
+void InferenceModel::Forward(const ForwardBatch& batch, float* host_logits) {
+  const int L = cfg_.n_layer, C = cfg_.n_embd, V = cfg_.vocab_size, NH = cfg_.n_head, bs = opt_.block_size;
+  const int N = batch.N(), S = batch.S(), R = static_cast<int>(batch.logit_rows.size());
+  assert(N >= 1 && N <= opt_.max_rows && S <= opt_.max_seqs && R <= opt_.max_logit_rows);
+  assert(batch.block_tables.size() == static_cast<size_t>(S) * max_blocks_);
+  Acts a(acts_.as<float>(), opt_.max_rows, opt_.max_logit_rows, C, V);
+
+  // Batch metadata to the device: tokens, positions, slots [N], seqs [S,3], block tables [S, max_blocks].
+  int32_t* d_tokens = ints_.as<int32_t>();
+  int32_t* d_positions = d_tokens + N;
+  int32_t* d_slots = d_positions + N;
+  int32_t* d_seqs = d_slots + N;
+  int32_t* d_tables = d_seqs + 3 * S;
+  backend_->Upload(d_tokens, batch.tokens.data(), N * sizeof(int32_t));
+  backend_->Upload(d_positions, batch.positions.data(), N * sizeof(int32_t));
+  backend_->Upload(d_slots, batch.slots.data(), N * sizeof(int32_t));
+  backend_->Upload(d_seqs, batch.seqs.data(), 3 * S * sizeof(int32_t));
+  backend_->Upload(d_tables, batch.block_tables.data(), batch.block_tables.size() * sizeof(int32_t));
+
+  const size_t layer_floats = static_cast<size_t>(opt_.num_blocks) * bs * C;
+  backend_->EmbedTokens(a.x, d_tokens, d_positions, P("wte"), P("wpe"), N, C);
+  for (int l = 0; l < L; l++) {
+    float* k_cache = k_cache_.as<float>() + l * layer_floats;
+    float* v_cache = v_cache_.as<float>() + l * layer_floats;
+    backend_->LayerNormForward(a.ln, a.mean, a.rstd, a.x, P("ln1w", l), P("ln1b", l), N, C);
+    RunLinear(a.qkv, a.ln, qkvw_[l], P("qkvb", l), N, 3 * C, C);
+    backend_->KvCacheWrite(k_cache, v_cache, a.qkv, d_slots, N, C, NH, bs);
+    backend_->PagedAttentionForward(a.atty, a.qkv, k_cache, v_cache, d_seqs, d_tables, S, max_blocks_, N, C,
+                                    NH, bs);
+    RunLinear(a.proj, a.atty, attprojw_[l], P("attprojb", l), N, C, C);
+    backend_->Add(a.x2, a.x, a.proj, static_cast<size_t>(N) * C);
+    backend_->LayerNormForward(a.ln, a.mean, a.rstd, a.x2, P("ln2w", l), P("ln2b", l), N, C);
+    RunLinear(a.fch, a.ln, fcw_[l], P("fcb", l), N, 4 * C, C);
+    backend_->GeluForward(a.fcg, a.fch, static_cast<size_t>(N) * 4 * C);
+    RunLinear(a.proj, a.fcg, fcprojw_[l], P("fcprojb", l), N, C, 4 * C);
+    backend_->Add(a.x, a.x2, a.proj, static_cast<size_t>(N) * C);
+  }
+  if (R == 0) return;
+  // Only the rows that sample a token go through the head (layernorm is per row, so gathering first is
+  // exact).
+  for (int r = 0; r < R; r++)
+    backend_->Copy(a.last + static_cast<size_t>(r) * C, a.x + static_cast<size_t>(batch.logit_rows[r]) * C,
+                   C * sizeof(float));
+  backend_->LayerNormForward(a.ln, a.mean, a.rstd, a.last, P("lnfw"), P("lnfb"), R, C);
+  RunLinear(a.logits, a.ln, *head_, nullptr, R, V, C);
+  backend_->Download(host_logits, a.logits, static_cast<size_t>(R) * V * sizeof(float));
+}
+
+}  // namespace tern

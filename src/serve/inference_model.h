@@ -1,0 +1,94 @@
+// GPT-2 for serving: one forward over a ragged batch of sequences with a paged KV cache, written over the
+// Backend interface like model/gpt.h (the model never dereferences a device pointer).
+//
+// A batch concatenates the new tokens of several sequences as rows: a prompt (or a chunk of it) being
+// prefilled contributes many rows, a decoding sequence one. Embedding, layernorm, the matmuls and GELU run
+// over all rows at once; attention runs per sequence over its KV blocks (Backend::PagedAttentionForward).
+// Only the rows whose next token is wanted go through the final layernorm and the LM head.
+//
+// Every op is row-independent (backend.h), so a sequence gets bitwise the same logits whichever sequences
+// share its batch. With quantize = int8 the five matmul weights per layer and the tied LM head are
+// per-output-channel int8 (Backend::MatmulInt8); embeddings, biases and layernorms stay fp32.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/status.h"
+#include "model/gpt_config.h"
+
+namespace tern {
+
+enum class Quantize { kNone, kInt8 };
+Result<Quantize> ParseQuantize(const std::string& name);  // "none" | "int8"
+const char* QuantizeName(Quantize q);
+
+struct InferenceModelOptions {
+  Quantize quantize = Quantize::kNone;
+  int block_size = 16;     // tokens per KV block
+  int num_blocks = 64;     // KV blocks in the pool (all layers)
+  int max_rows = 256;      // rows (new tokens) per forward
+  int max_seqs = 32;       // sequences per forward
+  int max_logit_rows = 0;  // rows whose logits one forward may return; 0 = max_seqs (evaluation: max_rows)
+};
+
+// The inputs of one forward, on the host (InferenceModel uploads them).
+struct ForwardBatch {
+  std::vector<int32_t> tokens, positions, slots;  // [N]; slot = block * block_size + offset of the row's KV
+  std::vector<int32_t> seqs;                      // [S,3]: q_start, q_len, ctx_len (backend.h)
+  std::vector<int32_t> block_tables;              // [S, max_blocks], unused entries 0
+  std::vector<int32_t> logit_rows;                // rows whose next-token logits are wanted, in output order
+  int N() const { return static_cast<int>(tokens.size()); }
+  int S() const { return static_cast<int>(seqs.size() / 3); }
+  void Clear();
+};
+
+class InferenceModel {
+ public:
+  // params: the flat fp32 parameter buffer (GptParamLayout order), e.g. from ReadGptSafetensors.
+  static Result<std::unique_ptr<InferenceModel>> Create(Backend* backend, const GptConfig& cfg,
+                                                        const std::vector<float>& params,
+                                                        const InferenceModelOptions& options);
+  // KV bytes per block over all layers (keys and values): 2 * L * block_size * C * 4.
+  static size_t KvBytesPerBlock(const GptConfig& cfg, int block_size);
+
+  // Runs the batch: writes its keys and values into the cache and copies the logits of logit_rows to
+  // host_logits[logit_rows.size(), V] (at most max_logit_rows of them).
+  void Forward(const ForwardBatch& batch, float* host_logits);
+
+  const GptConfig& config() const { return cfg_; }
+  const InferenceModelOptions& options() const { return opt_; }
+  int max_blocks_per_seq() const { return max_blocks_; }  // block_size(config) / block_size, rounded up
+  Backend* backend() const { return backend_; }
+  size_t weight_bytes() const { return weight_bytes_; }  // bytes of the weights the forward reads
+
+ private:
+  struct Linear {  // one matmul weight [OC, K]: fp32, or packed int8 with per-row scales
+    const float* f32 = nullptr;
+    const int8_t* q = nullptr;
+    const float* scale = nullptr;
+  };
+  InferenceModel(Backend* backend, const GptConfig& cfg, const InferenceModelOptions& options);
+  void Init(const std::vector<float>& params);
+  void RunLinear(float* out, const float* inp, const Linear& w, const float* bias, int N, int OC, int K);
+  const float* P(const char* name, int layer = 0) const;  // device pointer of a fp32 tensor (of a layer)
+
+  Backend* backend_;
+  GptConfig cfg_;
+  InferenceModelOptions opt_;
+  int max_blocks_ = 0;
+  size_t weight_bytes_ = 0;
+  std::vector<ParamTensor> layout_;
+  DeviceBuffer params_;                     // all fp32 parameters
+  std::vector<DeviceBuffer> int8_buffers_;  // packed int8 weights and their scales
+  std::vector<Linear> qkvw_, attprojw_, fcw_, fcprojw_;
+  std::unique_ptr<Linear> head_;
+  DeviceBuffer k_cache_, v_cache_;  // [L, num_blocks, NH, bs, hs] each
+  DeviceBuffer acts_;               // activations for max_rows rows
+  DeviceBuffer ints_;               // uploaded batch metadata
+};
+
+}  // namespace tern

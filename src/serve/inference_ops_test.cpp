@@ -1,0 +1,187 @@
+// The inference ops of backend.h: the reference paged attention against the training attention (an
+// independent oracle), the fast CPU versions against the reference, and row independence (a row's result is
+// bitwise the same alone or in any batch), which batching invariance of the server rests on.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "backend/cpu/ops_test_util.h"
+#include "serve/quantize.h"
+
+namespace tern {
+namespace {
+
+using testing::Arena;
+using testing::ExpectClose;
+using testing::Uniform;
+
+constexpr int C = 64, NH = 4, BS = 4, kBlocks = 40, kMaxBlocks = 12;
+
+// A ragged batch: per sequence (q_len, ctx_len), rows concatenated; block tables scrambled so that
+// sequences use non-contiguous blocks in no particular order.
+struct Ragged {
+  std::vector<int32_t> seqs, tables, slots;
+  int N = 0, S = 0;
+  Ragged(const std::vector<std::pair<int, int>>& shape, std::mt19937& rng) {
+    std::vector<int32_t> perm(kBlocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    int next = 0;
+    for (auto [q_len, ctx] : shape) {
+      seqs.insert(seqs.end(), {N, q_len, ctx});
+      std::vector<int32_t> table(kMaxBlocks, 0);
+      for (int b = 0; b < (ctx + BS - 1) / BS; b++) table[b] = perm[next++];
+      tables.insert(tables.end(), table.begin(), table.end());
+      for (int p = ctx - q_len; p < ctx; p++) slots.push_back(table[p / BS] * BS + p % BS);
+      N += q_len;
+      S++;
+    }
+  }
+};
+
+// Fills the cache for every position of every sequence (the earlier ones from a separate "past" qkv), then
+// runs the attention for the new rows.
+std::vector<float> RunPaged(Backend& be, const Ragged& r, const std::vector<float>& qkv,
+                            const std::vector<float>& past_kv) {
+  Arena ar(be);
+  const size_t cache = static_cast<size_t>(kBlocks) * BS * C;
+  float* k = ar.Zeros<float>(cache);
+  float* v = ar.Zeros<float>(cache);
+  // past positions: write them through KvCacheWrite with rows of past_kv
+  std::vector<int32_t> past_slots;
+  for (int s = 0; s < r.S; s++) {
+    const int q_len = r.seqs[3 * s + 1], ctx = r.seqs[3 * s + 2];
+    for (int p = 0; p < ctx - q_len; p++)
+      past_slots.push_back(r.tables[s * kMaxBlocks + p / BS] * BS + p % BS);
+  }
+  if (!past_slots.empty()) {
+    be.KvCacheWrite(k, v, ar.In(past_kv), ar.In(past_slots), static_cast<int>(past_slots.size()), C, NH, BS);
+  }
+  const float* d_qkv = ar.In(qkv);
+  be.KvCacheWrite(k, v, d_qkv, ar.In(r.slots), r.N, C, NH, BS);
+  float* out = ar.Zeros<float>(static_cast<size_t>(r.N) * C);
+  be.PagedAttentionForward(out, d_qkv, k, v, ar.In(r.seqs), ar.In(r.tables), r.S, kMaxBlocks, r.N, C, NH, BS);
+  return ar.Out(out, static_cast<size_t>(r.N) * C);
+}
+
+TEST(PagedAttention, ReferenceMatchesTrainingAttention) {
+  std::mt19937 rng(1);
+  const int T = 23;
+  auto qkv = Uniform(rng, static_cast<size_t>(T) * 3 * C);
+  auto ref = MakeCpuReferenceBackend();
+  Arena ar(*ref);
+  float* out = ar.Zeros<float>(static_cast<size_t>(T) * C);
+  float* att = ar.Zeros<float>(static_cast<size_t>(NH) * T * T);
+  ref->AttentionForward(out, att, ar.In(qkv), 1, T, C, NH);
+  auto want = ar.Out(out, static_cast<size_t>(T) * C);
+  // whole prompt at once
+  Ragged whole({{T, T}}, rng);
+  ExpectClose(RunPaged(*ref, whole, qkv, {}), want, 1e-5, 1e-6, "paged, one chunk");
+  // the last 9 rows as a second chunk over a cache holding the first 14 positions
+  Ragged chunk({{9, T}}, rng);
+  std::vector<float> past(qkv.begin(), qkv.begin() + 14 * 3 * C), rest(qkv.begin() + 14 * 3 * C, qkv.end());
+  std::vector<float> tail(want.begin() + 14 * C, want.end());
+  ExpectClose(RunPaged(*ref, chunk, rest, past), tail, 1e-5, 1e-6, "paged, second chunk");
+}
+
+TEST(PagedAttention, FastMatchesReferenceAndIsRowIndependent) {
+  std::mt19937 rng(2);
+  const std::vector<std::pair<int, int>> shape = {{1, 17}, {7, 7}, {1, 1}, {5, 30}, {1, 44}};
+  Ragged batch(shape, rng);
+  auto qkv = Uniform(rng, static_cast<size_t>(batch.N) * 3 * C);
+  int past_rows = 0;
+  for (auto [q, ctx] : shape) past_rows += ctx - q;
+  auto past = Uniform(rng, static_cast<size_t>(past_rows) * 3 * C);
+  auto ref = MakeCpuReferenceBackend();
+  auto fast = MakeCpuFastBackend();
+  auto want = RunPaged(*ref, batch, qkv, past);
+  auto got = RunPaged(*fast, batch, qkv, past);
+  ExpectClose(got, want, 1e-5, 1e-6, "fast paged attention");
+  // Each sequence alone (same blocks, same cache contents) gives bitwise the rows it had in the batch.
+  int row = 0, past_row = 0;
+  for (int s = 0; s < batch.S; s++) {
+    auto [q_len, ctx] = shape[s];
+    Ragged one({{q_len, ctx}}, rng);
+    one.tables.assign(batch.tables.begin() + s * kMaxBlocks, batch.tables.begin() + (s + 1) * kMaxBlocks);
+    one.slots.assign(batch.slots.begin() + row, batch.slots.begin() + row + q_len);
+    std::vector<float> q1(qkv.begin() + row * 3 * C, qkv.begin() + (row + q_len) * 3 * C);
+    std::vector<float> p1(past.begin() + past_row * 3 * C, past.begin() + (past_row + ctx - q_len) * 3 * C);
+    auto alone = RunPaged(*fast, one, q1, p1);
+    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + row * C)) << "sequence " << s;
+    row += q_len;
+    past_row += ctx - q_len;
+  }
+}
+
+TEST(EmbedTokens, FastMatchesReference) {
+  std::mt19937 rng(3);
+  const int V = 50, T = 20, N = 13;
+  auto wte = Uniform(rng, V * C), wpe = Uniform(rng, T * C);
+  auto tokens = testing::Tokens(rng, N, V), positions = testing::Tokens(rng, N, T);
+  std::vector<std::vector<float>> outs;
+  for (auto& be : {MakeCpuReferenceBackend(), MakeCpuFastBackend()}) {
+    Arena ar(*be);
+    float* out = ar.Zeros<float>(N * C);
+    be->EmbedTokens(out, ar.In(tokens), ar.In(positions), ar.In(wte), ar.In(wpe), N, C);
+    outs.push_back(ar.Out(out, N * C));
+  }
+  EXPECT_EQ(outs[0], outs[1]);
+  EXPECT_EQ(outs[0][5 * C + 3], wte[tokens[5] * C + 3] + wpe[positions[5] * C + 3]);
+}
+
+std::vector<float> RunInt8(Backend& be, const std::vector<float>& x, const Int8Matrix& w,
+                           const std::vector<float>& bias, int N) {
+  Arena ar(be);
+  float* out = ar.Zeros<float>(static_cast<size_t>(N) * w.OC);
+  be.MatmulInt8(out, ar.In(x), ar.In(w.packed), ar.In(w.scale), bias.empty() ? nullptr : ar.In(bias), N, w.OC,
+                w.K);
+  return ar.Out(out, static_cast<size_t>(N) * w.OC);
+}
+
+TEST(MatmulInt8, FastMatchesReferenceAndFp32) {
+  std::mt19937 rng(4);
+  for (auto [N, OC, K] : {std::tuple{1, 48, 64}, {5, 37, 20}, {70, 200, 128}, {9, 16, 256}}) {
+    auto w = Uniform(rng, static_cast<size_t>(OC) * K);
+    auto x = Uniform(rng, static_cast<size_t>(N) * K);
+    auto bias = Uniform(rng, OC);
+    Int8Matrix q = QuantizeInt8(w.data(), OC, K);
+    auto ref = MakeCpuReferenceBackend();
+    auto fast = MakeCpuFastBackend();
+    auto want = RunInt8(*ref, x, q, bias, N);
+    auto got = RunInt8(*fast, x, q, bias, N);
+    const std::string what =
+        "N=" + std::to_string(N) + " OC=" + std::to_string(OC) + " K=" + std::to_string(K);
+    ExpectClose(got, want, 1e-6, 1e-6, "fast int8 vs reference " + what);
+    EXPECT_EQ(RunInt8(*fast, x, q, {}, N)[0] + bias[0], got[0]) << "bias is added last";
+    // The int8 product approximates the fp32 one: errors are a few quantisation steps of the sum.
+    Arena ar(*ref);
+    float* out = ar.Zeros<float>(static_cast<size_t>(N) * OC);
+    ref->Matmul(out, F32(ar.In(x)), F32(ar.In(w)), ar.In(bias), N, OC, K, false, true, 0.0f, Compute::kF32);
+    ExpectClose(got, ar.Out(out, static_cast<size_t>(N) * OC), 0.0, 0.03, "int8 vs fp32 " + what);
+    // Row independence: each row alone gives bitwise the same outputs.
+    for (int n = 0; n < N; n += std::max(1, N / 4)) {
+      std::vector<float> row(x.begin() + n * K, x.begin() + (n + 1) * K);
+      auto alone = RunInt8(*fast, row, q, bias, 1);
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + n * OC)) << what << " row " << n;
+    }
+  }
+}
+
+TEST(QuantizeInt8, RoundTripIsWithinHalfAStep) {
+  std::mt19937 rng(5);
+  const int OC = 21, K = 12;
+  auto w = Uniform(rng, OC * K);
+  w[3 * K + 2] = 0.0f;
+  for (int k = 0; k < K; k++) w[7 * K + k] = 0.0f;  // an all-zero row
+  Int8Matrix q = QuantizeInt8(w.data(), OC, K);
+  auto back = DequantizeInt8(q);
+  for (int o = 0; o < OC; o++)
+    for (int k = 0; k < K; k++)
+      EXPECT_LE(std::fabs(back[o * K + k] - w[o * K + k]), 0.5f * q.scale[o] * 1.0001f) << o << "," << k;
+  EXPECT_EQ(q.scale[7], 0.0f);
+  EXPECT_EQ(q.packed.size(), 32u * K);  // OC padded to 32
+}
+
+}  // namespace
+}  // namespace tern

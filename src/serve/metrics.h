@@ -1,0 +1,55 @@
+// The server's counters, gauges and histograms, rendered in the Prometheus text format (version 0.0.4):
+// names prefixed tern_, underscored, in base units (seconds, tokens, blocks); counters end in _total.
+// Updated by the engine thread and the HTTP threads (atomics; histograms take a lock).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tern {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);
+  void Observe(double v);
+  // Appends the _bucket (cumulative, le="+Inf" last), _sum and _count lines.
+  void Render(const std::string& name, const std::string& help, std::string* out) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket, not cumulative; the last one is +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+struct ServeMetrics {
+  ServeMetrics();
+
+  // engine counters
+  std::atomic<uint64_t> prompt_tokens{0}, generation_tokens{0};
+  std::atomic<uint64_t> prefill_tokens{0};           // prompt tokens computed (not found in the prefix cache)
+  std::atomic<uint64_t> prefix_cache_hit_tokens{0};  // prompt tokens served from the prefix cache
+  std::atomic<uint64_t> prefix_cache_queries{0}, prefix_cache_hits{0};  // full blocks looked up / found
+  std::atomic<uint64_t> forward_steps{0};
+  std::atomic<uint64_t> finished_stop{0}, finished_length{0}, finished_cancelled{0};
+  // engine gauges
+  std::atomic<int64_t> queue_length{0}, running_sequences{0};
+  std::atomic<int64_t> kv_blocks_used{0}, kv_blocks_free{0}, kv_blocks_cached{0}, kv_blocks_reserved{0};
+  std::atomic<int> ready{0};
+  Histogram time_to_first_token, time_per_output_token, request_duration, batch_size, batch_tokens;
+
+  // HTTP responses by route and status code
+  void CountRequest(const std::string& route, int status);
+  std::string Render() const;
+
+ private:
+  mutable std::mutex requests_mu_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;
+};
+
+}  // namespace tern

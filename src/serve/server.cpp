@@ -1,0 +1,314 @@
+#include "serve/server.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+
+namespace tern {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kPoll =
+    std::chrono::milliseconds(1000);  // a quiet stream sends a keep-alive comment this often
+
+void Reply(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(ErrorJson(e), "application/json");
+}
+
+std::string Sse(const std::string& data) {
+  return "data: " + data + "\n\n";
+}
+
+// Routes for the request counter; unknown paths share one label so that scanners cannot grow the metrics.
+std::string RouteLabel(const std::string& path) {
+  for (const char* r : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"})
+    if (path == r) return r;
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  return "other";
+}
+
+// The chat template ends with "Assistant:", so a reply starts with the space that follows it: dropped.
+struct ChatSpace {
+  bool pending = true;
+  std::string Strip(std::string text) {
+    if (pending && !text.empty()) {
+      pending = false;
+      if (text[0] == ' ') text.erase(0, 1);
+    }
+    return text;
+  }
+};
+
+// State of one streaming response, shared by the content provider and its releaser.
+struct Stream {
+  std::shared_ptr<RequestHandle> handle;
+  ResponseMeta meta;
+  bool include_usage = false;
+  bool role_sent = false, finished = false;
+  ChatSpace space;
+  Clock::time_point deadline;
+};
+
+// cpp-httplib 0.11 listens with a backlog of 5, a compile-time constant of Debian's library: a burst of
+// concurrent clients overflows the accept queue and then waits for SYN retransmits (1 s, 3 s, ...), which
+// shows up as a one-second time to first token. listen() again on the bound socket raises the backlog.
+class HttpServer : public httplib::Server {
+ public:
+  void RaiseBacklog(int backlog) { ::listen(svr_sock_, backlog); }
+};
+
+}  // namespace
+
+bool ConstantTimeEquals(const std::string& a, const std::string& b) {
+  const size_t n = std::max(a.size(), b.size());
+  volatile unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; i++) {
+    const unsigned char x = i < a.size() ? a[i] : 0, y = i < b.size() ? b[i] : 0;
+    diff = diff | (x ^ y);
+  }
+  return diff == 0;
+}
+
+struct Server::Impl {
+  ServerOptions opt;
+  ServeMetrics* metrics;
+  HttpServer http;
+  int port = -1;
+  std::atomic<Engine*> engine{nullptr};
+  ApiContext ctx;
+  int64_t created = 0;
+
+  void Routes();
+  void Generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  void Respond(httplib::Response& res, ParsedRequest r, std::shared_ptr<RequestHandle> handle);
+  void StreamResponse(httplib::Response& res, ParsedRequest r, std::shared_ptr<RequestHandle> handle);
+};
+
+Server::Server(const ServerOptions& options, ServeMetrics* metrics) : impl_(std::make_unique<Impl>()) {
+  impl_->opt = options;
+  impl_->metrics = metrics;
+  impl_->created =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  impl_->Routes();
+}
+
+Server::~Server() {
+  Stop();
+}
+
+Status Server::Bind() {
+  Impl& m = *impl_;
+  m.port = m.opt.port == 0 ? m.http.bind_to_any_port(m.opt.host)
+                           : (m.http.bind_to_port(m.opt.host, m.opt.port) ? m.opt.port : -1);
+  if (m.port < 0)
+    return Status::Unavailable(
+        fmt::format("cannot listen on {}:{} (address in use or not local?)", m.opt.host, m.opt.port));
+  m.http.RaiseBacklog(1024);
+  return Status::Ok();
+}
+
+int Server::port() const {
+  return impl_->port;
+}
+
+void Server::SetEngine(Engine* engine, const ApiContext& ctx) {
+  impl_->ctx = ctx;
+  impl_->engine = engine;
+  impl_->metrics->ready = 1;
+}
+
+void Server::Serve() {
+  impl_->http.listen_after_bind();
+}
+void Server::Stop() {
+  if (impl_->http.is_running()) impl_->http.stop();
+}
+
+void Server::Impl::Routes() {
+  const int threads = opt.http_threads;
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http.set_payload_max_length(opt.max_body_bytes);
+  http.set_read_timeout(opt.io_timeout_s, 0);
+  http.set_write_timeout(opt.io_timeout_s, 0);
+  http.set_keep_alive_timeout(5);
+
+  // Authentication happens before the body is read, so an unauthenticated client cannot make us read 10 MB.
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    const std::string given = auth.rfind(prefix, 0) == 0 ? auth.substr(prefix.size()) : std::string();
+    if (!auth.empty() && ConstantTimeEquals(given, opt.api_key))
+      return httplib::Server::HandlerResponse::Unhandled;
+    Reply(res,
+          {401,
+           auth.empty() ? "You didn't provide an API key: send it as the header 'Authorization: Bearer KEY'"
+                        : "Incorrect API key provided",
+           "invalid_request_error", "", "invalid_api_key"});
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Errors that reach here without a body (unknown route, 413, ...) get an OpenAI error object.
+  http.set_error_handler(
+      httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        ApiError e{res.status, fmt::format("HTTP {}", res.status), "invalid_request_error", "", ""};
+        if (res.status == 404) e.message = fmt::format("Unknown request URL: {} {}", req.method, req.path);
+        if (res.status == 405)
+          e.message = fmt::format("Method {} is not allowed for {}", req.method, req.path);
+        if (res.status == 413)
+          e.message = fmt::format("The request body is larger than {} bytes", opt.max_body_bytes);
+        if (res.status >= 500) e.type = "server_error";
+        Reply(res, e);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  http.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tern serve: internal error on %s %s: %s\n", req.method.c_str(), req.path.c_str(),
+                   e.what());
+    } catch (...) {
+      std::fprintf(stderr, "tern serve: internal error on %s %s\n", req.method.c_str(), req.path.c_str());
+    }
+    Reply(res, {500, "The server had an error while processing your request", "server_error", "", ""});
+  });
+  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    metrics->CountRequest(RouteLabel(req.path), res.status);
+    if (opt.log_requests)
+      std::fprintf(stderr, "%s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
+  });
+
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const bool ready = engine.load() != nullptr;
+    res.status = ready ? 200 : 503;
+    res.set_content(ready ? R"({"status":"ok"})" : R"({"status":"loading"})", "application/json");
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics->Render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(ModelsJson(opt.model_name, created), "application/json");
+  });
+  http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    if (req.matches[1] != opt.model_name) {
+      return Reply(res, {404, fmt::format("The model '{}' does not exist", req.matches[1].str()),
+                         "invalid_request_error", "model", "model_not_found"});
+    }
+    res.set_content(ModelJson(opt.model_name, created), "application/json");
+  });
+  http.Post("/v1/completions",
+            [this](const httplib::Request& req, httplib::Response& res) { Generate(req, res, false); });
+  http.Post("/v1/chat/completions",
+            [this](const httplib::Request& req, httplib::Response& res) { Generate(req, res, true); });
+}
+
+void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+  Engine* e = engine.load();
+  if (!e)
+    return Reply(res,
+                 {503, "The model is still loading; retry shortly", "server_error", "", "model_loading"});
+  auto parsed = ParseRequest(req.body, chat, ctx);
+  if (auto* err = std::get_if<ApiError>(&parsed)) return Reply(res, *err);
+  ParsedRequest r = std::move(std::get<ParsedRequest>(parsed));
+  auto handle = e->Submit(r.gen);
+  if (!handle.ok()) {
+    const bool busy = handle.status().code() == Status::Code::kUnavailable;
+    if (busy) res.set_header("Retry-After", "1");
+    return Reply(res, {busy ? 429 : 400, handle.status().message(),
+                       busy ? "rate_limit_error" : "invalid_request_error", busy ? "" : "max_tokens",
+                       busy ? "rate_limit_exceeded" : ""});
+  }
+  if (r.stream) return StreamResponse(res, std::move(r), handle.value());
+  Respond(res, std::move(r), handle.value());
+}
+
+// Waits for the whole completion. A non-streaming client that leaves is only noticed at the end (HTTP/1.1
+// gives no signal without writing); max_tokens and the request timeout bound the waste.
+void Server::Impl::Respond(httplib::Response& res, ParsedRequest r, std::shared_ptr<RequestHandle> handle) {
+  const ResponseMeta meta = NewResponseMeta(opt.model_name, r.chat);
+  const auto deadline = Clock::now() + std::chrono::seconds(opt.request_timeout_s);
+  std::string text;
+  ChatSpace space;
+  for (;;) {
+    std::vector<GenerationEvent> events;
+    handle->Wait(&events, kPoll);
+    for (auto& ev : events) {
+      text += r.chat ? space.Strip(ev.text) : ev.text;
+      if (ev.finish == FinishReason::kCancelled)
+        return Reply(res, {503, "The request was cancelled (server shutting down or timed out)",
+                           "server_error", "", ""});
+      if (ev.finish != FinishReason::kNone) {
+        res.set_content(
+            CompletionJson(meta, text, ev.finish, {ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens}),
+            "application/json");
+        return;
+      }
+    }
+    if (Clock::now() > deadline) handle->Cancel();
+  }
+}
+
+// Server-sent events: one `data: {chunk}` per batch of new text, a chunk with finish_reason, optionally one
+// with usage, then `data: [DONE]`. A failed write means the client left: the request is cancelled and its
+// KV blocks are freed at the engine's next iteration. A quiet stream (queued request) writes an SSE comment
+// every second, which is how a departed client is noticed before its first token.
+void Server::Impl::StreamResponse(httplib::Response& res, ParsedRequest r,
+                                  std::shared_ptr<RequestHandle> handle) {
+  auto st = std::make_shared<Stream>();
+  st->handle = std::move(handle);
+  st->meta = NewResponseMeta(opt.model_name, r.chat);
+  st->include_usage = r.include_usage;
+  st->deadline = Clock::now() + std::chrono::seconds(opt.request_timeout_s);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st](size_t, httplib::DataSink& sink) {
+        std::vector<GenerationEvent> events;
+        std::string out;
+        if (!st->handle->Wait(&events, kPoll)) {
+          if (Clock::now() > st->deadline) st->handle->Cancel();
+          out = ": keep-alive\n\n";
+        }
+        if (st->meta.chat && !st->role_sent) {
+          out += Sse(ChunkJson(st->meta, "", FinishReason::kNone, /*role_only=*/true));
+          st->role_sent = true;
+        }
+        for (auto& ev : events) {
+          const std::string text = st->meta.chat ? st->space.Strip(ev.text) : ev.text;
+          if (ev.finish == FinishReason::kCancelled) {
+            out += Sse(ErrorJson({503, "The request was cancelled (server shutting down or timed out)",
+                                  "server_error", "", ""}));
+          } else if (!text.empty() || !ev.tokens.empty() || ev.finish != FinishReason::kNone) {
+            // one chunk per generated token, even when its text is held back (half a character, a possible
+            // stop string): clients see progress and time to first token is honest
+            if (!text.empty() && ev.finish != FinishReason::kNone)
+              out += Sse(ChunkJson(st->meta, text, FinishReason::kNone));
+            out += Sse(ChunkJson(st->meta, ev.finish == FinishReason::kNone ? text : "", ev.finish));
+          }
+          if (ev.finish != FinishReason::kNone) {
+            if (st->include_usage && ev.finish != FinishReason::kCancelled)
+              out +=
+                  Sse(UsageChunkJson(st->meta, {ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens}));
+            out += "data: [DONE]\n\n";
+            st->finished = true;
+          }
+        }
+        if (!out.empty() && !sink.write(out.data(), out.size())) {
+          st->handle->Cancel();
+          return false;
+        }
+        if (st->finished) sink.done();
+        return true;
+      },
+      [st](bool) {
+        if (!st->finished) st->handle->Cancel();  // the response ended early: free the slot
+      });
+}
+
+}  // namespace tern

@@ -1,0 +1,56 @@
+// The HTTP front of `tern serve` (cpp-httplib): a thin layer in the manner of llama.cpp's server. Handlers
+// turn JSON into native structs at once (api.h), hand them to the engine and relay its events back, as one
+// JSON response or as server-sent events. One wrapper at the route boundary turns every failure into an
+// OpenAI error object with the right status code; internals never reach the client.
+//
+// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /v1/models/{id}, GET /health,
+// GET /metrics. With an API key, every route but /health needs "Authorization: Bearer KEY" (compared in
+// constant time, never logged). The server listens before the model is loaded: /health answers 503 and the
+// model routes 503 until SetEngine().
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "serve/api.h"
+#include "serve/engine.h"
+#include "serve/metrics.h"
+
+namespace tern {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                  // 0 = any free port (tests)
+  std::string api_key;              // empty = no authentication
+  int http_threads = 64;            // each open stream holds one
+  size_t max_body_bytes = 1 << 20;  // larger bodies get 413
+  int io_timeout_s = 30;            // socket read/write timeouts
+  int request_timeout_s = 600;      // a request running longer is cancelled
+  std::string model_name = "tern";
+  bool log_requests = false;  // one line per request on stderr (method, path, status, seconds)
+};
+
+class Server {
+ public:
+  Server(const ServerOptions& options, ServeMetrics* metrics);
+  ~Server();
+
+  // Binds host:port; false with the reason when the address is taken or invalid.
+  Status Bind();
+  int port() const;
+  // The engine is ready: model routes start answering. ctx describes the served model.
+  void SetEngine(Engine* engine, const ApiContext& ctx);
+  // Serves until Stop() (from any thread).
+  void Serve();
+  void Stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// a == b without an early exit, so the time taken does not reveal how much of a guess was right.
+bool ConstantTimeEquals(const std::string& a, const std::string& b);
+
+}  // namespace tern

@@ -1,0 +1,404 @@
+// The server end to end over loopback, with the real curl binary as the client (skipped, visibly, without
+// curl): completions and chat, streaming, usage, stop strings, models, health, metrics as Prometheus text,
+// bad input and auth, 32 concurrent streams with disconnects, and the prefix cache.
+#include "serve/server.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <future>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "serve/setup.h"
+#include "serve/test_util.h"
+
+namespace tern {
+namespace {
+
+using json = nlohmann::json;
+constexpr char kKey[] = "sk-test-0123456789";
+
+struct HttpResult {
+  int status = 0;
+  std::string body;
+};
+
+// Runs a shell command line and returns its stdout.
+std::string Shell(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (system("curl --version >/dev/null 2>&1") != 0) return;
+    run_ = testing::MakeTestRun().release();
+    metrics_ = new ServeMetrics();
+    be_ = MakeCpuFastBackend().release();
+    InferenceModelOptions mo;
+    mo.num_blocks = 160;
+    mo.max_rows = 64;
+    mo.max_seqs = 32;
+    EngineOptions eo;
+    eo.max_batch = 32;
+    eo.max_batch_tokens = 64;
+    eo.max_queue = 64;
+    eo.debug_step_delay_s = 0.004;  // streams last long enough for clients to leave mid-way
+    engine_ = new Engine(InferenceModel::Create(be_, run_->cfg, run_->params, mo).value(), run_->tok.get(),
+                         eo, metrics_);
+    ServerOptions so;
+    so.port = 0;
+    so.api_key = kKey;
+    so.model_name = "tiny";
+    so.max_body_bytes = 256 * 1024;
+    so.http_threads = 48;
+    server_ = new Server(so, metrics_);
+    ASSERT_TRUE(server_->Bind().ok());
+    serve_thread_ = new std::thread([] { server_->Serve(); });
+    engine_->Start();
+    server_->SetEngine(engine_, {"tiny", run_->tok.get(), engine_->max_seq_len()});
+  }
+  static void TearDownTestSuite() {
+    if (!server_) return;
+    engine_->Stop();
+    server_->Stop();
+    serve_thread_->join();
+    delete serve_thread_;
+    delete server_;
+    delete engine_;
+    delete be_;
+    delete metrics_;
+    delete run_;
+  }
+  void SetUp() override {
+    if (!server_) GTEST_SKIP() << "curl is not installed: the HTTP end-to-end tests need it";
+  }
+
+  static std::string Url(const std::string& path) {
+    return "http://127.0.0.1:" + std::to_string(server_->port()) + path;
+  }
+  // curl with the API key (unless `auth` says otherwise); the status code is appended on the last line.
+  static std::string CurlCommand(const std::string& path, const std::string& body,
+                                 const std::string& auth = kKey) {
+    std::string cmd = "curl -s -N -H 'Expect:' -w '\\n%{http_code}' ";
+    if (!auth.empty()) cmd += "-H " + Quote("Authorization: Bearer " + auth) + " ";
+    if (!body.empty()) cmd += "-H 'Content-Type: application/json' --data-binary " + Quote(body) + " ";
+    return cmd + Quote(Url(path));
+  }
+  static HttpResult Split(const std::string& out) {
+    HttpResult r;
+    const size_t nl = out.rfind('\n');
+    if (nl == std::string::npos) return r;
+    r.status = std::atoi(out.c_str() + nl + 1);
+    r.body = out.substr(0, nl);
+    return r;
+  }
+  static HttpResult Curl(const std::string& path, const std::string& body = "",
+                         const std::string& auth = kKey) {
+    return Split(Shell(CurlCommand(path, body, auth)));
+  }
+  static json Json(const HttpResult& r) { return json::parse(r.body, nullptr, false); }
+  // The data: payloads of an SSE body, in order.
+  static std::vector<std::string> Events(const std::string& body) {
+    std::vector<std::string> events;
+    size_t pos = 0;
+    while ((pos = body.find("data: ", pos)) != std::string::npos) {
+      const size_t end = body.find("\n\n", pos);
+      events.push_back(body.substr(pos + 6, end - pos - 6));
+      pos = end;
+    }
+    return events;
+  }
+  static std::map<std::string, double> Metrics();
+
+  static testing::TestRun* run_;
+  static ServeMetrics* metrics_;
+  static Backend* be_;
+  static Engine* engine_;
+  static Server* server_;
+  static std::thread* serve_thread_;
+};
+testing::TestRun* ServerTest::run_ = nullptr;
+ServeMetrics* ServerTest::metrics_ = nullptr;
+Backend* ServerTest::be_ = nullptr;
+Engine* ServerTest::engine_ = nullptr;
+Server* ServerTest::server_ = nullptr;
+std::thread* ServerTest::serve_thread_ = nullptr;
+
+// Parses /metrics strictly as Prometheus text: every sample belongs to a declared family, names and labels
+// are well formed, values are numbers, histogram buckets are cumulative and end with +Inf = _count.
+std::map<std::string, double> ServerTest::Metrics() {
+  HttpResult r = Curl("/metrics");
+  EXPECT_EQ(r.status, 200);
+  std::map<std::string, double> samples;
+  std::map<std::string, std::string> types;
+  const std::regex type_re(R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped))");
+  const std::regex sample_re(
+      R"(([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_]\w*="[^"\\]*"(,[a-zA-Z_]\w*="[^"\\]*")*)\})? (\S+))");
+  std::istringstream in(r.body);
+  std::string line, last_bucket_family;
+  double last_bucket = -1;
+  std::smatch m;
+  while (std::getline(in, line)) {
+    if (line.empty() || line.rfind("# HELP ", 0) == 0) continue;
+    if (std::regex_match(line, m, type_re)) {
+      types[m[1]] = m[2];
+      continue;
+    }
+    EXPECT_TRUE(std::regex_match(line, m, sample_re)) << "not a Prometheus sample: " << line;
+    if (m.empty()) continue;
+    std::string name = m[1], family = name;
+    for (const char* suffix : {"_bucket", "_sum", "_count"})
+      if (!types.count(family) && family.size() > strlen(suffix) && family.ends_with(suffix))
+        family = family.substr(0, family.size() - strlen(suffix));
+    EXPECT_TRUE(types.count(family)) << "sample without # TYPE: " << line;
+    char* end = nullptr;
+    const std::string v = m[5];
+    const double value = std::strtod(v.c_str(), &end);
+    EXPECT_EQ(*end, '\0') << "bad value in: " << line;
+    if (name.ends_with("_bucket")) {
+      if (family != last_bucket_family) last_bucket = -1;
+      EXPECT_GE(value, last_bucket) << "buckets must be cumulative: " << line;
+      last_bucket = value;
+      last_bucket_family = family;
+      if (line.find("le=\"+Inf\"") != std::string::npos) samples[family + "_bucket_inf"] = value;
+    }
+    samples[m[2].matched ? name + m[2].str() : name] = value;
+  }
+  for (const auto& [name, type] : types)
+    if (type == "histogram") {
+      EXPECT_EQ(samples[name + "_bucket_inf"], samples[name + "_count"]) << name;
+    }
+  return samples;
+}
+
+TEST_F(ServerTest, HealthModelsAndMetrics) {
+  EXPECT_EQ(Curl("/health", "", "").status, 200);
+  HttpResult models = Curl("/v1/models");
+  ASSERT_EQ(models.status, 200) << models.body;
+  EXPECT_EQ(Json(models)["data"][0]["id"], "tiny");
+  EXPECT_EQ(Json(Curl("/v1/models/tiny"))["object"], "model");
+  EXPECT_EQ(Curl("/v1/models/other").status, 404);
+  auto m = Metrics();
+  for (const char* name : {"tern_kv_cache_blocks_used", "tern_kv_cache_blocks_free", "tern_queue_length",
+                           "tern_prefix_cache_hits_total", "tern_time_to_first_token_seconds_count",
+                           "tern_time_per_output_token_seconds_count", "tern_batch_size_count",
+                           "tern_prompt_tokens_total", "tern_generation_tokens_total"})
+    EXPECT_TRUE(m.count(name)) << name;
+}
+
+TEST_F(ServerTest, CompletionsStreamingAndUsage) {
+  const std::string body =
+      R"({"model":"tiny","prompt":"And God said","max_tokens":12,"temperature":0,"ignore_eos":true)";
+  HttpResult r = Curl("/v1/completions", body + "}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = Json(r);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "tiny");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], run_->tok->Encode("And God said").size());
+  EXPECT_EQ(j["usage"]["total_tokens"], j["usage"]["prompt_tokens"].get<int>() + 12);
+  const std::string text = j["choices"][0]["text"];
+
+  HttpResult s = Curl("/v1/completions", body + R"(,"stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_EQ(s.status, 200);
+  auto events = Events(s.body);
+  ASSERT_GE(events.size(), 3u) << s.body;
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string streamed;
+  std::string finish;
+  for (size_t i = 0; i + 1 < events.size(); i++) {
+    json c = json::parse(events[i]);
+    if (c["choices"].empty()) {  // the usage chunk
+      EXPECT_EQ(c["usage"]["completion_tokens"], 12);
+      continue;
+    }
+    streamed += c["choices"][0]["text"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(streamed, text);
+  EXPECT_EQ(finish, "length");
+
+  // stop strings: cut the greedy text at a piece of itself
+  ASSERT_GT(text.size(), 6u);
+  const std::string stop = text.substr(text.size() / 2, 2);
+  json withstop = Json(Curl("/v1/completions", body + R"(,"stop":)" + json(stop).dump() + "}"));
+  EXPECT_EQ(withstop["choices"][0]["text"], text.substr(0, text.find(stop)));
+  EXPECT_EQ(withstop["choices"][0]["finish_reason"], "stop");
+}
+
+TEST_F(ServerTest, ChatCompletions) {
+  const std::string body =
+      R"({"model":"tiny","messages":[{"role":"user","content":"Hello"}],"max_tokens":6,"seed":3)";
+  HttpResult r = Curl("/v1/chat/completions", body + "}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = Json(r);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_TRUE(j["choices"][0]["message"]["content"].is_string());
+  HttpResult s = Curl("/v1/chat/completions", body + R"(,"stream":true})");
+  auto events = Events(s.body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(json::parse(events[0])["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(json::parse(events[0])["object"], "chat.completion.chunk");
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string streamed;
+  for (size_t i = 1; i + 1 < events.size(); i++)
+    streamed += json::parse(events[i])["choices"][0]["delta"].value("content", "");
+  EXPECT_EQ(streamed, j["choices"][0]["message"]["content"]);  // same seed, same text
+}
+
+TEST_F(ServerTest, BadInputGetsTheRightStatusAndTheServerKeepsServing) {
+  auto expect = [](const HttpResult& r, int status, const std::string& param) {
+    EXPECT_EQ(r.status, status) << r.body;
+    json j = json::parse(r.body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << "not an OpenAI error object: " << r.body;
+    EXPECT_TRUE(j["error"]["message"].is_string());
+    EXPECT_TRUE(j["error"]["type"].is_string());
+    if (!param.empty()) {
+      EXPECT_EQ(j["error"]["param"], param) << r.body;
+    }
+  };
+  expect(Curl("/v1/completions", "{\"prompt\": \"x\""), 400, "");
+  expect(Curl("/v1/completions", R"({"prompt":"x","max_tokens":"many"})"), 400, "max_tokens");
+  expect(Curl("/v1/completions", R"({"prompt":"x","model":"gpt-4o"})"), 404, "model");
+  expect(Curl("/v1/completions", R"({"prompt":"x","max_tokens":0})"), 400, "max_tokens");
+  expect(Curl("/v1/completions", R"({"prompt":"x","max_tokens":100000})"), 400, "max_tokens");
+  expect(Curl("/v1/completions", R"({"prompt":""})"), 400, "prompt");
+  expect(Curl("/v1/chat/completions", R"({"messages":"hi"})"), 400, "messages");
+  expect(Curl("/v1/completions", R"({"prompt":"x"})", ""), 401, "");
+  expect(Curl("/v1/completions", R"({"prompt":"x"})", "sk-wrong"), 401, "");
+  expect(Curl("/metrics", "", "sk-wrong"), 401, "");
+  expect(Curl("/v1/nothing-here"), 404, "");
+  // a 10 MB body: refused with 413 (the limit is 256 KB here)
+  testing::TempDir dir;
+  testing::WriteFile(dir / "big.json", "{\"prompt\": \"" + std::string(10 << 20, 'a') + "\"}");
+  const std::string big = Shell("curl -s -H 'Expect:' -w '\\n%{http_code}' -H " +
+                                Quote(std::string("Authorization: Bearer ") + kKey) + " --data-binary @" +
+                                dir / "big.json " + Quote(Url("/v1/completions")));
+  expect(Split(big), 413, "");
+  // still serving
+  EXPECT_EQ(Curl("/v1/completions", R"({"prompt":"x","max_tokens":2})").status, 200);
+}
+
+TEST_F(ServerTest, ThirtyTwoStreamsSomeLeavingEarlyLeakNothing) {
+  const uint64_t cancelled_before = metrics_->finished_cancelled;
+  std::vector<std::future<std::string>> clients;
+  for (int i = 0; i < 32; i++) {
+    const bool leaves = i % 4 == 1;  // 8 clients hang up after their first few chunks
+    const std::string body = fmt::format(
+        R"({{"prompt":"Verse {}: and the light","max_tokens":{},"stream":true,"ignore_eos":true,"seed":{}}})",
+        i, leaves ? 100 : 24, i);
+    std::string cmd = CurlCommand("/v1/completions", body);
+    if (leaves) cmd += " | head -c 600";
+    clients.push_back(std::async(std::launch::async, [cmd] { return Shell(cmd); }));
+  }
+  int completed = 0;
+  for (int i = 0; i < 32; i++) {
+    const std::string out = clients[i].get();
+    if (i % 4 == 1) continue;
+    EXPECT_NE(out.find("data: [DONE]"), std::string::npos) << "client " << i << ": " << out.substr(0, 300);
+    completed += out.find("\"finish_reason\":\"length\"") != std::string::npos;
+  }
+  EXPECT_EQ(completed, 24);
+  // Every slot and block comes back; departed clients were noticed and cancelled.
+  std::map<std::string, double> m;
+  for (int i = 0; i < 100; i++) {
+    m = Metrics();
+    if (m["tern_kv_cache_blocks_used"] == 0 && m["tern_running_sequences"] == 0 &&
+        m["tern_queue_length"] == 0)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(m["tern_kv_cache_blocks_used"], 0);
+  EXPECT_EQ(m["tern_kv_cache_blocks_reserved"], 0);
+  EXPECT_EQ(m["tern_running_sequences"], 0);
+  EXPECT_EQ(m["tern_queue_length"], 0);
+  EXPECT_GE(metrics_->finished_cancelled - cancelled_before, 1u);
+  EXPECT_EQ(engine_->active(), 0);
+}
+
+TEST_F(ServerTest, RepeatedLongPromptHitsThePrefixCache) {
+  std::string prompt;  // about 80 tokens: several blocks, within the tiny model's 128-token context
+  while (run_->tok->Encode(prompt).size() < 80)
+    prompt += "And the evening and the morning were the first day. ";
+  const std::string body = json{{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}}.dump();
+  const int prompt_tokens = static_cast<int>(run_->tok->Encode(prompt).size());
+  ASSERT_GT(prompt_tokens, 32);
+  HttpResult r1 = Curl("/v1/completions", body);
+  ASSERT_EQ(r1.status, 200) << r1.body;
+  json first = Json(r1);
+  auto m0 = Metrics();
+  json second = Json(Curl("/v1/completions", body));
+  auto m1 = Metrics();
+  EXPECT_EQ(second["choices"][0]["text"], first["choices"][0]["text"]);
+  const int cached = (prompt_tokens - 1) / 16 * 16;
+  EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"], cached);
+  EXPECT_EQ(m1["tern_prefill_tokens_total"] - m0["tern_prefill_tokens_total"], prompt_tokens - cached);
+  EXPECT_EQ(m1["tern_prefix_cache_hit_tokens_total"] - m0["tern_prefix_cache_hit_tokens_total"], cached);
+  EXPECT_GT(m1["tern_prefix_cache_hits_total"], m0["tern_prefix_cache_hits_total"]);
+}
+
+// A server of its own: 503 while the model loads, then 429 when the queue is full. Its engine is never
+// started, so a submitted request stays queued.
+TEST(ServerLifecycle, LoadingThenFullQueue) {
+  if (system("curl --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "curl is not installed";
+  auto run = testing::MakeTestRun();
+  ServeMetrics metrics;
+  auto be = MakeCpuFastBackend();
+  EngineSetup setup;
+  setup.kv_cache_mb = 4;
+  setup.engine.max_batch = 2;
+  setup.engine.max_batch_tokens = 16;
+  setup.engine.max_queue = 1;
+  auto engine = MakeEngine(be.get(), run->cfg, run->params, run->tok.get(), setup, &metrics);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  ServerOptions so;
+  so.port = 0;
+  so.model_name = "tiny";
+  Server server(so, &metrics);
+  ASSERT_TRUE(server.Bind().ok());
+  std::thread serving([&] { server.Serve(); });
+  const std::string url = "http://127.0.0.1:" + std::to_string(server.port());
+  const std::string post =
+      "curl -s -w '\\n%{http_code}' -H 'Content-Type: application/json' -d "
+      "'{\"prompt\":\"x\",\"max_tokens\":2}' ";
+  auto status = [](const std::string& out) { return std::atoi(out.c_str() + out.rfind('\n') + 1); };
+  EXPECT_EQ(status(Shell("curl -s -w '\\n%{http_code}' " + url + "/health")), 503);
+  EXPECT_EQ(status(Shell(post + url + "/v1/completions")), 503);
+  server.SetEngine(engine->get(), {"tiny", run->tok.get(), (*engine)->max_seq_len()});
+  EXPECT_EQ(status(Shell("curl -s -w '\\n%{http_code}' " + url + "/health")), 200);
+  auto queued =
+      std::async(std::launch::async, [&] { return Shell(post + "--max-time 3 " + url + "/v1/completions"); });
+  for (int i = 0; i < 100 && metrics.queue_length == 0; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::string refused = Shell(post + "-D - " + url + "/v1/completions");
+  EXPECT_EQ(status(refused), 429) << refused;
+  EXPECT_NE(refused.find("Retry-After: 1"), std::string::npos);
+  EXPECT_NE(refused.find("rate_limit_exceeded"), std::string::npos);
+  (*engine)->Stop();  // the queued request ends (cancelled) instead of waiting for its client's timeout
+  queued.get();
+  server.Stop();
+  serving.join();
+}
+
+}  // namespace
+}  // namespace tern

@@ -1,0 +1,220 @@
+#include "train/train_checkpoint.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <sstream>
+
+#include <fmt/ranges.h>
+#include "train/lr_schedule.h"
+#include <nlohmann/json.hpp>
+
+namespace tern {
+
+namespace {
+
+constexpr char kTensors[] = "tensors.safetensors";
+constexpr char kOptimizer[] = "optimizer.safetensors";
+constexpr char kTrainer[] = "trainer.json";
+
+// Keys whose change makes the saved state meaningless or the data order different: refused on resume.
+const char* const kMustMatch[] = {"model.n_layer",    "model.n_head",     "model.n_embd", "model.vocab_size",
+                                  "model.block_size", "train.batch_size", "train.seq_len", "train.seed"};
+
+std::map<std::string, std::string> ShapeMetadata(const GptConfig& m) {
+  return {{"format", "pt"},
+          {"tern.layout", "tern"},  // tern's [out, in] matrices; `tern ckpt export` gives HF names
+          {"tern.n_layer", std::to_string(m.n_layer)},
+          {"tern.n_head", std::to_string(m.n_head)},
+          {"tern.n_embd", std::to_string(m.n_embd)},
+          {"tern.vocab_size", std::to_string(m.vocab_size)},
+          {"tern.block_size", std::to_string(m.block_size)}};
+}
+
+// The images for this model, made on the first save (and again only if the model changed).
+void EnsureImages(const Gpt& model, ckpt::Snapshot* snap) {
+  const size_t bytes = model.num_params() * 4;
+  if (snap->images.size() == 2 && snap->images[0].second->data_bytes() == bytes &&
+      snap->images[1].second->data_bytes() == 2 * bytes) {
+    return;
+  }
+  snap->images.clear();
+  std::vector<ckpt::TensorSpec> params;
+  for (const auto& t : model.layout()) params.push_back({t.name, t.shape});
+  snap->images.emplace_back(kTensors, std::make_unique<ckpt::SafetensorsImage>(params, ShapeMetadata(model.config())));
+  const int64_t n = static_cast<int64_t>(model.num_params());
+  std::map<std::string, std::string> meta = {{"format", "pt"},
+                                             {"tern.optimizer", "adamw"},
+                                             {"tern.layout", "flat, in the parameter order of tensors.safetensors"}};
+  snap->images.emplace_back(
+      kOptimizer, std::make_unique<ckpt::SafetensorsImage>(std::vector<ckpt::TensorSpec>{{"adam.m", {n}}, {"adam.v", {n}}}, meta));
+}
+
+}  // namespace
+
+std::string ResumeFingerprint(const TrainConfig& cfg, const DataIdentity& data) {
+  std::string key;
+  std::map<std::string, std::string> values;
+  for (const auto& [k, v] : TrainConfigValues(cfg)) values[k] = v;
+  for (const char* k : kMustMatch) key += std::string(k) + "=" + values[k] + ";";
+  key += fmt::format("tokenizer={};train_tokens={};train_windows={}", data.tokenizer, data.train_tokens,
+                     data.train_windows);
+  return ckpt::Xxh3Hex(key);
+}
+
+Status CopyModelState(const Gpt& model, ckpt::Snapshot* snap) {
+  EnsureImages(model, snap);
+  Backend* be = model.backend();
+  const size_t bytes = model.num_params() * 4;
+  be->Download(snap->images[0].second->data(), model.params(), bytes);
+  be->Download(snap->images[1].second->tensor(0), model.adam_m(), bytes);
+  be->Download(snap->images[1].second->tensor(1), model.adam_v(), bytes);
+  return Status::Ok();
+}
+
+Status CaptureTrainMeta(const Gpt& model, const TrainConfig& cfg, const DataIdentity& data,
+                        const TrainProgress& p, ckpt::Snapshot* snap) {
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : TrainConfigValues(cfg)) config[k] = v;
+  const LrSchedule sched{cfg.lr, cfg.min_lr_ratio, cfg.warmup_steps, cfg.steps, cfg.schedule == "cosine"};
+  nlohmann::ordered_json j;
+  j["format"] = "tern-trainer-state";
+  j["version"] = 1;
+  j["step"] = p.step;
+  j["adam_t"] = p.step;  // AdamW's bias-correction step of the last update
+  j["tokens_seen"] = p.tokens_seen;
+  j["train_seconds"] = p.train_seconds;
+  j["loader"] = {{"epoch", p.loader.epoch}, {"index", p.loader.index}, {"batch_size", cfg.batch_size},
+                 {"seq_len", cfg.seq_len}, {"shuffle", true}};
+  j["data"] = {{"train_tokens", data.train_tokens}, {"train_windows", data.train_windows}};
+  // Every random stream of the trainer is a pure function of the seed and a counter stored above.
+  j["rng"] = {{"seed", cfg.seed},
+              {"weights", "GptInitialWeights(seed); used only before step 1"},
+              {"data_order", "mt19937_64 per epoch from (seed, epoch); position = loader.epoch/index"},
+              {"sampling", "seed + 1000 + i for the i-th sample of each call"}};
+  j["lr_schedule"] = {{"step", p.step}, {"next_lr", sched.At(p.step)}, {"kind", cfg.schedule},
+                      {"warmup_steps", cfg.warmup_steps}, {"total_steps", cfg.steps}};
+  j["loss_scale"] = nullptr;
+  j["precision"] = cfg.precision;
+  j["tokenizer"] = data.tokenizer;
+  j["config_fingerprint"] = ResumeFingerprint(cfg, data);
+  j["config"] = config;
+  j["config_yaml"] = TrainConfigToYaml(cfg);
+  snap->small_files["trainer.json"] = j.dump(2) + "\n";
+
+  snap->manifest.config_fingerprint = ResumeFingerprint(cfg, data);
+  snap->manifest.tokenizer = data.tokenizer;
+  snap->manifest.extra = {{"model", cfg.model.ToString()}, {"precision", cfg.precision},
+                          {"params", model.num_params()}, {"tokens_seen", p.tokens_seen}};
+  return Status::Ok();
+}
+
+Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const TrainConfig& cfg,
+                                        const DataIdentity& data, Gpt* model) {
+  auto file = [&](const char* name) -> Result<const std::string*> {
+    auto it = ck.files.find(name);
+    if (it == ck.files.end()) return Status::Corruption(fmt::format("{} has no {}", ck.location, name));
+    return &it->second;
+  };
+  TERN_ASSIGN_OR_RETURN(const std::string* trainer_text, file(kTrainer));
+  auto j = nlohmann::json::parse(*trainer_text, nullptr, false);
+  if (j.is_discarded() || j.value("format", "") != "tern-trainer-state")
+    return Status::Corruption(fmt::format("{}/trainer.json is not tern trainer state", ck.location));
+
+  // What changed since the checkpoint: refuse what breaks resume, report the rest.
+  std::vector<std::string> refused;
+  RestoredTrain out;
+  const auto& saved = j["config"];
+  for (const auto& [k, now] : TrainConfigValues(cfg)) {
+    if (!saved.contains(k) || k == "ckpt.resume") continue;
+    const std::string then = saved[k].get<std::string>();
+    if (then == now) continue;
+    const bool must = std::find(std::begin(kMustMatch), std::end(kMustMatch), k) != std::end(kMustMatch);
+    (must ? refused : out.changes).push_back(fmt::format("{}: {} -> {}", k, then, now));
+  }
+  if (j.value("tokenizer", "") != data.tokenizer)
+    refused.push_back(fmt::format("tokenizer: {} -> {}", j.value("tokenizer", ""), data.tokenizer));
+  const auto& d = j["data"];
+  if (d.value("train_tokens", uint64_t{0}) != data.train_tokens || d.value("train_windows", uint64_t{0}) != data.train_windows) {
+    refused.push_back(fmt::format("training data: {} tokens -> {} tokens", d.value("train_tokens", uint64_t{0}),
+                                  data.train_tokens));
+  }
+  if (!refused.empty()) {
+    return Status::InvalidArgument(fmt::format(
+        "cannot resume from {}: these changes break resume:\n    {}\n  restore them, or start a new run "
+        "(another run.dir, or ckpt.resume=none)",
+        ck.location, fmt::join(refused, "\n    ")));
+  }
+
+  TERN_ASSIGN_OR_RETURN(const std::string* tensors_bytes, file(kTensors));
+  TERN_ASSIGN_OR_RETURN(auto tensors, ckpt::ParseSafetensors(*tensors_bytes));
+  std::vector<float> params(model->num_params());
+  for (const auto& t : model->layout()) {
+    auto it = tensors.tensors.find(t.name);
+    if (it == tensors.tensors.end() || it->second.shape != t.shape || it->second.dtype != "F32") {
+      return Status::Corruption(fmt::format("{}/tensors.safetensors: tensor {} missing or not F32 {}", ck.location,
+                                            t.name, fmt::join(t.shape, "x")));
+    }
+    std::memcpy(params.data() + t.offset, it->second.data.data(), t.numel * 4);
+  }
+  TERN_ASSIGN_OR_RETURN(const std::string* opt_bytes, file(kOptimizer));
+  TERN_ASSIGN_OR_RETURN(auto opt, ckpt::ParseSafetensors(*opt_bytes));
+  const size_t bytes = model->num_params() * 4;
+  for (const char* name : {"adam.m", "adam.v"}) {
+    auto it = opt.tensors.find(name);
+    if (it == opt.tensors.end() || it->second.data.size() != bytes)
+      return Status::Corruption(fmt::format("{}/optimizer.safetensors: {} missing or mis-sized", ck.location, name));
+  }
+  model->SetParameters(params);  // also re-derives the bf16 copy
+  Backend* be = model->backend();
+  be->Upload(model->adam_m(), opt.tensors["adam.m"].data.data(), bytes);
+  be->Upload(model->adam_v(), opt.tensors["adam.v"].data.data(), bytes);
+  be->Synchronize();
+
+  out.progress.step = j.value("step", 0);
+  out.progress.tokens_seen = j.value("tokens_seen", uint64_t{0});
+  out.progress.train_seconds = j.value("train_seconds", 0.0);
+  out.progress.loader.epoch = j["loader"].value("epoch", uint64_t{0});
+  out.progress.loader.index = j["loader"].value("index", uint64_t{0});
+  return out;
+}
+
+ckpt::ManagerOptions CheckpointManagerOptions(const TrainConfig& cfg) {
+  const CheckpointConfig& c = cfg.ckpt;
+  ckpt::ManagerOptions o;
+  o.tiers.push_back({"fast", c.dir.empty() ? cfg.run_dir + "/checkpoints" : c.dir, c.every,
+                     {c.keep_last, c.keep_every, 0}});
+  if (!c.durable.empty()) {
+    o.tiers.push_back({"durable", c.durable, c.durable_every, {c.durable_keep_last, c.keep_every, 0}});
+  }
+  if (c.best_k > 0) {
+    o.tiers.push_back({"best", c.best_dir.empty() ? cfg.run_dir + "/best" : c.best_dir, 0, {1, 0, c.best_k}});
+  }
+  o.async = c.async;
+  o.skip_when_busy = c.when_busy == "skip";
+  o.s3.endpoint = c.s3_endpoint;
+  o.s3.region = c.s3_region;
+  o.s3.part_size = static_cast<uint64_t>(c.s3_part_mb) << 20;
+  o.s3.multipart_threshold = o.s3.part_size;
+  return o;
+}
+
+double ProcessAgeSeconds() {
+  std::ifstream stat("/proc/self/stat"), up("/proc/uptime");
+  std::string s((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  double uptime = 0;
+  up >> uptime;
+  const size_t paren = s.rfind(')');  // the command name may contain spaces
+  if (paren == std::string::npos || uptime <= 0) return 0;
+  std::istringstream rest(s.substr(paren + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; i++) {
+    if (i == 22) return uptime - std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  }
+  return 0;
+}
+
+}  // namespace tern

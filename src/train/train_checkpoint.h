@@ -1,0 +1,64 @@
+// The trainer's side of checkpoints: what state goes into which file, and how it comes back.
+//
+//   tensors.safetensors    fp32 weights, one tensor per entry of GptParamLayout (tern names and shapes,
+//                          e.g. "qkvw" [L, 3C, C]); __metadata__ carries the model shape. `tern ckpt export`
+//                          converts it to Hugging Face names.
+//   optimizer.safetensors  "adam.m" and "adam.v" [num_params], flat in the same parameter order.
+//   trainer.json           step (= AdamW's t), tokens seen, the loader position, seeds, LR position,
+//                          loss scale (null: bf16 and fp32 need none), precision, tokenizer, config.
+// The bf16 weight copy is not stored: SetParameters re-derives it from the fp32 master weights, exactly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ckpt/format.h"
+#include "ckpt/manager.h"
+#include "data/loader.h"
+#include "model/gpt.h"
+#include "train/train_config.h"
+
+namespace tern {
+
+// What identifies the training data; resuming on different data is refused.
+struct DataIdentity {
+  std::string tokenizer;  // fingerprint
+  uint64_t train_tokens = 0, train_windows = 0;
+};
+
+struct TrainProgress {
+  int step = 0;  // optimizer steps done
+  uint64_t tokens_seen = 0;
+  double train_seconds = 0;
+  LoaderPosition loader;  // of the next training batch
+};
+
+// The two halves of a save (see ckpt/manager.h):
+// CaptureTrainMeta, on the training thread: trainer.json (step, data position, ...) and the manifest's fields.
+Status CaptureTrainMeta(const Gpt& model, const TrainConfig& cfg, const DataIdentity& data,
+                        const TrainProgress& progress, ckpt::Snapshot* snap);
+// CopyModelState, on the writer thread while the next forward/backward runs: device-to-host copies of the
+// weights and AdamW moments into the snapshot's images (allocated on first use, then reused).
+Status CopyModelState(const Gpt& model, ckpt::Snapshot* snap);
+
+struct RestoredTrain {
+  TrainProgress progress;
+  std::vector<std::string> changes;  // allowed config changes since the checkpoint, "train.steps: 40 -> 80"
+};
+// Refuses, with one message naming every difference, a checkpoint whose model shape, tokenizer, training data,
+// batch geometry (B, T) or seed differ from cfg; otherwise loads weights and moments into the model.
+Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const TrainConfig& cfg,
+                                        const DataIdentity& data, Gpt* model);
+
+// xxh3 of the settings resume depends on (shape, B, T, seed, tokenizer, data), as recorded in manifests.
+std::string ResumeFingerprint(const TrainConfig& cfg, const DataIdentity& data);
+
+// Tiers, policies and S3 settings from the ckpt.* keys. The fast tier is always present: emergency
+// saves need somewhere to go even when periodic saves are off.
+ckpt::ManagerOptions CheckpointManagerOptions(const TrainConfig& cfg);
+
+// Seconds since this process started (from /proc), for "time to the first resumed step".
+double ProcessAgeSeconds();
+
+}  // namespace tern

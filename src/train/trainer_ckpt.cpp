@@ -1,0 +1,195 @@
+// The checkpoint half of the Trainer: opening the tiers and resuming, periodic and best saves, metrics rows
+// for every save, and the emergency save on a preemption notice.
+#include <chrono>
+
+#include <fmt/ranges.h>
+
+#include "train/trainer.h"
+
+namespace tern {
+
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+DataIdentity Trainer::data_identity() const {
+  return {tokenizer_->fingerprint(), train_loader_->tokens(), train_loader_->windows_per_epoch()};
+}
+
+Status Trainer::CaptureSnapshotMeta(ckpt::Snapshot& snap) {
+  TrainProgress p{step_, tokens_seen_, train_seconds_, train_loader_->position()};
+  return CaptureTrainMeta(*model_, cfg_, data_identity(), p, &snap);
+}
+
+Status Trainer::CopySnapshotTensors(ckpt::Snapshot& snap) { return CopyModelState(*model_, &snap); }
+
+Status Trainer::SaveTo(const std::vector<int>& tiers, const std::string& kind, std::optional<double> val_loss,
+                       bool sync) {
+  // The copy may run on the writer thread: Step() calls WaitForSnapshot() before the next AdamW update.
+  return ckpt_->Save(
+      step_, tiers, kind, val_loss, [this](ckpt::Snapshot& s) { return CaptureSnapshotMeta(s); },
+      [this](ckpt::Snapshot& s) { return CopySnapshotTensors(s); }, sync);
+}
+
+bool Trainer::AbandonRequested() const {
+  return watcher_ && cfg_.ckpt.on_notice == "abandon" && watcher_->notified();
+}
+
+Status Trainer::OpenCheckpoints(nlohmann::json* resume_row) {
+  ckpt::ManagerOptions mo = CheckpointManagerOptions(cfg_);
+  mo.open_storage = env_.open_storage;
+  TERN_ASSIGN_OR_RETURN(ckpt_, ckpt::CheckpointManager::Open(mo));
+  ckpt::PreemptionOptions po;
+  po.signals = env_.handle_signals;
+  po.url = cfg_.ckpt.notice_url;
+  po.kind = cfg_.ckpt.notice_kind;
+  po.poll_s = cfg_.ckpt.notice_poll_s;
+  po.signal_window_s = cfg_.ckpt.notice_window_s;
+  TERN_ASSIGN_OR_RETURN(watcher_, ckpt::PreemptionWatcher::Start(po));
+
+  const std::string& mode = cfg_.ckpt.resume;
+  if (mode == "none") return Status::Ok();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> skipped;
+  Result<ckpt::LoadedCheckpoint> loaded = Status::NotFound("");
+  if (mode == "auto") {
+    loaded = ckpt_->LoadNewestValid(&skipped);
+  } else {
+    ckpt::StorageOpener open = mo.open_storage;
+    if (!open) open = [s3 = mo.s3](const std::string& uri) { return ckpt::OpenStorage(uri, s3); };
+    loaded = ckpt::LoadCheckpointAt(mode, open, &skipped);
+  }
+  for (const auto& s : skipped)
+    if (!quiet_) std::fprintf(stderr, "tern train: skipping a damaged checkpoint: %s\n", s.c_str());
+  if (!loaded.ok()) {
+    if (mode == "auto" && loaded.status().code() == Status::Code::kNotFound) {
+      if (!quiet_) std::fprintf(stderr, "tern train: no checkpoint to resume from; starting at step 0\n");
+      if (!skipped.empty()) *resume_row = {{"event", "resume"}, {"step", 0}, {"skipped", skipped}};
+      return Status::Ok();
+    }
+    return loaded.status().WithContext("resuming (ckpt.resume=" + mode + ")");
+  }
+  TERN_ASSIGN_OR_RETURN(RestoredTrain r, RestoreTrainState(*loaded, cfg_, data_identity(), model_.get()));
+  step_ = r.progress.step;
+  tokens_seen_ = r.progress.tokens_seen;
+  train_seconds_ = r.progress.train_seconds;
+  TERN_RETURN_IF_ERROR(train_loader_->Restore(r.progress.loader).WithContext("restoring the data position"));
+  resumed_from_ = step_;
+  last_saved_step_ = step_;
+  const double load_s = SecondsSince(t0);
+  if (!quiet_) {
+    std::fprintf(stderr, "tern train: resumed from %s (step %d) in %.2f s\n", loaded->location.c_str(), step_, load_s);
+    for (const auto& c : r.changes) std::fprintf(stderr, "tern train: config changed since the checkpoint: %s\n", c.c_str());
+  }
+  *resume_row = {{"event", "resume"}, {"step", step_},       {"from", loaded->location}, {"load_ms", load_s * 1e3},
+                 {"skipped", skipped}, {"changes", r.changes}, {"since_process_start_s", ProcessAgeSeconds()}};
+  return Status::Ok();
+}
+
+Status Trainer::SaveCheckpoint(const std::string& kind) {
+  TERN_RETURN_IF_ERROR(SaveTo({ckpt_->FindTier("fast")}, kind, std::nullopt, /*sync=*/true));
+  Status failure;
+  TERN_RETURN_IF_ERROR(DrainCheckpointEvents(nullptr, &failure));
+  if (failure.ok()) last_saved_step_ = step_;
+  return failure;
+}
+
+Status Trainer::MaybeCheckpoint(int step, bool last, std::optional<double> val_loss, ProgressBar* bar) {
+  std::vector<int> tiers;
+  bool periodic = false;
+  for (int t = 0; t < ckpt_->num_tiers(); t++) {
+    const auto& tier = ckpt_->tier(t);
+    if (tier.every > 0 && (step % tier.every == 0 || last)) {
+      tiers.push_back(t);
+      periodic = periodic || step % tier.every == 0;
+    } else if (tier.keep.keep_best > 0 && val_loss && ckpt_->WouldKeepBest(t, *val_loss)) {
+      tiers.push_back(t);
+    }
+  }
+  if (!tiers.empty()) {
+    const std::string kind = periodic ? "periodic" : last ? "final" : "best";
+    TERN_RETURN_IF_ERROR(SaveTo(tiers, kind, val_loss, /*sync=*/false));
+    last_saved_step_ = step;
+  }
+  Status failure;
+  TERN_RETURN_IF_ERROR(DrainCheckpointEvents(bar, &failure));
+  if (!failure.ok() && cfg_.ckpt.on_error == "stop") {
+    return failure.WithContext("checkpoint failed and ckpt.on_error=stop (the previous checkpoint is intact)");
+  }
+  return Status::Ok();
+}
+
+Status Trainer::DrainCheckpointEvents(ProgressBar* bar, Status* failure) {
+  Status first_error;
+  for (const auto& e : ckpt_->TakeEvents()) {
+    nlohmann::json row = {{"event", "checkpoint"}, {"step", e.step}, {"tier", e.tier}, {"kind", e.kind}};
+    if (e.skipped) {
+      row["event"] = "checkpoint_skipped";
+      row["reason"] = "the previous save was still being written (ckpt.when_busy=skip)";
+      if (bar) bar->Print(fmt::format("checkpoint step {} ({}) skipped: previous save still in flight", e.step, e.tier));
+    } else if (!e.status.ok()) {
+      row["event"] = "checkpoint_failed";
+      row["error"] = e.status.message();
+      if (bar) bar->Print(fmt::format("checkpoint step {} ({}) FAILED: {}", e.step, e.tier, e.status.message()));
+      if (!quiet_ && !bar) std::fprintf(stderr, "tern train: checkpoint failed: %s\n", e.status.message().c_str());
+      if (first_error.ok()) first_error = e.status;
+    } else {
+      row.update({{"stall_ms", e.stall_ms}, {"wait_ms", e.wait_ms}, {"copy_ms", e.copy_ms},
+                  {"persist_ms", e.persist_ms}, {"bytes", e.bytes}, {"location", e.location}, {"removed", e.removed}});
+    }
+    TERN_RETURN_IF_ERROR(log_.Write(row));
+  }
+  if (failure) *failure = first_error;
+  return Status::Ok();
+}
+
+Status Trainer::EmergencyCheckpoint(TrainSummary* sum, ProgressBar* bar) {
+  const ckpt::PreemptionNotice notice = watcher_->notice();
+  const auto t0 = std::chrono::steady_clock::now();
+  // The fastest tier that outlives the instance: the fast one, unless its disk dies with the machine.
+  int tier = ckpt_->FindTier("fast");
+  if (!cfg_.ckpt.fast_survives && ckpt_->FindTier("durable") >= 0) tier = ckpt_->FindTier("durable");
+  ckpt_->WaitIdle();  // a save in flight finishes first (it may already hold this very step)
+  TERN_RETURN_IF_ERROR(DrainCheckpointEvents(bar));
+  Status st;
+  std::string what;
+  if (ckpt_->NewestStep(tier) == step_) {
+    what = "already saved by the save in flight";
+  } else {
+    st = SaveTo({tier}, "emergency", std::nullopt, /*sync=*/true);
+    Status failure;
+    TERN_RETURN_IF_ERROR(DrainCheckpointEvents(bar, &failure));
+    if (st.ok()) st = failure;
+    what = st.ok() ? "saved" : "FAILED: " + st.message();
+  }
+  const double save_s = SecondsSince(t0);
+  const double since_notice = std::chrono::duration<double>(std::chrono::steady_clock::now() - notice.at).count();
+  const std::string location = ckpt::JoinKey(ckpt_->storage(tier).uri(), ckpt::StepDirName(step_));
+  sum->preempted = true;
+  sum->steps = step_;
+  sum->tokens = tokens_seen_;
+  sum->train_s = train_seconds_;
+  sum->preempt_report = fmt::format(
+      "preempted ({}): step {} {} to {} in {:.2f} s; {:.2f} s after the notice, {} the {:.0f} s window. Resume "
+      "with --resume auto.",
+      notice.source, step_, what, location, save_s, since_notice,
+      since_notice <= notice.window_s ? "inside" : "OUTSIDE", notice.window_s);
+  if (bar) bar->Print(sum->preempt_report);
+  TERN_RETURN_IF_ERROR(log_.Write({{"event", "preempted"},
+                                   {"source", notice.source},
+                                   {"step", step_},
+                                   {"tier", ckpt_->tier(tier).name},
+                                   {"location", location},
+                                   {"saved", st.ok()},
+                                   {"save_s", save_s},
+                                   {"since_notice_s", since_notice},
+                                   {"window_s", notice.window_s},
+                                   {"margin_s", notice.window_s - since_notice}}));
+  return Status::Ok();  // even a failed save leaves the run resumable from the previous checkpoint
+}
+
+}  // namespace tern
