@@ -21,14 +21,20 @@ T V(Result<T> r) {
 
 namespace fs = std::filesystem;
 
-fs::path FreshDir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("tern_storage_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p;
-}
+// A fresh directory for one test, removed afterwards (per process: ctest runs cases in parallel).
+struct FreshDir {
+  explicit FreshDir(const std::string& name)
+      : path(fs::temp_directory_path() / ("tern_storage_test_" + name + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+  }
+  ~FreshDir() { fs::remove_all(path); }
+  std::string string() const { return path.string(); }
+  fs::path path;
+};
 
 TEST(LocalStorage, PutGetListDelete) {
-  auto s = LocalStorage::Open(FreshDir("basic").string());
+  FreshDir dir("basic");
+  auto s = LocalStorage::Open(dir.string());
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   Storage& st = **s;
   ASSERT_TRUE(st.Put("step_00000001/a.bin", "hello").ok());
@@ -55,7 +61,8 @@ TEST(LocalStorage, PutGetListDelete) {
 
 TEST(LocalStorage, LargeAlignedObjectsGoDirectAndReadBackExactly) {
   // >= 64 MiB and page-aligned (as snapshot images are): O_DIRECT for the aligned bulk, buffered for the tail.
-  auto s = LocalStorage::Open(FreshDir("direct").string());
+  FreshDir dir("direct");
+  auto s = LocalStorage::Open(dir.string());
   ASSERT_TRUE(s.ok());
   SafetensorsImage img({{"w", {(16 << 20) + 5}}}, {});
   for (size_t i = 0; i < (16u << 20) + 5; i++) img.data()[i] = static_cast<float>(i % 1000);
@@ -65,7 +72,8 @@ TEST(LocalStorage, LargeAlignedObjectsGoDirectAndReadBackExactly) {
 }
 
 TEST(LocalStorage, OverwriteIsAtomicReplace) {
-  auto s = LocalStorage::Open(FreshDir("overwrite").string());
+  FreshDir dir("overwrite");
+  auto s = LocalStorage::Open(dir.string());
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE((*s)->Put("k", "old contents").ok());
   ASSERT_TRUE((*s)->Put("k", "new").ok());

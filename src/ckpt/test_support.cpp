@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -37,8 +39,16 @@ std::string SmallCorpus() {
 
 std::string SharedPreparedData(const std::function<bool(const std::string&, const std::string&)>& prepare) {
   // Keyed by the parent process: one ctest invocation (or one shell running a test binary) shares one copy.
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("tern_ckpt_test_data_" + std::to_string(::getppid()));
+  // Copies whose parent is gone are removed, so they do not pile up in /tmp.
+  const std::string prefix = "tern_ckpt_test_data_";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::temp_directory_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    const pid_t owner = static_cast<pid_t>(std::atol(name.c_str() + prefix.size()));
+    if (owner > 0 && ::kill(owner, 0) != 0 && errno == ESRCH) std::filesystem::remove_all(e.path(), ec);
+  }
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / (prefix + std::to_string(::getppid()));
   std::filesystem::create_directories(dir);
   const int lock = ::open((dir / "lock").c_str(), O_CREAT | O_RDWR, 0644);
   ::flock(lock, LOCK_EX);

@@ -59,9 +59,9 @@ TEST(Torture, KillNineTwentyTimesAndStillBitExact) {
                        (root / "data").string() + " --vocab-size 300 --val-fraction 0.1 --threads 1").code, 0);
   std::ofstream(root / "tiny.yaml") << "model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
                                        "data: {dir: " << (root / "data").string() << "}\n"
-                                       "train: {batch_size: 4, seq_len: 32, total_batch_tokens: 256, steps: 1500,\n"
+                                       "train: {batch_size: 4, seq_len: 32, total_batch_tokens: 256, steps: 3000,\n"
                                        "        lr: 3.0e-3, warmup_steps: 20}\n"
-                                       "eval: {every: 500, batches: 2}\n"
+                                       "eval: {every: 1000, batches: 2}\n"
                                        "sample: {count: 0}\n"
                                        "run: {peak_gflops: 100}\n"
                                        "ckpt: {every: 3, keep_last: 2, resume: auto}\n";
@@ -82,8 +82,23 @@ TEST(Torture, KillNineTwentyTimesAndStillBitExact) {
   int64_t expected_resume = -1;  // newest valid checkpoint after the last kill
   while (kills < 20 && lives < 200) {
     lives++;
+    const uintmax_t log_size = fs::exists(run / "metrics.jsonl") ? fs::file_size(run / "metrics.jsonl") : 0;
     Child c(argv("tortured"), env, (root / "tortured.log").string());
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(40, 600)(rng)));
+    if (lives % 4 == 0) {
+      // Now and then strike during start-up or while the checkpoint is being loaded.
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 600)(rng)));
+    } else {
+      // Mostly strike while training (and its writer) runs: wait for this life's first step row, then a bit.
+      const auto t0 = std::chrono::steady_clock::now();
+      while (c.Running() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30)) {
+        std::ifstream in(run / "metrics.jsonl");
+        in.seekg(static_cast<std::streamoff>(log_size));
+        std::string fresh((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (fresh.find("\"loss\"") != std::string::npos) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 250)(rng)));
+    }
     if (!c.Running()) break;  // finished before we struck
     c.Signal(SIGKILL);
     c.Wait();

@@ -52,6 +52,10 @@ int RunServe(const ServeCliOptions& o) {
   auto quantize = ParseQuantize(o.quantize);
   if (!quantize.ok()) return Fail(quantize.status());
   // SIGINT/SIGTERM are taken by sigwait below; blocked before any thread starts so that all inherit it.
+  // A shell starts background jobs with SIGINT ignored, and an ignored signal is never delivered, not even
+  // to sigwait: restore the default so that `kill -INT` stops a backgrounded server too.
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
