@@ -5,6 +5,7 @@
 # fp32 matmuls use AVX-512). Ratios are against the tuned run. Needs: build/tern, /usr/bin/python3 + torch.
 #   bench/vs_pytorch.sh            # all four rows (~10 minutes on 2 cores)
 #   STEPS=3 bench/vs_pytorch.sh    # quicker, noisier
+#   CONFIGS="6 6 384 50257 8 256" bench/vs_pytorch.sh   # one config ("L H C V B T")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-5}
@@ -25,7 +26,9 @@ torch_tuned() {
 }
 printf "machine: %s, %s threads\n" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" "$OMP_NUM_THREADS"
 printf "%-22s %-5s %10s %10s %10s %8s %8s\n" config prec "torch" "torch-tuned" "tern" "ratio" "MFU"
-for cfg in "12 12 768 50257 4 64" "6 6 384 50257 8 256"; do
+CONFIGS=${CONFIGS:-"12 12 768 50257 4 64|6 6 384 50257 8 256"}
+IFS="|" read -ra CFG_LIST <<< "$CONFIGS"
+for cfg in "${CFG_LIST[@]}"; do
   set -- $cfg
   for prec in fp32 bf16; do
     t_inst=$(torch_rate "$@" "$prec")
