@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "ckpt/test_support.h"
 #include "data/prepare.h"
 #include "model/safetensors.h"
 #include "train/lr_schedule.h"
@@ -19,22 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A few hundred KB of varied English (public-domain style), generated so the test needs no files.
-std::string SmallCorpus() {
-  const char* subjects[] = {"The king", "A shepherd", "The river", "My brother", "The old city", "A stranger"};
-  const char* verbs[] = {"walked toward", "spoke softly to", "remembered", "looked upon", "built", "forgot"};
-  const char* objects[] = {"the mountain.", "the bright morning.", "his father's house.", "the quiet sea.",
-                           "a field of wheat.", "the last gate."};
-  std::ostringstream os;
-  uint64_t x = 12345;
-  for (int i = 0; i < 6000; i++) {
-    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    os << subjects[(x >> 33) % 6] << " " << verbs[(x >> 41) % 6] << " " << objects[(x >> 49) % 6];
-    os << ((i % 4 == 3) ? "\n" : " ");
-  }
-  return os.str();
-}
-
 class TrainerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -43,7 +28,7 @@ class TrainerTest : public ::testing::Test {
     root_ = fs::temp_directory_path() / ("tern_trainer_test_" + std::to_string(::getpid()));
     fs::remove_all(root_);
     fs::create_directories(root_);
-    std::ofstream(root_ / "corpus.txt") << SmallCorpus();
+    std::ofstream(root_ / "corpus.txt") << ckpt::testing::SmallCorpus();
     PrepareOptions p;
     p.inputs = {(root_ / "corpus.txt").string()};
     p.out_dir = (root_ / "data").string();
