@@ -324,29 +324,48 @@ double CpuFastBackend::Sum(const float* x, size_t n) {
 
 // ---- optimizer ---------------------------------------------------------------------------------------
 
+namespace {
+
+// One AdamW update of [0, n): a plain loop over __restrict pointers so that it vectorises with contiguous
+// loads and stores (written as a lambda under `omp parallel for simd`, GCC 12 emitted gathers and scatters
+// and the update ran several times slower than memory allows).
+template <bool kWriteBF16>
+void AdamWSpan(float* __restrict param, uint16_t* __restrict param_bf16, const float* __restrict grad,
+               float* __restrict m, float* __restrict v, size_t n, float lr, float beta1, float beta2,
+               float eps, float weight_decay, float grad_scale, float bc1, float bc2) {
+#pragma omp simd
+  for (size_t i = 0; i < n; i++) {
+    const float g = grad[i] * grad_scale;
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float p = param[i];
+    p -= lr * ((mi / bc1) / (std::sqrt(vi / bc2) + eps) + weight_decay * p);
+    param[i] = p;
+    if constexpr (kWriteBF16) param_bf16[i] = fast::ToBF16(p);
+  }
+}
+
+}  // namespace
+
 // One pass over param, grad, m, v (and the bf16 copy): the update is memory-bound, so it is read once.
 void CpuFastBackend::AdamW(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v,
                            size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                            float grad_scale, int t) {
   const float bc1 = 1.0f - std::pow(beta1, static_cast<float>(t));
   const float bc2 = 1.0f - std::pow(beta2, static_cast<float>(t));
-  auto update = [=](size_t i) {
-    float g = grad[i] * grad_scale;
-    float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    float p = param[i];
-    p -= lr * ((mi / bc1) / (std::sqrt(vi / bc2) + eps) + weight_decay * p);
-    param[i] = p;
-    return p;
-  };
-  if (param_bf16) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (size_t i = 0; i < n; i++) param_bf16[i] = fast::ToBF16(update(i));
-  } else {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (size_t i = 0; i < n; i++) update(i);
+  constexpr size_t kChunk = 1 << 14;
+  const size_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (size_t ch = 0; ch < chunks; ch++) {
+    const size_t i0 = ch * kChunk, len = std::min(n, i0 + kChunk) - i0;
+    if (param_bf16)
+      AdamWSpan<true>(param + i0, param_bf16 + i0, grad + i0, m + i0, v + i0, len, lr, beta1, beta2, eps,
+                      weight_decay, grad_scale, bc1, bc2);
+    else
+      AdamWSpan<false>(param + i0, nullptr, grad + i0, m + i0, v + i0, len, lr, beta1, beta2, eps,
+                       weight_decay, grad_scale, bc1, bc2);
   }
 }
 
