@@ -23,7 +23,14 @@ const char* DTypeName(DType t) {
   return "?";
 }
 
-const char* ComputeName(Compute c) { return c == Compute::kBF16 ? "bf16" : "fp32"; }
+const char* ComputeName(Compute c) {
+  switch (c) {
+    case Compute::kF32: return "fp32";
+    case Compute::kBF16: return "bf16";
+    case Compute::kF16: return "fp16";
+  }
+  return "?";
+}
 
 // The inference ops are optional: a backend that lacks one fails loudly at the first call (a missing
 // kernel is a bug in the build, not an input error).

@@ -10,6 +10,9 @@
 //    the residual gradient stream); everything else overwrites.
 //  * bf16 values are stored as uint16_t (the top half of an fp32). Matmuls with compute = kBF16 round
 //    their fp32 operands to bf16 (the backend casts them into its own scratch) and accumulate in fp32.
+//  * Compute = kF16 (fp16 mixed precision, used with dynamic loss scaling, loss_scaler.h) rounds fp32
+//    operands to IEEE fp16 (round-to-nearest-even; above 65504 -> inf) and accumulates in fp32. Backends
+//    with fp16 GEMMs (CUDA) run them natively; the others are wrapped by WithF16Emulation().
 #pragma once
 
 #include <cstddef>
@@ -20,7 +23,7 @@
 namespace tern {
 
 enum class DType : uint8_t { kF32, kBF16, kI32 };
-enum class Compute : uint8_t { kF32, kBF16 };
+enum class Compute : uint8_t { kF32, kBF16, kF16 };
 
 size_t DTypeSize(DType t);
 const char* DTypeName(DType t);
@@ -38,6 +41,17 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+
+  // ---- capabilities (optional; the defaults describe a CPU backend) ---------------------------------
+  // True when Matmul handles Compute::kF16 itself; false: the fp16 trainer wraps it (WithF16Emulation).
+  virtual bool NativeF16Matmul() const { return false; }
+  // True for a GPU backend: the trainer then samples the GPU's utilisation, memory and power (NVML).
+  virtual bool IsGpu() const { return false; }
+  // The GPU's PCI bus id ("0000:3B:00.0") so NVML reads the same GPU CUDA uses; empty when not a GPU.
+  virtual std::string PciBusId() const { return {}; }
+  // Selects the causal-attention kernel family ("naive": the interface's materialised att[B,NH,T,T];
+  // "flash": a fused online-softmax kernel). Returns false for a name this backend does not have.
+  virtual bool SetAttentionKernel(const std::string& kind) { return kind == "naive"; }
 
   // ---- memory ----------------------------------------------------------------------------------
   virtual void* Alloc(size_t bytes) = 0;  // zero-filled; aborts on out-of-memory (a bug in sizing)
@@ -144,6 +158,11 @@ class Backend {
 // Backends this build knows. "cpu" is the fast CPU path, "cpu-ref" the plain reference (the test oracle).
 std::unique_ptr<Backend> MakeCpuReferenceBackend();
 std::unique_ptr<Backend> MakeCpuFastBackend();
+// fp16 matmuls for a CPU backend without them (cpu/f16_emulation.cpp): returns `inner` itself when
+// inner->NativeF16Matmul(), otherwise a wrapper whose Matmul with Compute::kF16 rounds the operands to fp16
+// (F16C / AVX-512 conversions) and multiplies them in fp32; every other call goes to `inner` unchanged.
+// Only for backends whose device memory is host memory (the CPU ones).
+std::unique_ptr<Backend> WithF16Emulation(std::unique_ptr<Backend> inner);
 
 // Device memory owned by a backend, freed on destruction. Move-only.
 class DeviceBuffer {

@@ -31,6 +31,7 @@ struct NvmlSampler::Api {
   nvmlReturn_t (*GetMemoryInfo)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
   nvmlReturn_t (*GetPowerUsage)(nvmlDevice_t, unsigned int*) = nullptr;
   nvmlReturn_t (*GetTotalEnergy)(nvmlDevice_t, unsigned long long*) = nullptr;
+  nvmlReturn_t (*GetHandleByPciBusId)(const char*, nvmlDevice_t*) = nullptr;
 };
 
 namespace {
@@ -51,7 +52,7 @@ int DefaultIndex() {
 
 }  // namespace
 
-NvmlSampler::NvmlSampler(int device_index) {
+bool NvmlSampler::Open() {
   // TERN_NVML_LIBRARY names the library to use instead (unusual installs; tests).
   const char* override_path = std::getenv("TERN_NVML_LIBRARY");
   if (override_path && *override_path) {
@@ -64,7 +65,7 @@ NvmlSampler::NvmlSampler(int device_index) {
     status_ = std::string("NVML unavailable: ") +
               (override_path && *override_path ? override_path : "libnvidia-ml.so.1") +
               " not found (no NVIDIA driver on this machine)";
-    return;
+    return false;
   }
   api_ = new Api();
   bool ok = Load(lib_, "nvmlInit_v2", &api_->Init) && Load(lib_, "nvmlShutdown", &api_->Shutdown) &&
@@ -76,16 +77,40 @@ NvmlSampler::NvmlSampler(int device_index) {
             Load(lib_, "nvmlDeviceGetMemoryInfo", &api_->GetMemoryInfo) &&
             Load(lib_, "nvmlDeviceGetPowerUsage", &api_->GetPowerUsage);
   Load(lib_, "nvmlDeviceGetTotalEnergyConsumption", &api_->GetTotalEnergy);  // optional
+  Load(lib_, "nvmlDeviceGetHandleByPciBusId_v2", &api_->GetHandleByPciBusId);  // optional
   if (!ok) {
     status_ = "NVML unavailable: the library lacks a needed symbol";
-    return;
+    api_->Init = nullptr;
+    return false;
   }
   nvmlReturn_t r = api_->Init();
   if (r != kNvmlSuccess) {
     status_ = std::string("NVML unavailable: nvmlInit failed: ") + api_->ErrorString(r);
     api_->Init = nullptr;  // nothing to shut down
-    return;
+    return false;
   }
+  return true;
+}
+
+void NvmlSampler::SetDevice(void* dev) {
+  char name[96] = {0};
+  if (api_->GetName(dev, name, sizeof(name)) == kNvmlSuccess) name_ = name;
+  device_ = dev;
+  status_ = "NVML ok: " + name_;
+}
+
+NvmlSampler::NvmlSampler(int device_index) { InitByIndex(device_index); }
+
+NvmlSampler::NvmlSampler(const std::string& pci_bus_id) {
+  if (pci_bus_id.empty()) {
+    InitByIndex(-1);
+  } else {
+    InitByBusId(pci_bus_id);
+  }
+}
+
+void NvmlSampler::InitByIndex(int device_index) {
+  if (!Open()) return;
   unsigned int count = 0;
   if (api_->GetCount(&count) != kNvmlSuccess || count == 0) {
     status_ = "NVML unavailable: no GPU";
@@ -97,15 +122,24 @@ NvmlSampler::NvmlSampler(int device_index) {
     return;
   }
   nvmlDevice_t dev = nullptr;
-  r = api_->GetHandleByIndex(static_cast<unsigned>(index), &dev);
+  nvmlReturn_t r = api_->GetHandleByIndex(static_cast<unsigned>(index), &dev);
   if (r != kNvmlSuccess) {
     status_ = std::string("NVML unavailable: ") + api_->ErrorString(r);
     return;
   }
-  char name[96] = {0};
-  if (api_->GetName(dev, name, sizeof(name)) == kNvmlSuccess) name_ = name;
-  device_ = dev;
-  status_ = "NVML ok: " + name_;
+  SetDevice(dev);
+}
+
+void NvmlSampler::InitByBusId(const std::string& pci_bus_id) {
+  if (!Open()) return;
+  nvmlDevice_t dev = nullptr;
+  nvmlReturn_t r = api_->GetHandleByPciBusId ? api_->GetHandleByPciBusId(pci_bus_id.c_str(), &dev) : -1;
+  if (r != kNvmlSuccess) {
+    status_ = "NVML unavailable: no GPU at PCI bus id " + pci_bus_id +
+              (api_->GetHandleByPciBusId ? std::string(": ") + api_->ErrorString(r) : std::string(" (old NVML)"));
+    return;
+  }
+  SetDevice(dev);
 }
 
 NvmlSampler::~NvmlSampler() {

@@ -2,10 +2,11 @@
 // and on a machine without an NVIDIA driver the sampler reports "unavailable" instead of failing.
 //
 // Per-step use (the trainer's metrics.jsonl fields gpu_util, gpu_mem_gb, gpu_power_w, joules_per_token):
-//   NvmlSampler nvml;                       // once
-//   GpuStepMeter meter(&nvml);
+//   BackgroundGpuSampler gpu(std::make_unique<NvmlSampler>(bus_id));   // once; polls NVML on its own thread
+//   GpuStepMeter meter(&gpu);
 //   meter.StepBegin();  ...step...  GpuStepMetrics g = meter.StepEnd(tokens_in_step, step_seconds);
 //   if (g.ok) row["gpu_util"] = g.util_pct, ...
+// The trainer takes any GpuSampler (TrainerEnv::gpu_sampler), so tests drive it with a fake one.
 #pragma once
 
 #include <cstdint>
@@ -23,23 +24,40 @@ struct GpuSample {
   double energy_j = 0;       // energy since the driver loaded, joules (monotonic)
 };
 
-class NvmlSampler {
+// Where GPU readings come from: NVML on a real GPU, a fake in tests. Sample() may be called from any thread.
+class GpuSampler {
+ public:
+  virtual ~GpuSampler() = default;
+  virtual bool available() const = 0;
+  // "NVML ok: <device name>" or "NVML unavailable: <reason>" (or the fake's own words).
+  virtual const std::string& status() const = 0;
+  // One reading; ok == false when the source is unavailable or the query failed.
+  virtual GpuSample Sample() const = 0;
+};
+
+class NvmlSampler : public GpuSampler {
  public:
   // device_index is NVML's index; -1 = the first entry of CUDA_VISIBLE_DEVICES if it is a number, else 0.
   explicit NvmlSampler(int device_index = -1);
-  ~NvmlSampler();
+  // The GPU at this PCI bus id ("0000:3B:00.0", from cudaDeviceGetPCIBusId): the one CUDA computes on, whatever
+  // the enumeration order. An empty id falls back to NvmlSampler(-1).
+  explicit NvmlSampler(const std::string& pci_bus_id);
+  ~NvmlSampler() override;
   NvmlSampler(const NvmlSampler&) = delete;
   NvmlSampler& operator=(const NvmlSampler&) = delete;
 
-  bool available() const { return device_ != nullptr; }
-  // "NVML ok: <device name>" or "NVML unavailable: <reason>".
-  const std::string& status() const { return status_; }
+  bool available() const override { return device_ != nullptr; }
+  const std::string& status() const override { return status_; }
   const std::string& device_name() const { return name_; }
-  // One reading; ok == false when NVML is unavailable or the query failed.
-  GpuSample Sample() const;
+  GpuSample Sample() const override;
 
  private:
   struct Api;
+  // Loads the library and initialises NVML; false (with status_ set) when that fails.
+  bool Open();
+  void InitByIndex(int device_index);
+  void InitByBusId(const std::string& pci_bus_id);
+  void SetDevice(void* handle);
   void* lib_ = nullptr;
   Api* api_ = nullptr;
   void* device_ = nullptr;
@@ -53,15 +71,18 @@ struct GpuStepMetrics {
   double joules_per_token = 0;
 };
 
-// Energy and utilisation of one training step (or any timed interval) from two samples.
+// Energy and utilisation of one training step (or any timed interval) from two samples:
+//   joules = energy_end - energy_begin              when both samples carry NVML's energy counter
+//          = (power_begin + power_end) / 2 * seconds  otherwise (power_end * seconds without a begin sample)
+//   joules_per_token = joules / tokens; util, memory and power are the end sample's.
 class GpuStepMeter {
  public:
-  explicit GpuStepMeter(const NvmlSampler* sampler) : sampler_(sampler) {}
+  explicit GpuStepMeter(const GpuSampler* sampler) : sampler_(sampler) {}
   void StepBegin();
   GpuStepMetrics StepEnd(double tokens, double seconds);
 
  private:
-  const NvmlSampler* sampler_;
+  const GpuSampler* sampler_;
   GpuSample begin_;
 };
 

@@ -84,7 +84,7 @@ Status CaptureTrainMeta(const Gpt& model, const TrainConfig& cfg, const DataIden
   j["format"] = "tern-trainer-state";
   j["version"] = 1;
   j["step"] = p.step;
-  j["adam_t"] = p.step;  // AdamW's bias-correction step of the last update
+  j["adam_t"] = p.adam_t >= 0 ? p.adam_t : p.step;  // AdamW's bias-correction step of the last update
   j["tokens_seen"] = p.tokens_seen;
   j["train_seconds"] = p.train_seconds;
   j["loader"] = {{"epoch", p.loader.epoch}, {"index", p.loader.index}, {"batch_size", cfg.batch_size},
@@ -97,7 +97,13 @@ Status CaptureTrainMeta(const Gpt& model, const TrainConfig& cfg, const DataIden
               {"sampling", "seed + 1000 + i for the i-th sample of each call"}};
   j["lr_schedule"] = {{"step", p.step}, {"next_lr", sched.At(p.step)}, {"kind", cfg.schedule},
                       {"warmup_steps", cfg.warmup_steps}, {"total_steps", cfg.steps}};
-  j["loss_scale"] = nullptr;
+  if (p.loss_scale) {
+    j["loss_scale"] = {{"scale", p.loss_scale->scale},
+                       {"good_steps", p.loss_scale->good_steps},
+                       {"skipped_steps", p.loss_scale->skipped_steps}};
+  } else {
+    j["loss_scale"] = nullptr;
+  }
   j["precision"] = cfg.precision;
   j["tokenizer"] = data.tokenizer;
   j["config_fingerprint"] = ResumeFingerprint(cfg, data);
@@ -179,6 +185,18 @@ Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const 
   out.progress.train_seconds = j.value("train_seconds", 0.0);
   out.progress.loader.epoch = j["loader"].value("epoch", uint64_t{0});
   out.progress.loader.index = j["loader"].value("index", uint64_t{0});
+  out.progress.adam_t = j.value("adam_t", out.progress.step);
+  if (j.contains("loss_scale") && j["loss_scale"].is_object()) {
+    const auto& ls = j["loss_scale"];
+    LossScaler::State state;
+    state.scale = ls.value("scale", state.scale);
+    state.good_steps = ls.value("good_steps", 0);
+    state.skipped_steps = ls.value("skipped_steps", int64_t{0});
+    if (!(state.scale > 0)) {
+      return Status::Corruption(fmt::format("{}/trainer.json: loss_scale.scale is not positive", ck.location));
+    }
+    out.progress.loss_scale = state;
+  }
   return out;
 }
 

@@ -4,15 +4,18 @@
 //                          e.g. "qkvw" [L, 3C, C]); __metadata__ carries the model shape. `tern ckpt export`
 //                          converts it to Hugging Face names.
 //   optimizer.safetensors  "adam.m" and "adam.v" [num_params], flat in the same parameter order.
-//   trainer.json           step (= AdamW's t), tokens seen, the loader position, seeds, LR position,
-//                          loss scale (null: bf16 and fp32 need none), precision, tokenizer, config.
+//   trainer.json           step, adam_t (AdamW's t: applied updates, = step unless fp16 skipped some), tokens
+//                          seen, the loader position, seeds, LR position, loss scale (fp16: scale, good_steps,
+//                          skipped_steps; null for bf16 and fp32), precision, tokenizer, config.
 // The bf16 weight copy is not stored: SetParameters re-derives it from the fp32 master weights, exactly.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "backend/loss_scaler.h"
 #include "ckpt/format.h"
 #include "ckpt/manager.h"
 #include "data/loader.h"
@@ -32,6 +35,8 @@ struct TrainProgress {
   uint64_t tokens_seen = 0;
   double train_seconds = 0;
   LoaderPosition loader;  // of the next training batch
+  int adam_t = -1;        // AdamW updates applied; -1 = step (checkpoints from before fp16 lack the field)
+  std::optional<LossScaler::State> loss_scale;  // fp16 runs only
 };
 
 // The two halves of a save (see ckpt/manager.h):

@@ -63,8 +63,12 @@ struct TrainConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double grad_clip = 1.0;       // global norm; 0 disables
   uint64_t seed = 1337;
-  std::string precision = "fp32";  // fp32 | bf16
+  std::string precision = "fp32";  // fp32 | bf16 | fp16
   std::string device = "cpu";       // cpu | cpu-ref | cuda | auto
+  // fp16 dynamic loss scaling (precision fp16 only; backend/loss_scaler.h, docs/gpu.md). Keys fp16.*.
+  double loss_scale_init = 65536;        // the first scale (2^16); a resumed run continues its saved scale
+  int loss_scale_growth_interval = 2000; // good steps in a row before the scale doubles
+  std::string cuda_attention = "naive";  // cuda.attention: naive | flash (ignored on the CPU)
 
   // evaluation and samples
   int eval_every = 100;     // steps; 0 = only at the end

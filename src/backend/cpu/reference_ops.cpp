@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backend/bf16.h"
+#include "backend/fp16.h"
 
 namespace tern {
 namespace {
@@ -12,11 +13,12 @@ constexpr float kLayerNormEps = 1e-5f;
 const float kGeluScale = std::sqrt(2.0f / static_cast<float>(M_PI));
 
 // Reads element i of an operand as the value the matmul multiplies: bf16 operands are widened,
-// fp32 operands are rounded to bf16 first when the compute type is bf16.
+// fp32 operands are rounded to bf16 (fp16) first when the compute type is bf16 (fp16).
 float OperandAt(Operand op, size_t i, Compute compute) {
-  if (op.dtype == DType::kBF16) return BF16ToF32(static_cast<const uint16_t*>(op.ptr)[i]);
-  float x = static_cast<const float*>(op.ptr)[i];
-  return compute == Compute::kBF16 ? RoundToBF16(x) : x;
+  float x = op.dtype == DType::kBF16 ? BF16ToF32(static_cast<const uint16_t*>(op.ptr)[i])
+                                     : static_cast<const float*>(op.ptr)[i];
+  if (compute == Compute::kF16) return RoundToF16(x);
+  return compute == Compute::kBF16 && op.dtype == DType::kF32 ? RoundToBF16(x) : x;
 }
 
 }  // namespace

@@ -5,9 +5,12 @@
 // No permute: for one batch row b, head h's q/k/v are [T, hs] matrices with row stride 3C starting at
 // column h*hs, so the heads of one batch row are a strided batch (stride hs). We loop over b.
 //
-// Precision: with bf16 compute (the compute of the most recent Matmul, see cuda_backend.h) q, k, v, dout
-// and the probabilities are rounded to bf16 for the GEMMs (fp32 accumulate); with fp32 compute every GEMM
-// is true fp32. The softmax and its backward are fp32 either way.
+// Precision: with bf16 (fp16) compute (the compute of the most recent Matmul, see cuda_backend.h) q, k, v,
+// dout and the probabilities are rounded to bf16 (fp16) for the GEMMs (fp32 accumulate); with fp32 compute
+// every GEMM is true fp32. The softmax and its backward are fp32 either way. In fp16, dout carries the loss
+// scale, so an overflow shows up as inf in the gradients, which the loss scaler then skips.
+//
+// SetAttentionKernel("flash") routes both ops to attention_flash.cu instead (no att[B,NH,T,T]).
 //
 // Next step (see README.md): a fused flash-attention kernel or cuDNN SDPA, which needs an interface that
 // lets the backend keep its own attention state (logsumexp) instead of the [B, NH, T, T] probabilities.
@@ -24,7 +27,7 @@ namespace {
 constexpr int kRowsPerBlock = 8;
 
 // rows = NH * T rows of one batch row; row r is query t = r % T. In place: scores -> probabilities.
-__global__ void CausalSoftmaxKernel(float* __restrict__ att, uint16_t* __restrict__ p16, int rows, int T) {
+__global__ void CausalSoftmaxKernel(float* __restrict__ att, uint16_t* __restrict__ p16, int rows, int T, bool f16) {
   const int lane = threadIdx.x % kWarp;
   const int r = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
   if (r >= rows) return;
@@ -39,15 +42,15 @@ __global__ void CausalSoftmaxKernel(float* __restrict__ att, uint16_t* __restric
   for (int j = lane; j < T; j += kWarp) {
     const float p = j <= t ? expf(x[j] - m) * inv : 0.0f;
     x[j] = p;
-    if (p16) p16[static_cast<size_t>(r) * T + j] = ToBF16Bits(p);
+    if (p16) p16[static_cast<size_t>(r) * T + j] = ToHalfBits(p, f16);
   }
 }
 
 // In place: datt -> dpreatt * scale = att * (datt - sum(att * datt)) * scale on the causal part, 0 above.
-// With bf16 GEMMs also writes the bf16 probabilities (p16) and the bf16 result (dp16).
+// With 16-bit GEMMs also writes the 16-bit probabilities (p16) and the 16-bit result (dp16).
 __global__ void CausalSoftmaxBackwardKernel(float* __restrict__ datt, const float* __restrict__ att,
                                             uint16_t* __restrict__ p16, uint16_t* __restrict__ dp16, int rows,
-                                            int T, float scale) {
+                                            int T, float scale, bool f16) {
   const int lane = threadIdx.x % kWarp;
   const int r = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
   if (r >= rows) return;
@@ -61,8 +64,8 @@ __global__ void CausalSoftmaxBackwardKernel(float* __restrict__ datt, const floa
     const float d = j <= t ? a * (datt[off + j] - dot) * scale : 0.0f;
     datt[off + j] = d;
     if (dp16) {
-      dp16[off + j] = ToBF16Bits(d);
-      p16[off + j] = ToBF16Bits(a);
+      dp16[off + j] = ToHalfBits(d, f16);
+      p16[off + j] = ToHalfBits(a, f16);
     }
   }
 }
@@ -70,18 +73,32 @@ __global__ void CausalSoftmaxBackwardKernel(float* __restrict__ datt, const floa
 }  // namespace
 }  // namespace cuda
 
+void CudaBackend::CastToHalf(uint16_t* dst, const float* src, size_t n, bool f16) {
+  if (f16) {
+    cuda::LaunchCastF32ToF16(dst, src, n, stream_);
+  } else {
+    cuda::LaunchCastF32ToBF16(dst, src, n, stream_);
+  }
+}
+
 void CudaBackend::AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
   if (B <= 0 || T <= 0) return;
+  if (flash_attention_) {
+    FlashAttentionForward(out, att, qkv, B, T, C, NH);
+    return;
+  }
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const bool bf16 = attention_compute() == Compute::kBF16;
-  const size_t esize = bf16 ? 2 : 4, tt = static_cast<size_t>(T) * T, rows = static_cast<size_t>(NH) * T;
+  const Compute compute = attention_compute();
+  const bool half = compute != Compute::kF32, f16 = compute == Compute::kF16;  // half: 16-bit GEMMs
+  const cudaDataType_t type = cuda::GemmType(compute);
+  const size_t esize = half ? 2 : 4, tt = static_cast<size_t>(T) * T, rows = static_cast<size_t>(NH) * T;
   const char* base = reinterpret_cast<const char*>(qkv);
   uint16_t* p16 = nullptr;
-  if (bf16) {
+  if (half) {
     const size_t n = static_cast<size_t>(B) * T * C3;
     auto* q16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnQkv, n * sizeof(uint16_t)));
-    cuda::LaunchCastF32ToBF16(q16, qkv, n, stream_);
+    CastToHalf(q16, qkv, n, f16);
     base = reinterpret_cast<const char*>(q16);
     p16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnP, NH * tt * sizeof(uint16_t)));
   }
@@ -91,33 +108,39 @@ void CudaBackend::AttentionForward(float* out, float* att, const float* qkv, int
     const void *q = qb, *k = qb + C * esize, *v = qb + 2 * C * esize;
     float* att_b = att + static_cast<size_t>(b) * NH * tt;
     // scores[h][t][t2] = scale * q_t . k_t2   (column-major: [t2, t] = K^T-as-stored^T * Q)
-    GemmStridedBatched(true, false, T, T, hs, scale, k, C3, hs, q, C3, hs, 0.0f, att_b, T, tt, NH, bf16);
-    cuda::CausalSoftmaxKernel<<<blocks, cuda::kRowsPerBlock * cuda::kWarp, 0, stream_>>>(att_b, p16,
-                                                                                         static_cast<int>(rows), T);
+    GemmStridedBatched(true, false, T, T, hs, scale, k, C3, hs, q, C3, hs, 0.0f, att_b, T, tt, NH, type);
+    cuda::CausalSoftmaxKernel<<<blocks, cuda::kRowsPerBlock * cuda::kWarp, 0, stream_>>>(
+        att_b, p16, static_cast<int>(rows), T, f16);
     CUDA_CHECK_LAUNCH();
     // out[t, h*hs + d] = sum_t2 att[h][t][t2] v[t2, h*hs + d]
-    const void* p = bf16 ? static_cast<const void*>(p16) : static_cast<const void*>(att_b);
+    const void* p = half ? static_cast<const void*>(p16) : static_cast<const void*>(att_b);
     GemmStridedBatched(false, false, hs, T, T, 1.0f, v, C3, hs, p, T, tt, 0.0f, out + static_cast<size_t>(b) * T * C,
-                       C, hs, NH, bf16);
+                       C, hs, NH, type);
   }
 }
 
 void CudaBackend::AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
                                     int B, int T, int C, int NH) {
   if (B <= 0 || T <= 0) return;
+  if (flash_attention_) {
+    FlashAttentionBackward(dqkv, dout, qkv, att, B, T, C, NH);
+    return;
+  }
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const bool bf16 = attention_compute() == Compute::kBF16;
-  const size_t esize = bf16 ? 2 : 4, tt = static_cast<size_t>(T) * T, rows = static_cast<size_t>(NH) * T;
+  const Compute compute = attention_compute();
+  const bool half = compute != Compute::kF32, f16 = compute == Compute::kF16;
+  const cudaDataType_t type = cuda::GemmType(compute);
+  const size_t esize = half ? 2 : 4, tt = static_cast<size_t>(T) * T, rows = static_cast<size_t>(NH) * T;
   const char* base = reinterpret_cast<const char*>(qkv);
   const char* dbase = reinterpret_cast<const char*>(dout);
   uint16_t *p16 = nullptr, *dp16 = nullptr;
-  if (bf16) {
+  if (half) {
     const size_t n = static_cast<size_t>(B) * T * C3, nd = static_cast<size_t>(B) * T * C;
     auto* q16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnQkv, n * sizeof(uint16_t)));
     auto* d16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnDout, nd * sizeof(uint16_t)));
-    cuda::LaunchCastF32ToBF16(q16, qkv, n, stream_);
-    cuda::LaunchCastF32ToBF16(d16, dout, nd, stream_);
+    CastToHalf(q16, qkv, n, f16);
+    CastToHalf(d16, dout, nd, f16);
     base = reinterpret_cast<const char*>(q16);
     dbase = reinterpret_cast<const char*>(d16);
     p16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnP, NH * tt * sizeof(uint16_t)));
@@ -133,18 +156,18 @@ void CudaBackend::AttentionBackward(float* dqkv, float* datt, const float* dout,
     float* dq = dqkv + static_cast<size_t>(b) * T * C3;
     float *dk = dq + C, *dv = dq + 2 * C;
     // datt[h][t][t2] = dy_t . v_t2
-    GemmStridedBatched(true, false, T, T, hs, 1.0f, v, C3, hs, dy, C, hs, 0.0f, datt_b, T, tt, NH, bf16);
+    GemmStridedBatched(true, false, T, T, hs, 1.0f, v, C3, hs, dy, C, hs, 0.0f, datt_b, T, tt, NH, type);
     cuda::CausalSoftmaxBackwardKernel<<<blocks, cuda::kRowsPerBlock * cuda::kWarp, 0, stream_>>>(
-        datt_b, att_b, p16, dp16, static_cast<int>(rows), T, scale);
+        datt_b, att_b, p16, dp16, static_cast<int>(rows), T, scale, f16);
     CUDA_CHECK_LAUNCH();
-    const void* p = bf16 ? static_cast<const void*>(p16) : static_cast<const void*>(att_b);
-    const void* dp = bf16 ? static_cast<const void*>(dp16) : static_cast<const void*>(datt_b);
+    const void* p = half ? static_cast<const void*>(p16) : static_cast<const void*>(att_b);
+    const void* dp = half ? static_cast<const void*>(dp16) : static_cast<const void*>(datt_b);
     // dv[t2, :] = sum_t att[t][t2] dy[t, :]
-    GemmStridedBatched(false, true, hs, T, T, 1.0f, dy, C, hs, p, T, tt, 0.0f, dv, C3, hs, NH, bf16);
+    GemmStridedBatched(false, true, hs, T, T, 1.0f, dy, C, hs, p, T, tt, 0.0f, dv, C3, hs, NH, type);
     // dq[t, :] = sum_t2 dpre[t][t2] k[t2, :]
-    GemmStridedBatched(false, false, hs, T, T, 1.0f, k, C3, hs, dp, T, tt, 0.0f, dq, C3, hs, NH, bf16);
+    GemmStridedBatched(false, false, hs, T, T, 1.0f, k, C3, hs, dp, T, tt, 0.0f, dq, C3, hs, NH, type);
     // dk[t2, :] = sum_t dpre[t][t2] q[t, :]
-    GemmStridedBatched(false, true, hs, T, T, 1.0f, q, C3, hs, dp, T, tt, 0.0f, dk, C3, hs, NH, bf16);
+    GemmStridedBatched(false, true, hs, T, T, 1.0f, q, C3, hs, dp, T, tt, 0.0f, dk, C3, hs, NH, type);
   }
 }
 

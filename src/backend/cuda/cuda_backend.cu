@@ -39,6 +39,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   std::snprintf(buf, sizeof(buf), "cuda (%s, sm_%d%d, %.0f GiB)", prop.name, prop.major, prop.minor,
                 prop.totalGlobalMem / double(1ull << 30));
   name_ = buf;
+  char bus[32] = {0};
+  if (cudaDeviceGetPCIBusId(bus, sizeof(bus), device_) == cudaSuccess) pci_bus_id_ = bus;
+  (void)cudaGetLastError();
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUBLAS_CHECK(cublasCreate(&cublas_));
   CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
@@ -53,6 +56,12 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   scratch_bytes_.assign(static_cast<int>(cuda::Scratch::kCount), 0);
   const char* attn = std::getenv("TERN_CUDA_ATTENTION");
   force_fp32_attention_ = attn && std::strcmp(attn, "fp32") == 0;
+}
+
+bool CudaBackend::SetAttentionKernel(const std::string& kind) {
+  if (kind != "naive" && kind != "flash") return false;
+  flash_attention_ = kind == "flash";
+  return true;
 }
 
 CudaBackend::~CudaBackend() {

@@ -26,6 +26,9 @@
 namespace tern {
 namespace cuda {
 
+// The cuBLAS element type of a GEMM's operands for a compute type (matmul_cublaslt.cu).
+cudaDataType_t GemmType(Compute c);
+
 // Backend-owned scratch, one buffer per purpose so that uses never alias within an op.
 enum class Scratch : int {
   kMatmulA, kMatmulB,          // operand conversions for Matmul
@@ -55,6 +58,10 @@ class CudaBackend : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return name_; }
+  bool NativeF16Matmul() const override { return true; }  // CUDA_R_16F GEMMs through cuBLASLt
+  bool IsGpu() const override { return true; }
+  std::string PciBusId() const override { return pci_bus_id_; }
+  bool SetAttentionKernel(const std::string& kind) override;
 
   void* Alloc(size_t bytes) override;
   void Free(void* ptr) override;
@@ -104,16 +111,24 @@ class CudaBackend : public Backend {
   // Reduction helpers (reduce.cu).
   double ReduceToHost(const float* x, size_t n, bool squares);
   // Converts an operand to the element type the GEMM runs in; returns the pointer to use.
-  const void* PrepareOperand(Operand op, size_t elems, bool want_bf16, cuda::Scratch slot);
-  cuda::LtPlan* GetPlan(int m, int n, int k, bool ta, bool tb, bool bf16, bool bias, int lda, int ldb,
+  const void* PrepareOperand(Operand op, size_t elems, Compute compute, cuda::Scratch slot);
+  cuda::LtPlan* GetPlan(int m, int n, int k, bool ta, bool tb, cudaDataType_t ab_type, bool bias, int lda, int ldb,
                         int ldc);
+  // dst = fp16(src) when f16, else bf16(src) (the 16-bit operand copies of the attention GEMMs).
+  void CastToHalf(uint16_t* dst, const float* src, size_t n, bool f16);
+  // The fused kernels of attention_flash.cu (SetAttentionKernel("flash")). The forward keeps only the
+  // logsumexp of each score row, in the first B*NH*T floats of `att`; the backward recomputes the rest.
+  void FlashAttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+  void FlashAttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C,
+                              int NH);
   // Strided-batched GEMM through cublasGemmStridedBatchedEx (column-major arguments), used by attention.
   void GemmStridedBatched(bool ta, bool tb, int m, int n, int k, float alpha, const void* a, int lda,
                           long long stride_a, const void* b, int ldb, long long stride_b, float beta, float* c,
-                          int ldc, long long stride_c, int batch, bool bf16);
+                          int ldc, long long stride_c, int batch, cudaDataType_t type);
 
   int device_ = 0;
   std::string name_;
+  std::string pci_bus_id_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   cublasLtHandle_t cublaslt_ = nullptr;
@@ -127,6 +142,7 @@ class CudaBackend : public Backend {
   size_t pinned_bytes_ = 0;
   Compute last_compute_ = Compute::kF32;
   bool force_fp32_attention_ = false;
+  bool flash_attention_ = false;  // SetAttentionKernel("flash"): attention_flash.cu
   int num_sms_ = 0;
 };
 

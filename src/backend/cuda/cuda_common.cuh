@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,6 +31,10 @@ __device__ __forceinline__ uint16_t ToBF16Bits(float x) {
   return *reinterpret_cast<uint16_t*>(&h);
 }
 __device__ __forceinline__ float FromBF16Bits(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+// IEEE fp16, round-to-nearest-even; above 65504 -> inf (what the fp16 loss scaler detects).
+__device__ __forceinline__ uint16_t ToF16Bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
+// The 16-bit pattern of x in the half type of a GEMM: fp16 when f16, else bf16.
+__device__ __forceinline__ uint16_t ToHalfBits(float x, bool f16) { return f16 ? ToF16Bits(x) : ToBF16Bits(x); }
 
 // Blocks for a grid-stride loop over n elements (the loop covers whatever the grid does not).
 inline unsigned GridFor(size_t n, int threads, size_t max_blocks = 1u << 20) {
@@ -42,6 +47,8 @@ inline int CeilDiv(int a, int b) { return (a + b - 1) / b; }
 // Launch-side helpers defined in cast.cu and reduce.cu, shared across kernel files.
 void LaunchCastF32ToBF16(uint16_t* dst, const float* src, size_t n, cudaStream_t s);
 void LaunchWidenBF16ToF32(float* dst, const uint16_t* src, size_t n, cudaStream_t s);
+void LaunchCastF32ToF16(uint16_t* dst, const float* src, size_t n, cudaStream_t s);
+void LaunchCastBF16ToF16(uint16_t* dst, const uint16_t* src, size_t n, cudaStream_t s);
 // dst[col] += sum over chunks of partials[chunk * cols + col], in chunk order (deterministic).
 void LaunchAddColumnPartials(float* dst, const float* partials, int chunks, int cols, cudaStream_t s);
 // out[r, :] += bias[:] for a row-major [rows, cols] matrix.

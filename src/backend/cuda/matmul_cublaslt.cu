@@ -1,4 +1,4 @@
-// Matmul through cuBLASLt (bf16 or fp32 operands, fp32 accumulate, fp32 output, bias epilogue), with a
+// Matmul through cuBLASLt (bf16, fp16 or fp32 operands, fp32 accumulate, fp32 output, bias epilogue), with a
 // cublasGemmEx fallback for shapes cuBLASLt does not take (unaligned pointers or leading dimensions).
 //
 // Row-major to column-major: a row-major [R, S] matrix is the column-major [S, R] matrix, its transpose.
@@ -21,12 +21,31 @@ bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 
 }  // namespace
 
-const void* CudaBackend::PrepareOperand(Operand op, size_t elems, bool want_bf16, cuda::Scratch slot) {
+cudaDataType_t cuda::GemmType(Compute c) {
+  switch (c) {
+    case Compute::kBF16: return CUDA_R_16BF;
+    case Compute::kF16: return CUDA_R_16F;
+    case Compute::kF32: break;
+  }
+  return CUDA_R_32F;
+}
+
+const void* CudaBackend::PrepareOperand(Operand op, size_t elems, Compute compute, cuda::Scratch slot) {
   if (op.dtype == DType::kI32) {
     std::fprintf(stderr, "[tern cuda] Matmul: an i32 operand is not allowed\n");
     std::abort();
   }
   const bool is_bf16 = op.dtype == DType::kBF16;
+  if (compute == Compute::kF16) {  // fp32 or bf16 -> fp16 (round-to-nearest-even, overflow -> inf)
+    auto* dst = static_cast<uint16_t*>(ScratchBuffer(slot, elems * sizeof(uint16_t)));
+    if (is_bf16) {
+      cuda::LaunchCastBF16ToF16(dst, static_cast<const uint16_t*>(op.ptr), elems, stream_);
+    } else {
+      cuda::LaunchCastF32ToF16(dst, static_cast<const float*>(op.ptr), elems, stream_);
+    }
+    return dst;
+  }
+  const bool want_bf16 = compute == Compute::kBF16;
   if (is_bf16 == want_bf16) return op.ptr;
   if (want_bf16) {
     auto* dst = static_cast<uint16_t*>(ScratchBuffer(slot, elems * sizeof(uint16_t)));
@@ -39,14 +58,14 @@ const void* CudaBackend::PrepareOperand(Operand op, size_t elems, bool want_bf16
   return dst;
 }
 
-cuda::LtPlan* CudaBackend::GetPlan(int m, int n, int k, bool ta, bool tb, bool bf16, bool bias, int lda, int ldb,
-                                   int ldc) {
+cuda::LtPlan* CudaBackend::GetPlan(int m, int n, int k, bool ta, bool tb, cudaDataType_t ab_type, bool bias, int lda,
+                                   int ldb, int ldc) {
   char key[160];
-  std::snprintf(key, sizeof(key), "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", m, n, k, ta, tb, bf16, bias, lda, ldb, ldc);
+  std::snprintf(key, sizeof(key), "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", m, n, k, ta, tb, static_cast<int>(ab_type), bias,
+                lda, ldb, ldc);
   auto it = plans_.find(key);
   if (it != plans_.end()) return &it->second;
   cuda::LtPlan& p = plans_[key];
-  const cudaDataType_t ab_type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
@@ -83,9 +102,9 @@ void CudaBackend::Matmul(float* c, Operand a, Operand b, const float* bias, int 
                          bool trans_b, float beta, Compute compute) {
   last_compute_ = compute;
   if (M <= 0 || N <= 0) return;
-  const bool bf16 = compute == Compute::kBF16;
-  const void* pa = PrepareOperand(a, static_cast<size_t>(M) * K, bf16, cuda::Scratch::kMatmulA);
-  const void* pb = PrepareOperand(b, static_cast<size_t>(K) * N, bf16, cuda::Scratch::kMatmulB);
+  const cudaDataType_t type = cuda::GemmType(compute);
+  const void* pa = PrepareOperand(a, static_cast<size_t>(M) * K, compute, cuda::Scratch::kMatmulA);
+  const void* pb = PrepareOperand(b, static_cast<size_t>(K) * N, compute, cuda::Scratch::kMatmulB);
 
   // Column-major problem C'[m,n] = op(X)[m,k] op(Y)[k,n] with X = B', Y = A'.
   const int m = N, n = M, k = K;
@@ -93,7 +112,7 @@ void CudaBackend::Matmul(float* c, Operand a, Operand b, const float* bias, int 
   // (max with 1: BLAS wants leading dimensions >= 1 even for K == 0, where C = beta * C (+ bias).)
   const int ldx = std::max(1, trans_b ? K : N), ldy = std::max(1, trans_a ? M : K), ldc = N;
   const float alpha = 1.0f;
-  const size_t esize = bf16 ? 2 : 4;
+  const size_t esize = type == CUDA_R_32F ? 4 : 2;
 
   // cuBLASLt for the common, aligned case (16-byte pointers and leading dimensions); the bias epilogue
   // only when beta == 0, where its semantics are unambiguous.
@@ -102,7 +121,7 @@ void CudaBackend::Matmul(float* c, Operand a, Operand b, const float* bias, int 
                      (ldx * esize) % 16 == 0 && (ldy * esize) % 16 == 0 && (ldc * 4) % 16 == 0;
   bool done = false;
   if (lt_ok) {
-    cuda::LtPlan* plan = GetPlan(m, n, k, tx, ty, bf16, fuse_bias, ldx, ldy, ldc);
+    cuda::LtPlan* plan = GetPlan(m, n, k, tx, ty, type, fuse_bias, ldx, ldy, ldc);
     if (plan->usable) {
       if (fuse_bias)
         CUBLAS_CHECK(
@@ -118,9 +137,8 @@ void CudaBackend::Matmul(float* c, Operand a, Operand b, const float* bias, int 
     }
   }
   if (!done) {
-    const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     CUBLAS_CHECK(cublasGemmEx(cublas_, tx ? CUBLAS_OP_T : CUBLAS_OP_N, ty ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
-                              &alpha, pb, t, ldx, pa, t, ldy, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                              &alpha, pb, type, ldx, pa, type, ldy, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT));
     if (bias) cuda::LaunchAddBiasRows(c, bias, M, N, stream_);
   }
@@ -128,8 +146,7 @@ void CudaBackend::Matmul(float* c, Operand a, Operand b, const float* bias, int 
 
 void CudaBackend::GemmStridedBatched(bool ta, bool tb, int m, int n, int k, float alpha, const void* a, int lda,
                                      long long stride_a, const void* b, int ldb, long long stride_b, float beta,
-                                     float* c, int ldc, long long stride_c, int batch, bool bf16) {
-  const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+                                     float* c, int ldc, long long stride_c, int batch, cudaDataType_t t) {
   CUBLAS_CHECK(cublasGemmStridedBatchedEx(cublas_, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m,
                                           n, k, &alpha, a, t, lda, stride_a, b, t, ldb, stride_b, &beta, c,
                                           CUDA_R_32F, ldc, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
