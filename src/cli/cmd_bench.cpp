@@ -1,8 +1,13 @@
 // tern bench --model gpt2-124m --batch 4 --seq 64 --precision bf16 --json
+// tern bench --config configs/demo.yaml [--set key=value]... --json   # the run `tern train` would do
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "cli/command.h"
+#include "data/tokenizer.h"
+#include "plan/gpu_specs.h"
 #include "train/bench.h"
 #include "train/train_config.h"
 
@@ -10,23 +15,60 @@ namespace tern::cli {
 namespace {
 
 struct BenchCliOptions {
-  std::string model = "gpt2-124m", config_path;
+  std::string model = "gpt2-124m", config_path, io_dir;
+  std::vector<std::string> overrides;
   BenchOptions bench;
-  bool json = false;
+  bool json = false, run = false, no_run = false;
   int n_layer = 0, n_head = 0, n_embd = 0, vocab_size = 0;  // overrides of the preset's shape
+  // Which of the shape flags were given: with --config, the others come from the config.
+  bool batch_given = false, seq_given = false, accum_given = false, precision_given = false, device_given = false;
 };
+
+// The checkpoint directory's nearest existing ancestor: the save is timed on the disk the run will use,
+// without creating the run directory.
+std::string ExistingAncestor(std::filesystem::path p) {
+  std::error_code ec;
+  p = std::filesystem::absolute(p, ec);
+  while (!p.empty() && !std::filesystem::is_directory(p, ec) && p != p.parent_path()) p = p.parent_path();
+  return p.string();
+}
+
+// Takes the run's shape, precision, device, data and checkpoint directory from a training config.
+Status ApplyConfig(BenchCliOptions* o) {
+  TrainConfig cfg;
+  TERN_RETURN_IF_ERROR(LoadTrainConfigFile(o->config_path, &cfg));
+  for (const auto& kv : o->overrides) TERN_RETURN_IF_ERROR(ApplyOverride(kv, &cfg));
+  if (cfg.model.vocab_size == 0) {  // the trainer takes the tokenizer's; so do we when it is there
+    auto tok = Tokenizer::Load(cfg.data_dir + "/tokenizer.model");
+    cfg.model.vocab_size = tok.ok() ? tok->vocab_size() : 4096;
+  }
+  BenchOptions& b = o->bench;
+  b.model = cfg.model;
+  if (!o->batch_given) b.batch = cfg.batch_size;
+  if (!o->seq_given) b.seq = cfg.seq_len;
+  if (!o->accum_given) b.grad_accum = cfg.grad_accum_steps();
+  if (!o->precision_given) b.precision = cfg.precision;
+  if (!o->device_given) b.device = cfg.device;
+  if (std::filesystem::exists(cfg.data_dir + "/tokenizer.model")) b.data_dir = cfg.data_dir;
+  b.sample_tokens = cfg.sample_tokens;
+  b.sample_choices = cfg.num_samples > 0 ? cfg.num_samples : 1;
+  b.sample_prompt = cfg.sample_prompt;
+  if (o->io_dir.empty()) o->io_dir = ExistingAncestor(cfg.ckpt.dir.empty() ? cfg.run_dir + "/checkpoints" : cfg.ckpt.dir);
+  return Status::Ok();
+}
 
 int RunBenchCommand(BenchCliOptions o) {
   if (!o.config_path.empty()) {
-    TrainConfig cfg;
-    Status st = LoadTrainConfigFile(o.config_path, &cfg);
+    Status st = ApplyConfig(&o);
     if (!st.ok()) {
       std::fprintf(stderr, "tern bench: %s\n", st.message().c_str());
       return 2;
     }
-    if (cfg.model.vocab_size == 0) cfg.model.vocab_size = 4096;  // the tokenizer decides in training; assume demo's
-    o.bench.model = cfg.model;
   } else {
+    if (!o.overrides.empty()) {
+      std::fprintf(stderr, "tern bench: --set needs --config (it overrides the config's keys)\n");
+      return 2;
+    }
     auto preset = GptPreset(o.model);
     if (!preset.ok()) {
       std::fprintf(stderr, "tern bench: %s\n", preset.status().message().c_str());
@@ -38,22 +80,51 @@ int RunBenchCommand(BenchCliOptions o) {
   if (o.n_head) o.bench.model.n_head = o.n_head;
   if (o.n_embd) o.bench.model.n_embd = o.n_embd;
   if (o.vocab_size) o.bench.model.vocab_size = o.vocab_size;
+  // The run block costs a few seconds (a second peak probe, a sample, a checkpoint save): by default
+  // only when a config says which run to predict.
+  o.bench.measure_run = !o.no_run && (o.run || !o.config_path.empty());
+  o.bench.io_dir = o.bench.measure_run ? o.io_dir : "";
   auto r = RunBench(o.bench);
   if (!r.ok()) {
     std::fprintf(stderr, "tern bench: %s\n", r.status().message().c_str());
     return 1;
   }
+  r->gpu = plan::CatalogGpuId(r->gpu_name);
+  if (!r->gpu_name.empty() && r->gpu.empty()) {
+    std::fprintf(stderr, "tern bench: the GPU '%s' matches no catalog GPU; set \"gpu\" in the JSON to its catalog "
+                 "name (data/catalog/gpus.csv) to calibrate `tern plan` for it\n", r->gpu_name.c_str());
+  }
   if (o.json) {
     std::printf("%s\n", r->ToJson().dump(2).c_str());
     return 0;
   }
-  std::printf("model      %s, B=%d T=%d, %s on %s (%d threads)\n", o.bench.model.ToString().c_str(), o.bench.batch,
-              o.bench.seq, o.bench.precision.c_str(), r->backend.c_str(), r->threads);
-  std::printf("step       %.1f ms (median of %d)\n", r->step_ms, o.bench.steps);
+  const BenchOptions& b = o.bench;
+  std::printf("model      %s, B=%d T=%d x%d accum, %s on %s (%d threads)\n", b.model.ToString().c_str(), b.batch, b.seq,
+              b.grad_accum, b.precision.c_str(), r->backend.c_str(), r->threads);
+  if (!r->gpu_name.empty()) std::printf("gpu        %s (catalog: %s)\n", r->gpu_name.c_str(), r->gpu.empty() ? "?" : r->gpu.c_str());
+  std::printf("step       %.1f ms (median of %d after %d warm-up; min %.1f, max %.1f)\n", r->step_ms, b.steps, b.warmup,
+              *std::min_element(r->steps_ms.begin(), r->steps_ms.end()),
+              *std::max_element(r->steps_ms.begin(), r->steps_ms.end()));
   std::printf("throughput %.1f tokens/s\n", r->tokens_per_s);
   std::printf("achieved   %.1f GFLOP/s (%.1f MFLOP/token)\n", r->achieved_gflops, r->flops_per_token / 1e6);
-  std::printf("peak       %.1f GFLOP/s (matmul probe, %s)\n", r->peak_gflops, o.bench.precision.c_str());
+  std::printf("peak       %.1f GFLOP/s (matmul probe, %s)\n", r->peak_gflops, b.precision.c_str());
   std::printf("MFU        %.1f%%\n", r->mfu * 100);
+  if (r->has_run) {
+    const BenchRunTimes& t = r->run;
+    std::printf("start-up   %.2f s process + %.2f s backend + %.2f s model init + %.2f s peak probe%s\n",
+                t.process_start_s, t.backend_init_s, t.model_init_s, t.peak_probe_s,
+                t.data_open_s >= 0 ? fmt::format(" + {:.3f} s data open", t.data_open_s).c_str() : "");
+    std::printf("eval       %.1f ms per forward-only micro-batch (%.2f of a step's per-token time)\n", t.forward_ms,
+                t.forward_ms * b.grad_accum / r->step_ms);
+    if (t.sample_ms >= 0) {
+      std::printf("sample     %.1f ms for %d choices x %d tokens\n", t.sample_ms, t.sample_choices, t.sample_tokens);
+    }
+    if (t.checkpoint_persist_ms >= 0) {
+      std::printf("save       checkpoint %.0f MB: copy %.0f ms, persist %.0f ms; model.safetensors %.0f MB in %.0f ms (%s)\n",
+                  t.checkpoint_bytes / 1e6, t.checkpoint_copy_ms, t.checkpoint_persist_ms, t.model_bytes / 1e6,
+                  t.model_save_ms, t.io_dir.c_str());
+    }
+  }
   return 0;
 }
 
@@ -63,21 +134,36 @@ void AddBenchCommand(CLI::App& root, CommandTable& table) {
   auto o = std::make_shared<BenchCliOptions>();
   auto* sub = root.add_subcommand("bench", "Measure training speed and MFU on synthetic tokens");
   sub->footer("\nMFU = model FLOPs per token x tokens/s / peak FLOP/s, where the peak is measured by a matmul probe\n"
-              "in the same process and precision. Examples:\n"
+              "in the same process and precision. With --config, the shape, accumulation, precision and device are the\n"
+              "config's (flags override them) and the bench also times what else the run does (start-up, evaluation,\n"
+              "samples, a checkpoint save in the checkpoint directory's disk) for `tern plan --config`. Examples:\n"
               "  tern bench --model gpt2-124m --batch 4 --seq 64 --precision bf16\n"
-              "  tern bench --config configs/demo.yaml --batch 8 --seq 128 --json > bench.json   # for tern plan --calibrate");
+              "  tern bench --config configs/demo.yaml --json > bench.json   # for tern plan --calibrate");
   sub->add_option("--model", o->model, "preset: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m");
   sub->add_option("--n-layer", o->n_layer, "override the preset's layers");
   sub->add_option("--n-head", o->n_head, "override the preset's heads");
   sub->add_option("--n-embd", o->n_embd, "override the preset's channels");
   sub->add_option("--vocab-size", o->vocab_size, "override the preset's vocabulary");
-  sub->add_option("--config", o->config_path, "take the model shape from a training config instead");
-  sub->add_option("--batch", o->bench.batch, "micro-batch B")->check(CLI::PositiveNumber);
-  sub->add_option("--seq", o->bench.seq, "sequence length T")->check(CLI::PositiveNumber);
-  sub->add_option("--precision", o->bench.precision, "fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
-  sub->add_option("--steps", o->bench.steps, "timed steps")->check(CLI::PositiveNumber);
-  sub->add_option("--warmup", o->bench.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
-  sub->add_option("--device", o->bench.device, "cpu | cpu-ref | cuda | auto");
+  sub->add_option("--config", o->config_path, "take the model, batch, precision and device from a training config");
+  sub->add_option("--set", o->overrides, "with --config: override a key, as tern train does (repeatable)");
+  sub->add_option_function<int>("--batch", [o](int v) { o->bench.batch = v, o->batch_given = true; }, "micro-batch B")
+      ->check(CLI::PositiveNumber);
+  sub->add_option_function<int>("--seq", [o](int v) { o->bench.seq = v, o->seq_given = true; }, "sequence length T")
+      ->check(CLI::PositiveNumber);
+  sub->add_option_function<int>("--accum", [o](int v) { o->bench.grad_accum = v, o->accum_given = true; },
+                                "micro-batches per step (gradient accumulation)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option_function<std::string>("--precision", [o](const std::string& v) { o->bench.precision = v, o->precision_given = true; },
+                                        "fp32 | bf16 | fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  sub->add_option("--steps", o->bench.steps, "timed steps (the median is reported)")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--warmup", o->bench.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
+  sub->add_option_function<std::string>("--device", [o](const std::string& v) { o->bench.device = v, o->device_given = true; },
+                                        "cpu | cpu-ref | cuda | auto");
+  sub->add_option("--io-dir", o->io_dir, "time a checkpoint save here (default with --config: the checkpoint dir's disk)");
+  sub->add_flag("--random-tokens", o->bench.random_tokens, "with --config: random tokens instead of data.dir's");
+  sub->add_flag("--run", o->run, "also time start-up, eval, a sample (and a save with --io-dir); default with --config");
+  sub->add_flag("--no-run", o->no_run, "time the steps only, even with --config");
   sub->add_flag("--json", o->json, "print one JSON object (the format tern plan --calibrate reads)");
   table.Add(sub, [o] { return RunBenchCommand(*o); });
 }

@@ -1,11 +1,14 @@
 // `tern plan`: which GPU instance, how many, where and on which billing finishes a training job
 // cheapest. Parses flags into a PlanRequest, loads the catalog, runs the planner, prints.
+#include <cmath>
 #include <cstdio>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cli/command.h"
+#include "data/tokenizer.h"
 #include "plan/calibration.h"
 #include "plan/catalog.h"
 #include "plan/explain.h"
@@ -13,6 +16,7 @@
 #include "plan/planner.h"
 #include "plan/report.h"
 #include "plan/units.h"
+#include "train/train_config.h"
 
 namespace tern::cli {
 namespace {
@@ -23,8 +27,8 @@ struct PlanFlags {
   std::string model, params, tokens, deadline, budget, batch_tokens, spot_mtbf;
   std::string providers, regions, gpus, instance, billing = "on-demand,spot,reserved";
   std::string precision = "auto", zero = "auto", recompute = "auto";
-  std::string calibrate;
-  std::vector<std::string> catalogs;
+  std::string calibrate, config;
+  std::vector<std::string> catalogs, overrides;
   int seq = 0, max_gpus = 64, top = 10, explain = 0;
   double price_per_hour = 0, local_mem_gib = 0, reserved_discount = -1, reserved_utilization = 0;
   double dataset_gb = -1, data_egress = -1;
@@ -38,16 +42,78 @@ Result<Toggle> ParseToggle(const std::string& s, const char* flag) {
   return Status::InvalidArgument(fmt::format("{}: '{}' is not auto, on or off", flag, s));
 }
 
+// --config: the run `tern train CONFIG [--set ...]` would do. The model, sequence, micro-batch and
+// tokens per step are the config's; the tokens are train.steps of them unless --tokens says otherwise;
+// evaluation, samples and checkpoints become the run's non-step time (plan/run_model.h).
+Status ApplyTrainConfig(const PlanFlags& f, const std::optional<BenchProfile>& bench, PlanRequest* req) {
+  TrainConfig cfg;
+  TERN_RETURN_IF_ERROR(LoadTrainConfigFile(f.config, &cfg).WithContext("--config"));
+  for (const auto& kv : f.overrides) TERN_RETURN_IF_ERROR(ApplyOverride(kv, &cfg).WithContext("--set"));
+  if (cfg.model.vocab_size == 0) {  // the trainer takes the tokenizer's: so does the plan, or the bench's, or 4096
+    auto tok = Tokenizer::Load(cfg.data_dir + "/tokenizer.model");
+    cfg.model.vocab_size = tok.ok() ? tok->vocab_size() : bench ? bench->model.vocab_size : 4096;
+  }
+  TERN_RETURN_IF_ERROR(cfg.model.Validate().WithContext("--config " + f.config));
+  TERN_RETURN_IF_ERROR(cfg.Validate().WithContext("--config " + f.config));
+  WorkloadSpec& w = req->workload;
+  w.cfg = cfg.model;
+  w.model_label = f.config;
+  w.seq = cfg.seq_len;
+  w.micro_batch = cfg.batch_size;
+  const double step_tokens = static_cast<double>(cfg.batch_size) * cfg.seq_len * cfg.grad_accum_steps();
+  w.global_batch_tokens = step_tokens;
+  if (f.tokens.empty()) {
+    w.tokens = cfg.steps * step_tokens;
+  } else {
+    TERN_ASSIGN_OR_RETURN(w.tokens, ParseCount(f.tokens, "--tokens"));
+    cfg.steps = static_cast<int>(std::ceil(w.tokens / step_tokens));
+  }
+  TrainRunSpec run;
+  run.config_file = f.config;
+  run.steps = cfg.steps;
+  run.micro_batch = cfg.batch_size;
+  run.seq = cfg.seq_len;
+  run.grad_accum = cfg.grad_accum_steps();
+  run.eval_every = cfg.eval_every;
+  run.eval_batches = cfg.eval_batches;
+  run.sample_every = cfg.sample_every;
+  run.sample_tokens = cfg.sample_tokens;
+  run.num_samples = cfg.num_samples;
+  run.ckpt_every = cfg.ckpt.every;
+  run.durable_every = cfg.ckpt.durable.empty() ? 0 : cfg.ckpt.durable_every;
+  run.best_k = cfg.ckpt.best_k;
+  run.ckpt_async = cfg.ckpt.async;
+  run.probe_peak = cfg.peak_gflops <= 0;
+  req->run = run;
+  return Status::Ok();
+}
+
 Result<PlanRequest> BuildRequest(const PlanFlags& f) {
   PlanRequest req;
-  TERN_ASSIGN_OR_RETURN(ModelChoice m, ResolveModel(f.model, f.params));
-  req.workload.cfg = m.cfg;
-  req.workload.model_label = m.label;
-  req.workload.seq = f.seq;
-  if (f.tokens.empty()) return Status::InvalidArgument("--tokens is required (e.g. --tokens 10B)");
-  TERN_ASSIGN_OR_RETURN(req.workload.tokens, ParseCount(f.tokens, "--tokens"));
-  if (!f.batch_tokens.empty()) {
-    TERN_ASSIGN_OR_RETURN(req.workload.global_batch_tokens, ParseCount(f.batch_tokens, "--batch-tokens"));
+  if (!f.calibrate.empty()) {
+    TERN_ASSIGN_OR_RETURN(req.calibration, LoadBenchJson(f.calibrate));
+  }
+  if (!f.config.empty()) {
+    if (!f.model.empty() || !f.params.empty()) {
+      return Status::InvalidArgument("--config takes the model from the training config; drop --model/--params");
+    }
+    if (!f.batch_tokens.empty() || f.seq > 0) {
+      return Status::InvalidArgument(
+          "--config takes T and the tokens per step from the config; use --set train.seq_len=T / "
+          "--set train.total_batch_tokens=N");
+    }
+    TERN_RETURN_IF_ERROR(ApplyTrainConfig(f, req.calibration, &req));
+  } else {
+    if (!f.overrides.empty()) return Status::InvalidArgument("--set overrides a --config's keys; give --config X.yaml");
+    TERN_ASSIGN_OR_RETURN(ModelChoice m, ResolveModel(f.model, f.params));
+    req.workload.cfg = m.cfg;
+    req.workload.model_label = m.label;
+    req.workload.seq = f.seq;
+    if (f.tokens.empty()) return Status::InvalidArgument("--tokens is required (e.g. --tokens 10B), or give --config");
+    TERN_ASSIGN_OR_RETURN(req.workload.tokens, ParseCount(f.tokens, "--tokens"));
+    if (!f.batch_tokens.empty()) {
+      TERN_ASSIGN_OR_RETURN(req.workload.global_batch_tokens, ParseCount(f.batch_tokens, "--batch-tokens"));
+    }
   }
   TERN_ASSIGN_OR_RETURN(req.workload.zero1, ParseToggle(f.zero, "--zero"));
   TERN_ASSIGN_OR_RETURN(req.workload.recompute, ParseToggle(f.recompute, "--recompute"));
@@ -85,9 +151,6 @@ Result<PlanRequest> BuildRequest(const PlanFlags& f) {
   if (f.dataset_gb >= 0) req.dataset_gb = f.dataset_gb;
   if (f.data_egress >= 0) req.dataset_egress_usd_per_gb = f.data_egress;
   req.strict_catalog = f.strict;
-  if (!f.calibrate.empty()) {
-    TERN_ASSIGN_OR_RETURN(req.calibration, LoadBenchJson(f.calibrate));
-  }
   return req;
 }
 
@@ -152,7 +215,9 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
       "  tern plan --model configs/demo.yaml --tokens 500M --budget 50 --providers aws,gcp --top 5\n"
       "  tern plan --model gpt2-124m --tokens 10B --explain 1          # the arithmetic of row 1\n"
       "  tern bench --model gpt2-124m --batch 4 --seq 64 --json > bench.json\n"
-      "  tern plan --model gpt2-124m --tokens 20M --seq 64 --calibrate bench.json --instance local\n\n"
+      "  tern plan --model gpt2-124m --tokens 20M --seq 64 --calibrate bench.json --instance local\n"
+      "  tern bench --config configs/demo.yaml --json > bench.json     # then the wall time of that run here:\n"
+      "  tern plan --config configs/demo.yaml --calibrate bench.json --instance local --explain 1\n\n"
       "How it decides: FLOPs/token = 6(12LC^2+CV)+12LTC (as the trainer reports MFU); memory per GPU from\n"
       "the trainer's own layout (ZeRO-1 and recomputation only when needed to fit); time = FLOPs / (peak x MFU)\n"
       "plus the exposed ring all-reduce; spot adds Young/Daly checkpointing and expected preemptions.\n"
@@ -180,7 +245,10 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
                   "share of the 1-year term you keep a reservation busy (default: only this job)");
   sub->add_option("--dataset-gb", flags->dataset_gb, "dataset size moved in (default: tokens x 2 bytes)");
   sub->add_option("--data-egress-per-gb", flags->data_egress, "USD per GB to move the dataset in (default 0.09)");
-  sub->add_option("--calibrate", flags->calibrate, "bench.json from `tern bench --json`: use its measured MFU");
+  sub->add_option("--config", flags->config,
+                  "a tern train config: plan that run (model, batch, steps) incl. start-up, eval, samples, checkpoints");
+  sub->add_option("--set", flags->overrides, "with --config: override a key, as tern train does (repeatable)");
+  sub->add_option("--calibrate", flags->calibrate, "bench.json from `tern bench --json`: use its measured MFU (and run times)");
   sub->add_option("--price-per-hour", flags->price_per_hour, "price of --instance local per hour (default 0)");
   sub->add_option("--local-mem-gib", flags->local_mem_gib, "memory of --instance local (default: MemTotal or the GPU's)");
   sub->add_option("--catalog", flags->catalogs, "extra catalog CSV (instances, GPU specs or network); repeatable");

@@ -31,7 +31,64 @@ Status Read(const json& j, const char* key, const std::string& file, T* out) {
   return Status::Ok();
 }
 
+// An optional number: absent or null -> `fallback`; present with the wrong type -> an error.
+Status ReadOptional(const json& j, const char* key, const std::string& file, double fallback, double* out) {
+  if (!j.contains(key) || j[key].is_null()) {
+    *out = fallback;
+    return Status::Ok();
+  }
+  return Read(j, key, file, out);
+}
+
+Status ParseRunTimes(const json& j, const std::string& file, BenchRunTimes* r) {
+  const std::string where = file + " run";
+  if (!j.is_object()) return Status::InvalidArgument(where + ": expected an object (from `tern bench --json`)");
+  TERN_RETURN_IF_ERROR(Read(j, "process_start_s", where, &r->process_start_s));
+  TERN_RETURN_IF_ERROR(Read(j, "backend_init_s", where, &r->backend_init_s));
+  TERN_RETURN_IF_ERROR(Read(j, "peak_probe_s", where, &r->peak_probe_s));
+  TERN_RETURN_IF_ERROR(Read(j, "model_init_s", where, &r->model_init_s));
+  TERN_RETURN_IF_ERROR(ReadOptional(j, "data_open_s", where, -1, &r->data_open_s));
+  TERN_RETURN_IF_ERROR(Read(j, "forward_ms", where, &r->forward_ms));
+  TERN_RETURN_IF_ERROR(Read(j, "sample_tokens", where, &r->sample_tokens));
+  TERN_RETURN_IF_ERROR(ReadOptional(j, "sample_ms", where, -1, &r->sample_ms));
+  TERN_RETURN_IF_ERROR(ReadOptional(j, "checkpoint_bytes", where, 0, &r->checkpoint_bytes));
+  TERN_RETURN_IF_ERROR(ReadOptional(j, "checkpoint_copy_ms", where, -1, &r->checkpoint_copy_ms));
+  TERN_RETURN_IF_ERROR(ReadOptional(j, "checkpoint_persist_ms", where, -1, &r->checkpoint_persist_ms));
+  TERN_RETURN_IF_ERROR(ReadOptional(j, "model_bytes", where, 0, &r->model_bytes));
+  TERN_RETURN_IF_ERROR(ReadOptional(j, "model_save_ms", where, -1, &r->model_save_ms));
+  if (r->forward_ms <= 0 || r->model_init_s < 0) {
+    return Status::InvalidArgument(where + ": forward_ms must be positive and times non-negative; re-run `tern bench --json`");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+RunOverheads BenchProfile::Overheads(const GptConfig& run_model, int run_batch, int run_seq,
+                                     const PlanDefaults& d) const {
+  RunOverheads o = DefaultRunOverheads(d);
+  if (!run) return o;
+  const BenchRunTimes& t = *run;
+  o.source = "measured: " + file;
+  // Buffers are zero-filled when allocated, so model start-up grows with the model's whole memory.
+  const bool bf16 = precision == Precision::kBf16;
+  const double mem_ratio = static_cast<double>(GptMemoryEstimate(run_model, run_batch, run_seq, bf16).total()) /
+                           static_cast<double>(GptMemoryEstimate(model, batch, seq, bf16).total());
+  o.startup_s = t.process_start_s + t.backend_init_s + t.model_init_s * mem_ratio + std::max(0.0, t.data_open_s);
+  o.peak_probe_s = t.peak_probe_s;
+  // Per token: a forward of batch x seq tokens against a step of batch x seq x grad_accum tokens.
+  if (step_ms > 0) o.forward_fraction = t.forward_ms * grad_accum / step_ms;
+  const double flops_ratio = GptFlopsPerToken(run_model, run_seq) / GptFlopsPerToken(model, seq);
+  if (t.sample_tokens > 0 && t.sample_ms >= 0) o.sample_token_s = t.sample_ms / 1e3 / t.sample_tokens * flops_ratio;
+  if (t.checkpoint_bytes > 0 && t.checkpoint_copy_ms >= 0) {
+    o.state_copy_gb_per_s = t.checkpoint_bytes / (std::max(t.checkpoint_copy_ms, 1e-3) / 1e3) / 1e9;
+  }
+  if (t.checkpoint_bytes > 0 && t.checkpoint_persist_ms > 0) {
+    o.ckpt_write_gb_per_s = t.checkpoint_bytes / (t.checkpoint_persist_ms / 1e3) / 1e9;
+  }
+  if (t.model_bytes > 0 && t.model_save_ms > 0) o.model_write_gb_per_s = t.model_bytes / (t.model_save_ms / 1e3) / 1e9;
+  return o;
+}
 
 Result<BenchProfile> ParseBenchJson(const std::string& text, const std::string& file) {
   json j;
@@ -61,10 +118,21 @@ Result<BenchProfile> ParseBenchJson(const std::string& text, const std::string& 
   if (b.device != "cpu" && b.device != "cuda") {
     return Status::InvalidArgument(fmt::format("{}: device '{}' is neither cpu nor cuda", file, b.device));
   }
-  // `gpu` names the catalog GPU the run was on; null when the bench could not tell (then the profile
-  // still calibrates --instance local, but matches no catalog GPU).
+  // `gpu` names the catalog GPU the run was on. When it is null but the device's own name is there
+  // (an older catalog mapping, or a hand-edited file), map the name here; when neither names a catalog
+  // GPU the profile still calibrates --instance local, but no catalog row.
+  if (j.contains("gpu_name") && j["gpu_name"].is_string()) b.gpu_name = j["gpu_name"].get<std::string>();
   if (j.contains("gpu") && j["gpu"].is_string()) b.gpu = j["gpu"].get<std::string>();
+  if (b.gpu.empty() && b.device == "cuda") b.gpu = CatalogGpuId(b.gpu_name);
   if (j.contains("threads") && j["threads"].is_number_integer()) b.threads = j["threads"].get<int>();
+  if (j.contains("grad_accum") && !j["grad_accum"].is_null()) TERN_RETURN_IF_ERROR(Read(j, "grad_accum", file, &b.grad_accum));
+  if (b.grad_accum < 1) return Status::InvalidArgument(fmt::format("{}: grad_accum must be at least 1", file));
+  TERN_RETURN_IF_ERROR(ReadOptional(j, "step_ms", file, 0, &b.step_ms));
+  if (j.contains("run") && !j["run"].is_null()) {
+    BenchRunTimes t;
+    TERN_RETURN_IF_ERROR(ParseRunTimes(j["run"], file, &t));
+    b.run = t;
+  }
   TERN_RETURN_IF_ERROR(Read(j, "tokens_per_s", file, &b.tokens_per_s));
   TERN_RETURN_IF_ERROR(Read(j, "flops_per_token", file, &b.flops_per_token));
   TERN_RETURN_IF_ERROR(Read(j, "achieved_tflops", file, &b.achieved_tflops));

@@ -11,23 +11,40 @@
 #include "model/gpt_config.h"
 #include "plan/catalog.h"
 #include "plan/gpu_specs.h"
+#include "plan/run_model.h"
 
 namespace tern::plan {
+
+// The bench's "run" block: the non-step work of a `tern train` run, timed on the benchmarked device.
+// Negative = not measured (the plan uses its default for that part).
+struct BenchRunTimes {
+  double process_start_s = 0, backend_init_s = 0, peak_probe_s = 0, model_init_s = 0, data_open_s = -1;
+  double forward_ms = 0;
+  int sample_tokens = 0;
+  double sample_ms = -1;  // one samples call
+  double checkpoint_bytes = 0, checkpoint_copy_ms = -1, checkpoint_persist_ms = -1;
+  double model_bytes = 0, model_save_ms = -1;
+};
 
 struct BenchProfile {
   std::string file;
   GptConfig model;
-  int batch = 0, seq = 0, threads = 0;
+  int batch = 0, seq = 0, grad_accum = 1, threads = 0;
   Precision precision = Precision::kFp32;
   std::string device;  // "cpu" | "cuda"
   std::string gpu;     // "H100"; empty on CPU or when the bench could not name the GPU
-  double tokens_per_s = 0, flops_per_token = 0, achieved_tflops = 0, peak_tflops = 0, mfu = 0;
+  std::string gpu_name;  // as the device reports it ("NVIDIA H100 80GB HBM3")
+  double step_ms = 0, tokens_per_s = 0, flops_per_token = 0, achieved_tflops = 0, peak_tflops = 0, mfu = 0;
+  std::optional<BenchRunTimes> run;  // absent in benches from before it existed, or run with --no-run
 
   // The catalog GPU this measurement speaks for ("cpu" on a CPU run, empty if unknown).
   std::string DeviceName() const { return device == "cpu" ? "cpu" : gpu; }
   // MFU to use with a catalog GPU's datasheet peak: the bench's own peak is a matmul probe, so its
   // `mfu` is relative to that; achieved FLOP/s over the datasheet peak is the comparable figure.
   double MfuAgainst(double datasheet_peak_tflops) const { return achieved_tflops / datasheet_peak_tflops; }
+  // The run overheads this bench measured, for a run of `run_model` (scaled from the bench's model by
+  // parameters, FLOPs per token and bytes); defaults fill what it did not measure.
+  RunOverheads Overheads(const GptConfig& run_model, int run_batch, int run_seq, const PlanDefaults& d) const;
 };
 
 // Parses `tern bench --json` output. Missing or mistyped keys are errors naming the key.

@@ -7,6 +7,7 @@
 #include "plan/calibration.h"
 #include "plan/catalog.h"
 #include "plan/planner.h"
+#include "plan/run_model.h"
 
 namespace tern::plan {
 namespace {
@@ -86,6 +87,111 @@ TEST(Calibration, GpuBenchSetsMfuForThatGpuOnly) {
   }
   EXPECT_TRUE(saw_h100 && saw_other);
   EXPECT_TRUE(r->notes.empty());  // same model: no caveat
+}
+
+TEST(Calibration, GpuNamedOnlyByTheDeviceIsMapped) {
+  // A bench whose "gpu" is null but which recorded the device's own name calibrates that catalog GPU.
+  Result<BenchProfile> b = LoadBenchJson(TestData("bench_h200_name_only.json"));
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->gpu_name, "NVIDIA H200");
+  EXPECT_EQ(b->DeviceName(), "H200");
+  EXPECT_FALSE(b->run.has_value());
+}
+
+TEST(Calibration, CudaDeviceNamesMapToCatalogIds) {
+  // Names as cudaDeviceProp::name / nvidia-smi print them.
+  const std::pair<const char*, const char*> cases[] = {
+      {"NVIDIA H200", "H200"},
+      {"NVIDIA H100 80GB HBM3", "H100"},
+      {"NVIDIA H100 PCIe", "H100-PCIe"},
+      {"NVIDIA H100 NVL", "H100-NVL"},
+      {"NVIDIA GH200 480GB", "GH200"},
+      {"NVIDIA A100-SXM4-80GB", "A100-80GB"},
+      {"NVIDIA A100-SXM4-40GB", "A100"},
+      {"NVIDIA A100 80GB PCIe", "A100-80GB"},
+      {"NVIDIA A100-PCIE-40GB", "A100"},
+      {"Tesla V100-SXM2-16GB", "V100"},
+      {"Tesla V100-SXM2-32GB", "V100-32GB"},
+      {"Tesla T4", "T4"},
+      {"NVIDIA A10G", "A10G"},
+      {"NVIDIA A10", "A10"},
+      {"NVIDIA L4", "L4"},
+      {"NVIDIA L40S", "L40S"},
+      {"NVIDIA B200", "B200"},
+      {"NVIDIA RTX A6000", "A6000"},
+      // Not in the catalog: no guess (a wrong match would calibrate another GPU's MFU).
+      {"NVIDIA H200 NVL", ""},
+      {"NVIDIA GeForce RTX 4090", ""},
+      {"", ""},
+  };
+  for (const auto& [name, id] : cases) EXPECT_EQ(CatalogGpuId(name), id) << name;
+}
+
+TEST(Calibration, RunOverheadsFromTheBench) {
+  BenchProfile b = LoadBenchJson(TestData("bench_demo_run.json")).value();
+  ASSERT_TRUE(b.run.has_value());
+  EXPECT_EQ(b.grad_accum, 2);
+  const PlanDefaults d;
+  const RunOverheads o = b.Overheads(b.model, b.batch, b.seq, d);
+  EXPECT_EQ(o.source, "measured: " + b.file);
+  EXPECT_DOUBLE_EQ(o.startup_s, 0.05 + 0.01 + 0.2 + 0.02);  // process + backend + model init + data open
+  EXPECT_DOUBLE_EQ(o.peak_probe_s, 0.6);
+  EXPECT_DOUBLE_EQ(o.forward_fraction, 50.0 * 2 / 280.0);   // per token: a forward of B*T vs a step of 2*B*T
+  EXPECT_DOUBLE_EQ(o.sample_token_s, 0.3 / 60);
+  EXPECT_DOUBLE_EQ(o.ckpt_write_gb_per_s, 53.5e6 / 0.1 / 1e9);
+  EXPECT_DOUBLE_EQ(o.state_copy_gb_per_s, 53.5e6 / 0.01 / 1e9);
+  EXPECT_DOUBLE_EQ(o.model_write_gb_per_s, 17.8e6 / 0.04 / 1e9);
+  // A model twice as deep: model init grows with its memory, samples with its FLOPs per token.
+  GptConfig deeper = b.model;
+  deeper.n_layer = 8;
+  const RunOverheads big = b.Overheads(deeper, b.batch, b.seq, d);
+  EXPECT_GT(big.startup_s, o.startup_s);
+  EXPECT_NEAR(big.sample_token_s / o.sample_token_s, GptFlopsPerToken(deeper, 128) / GptFlopsPerToken(b.model, 128), 1e-12);
+  // Without a run block every part is the documented default.
+  const RunOverheads none = LoadBenchJson(TestData("bench_cpu.json")).value().Overheads(b.model, 16, 128, d);
+  EXPECT_EQ(none.source, "defaults");
+  EXPECT_DOUBLE_EQ(none.startup_s, d.startup_s);
+}
+
+TEST(Calibration, LocalRunIncludesItsNonStepWork) {
+  Catalog cat = SmallCatalog();
+  BenchProfile b = LoadBenchJson(TestData("bench_demo_run.json")).value();
+  ASSERT_TRUE(AddLocalInstance(b, 0.0, 24.0, &cat).ok());
+  PlanRequest req;
+  req.workload.cfg = b.model;
+  req.workload.seq = 128;
+  req.workload.micro_batch = 16;
+  req.workload.global_batch_tokens = 4096;
+  req.workload.tokens = 150 * 4096.0;
+  req.instances = {"local"};
+  req.calibration = b;
+  TrainRunSpec run;
+  run.config_file = "demo.yaml";
+  run.steps = 150;
+  run.micro_batch = 16;
+  run.seq = 128;
+  run.grad_accum = 2;
+  run.eval_every = 100;
+  run.eval_batches = 16;
+  run.sample_tokens = 60;
+  run.num_samples = 3;
+  run.ckpt_every = 100;
+  req.run = run;
+  Result<PlanResult> r = MakePlan(cat, req, PlanDefaults());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->rows.size(), 1u);
+  const PlanRow& row = r->rows[0];
+  ASSERT_TRUE(row.run.has_value());
+  EXPECT_EQ(row.fit.micro_batch, 16);  // the config's, not the largest that fits
+  EXPECT_EQ(row.fit.grad_accum, 2);
+  const RunBreakdown& rb = *row.run;
+  EXPECT_NEAR(rb.steps_s, 150 * 0.28, 1e-6);  // the bench's own step
+  // 2 evaluations x 16 batches x 2048 tokens, forward at 50 ms per 2048 tokens.
+  EXPECT_NEAR(rb.eval_s, 2 * 16 * 0.05, 1e-9);
+  EXPECT_NEAR(rb.sample_s, 0.3, 1e-9);  // one call decodes the 3 samples together: 60 steps
+  EXPECT_NEAR(rb.startup_s + rb.probe_s, 0.28 + 0.6, 1e-9);
+  EXPECT_DOUBLE_EQ(row.wall_s, rb.total_s());
+  EXPECT_GT(rb.checkpoint_s(), 0);
 }
 
 }  // namespace

@@ -83,6 +83,37 @@ TEST(PlanCli, ConstraintsAndFilters) {
   }
 }
 
+TEST(PlanCli, ConfigPlansTheWholeTrainingRun) {
+  const std::string bench = (fs::path(__FILE__).parent_path() / "testdata" / "bench_demo_run.json").string();
+  const std::string args = "plan --config configs/demo.yaml --set train.steps=150 --calibrate " + bench + " --instance local";
+  Output j = Tern(args + " --json");
+  SKIP_IF_NO_BINARY(j);
+  ASSERT_EQ(j.code, 0) << j.text;
+  const auto doc = nlohmann::json::parse(j.text, nullptr, false);
+  ASSERT_TRUE(doc.is_object()) << j.text.substr(0, 500);
+  const auto& p = doc["plans"][0];
+  const auto& run = p["run"];
+  EXPECT_EQ(run["steps"], 150);
+  EXPECT_EQ(run["evals"], 2);                   // steps 100 and 150
+  EXPECT_EQ(run["samples"], 3);                 // sample.count at the end
+  EXPECT_EQ(run["checkpoint_tier_writes"], 5);  // 100: fast + best; 150: fast + durable + best
+  EXPECT_DOUBLE_EQ(run["total_s"].get<double>(), p["wall_s"].get<double>());
+  EXPECT_GT(run["eval_s"].get<double>(), 0);
+  EXPECT_EQ(p["memory"]["micro_batch"], 16);
+  EXPECT_NEAR(run["steps_s"].get<double>(), 150 * 0.28, 0.1 * 150 * 0.28);  // the bench's 280 ms step
+  Output e = Tern(args + " --explain 1");
+  EXPECT_EQ(e.code, 0) << e.text;
+  for (const char* s : {"Run     the whole `tern train` run", "start-up", "evaluation", "checkpoints", "final save"}) {
+    EXPECT_NE(e.text.find(s), std::string::npos) << s << "\n" << e.text;
+  }
+  Output bad = Tern("plan --config configs/demo.yaml --model gpt2-124m");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.text.find("drop --model"), std::string::npos) << bad.text;
+  Output bad_key = Tern("plan --config configs/demo.yaml --set train.nope=1");
+  EXPECT_EQ(bad_key.code, 1);
+  EXPECT_NE(bad_key.text.find("train.nope"), std::string::npos) << bad_key.text;
+}
+
 TEST(PlanCli, ErrorsNameTheProblem) {
   Output o = Tern("plan --model gpt2-124m --tokens 10Q");
   SKIP_IF_NO_BINARY(o);

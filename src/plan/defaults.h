@@ -43,6 +43,12 @@ struct PlanDefaults {
   double spot_mtbf_hours = 6;             // per instance, when the catalog has no spot_hazard_per_hr
   double checkpoint_write_gb_per_s = 1.0;  // blocking checkpoint write bandwidth
   double restart_minutes = 10;             // re-acquire + boot + load checkpoint after a preemption
+  // A `tern train` run besides its steps (run_model.h), for devices no bench has measured
+  double startup_s = 5;                    // process start to the first step, without the peak probe
+  double peak_probe_s = 0.6;               // the trainer's MeasurePeakGflops(0.5 s) + its warm-up
+  double forward_fraction = 1.0 / 3.0;     // forward-only / training step: 2 of the 6 FLOPs per parameter
+  double sample_token_s = 0.02;            // one generated token at batch 1 (launch-bound on a GPU)
+  double state_copy_gb_per_s = 10;         // checkpoint state into host memory
   // Reserved / committed use
   double reserved_discount = 0.35;        // off on-demand, 1-year term
   double reserved_term_hours = 8760;      // 1 year

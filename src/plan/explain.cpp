@@ -9,6 +9,33 @@
 
 namespace tern::plan {
 
+namespace {
+
+// The whole `tern train` run (run_model.h): steps plus everything else the trainer does.
+std::string ExplainRun(const RunBreakdown& b, const PlanRequest& req) {
+  const TrainRunSpec& spec = *req.run;
+  const RunSchedule& sc = b.schedule;
+  std::string s = fmt::format("\n   Run     the whole `tern train` run of {} (other work {}):\n", spec.config_file, b.source);
+  s += fmt::format("           steps        {} steps: {} tokens at the rate above = {:.1f} s\n", sc.steps,
+                   FormatCount(req.workload.tokens), b.steps_s);
+  s += fmt::format("           start-up     {:.2f} s (process, backend, model init, data) + peak probe {:.2f} s{}\n",
+                   b.startup_s, b.probe_s, spec.probe_peak ? "" : " (train.peak_gflops set)");
+  s += fmt::format("           evaluation   {} passes x {} batches x {}x{} tokens, forward only = {:.1f} s\n", sc.evals,
+                   sc.eval_batches, spec.micro_batch, spec.seq, b.eval_s);
+  s += fmt::format("           samples      {} calls ({} during, {} together at the end) x {} tokens = {:.1f} s\n",
+                   sc.sample_calls(), sc.samples_during, sc.samples_end, sc.sample_tokens, b.sample_s);
+  s += fmt::format("           checkpoints  {} saves, {} tier writes{}: state copies {:.2f} s + stalls {:.2f} s + the last "
+                   "save waited for {:.2f} s = {:.1f} s\n",
+                   sc.saves.size(), sc.tier_writes(), spec.ckpt_async ? " (async)" : " (sync)", b.ckpt_copy_s,
+                   b.ckpt_stall_s, b.ckpt_final_s, b.checkpoint_s());
+  s += fmt::format("           final save   model.safetensors = {:.2f} s\n", b.model_save_s);
+  s += fmt::format("           wall         {:.1f} + {:.1f} = {:.1f} s = {} (steps {:.0f}%)\n", b.steps_s, b.overhead_s(),
+                   b.total_s(), FormatHours(b.total_s() / 3600), 100 * b.steps_s / b.total_s());
+  return s;
+}
+
+}  // namespace
+
 Result<std::string> ExplainRow(const PlanResult& r, const Catalog& cat, const PlanRequest& req,
                                const PlanDefaults& d, int row) {
   if (row < 1 || static_cast<size_t>(row) > r.rows.size()) {
@@ -64,6 +91,8 @@ Result<std::string> ExplainRow(const PlanResult& r, const Catalog& cat, const Pl
                    st.exposed_s, st.step_s, st.tokens_per_step, st.tokens_per_s);
   s += fmt::format("           time = {} / {:.0f} = {:.0f} s = {}\n", FormatCount(w.spec().tokens), st.tokens_per_s,
                    st.wall_s, FormatHours(st.wall_s / 3600));
+
+  if (p.run) s += ExplainRun(*p.run, req);
 
   s += "\n5. Billing ";
   if (p.billing == Billing::kOnDemand) {

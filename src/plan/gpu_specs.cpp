@@ -1,5 +1,9 @@
 #include "plan/gpu_specs.h"
 
+#include <algorithm>
+#include <cctype>
+#include <vector>
+
 #include <fmt/format.h>
 
 namespace tern::plan {
@@ -38,6 +42,36 @@ GpuGeneration GenerationOf(const std::string& gpu) {
     if (gpu.rfind(e.prefix, 0) == 0) return e.gen;
   }
   return GpuGeneration::kUnknown;
+}
+
+std::string CatalogGpuId(const std::string& device_name) {
+  // Words of the upper-cased name, split at spaces and dashes: "A100-SXM4-80GB" -> A100 SXM4 80GB.
+  std::vector<std::string> words;
+  std::string w;
+  for (char c : device_name + " ") {
+    if (c == ' ' || c == '-' || c == '_') {
+      if (!w.empty()) words.push_back(w);
+      w.clear();
+    } else {
+      w += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    }
+  }
+  auto has = [&](const char* word) { return std::find(words.begin(), words.end(), word) != words.end(); };
+  const bool pcie = has("PCIE"), nvl = has("NVL");
+  if (has("GH200")) return "GH200";
+  if (has("H200")) return nvl ? "" : "H200";  // H200 NVL: PCIe card, not in the catalog
+  if (has("H100")) return nvl ? "H100-NVL" : pcie ? "H100-PCIe" : "H100";
+  if (has("A100")) return has("80GB") ? "A100-80GB" : "A100";  // PCIe variants: same dense peak
+  if (has("V100")) return has("32GB") ? "V100-32GB" : "V100";
+  if (has("B200")) return "B200";
+  if (has("L40S")) return "L40S";
+  if (has("L4")) return "L4";
+  if (has("A10G")) return "A10G";
+  if (has("A10")) return "A10";
+  if (has("T4")) return "T4";
+  if (has("A6000")) return has("ADA") ? "" : "A6000";  // RTX 6000 Ada is another card
+  if (has("MI300X")) return "MI300X";
+  return "";
 }
 
 bool LooksLikeGpuTable(const CsvTable& t) { return t.Has("gpu") && t.Has("mem_gib") && !t.Has("instance_type"); }

@@ -19,6 +19,12 @@ const char* GenerationName(GpuGeneration g);
 // By name, from a fixed table (gpus.csv has no generation column). Unknown names -> kUnknown.
 GpuGeneration GenerationOf(const std::string& gpu);
 
+// The catalog's id (gpus.csv) for a device name as CUDA reports it (cudaDeviceProp::name, nvidia-smi):
+// "NVIDIA H100 80GB HBM3" -> "H100", "NVIDIA A100-SXM4-80GB" -> "A100-80GB", "Tesla T4" -> "T4".
+// Empty when no catalog GPU matches (e.g. "NVIDIA H200 NVL", a PCIe card with a lower peak than "H200"):
+// a wrong match would calibrate the wrong GPU's MFU.
+std::string CatalogGpuId(const std::string& device_name);
+
 struct GpuSpec {
   std::string name;  // "H100", as in gpu_instances.csv's gpu column
   std::string vendor, form_factor, interconnect, source;

@@ -95,7 +95,7 @@ Result<GptConfig> LoadModelYaml(const std::string& path) {
 
 Result<ModelChoice> ResolveModel(const std::string& model_arg, const std::string& params_arg) {
   if (model_arg.empty() == params_arg.empty()) {
-    return Status::InvalidArgument("give exactly one of --model (gpt2-124m, a YAML config) or --params (e.g. 1.3B)");
+    return Status::InvalidArgument("give exactly one of --model (gpt2-124m, a YAML config), --params (e.g. 1.3B) or --config (a tern train config)");
   }
   ModelChoice choice;
   if (!params_arg.empty()) {

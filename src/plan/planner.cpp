@@ -49,6 +49,8 @@ struct Shape {
   MemoryFit fit;
   LinkModel link;
   StepModel step;
+  std::optional<RunBreakdown> run;
+  double work_s() const { return run ? run->total_s() : step.wall_s; }
 };
 
 class Planner {
@@ -57,6 +59,7 @@ class Planner {
       : cat_(cat), req_(req), d_(d), out_(out) {}
 
   void Run() {
+    if (req_.run) schedule_ = ScheduleRun(*req_.run);
     for (size_t i = 0; i < cat_.offers.size(); ++i) PlanOffer(i);
   }
 
@@ -103,6 +106,7 @@ class Planner {
     }
     // MFU: measured for the benchmarked device at its precision, else the documented default.
     double mfu = d_.DefaultMfu(g.generation, out_->workload.params());
+    bool calibrated = false;  // the bench ran on this device: its run overheads apply too
     std::string mfu_source = fmt::format("default: {}, {}", GenerationName(g.generation),
                                          out_->workload.params() < 300e6 ? "<300M" : out_->workload.params() < 1e9 ? "300M-1B" : ">=1B");
     if (req_.calibration) {
@@ -110,11 +114,11 @@ class Planner {
       if (local) {
         mfu = b.mfu;  // the local spec's peak is the bench's own, so its MFU applies as is
         mfu_source = fmt::format("calibrated: {}", b.file);
-        used_calibration_ = true;
+        used_calibration_ = calibrated = true;
       } else if (!b.DeviceName().empty() && b.DeviceName() == o.gpu && b.precision == p) {
         mfu = b.MfuAgainst(*peak);
         mfu_source = fmt::format("calibrated: {} achieved {:g} TFLOP/s", b.file, b.achieved_tflops);
-        used_calibration_ = true;
+        used_calibration_ = calibrated = true;
       }
     }
     std::vector<Billing> billings;
@@ -132,17 +136,29 @@ class Planner {
       billings.push_back(b);
     }
     if (billings.empty()) return;
+    std::optional<RunOverheads> overheads;
+    if (req_.run) {
+      const Workload& w = out_->workload;
+      overheads = calibrated ? req_.calibration->Overheads(w.spec().cfg, req_.run->micro_batch, w.seq(), d_)
+                             : DefaultRunOverheads(d_);
+    }
     for (int nodes = 1; nodes * o.gpu_count <= req_.max_gpus; nodes *= 2) {
-      Shape s{i, nodes, nodes * o.gpu_count, p, {}, {}, {}};
+      Shape s{i, nodes, nodes * o.gpu_count, p, {}, {}, {}, {}};
       s.fit = out_->workload.Fit(p, o.gpu_mem_gib, s.gpus, d_);
       if (!s.fit.fits) {
         Exclude(i, nodes, std::nullopt, "memory",
-                fmt::format("needs {}/GPU at micro-batch 1, {} usable", FormatGiB(s.fit.need_b1), FormatGiB(s.fit.available)));
+                fmt::format("needs {}/GPU at micro-batch {}, {} usable", FormatGiB(s.fit.need_b1),
+                            std::max(1, req_.workload.micro_batch), FormatGiB(s.fit.available)));
         continue;
       }
       s.link = AllReduceLink(o, g, nodes, d_);
       s.step = ModelStep(out_->workload, s.fit, *peak, mfu, s.gpus, s.link, d_);
       s.step.mfu_source = mfu_source;
+      if (overheads) {
+        const Workload& w = out_->workload;
+        s.run = ModelRun(*req_.run, schedule_, *overheads, s.step.wall_s, s.step.step_s, s.step.tokens_per_step,
+                         w.checkpoint_bytes(), w.model_bytes());
+      }
       for (Billing b : billings) Cost(s, b);
       if (local) break;
     }
@@ -165,16 +181,17 @@ class Planner {
     r.fit = s.fit;
     r.link = s.link;
     r.step = s.step;
+    r.run = s.run;
     r.warnings = Warnings(o, b);
-    r.wall_s = s.step.wall_s;
-    const double work_h = s.step.wall_s / 3600;
+    r.wall_s = s.work_s();
+    const double work_h = s.work_s() / 3600;
     if (b == Billing::kOnDemand) {
       r.price_hr = *o.price_ondemand_hr;
       r.hourly_usd = r.price_hr * s.nodes;  // risk stays "-"
     } else if (b == Billing::kSpot) {
       r.price_hr = *o.price_spot_hr;
       const double hazard = req_.spot_hazard_per_hr.value_or(o.spot_hazard_per_hr.value_or(1.0 / d_.spot_mtbf_hours));
-      r.spot = ModelSpot(s.step.wall_s, out_->workload.checkpoint_bytes(), s.nodes, hazard, d_);
+      r.spot = ModelSpot(s.work_s(), out_->workload.checkpoint_bytes(), s.nodes, hazard, d_);
       if (!r.spot.feasible) {
         return Exclude(s.offer, s.nodes, b, "spot",
                        fmt::format("job MTBF {} is too short to make progress (restart + lost work {})",
@@ -256,6 +273,7 @@ class Planner {
   const PlanRequest& req_;
   const PlanDefaults& d_;
   PlanResult* out_;
+  RunSchedule schedule_;
 };
 
 }  // namespace
@@ -278,6 +296,14 @@ Result<PlanResult> MakePlan(const Catalog& cat, const PlanRequest& req, const Pl
       out.notes.push_back(fmt::format("calibration model {} differs from the planned {}: MFU transfers only roughly",
                                       b.model.ToString(), m.ToString()));
     }
+  }
+  if (req.run) {
+    const RunSchedule sched = ScheduleRun(*req.run);
+    out.notes.push_back(fmt::format(
+        "wall times model the whole `tern train` run of {}: {} steps, {} evaluations x {} batches, {} samples, "
+        "{} checkpoint saves ({} tier writes), start-up and the final model save (--explain shows the split)",
+        req.run->config_file, sched.steps, sched.evals, sched.eval_batches, sched.samples_during + sched.samples_end,
+        sched.saves.size(), sched.tier_writes()));
   }
   Rank(cat, req, &out);
   return out;

@@ -12,6 +12,7 @@
 #include "plan/catalog.h"
 #include "plan/cost.h"
 #include "plan/defaults.h"
+#include "plan/run_model.h"
 #include "plan/throughput.h"
 #include "plan/workload.h"
 
@@ -32,6 +33,7 @@ struct PlanRequest {
   std::vector<Billing> billing = {Billing::kOnDemand, Billing::kSpot, Billing::kReserved};
   PrecisionMode precision = PrecisionMode::kAuto;
   std::optional<BenchProfile> calibration;
+  std::optional<TrainRunSpec> run;           // --config: model the whole `tern train` run, not only its steps
   std::optional<double> spot_hazard_per_hr;  // overrides catalog and default
   std::optional<double> reserved_discount;
   double reserved_utilization = 0;           // 0: only this job uses the commitment
@@ -48,12 +50,13 @@ struct PlanRow {
   MemoryFit fit;
   LinkModel link;
   StepModel step;
+  std::optional<RunBreakdown> run;  // with a training config: start-up, eval, samples, checkpoints
   SpotModel spot;          // billing == spot
   ReservedModel reserved;  // billing == reserved
   StorageEgress storage;
   double price_hr = 0;     // catalog price per instance-hour for this billing
   double hourly_usd = 0;   // all instances; reserved: effective (commitment share)
-  double wall_s = 0;       // expected, incl. preemptions for spot
+  double wall_s = 0;       // expected: steps (+ the run's other work) (+ preemptions for spot)
   double compute_usd = 0, total_usd = 0, usd_per_mtok = 0;
   std::vector<std::string> warnings;  // catalog warnings that apply to this billing
   std::string why;

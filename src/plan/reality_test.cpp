@@ -1,10 +1,12 @@
-// Prediction vs reality on this machine (slow): calibrate from a short `tern bench` of the demo model,
-// predict a short `tern train` of it the way `tern plan --calibrate bench.json --instance local` does,
-// run it, and require the measured wall time within 25% of the prediction. Skips itself while
+// Prediction vs reality on this machine (slow): the user's three commands, run as a user runs them:
+//   tern bench --config C --set ... --json > bench.json
+//   tern plan  --config C --set ... --calibrate bench.json --instance local --json   (the prediction)
+//   tern train C --set ... --quiet                                                    (the reality)
+// and the measured wall time of `tern train` must be within 25% of the prediction. Skips itself while
 // `tern train`/`tern bench` are placeholders or the demo corpus is not prepared (scripts/demo does it).
-// The commands can be replaced with TERN_REALITY_BENCH / TERN_REALITY_TRAIN ({tern}, {bench}, {dir},
-// {steps} are substituted; TERN_REALITY_STEPS and TERN_REALITY_STEP_TOKENS say how many steps of how
-// many tokens the train command runs, default 60 x 4096 as below).
+// TERN_REALITY_CONFIG (default configs/demo.yaml) and TERN_REALITY_SETS (space-separated key=value, default
+// "train.steps=60") choose the run; run.dir (and ckpt.durable, when the config has one) go to a temp dir.
+// bench/plan_accuracy.sh runs the demo and a GPT-2 124M shape through the same three commands.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -12,14 +14,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "core/file_util.h"
-#include "plan/calibration.h"
-#include "plan/catalog.h"
-#include "plan/planner.h"
 #include "plan/test_support.h"
 
 namespace tern::plan {
@@ -37,11 +37,6 @@ std::string RunCommand(const std::string& cmd, int* rc) {
   return out;
 }
 
-std::string Substitute(std::string s, const std::string& key, const std::string& value) {
-  for (size_t pos; (pos = s.find(key)) != std::string::npos;) s.replace(pos, key.size(), value);
-  return s;
-}
-
 TEST(Reality, CalibratedPredictionWithin25Percent) {
   const fs::path tern = testing::FindTernBinary();
   if (tern.empty()) GTEST_SKIP() << "the tern binary is not built";
@@ -52,56 +47,39 @@ TEST(Reality, CalibratedPredictionWithin25Percent) {
       GTEST_SKIP() << "`tern " << cmd << "` is still a placeholder; this test needs the trainer";
     }
   }
-  const char* src = std::getenv("TERN_SOURCE_DIR");
-  if (src) fs::current_path(src);
+  if (const char* src = std::getenv("TERN_SOURCE_DIR")) fs::current_path(src);
   if (!fs::exists("data/prepared/kjv/prepare.json")) {
     GTEST_SKIP() << "the demo corpus is not prepared (run scripts/demo once, or tern prepare ... --out data/prepared/kjv)";
   }
+  const char* config_env = std::getenv("TERN_REALITY_CONFIG");
+  const char* sets_env = std::getenv("TERN_REALITY_SETS");
+  const std::string config = config_env ? config_env : "configs/demo.yaml";
   const fs::path dir = fs::temp_directory_path() / "tern_reality_test";
   fs::remove_all(dir);
   fs::create_directories(dir);
+  std::string sets;
+  std::istringstream words(sets_env ? sets_env : "train.steps=60");
+  for (std::string kv; words >> kv;) sets += " --set " + kv;
+  sets += " --set run.dir=" + (dir / "run").string();
+  Result<std::string> text = ReadFileToString(config);
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  if (text->find("durable:") != std::string::npos) sets += " --set ckpt.durable=" + (dir / "durable").string();
+
   const std::string bench_json = (dir / "bench.json").string();
-  // The demo's shape and precision (configs/demo.yaml): micro-batch 16 x 128, bf16, 4096 tokens per step.
-  // TERN_REALITY_STEPS / TERN_REALITY_STEP_TOKENS go with replaced commands (e.g. a GPT-2 124M run).
-  const char* steps_env = std::getenv("TERN_REALITY_STEPS");
-  const char* step_tokens_env = std::getenv("TERN_REALITY_STEP_TOKENS");
-  const int steps = steps_env ? std::atoi(steps_env) : 60;
-  const double step_tokens = step_tokens_env ? std::atof(step_tokens_env) : 4096;
-  const double tokens = steps * step_tokens;
-  const char* bench_env = std::getenv("TERN_REALITY_BENCH");
-  std::string bench_cmd =
-      bench_env ? bench_env
-                : "{tern} bench --config configs/demo.yaml --batch 16 --seq 128 --precision bf16 --steps 10 --json > {bench}";
-  bench_cmd = Substitute(Substitute(bench_cmd, "{tern}", tern.string()), "{bench}", bench_json);
+  const std::string bench_cmd = tern.string() + " bench --config " + config + sets + " --json > " + bench_json;
   std::string out = RunCommand(bench_cmd, &rc);
   ASSERT_EQ(rc, 0) << bench_cmd << "\n" << out;
-  BenchProfile b = LoadBenchJson(bench_json).value();
+  const std::string plan_cmd =
+      tern.string() + " plan --config " + config + sets + " --calibrate " + bench_json + " --instance local --json";
+  out = RunCommand(plan_cmd, &rc);
+  ASSERT_EQ(rc, 0) << plan_cmd << "\n" << out;
+  const auto plan = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_TRUE(plan.is_object() && !plan["plans"].empty()) << out.substr(0, 1000);
+  const auto& row = plan["plans"][0];
+  const double predicted_s = row["wall_s"].get<double>();
+  const double predicted_steps_s = row["run"]["steps_s"].get<double>();
 
-  // The prediction, as `tern plan --calibrate bench.json --instance local --tokens N` makes it.
-  Catalog cat;
-  GpuSpec placeholder;
-  placeholder.name = "none";
-  placeholder.mem_gib = 1;
-  cat.gpus.push_back(placeholder);
-  ASSERT_TRUE(AddLocalInstance(b, 0, HostMemoryGib(), &cat).ok());
-  PlanRequest req;
-  req.workload.cfg = b.model;
-  req.workload.seq = b.seq;
-  req.workload.tokens = tokens;
-  req.workload.global_batch_tokens = step_tokens;
-  req.instances = {"local"};
-  req.calibration = b;
-  Result<PlanResult> plan = MakePlan(cat, req, PlanDefaults());
-  ASSERT_TRUE(plan.ok() && !plan->rows.empty()) << plan.status().message();
-  const double predicted_s = plan->rows[0].wall_s;
-
-  const char* train_env = std::getenv("TERN_REALITY_TRAIN");
-  std::string train_cmd = train_env ? train_env
-                                    : "{tern} train configs/demo.yaml --set run.dir={dir} --set train.steps={steps} "
-                                      "--set train.total_batch_tokens=4096 --set eval.every=0 --set eval.batches=1 "
-                                      "--set sample.count=0 --quiet";
-  train_cmd = Substitute(Substitute(Substitute(train_cmd, "{tern}", tern.string()), "{dir}", (dir / "run").string()),
-                         "{steps}", std::to_string(steps));
+  const std::string train_cmd = tern.string() + " train " + config + sets + " --quiet";
   const auto t0 = std::chrono::steady_clock::now();
   out = RunCommand(train_cmd, &rc);
   const double measured_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -109,16 +87,18 @@ TEST(Reality, CalibratedPredictionWithin25Percent) {
   const double error = (measured_s - predicted_s) / predicted_s;
   std::printf("prediction vs reality: predicted %.1f s, measured %.1f s, error %+.1f%%\n", predicted_s, measured_s,
               100 * error);
-  // The trainer's own split (summary.json) tells step-time error from start-up, final eval and save.
+  // The trainer's own split (summary.json) tells the step-time error from the rest.
   if (Result<std::string> summary = ReadFileToString((dir / "run" / "summary.json").string()); summary.ok()) {
     const auto j = nlohmann::json::parse(summary.value(), nullptr, false);
     if (j.is_object() && j.contains("train_s")) {
       const double train_s = j["train_s"].get<double>();
-      std::printf("training steps alone: %.1f s, error %+.1f%%; the other %.1f s are start-up, eval and save\n",
-                  train_s, 100 * (train_s - predicted_s) / predicted_s, measured_s - train_s);
+      std::printf("steps: predicted %.1f s, measured %.1f s (%+.1f%%); the rest: predicted %.1f s, measured %.1f s\n",
+                  predicted_steps_s, train_s, 100 * (train_s - predicted_steps_s) / predicted_steps_s,
+                  predicted_s - predicted_steps_s, measured_s - train_s);
     }
   }
   EXPECT_LT(std::abs(error), 0.25);
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -145,6 +145,15 @@ json ReportJson(const PlanResult& r, const Catalog& cat, const PlanDefaults& d, 
               {"storage_usd", row.storage.storage_usd}, {"egress_usd", row.storage.dataset_usd + row.storage.model_usd},
               {"total_usd", row.total_usd}, {"usd_per_1m_tokens", row.usd_per_mtok}, {"risk", row.risk},
               {"why", row.why}, {"warnings", row.warnings}};
+    if (row.run) {
+      const RunBreakdown& b = *row.run;
+      x["run"] = {{"overheads", b.source},      {"steps", b.schedule.steps},  {"steps_s", b.steps_s},
+                  {"startup_s", b.startup_s},   {"peak_probe_s", b.probe_s}, {"evals", b.schedule.evals},
+                  {"eval_s", b.eval_s},         {"samples", b.schedule.samples_during + b.schedule.samples_end},
+                  {"sample_s", b.sample_s},     {"checkpoint_saves", b.schedule.saves.size()},
+                  {"checkpoint_tier_writes", b.schedule.tier_writes()}, {"checkpoint_s", b.checkpoint_s()},
+                  {"model_save_s", b.model_save_s}, {"total_s", b.total_s()}};
+    }
     if (row.billing == Billing::kSpot) {
       x["spot"] = {{"hazard_per_instance_hour", row.spot.hazard_per_hr}, {"job_mtbf_h", row.spot.job_mtbf_h},
                    {"checkpoint_s", row.spot.checkpoint_s}, {"checkpoint_interval_s", row.spot.interval_s},

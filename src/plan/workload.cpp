@@ -73,11 +73,16 @@ MemoryFit Workload::Fit(Precision p, double gpu_mem_gib, int dp_ranks, const Pla
   for (const Option& o : options) {
     if (!allowed(spec_.zero1, o.zero1) || !allowed(spec_.recompute, o.recompute)) continue;
     if (o.zero1 && dp_ranks == 1 && spec_.zero1 != Toggle::kOn) continue;  // nothing to shard over
-    const double b1 = Memory(p, 1, o.zero1, o.recompute, dp_ranks).total();
+    // A training config fixes the micro-batch (the trainer does not adapt it); otherwise start at 1.
+    const int b_min = std::max(1, spec_.micro_batch);
+    const double b1 = Memory(p, b_min, o.zero1, o.recompute, dp_ranks).total();
     fit.need_b1 = std::min(fit.need_b1, b1);
     if (b1 > fit.available) continue;
-    int B = 1;
-    while (B * 2 <= b_max && Memory(p, B * 2, o.zero1, o.recompute, dp_ranks).total() <= fit.available) B *= 2;
+    int B = b_min;
+    while (spec_.micro_batch == 0 && B * 2 <= b_max &&
+           Memory(p, B * 2, o.zero1, o.recompute, dp_ranks).total() <= fit.available) {
+      B *= 2;
+    }
     fit.fits = true;
     fit.micro_batch = B;
     fit.zero1 = o.zero1;

@@ -20,6 +20,7 @@ struct WorkloadSpec {
   int seq = 0;            // 0: the model's block_size
   double tokens = 0;      // training tokens
   double global_batch_tokens = 0;  // 0: PlanDefaults::global_batch_tokens
+  int micro_batch = 0;    // 0: the largest power of two that fits; else this one (a training config's)
   Toggle zero1 = Toggle::kAuto;
   Toggle recompute = Toggle::kAuto;
 };
@@ -41,7 +42,7 @@ struct MemoryFit {
   bool recompute = false;
   MemoryBreakdown used;  // at the chosen micro-batch
   double available = 0;  // usable bytes per GPU
-  double need_b1 = 0;    // bytes per GPU at micro-batch 1 with every option the toggles allow (why it failed)
+  double need_b1 = 0;    // bytes per GPU at micro-batch 1 (or the fixed one) with every option allowed (why it failed)
 };
 
 class Workload {

@@ -1,8 +1,17 @@
 // `tern bench`: training steps on synthetic tokens, timed, with the peak FLOP/s of the same device and
 // precision measured in the same process, so MFU = achieved / measured peak.
+//
+// A bench step is the trainer's step (Trainer::Step): grad_accum micro-batches of forward + backward, the
+// gradient norm, the AdamW update, a device sync. The step time is the median over the timed steps, after
+// `warmup` untimed ones (the first steps fault in every buffer and build the oneDNN primitives).
+//
+// For `tern plan --config`, the bench also times the rest of a `tern train` run on this device (the "run"
+// block of the JSON): start-up, a forward-only pass (evaluation), a generated sample, and, with an io_dir,
+// one real checkpoint save and the model.safetensors write.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -13,17 +22,40 @@ namespace tern {
 
 struct BenchOptions {
   GptConfig model;
-  int batch = 4, seq = 64;
+  int batch = 4, seq = 64, grad_accum = 1;
   std::string precision = "fp32";
   std::string device = "cpu";
-  int steps = 10, warmup = 2;
+  int steps = 20, warmup = 3;
   bool measure_peak = true;
-  double peak_gflops = 0;  // used when !measure_peak
+  double peak_gflops = 0;   // used when !measure_peak
+  bool measure_run = true;  // the "run" block: start-up, forward, sample (and io below)
+  std::string data_dir;     // prepared data: train on its tokens, time opening it; empty = random tokens
+  bool random_tokens = false;  // random tokens even with a data_dir
+  std::string io_dir;       // time a checkpoint save and a safetensors write here; empty = skip
+  // One call of the trainer's samples (serve/generate.h: n choices decoded together); needs data_dir's tokenizer.
+  int sample_tokens = 64, sample_choices = 3;
+  std::string sample_prompt;
+};
+
+// The non-step parts of a `tern train` run, measured on this device (seconds / milliseconds / bytes).
+struct BenchRunTimes {
+  double process_start_s = 0;  // exec + shared libraries + CLI, until the bench began
+  double backend_init_s = 0;   // MakeBackend (a CUDA context on a GPU)
+  double peak_probe_s = 0;     // one MeasurePeakGflops(0.5 s), as the trainer calls it
+  double model_init_s = 0;     // Gpt buffers + InitWeights
+  double data_open_s = -1;     // tokenizer + train/val shards; -1 = not measured
+  double forward_ms = 0;       // one forward-only micro-batch (evaluation), median
+  int sample_tokens = 0, sample_choices = 0;
+  double sample_ms = -1;       // one Trainer::Samples call: choices x tokens, to full length; -1 = no tokenizer
+  double checkpoint_bytes = 0, checkpoint_copy_ms = -1, checkpoint_persist_ms = -1;  // one tier; -1 = skipped
+  double model_bytes = 0, model_save_ms = -1;
+  std::string io_dir;
 };
 
 struct BenchResult {
   BenchOptions options;
   double step_ms = 0;         // median over the timed steps
+  std::vector<double> steps_ms;  // every timed step, in order
   double tokens_per_s = 0;
   double flops_per_token = 0;
   double achieved_gflops = 0;
@@ -31,9 +63,17 @@ struct BenchResult {
   double mfu = 0;
   int threads = 0;
   std::string backend;
+  std::string gpu_name;  // the device's own name ("NVIDIA H200"); empty on a CPU
+  std::string gpu;       // the catalog's id for it ("H200"), set by the caller (plan/gpu_specs.h); empty = unknown
+  bool has_run = false;
+  BenchRunTimes run;
   nlohmann::json ToJson() const;  // the format `tern plan --calibrate` reads
 };
 
 Result<BenchResult> RunBench(const BenchOptions& options);
+
+// The device name inside a CUDA backend's name(): "cuda (NVIDIA H200, sm_90, 141 GiB)" -> "NVIDIA H200".
+// Empty for a CPU backend or a name of another form.
+std::string GpuNameFromBackendName(const std::string& backend_name);
 
 }  // namespace tern

@@ -1,0 +1,95 @@
+// `tern bench` on a tiny model: the step is the trainer's (with accumulation), the median of the timed
+// steps is reported, and the run block times what else a `tern train` run does.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "train/bench.h"
+
+namespace tern {
+namespace {
+
+namespace fs = std::filesystem;
+
+BenchOptions Tiny() {
+  BenchOptions o;
+  o.model.n_layer = 2;
+  o.model.n_head = 2;
+  o.model.n_embd = 32;
+  o.model.vocab_size = 64;
+  o.model.block_size = 16;
+  o.batch = 2;
+  o.seq = 16;
+  o.steps = 5;
+  o.warmup = 1;
+  o.measure_peak = false;
+  o.peak_gflops = 10;
+  return o;
+}
+
+TEST(Bench, MedianOfTimedStepsWithAccumulation) {
+  BenchOptions o = Tiny();
+  o.grad_accum = 3;
+  o.measure_run = false;
+  Result<BenchResult> r = RunBench(o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->steps_ms.size(), 5u);  // warm-up steps are not timed
+  std::vector<double> sorted = r->steps_ms;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_DOUBLE_EQ(r->step_ms, sorted[2]);
+  // A step carries batch x seq x accum tokens.
+  EXPECT_NEAR(r->tokens_per_s, 2 * 16 * 3 / (r->step_ms / 1e3), 1e-6 * r->tokens_per_s);
+  const auto j = r->ToJson();
+  EXPECT_EQ(j["grad_accum"], 3);
+  EXPECT_EQ(j["steps_ms"].size(), 5u);
+  EXPECT_TRUE(j["gpu"].is_null());  // a CPU
+  EXPECT_FALSE(j.contains("run"));
+}
+
+TEST(Bench, RunBlockTimesStartupEvalSampleAndSaves) {
+  BenchOptions o = Tiny();
+  const fs::path dir = fs::temp_directory_path() / "tern_bench_test_io";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  o.io_dir = dir.string();
+  Result<BenchResult> r = RunBench(o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const BenchRunTimes& t = r->run;
+  EXPECT_GT(t.model_init_s, 0);
+  EXPECT_GE(t.peak_probe_s, 0.5);  // the trainer's 0.5 s probe, really run
+  EXPECT_GT(t.forward_ms, 0);
+  EXPECT_LT(t.data_open_s, 0);  // no data dir given: not measured
+  EXPECT_LT(t.sample_ms, 0);    // nor samples (they need the tokenizer)
+  // One real checkpoint: fp32 weights + two AdamW moments, plus small files.
+  const GptMemory mem = GptMemoryEstimate(o.model, o.batch, o.seq, false);
+  EXPECT_GE(t.checkpoint_bytes, static_cast<double>(mem.params + mem.adam_state));
+  EXPECT_GT(t.checkpoint_persist_ms, 0);
+  EXPECT_DOUBLE_EQ(t.model_bytes, static_cast<double>(mem.params));
+  EXPECT_GT(t.model_save_ms, 0);
+  EXPECT_TRUE(fs::is_empty(dir));  // the bench cleans up after itself
+  const auto j = r->ToJson();
+  EXPECT_TRUE(j["run"]["data_open_s"].is_null());
+  EXPECT_TRUE(j["run"]["sample_ms"].is_null());
+  EXPECT_DOUBLE_EQ(j["run"]["forward_ms"].get<double>(), t.forward_ms);
+  fs::remove_all(dir);
+}
+
+TEST(Bench, BadOptionsAreErrors) {
+  BenchOptions o = Tiny();
+  o.seq = 32;  // > block_size
+  EXPECT_NE(RunBench(o).status().message().find("block_size"), std::string::npos);
+  o = Tiny();
+  o.grad_accum = 0;
+  EXPECT_FALSE(RunBench(o).ok());
+}
+
+TEST(Bench, GpuNameFromTheCudaBackendName) {
+  EXPECT_EQ(GpuNameFromBackendName("cuda (NVIDIA H200, sm_90, 140 GiB)"), "NVIDIA H200");
+  EXPECT_EQ(GpuNameFromBackendName("cuda (NVIDIA A100-SXM4-80GB, sm_80, 79 GiB)"), "NVIDIA A100-SXM4-80GB");
+  EXPECT_EQ(GpuNameFromBackendName("cpu (oneDNN, bf16)"), "");
+  EXPECT_EQ(GpuNameFromBackendName("cuda"), "");
+}
+
+}  // namespace
+}  // namespace tern
