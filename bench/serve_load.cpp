@@ -6,15 +6,21 @@
 // loop: a client sends its next request when the previous one ends), each with a fresh random token-id
 // prompt (so the prefix cache does not flatter the numbers) and ignore_eos, so every request generates
 // exactly --max-tokens tokens. Reported per level: aggregate generated tokens/s over the wall time, the
-// per-stream decode rate, and time to first token p50/p99.
+// per-stream decode rate, time to first token p50/p99, and from the server's /metrics the engine's steps/s,
+// mean batch and milliseconds per step by phase (schedule / forward / sample / emit).
 //
 //   serve_load make-run --shape 12,12,768,50257,1024 --tokenizer T --out DIR
 // writes a run directory with random weights of that shape (L,H,C,V,T) for speed tests.
+//
+//   serve_load forward --run RUN_DIR --quantize int8 --rows 1,4,16,32
+// the engine's forward alone (no HTTP): ms per decode step with that many sequences of --context tokens,
+// tokens/s, and the time per op, to tell the model's scaling from the server's overheads.
 //
 //   serve_load quality --run RUN_DIR --data PREPARED_DIR
 // the quality cost of int8: mean cross-entropy of the serving model on the validation shard, fp32 vs int8
 // (windows of the model's context, every position scored, as the trainer's validation loss).
 #include <httplib.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -22,6 +28,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -103,6 +110,36 @@ RequestResult OneRequest(const Options& o, httplib::Client& cli, std::mt19937_64
   return r;
 }
 
+// The engine's counters from GET /metrics (docs/serving.md): forward steps, batch sizes, and the engine
+// thread's seconds per phase. Differences between two scrapes say where a load level's time went.
+struct EngineCounters {
+  double steps = 0, batch_sum = 0, batch_count = 0;
+  std::map<std::string, double> phase_s;  // schedule, forward, sample, emit
+};
+
+EngineCounters Scrape(const Options& o) {
+  EngineCounters c;
+  httplib::Client cli(o.url);
+  httplib::Headers headers;
+  if (!o.api_key.empty()) headers.emplace("Authorization", "Bearer " + o.api_key);
+  auto res = cli.Get("/metrics", headers);
+  if (!res || res->status != 200) return c;
+  std::istringstream in(res->body);
+  std::string line;
+  const std::string phase = "tern_engine_seconds_total{phase=\"";
+  while (std::getline(in, line)) {
+    const size_t sp = line.rfind(' ');
+    if (line.empty() || line[0] == '#' || sp == std::string::npos) continue;
+    const double v = std::atof(line.c_str() + sp + 1);
+    if (line.rfind("tern_forward_steps_total ", 0) == 0) c.steps = v;
+    if (line.rfind("tern_batch_size_sum ", 0) == 0) c.batch_sum = v;
+    if (line.rfind("tern_batch_size_count ", 0) == 0) c.batch_count = v;
+    if (line.rfind(phase, 0) == 0)
+      c.phase_s[line.substr(phase.size(), line.find('"', phase.size()) - phase.size())] = v;
+  }
+  return c;
+}
+
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -114,13 +151,14 @@ int RunLoad(const Options& o) {
   if (!o.json_out)
     std::printf(
         "| streams | requests | tokens | wall s | agg tok/s | per-stream tok/s | TTFT p50 ms | TTFT p99 ms "
-        "|\n"
-        "|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        "| steps/s | batch | engine ms/step: schedule / forward / sample / emit |\n"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
   json rows = json::array();
   for (int n : o.streams) {
     std::vector<RequestResult> results;
     std::mutex mu;
     std::atomic<int> failures{0};
+    EngineCounters before = Scrape(o);
     const auto t0 = Clock::now();
     std::vector<std::thread> clients;
     for (int c = 0; c < n; c++) {
@@ -139,6 +177,17 @@ int RunLoad(const Options& o) {
     }
     for (auto& t : clients) t.join();
     const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    EngineCounters after = Scrape(o);
+    const double steps = after.steps - before.steps;
+    const double batch =
+        (after.batch_sum - before.batch_sum) / std::max(1.0, after.batch_count - before.batch_count);
+    json phases = json::object();
+    std::string phase_text;
+    for (const char* p : {"schedule", "forward", "sample", "emit"}) {
+      const double ms = 1000 * (after.phase_s[p] - before.phase_s[p]) / std::max(1.0, steps);
+      phases[p] = ms;
+      phase_text += fmt::format("{}{:.2f}", phase_text.empty() ? "" : " / ", ms);
+    }
     std::vector<double> ttft, decode_rates;
     int64_t tokens = 0;
     for (const auto& r : results) {
@@ -157,12 +206,16 @@ int RunLoad(const Options& o) {
                 {"agg_tokens_per_s", tokens / wall},
                 {"per_stream_tokens_per_s", per_stream},
                 {"ttft_p50_ms", 1000 * Percentile(ttft, 0.5)},
-                {"ttft_p99_ms", 1000 * Percentile(ttft, 0.99)}};
+                {"ttft_p99_ms", 1000 * Percentile(ttft, 0.99)},
+                {"steps_per_s", steps / wall},
+                {"mean_batch", batch},
+                {"engine_ms_per_step", phases}};
     rows.push_back(row);
     if (!o.json_out)
-      std::printf("| %d | %zu | %lld | %.1f | %.1f | %.1f | %.0f | %.0f |\n", n, results.size(),
-                  static_cast<long long>(tokens), wall, tokens / wall, per_stream,
-                  1000 * Percentile(ttft, 0.5), 1000 * Percentile(ttft, 0.99));
+      std::printf("| %d | %zu | %lld | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %.1f | %s |\n", n,
+                  results.size(), static_cast<long long>(tokens), wall, tokens / wall, per_stream,
+                  1000 * Percentile(ttft, 0.5), 1000 * Percentile(ttft, 0.99), steps / wall, batch,
+                  phase_text.c_str());
     std::fflush(stdout);
   }
   if (o.json_out) std::printf("%s\n", rows.dump(2).c_str());
@@ -234,6 +287,94 @@ tern::Result<double> ValLoss(tern::Backend* be, const tern::ServeWeights& w, ter
   return total / (static_cast<double>(windows) * T);
 }
 
+// Decode steps of S sequences (one row each) over a KV cache already holding `context` tokens of each.
+int ForwardBench(const std::string& run, const std::string& quantize, const std::vector<int>& rows,
+                 int context, int steps) {
+  auto w = tern::LoadServeWeights(run);
+  auto q = tern::ParseQuantize(quantize);
+  if (!w.ok() || !q.ok()) {
+    std::fprintf(stderr, "serve_load forward: %s\n", (!w.ok() ? w.status() : q.status()).message().c_str());
+    return 1;
+  }
+  const int max_s = *std::max_element(rows.begin(), rows.end()), bs = 16, V = w->config.vocab_size;
+  context = std::min(context, w->config.block_size - steps);
+  const int per_seq = (context + steps + bs - 1) / bs;
+  tern::InferenceModelOptions mo;
+  mo.quantize = *q;
+  mo.block_size = bs;
+  mo.num_blocks = max_s * per_seq;
+  mo.max_rows = std::max(max_s, context);
+  mo.max_seqs = max_s;
+  auto be = tern::MakeCpuFastBackend();
+  auto model = tern::InferenceModel::Create(be.get(), w->config, w->params, mo);
+  if (!model.ok()) {
+    std::fprintf(stderr, "serve_load forward: %s\n", model.status().message().c_str());
+    return 1;
+  }
+  tern::InferenceModel& m = **model;
+  std::vector<float> logits(static_cast<size_t>(m.options().max_logit_rows) * V);
+  std::mt19937_64 rng(1);
+  auto table = [&](int s) {
+    std::vector<int32_t> t(m.max_blocks_per_seq(), 0);
+    for (int b = 0; b < per_seq; b++) t[b] = s * per_seq + b;
+    return t;
+  };
+  // fill every sequence's cache with `context` tokens (one prefill each)
+  for (int s = 0; s < max_s; s++) {
+    tern::ForwardBatch b;
+    for (int p = 0; p < context; p++) {
+      b.tokens.push_back(3 + static_cast<int32_t>(rng() % 256));
+      b.positions.push_back(p);
+      b.slots.push_back(table(s)[p / bs] * bs + p % bs);
+    }
+    b.seqs = {0, context, context};
+    b.block_tables = table(s);
+    b.logit_rows = {context - 1};
+    m.Forward(b, logits.data());
+  }
+  std::printf("%s, weights %s, %d threads, context %d: decode steps\n\n", w->config.ToString().c_str(),
+              quantize.c_str(), omp_get_max_threads(), context);
+  std::printf("| rows | ms/step | tok/s | vs 1 row | top ops (ms/step) |\n|---:|---:|---:|---:|---|\n");
+  double one_row_rate = 0;
+  for (int S : rows) {
+    std::map<std::string, double> ops;
+    double total = 0;
+    for (int round = 0; round < 2;
+         round++) {  // round 0 warms up (and times the ops), round 1 times the steps
+      m.set_profile(round == 0 ? &ops : nullptr);
+      const auto t0 = Clock::now();
+      for (int step = 0; step < steps; step++) {
+        tern::ForwardBatch b;
+        for (int s = 0; s < S; s++) {
+          const int p = context + step;
+          b.tokens.push_back(3 + static_cast<int32_t>(rng() % 256));
+          b.positions.push_back(p);
+          b.slots.push_back(table(s)[p / bs] * bs + p % bs);
+          b.seqs.insert(b.seqs.end(), {s, 1, p + 1});
+          const auto t = table(s);
+          b.block_tables.insert(b.block_tables.end(), t.begin(), t.end());
+          b.logit_rows.push_back(s);
+        }
+        m.Forward(b, logits.data());
+      }
+      total = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    m.set_profile(nullptr);
+    std::vector<std::pair<double, std::string>> sorted;
+    for (const auto& [op, sec] : ops) sorted.emplace_back(sec, op);
+    std::sort(sorted.rbegin(), sorted.rend());
+    std::string top;
+    for (size_t i = 0; i < std::min<size_t>(5, sorted.size()); i++)
+      top += fmt::format("{}{} {:.2f}", top.empty() ? "" : ", ", sorted[i].second,
+                         1000 * sorted[i].first / steps);
+    const double rate = S * steps / total;
+    if (S == 1) one_row_rate = rate;
+    std::printf("| %d | %.2f | %.0f | %s | %s |\n", S, 1000 * total / steps, rate,
+                one_row_rate > 0 ? fmt::format("{:.1f}x", rate / one_row_rate).c_str() : "", top.c_str());
+  }
+  return 0;
+}
+
 int Quality(const std::string& run, const std::string& data, int windows) {
   auto w = tern::LoadServeWeights(run);
   auto shards = tern::FindShards(data, "val");
@@ -284,7 +425,18 @@ int main(int argc, char** argv) {
   quality->add_option("--run", run, "run directory")->required();
   quality->add_option("--data", data, "prepared data directory (val_*.bin)")->required();
   quality->add_option("--windows", windows, "at most this many windows")->capture_default_str();
+  std::string fwd_run, fwd_quantize = "none";
+  std::vector<int> fwd_rows = {1, 4, 16, 32};
+  int fwd_context = 64, fwd_steps = 20;
+  auto* forward = app.add_subcommand("forward", "time the engine's decode forward alone (no HTTP), per op");
+  forward->add_option("--run", fwd_run, "run directory")->required();
+  forward->add_option("--quantize", fwd_quantize, "none | int8")->capture_default_str();
+  forward->add_option("--rows", fwd_rows, "sequences per step")->delimiter(',')->capture_default_str();
+  forward->add_option("--context", fwd_context, "tokens already in each sequence's cache")
+      ->capture_default_str();
+  forward->add_option("--steps", fwd_steps, "decode steps timed per row count")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (forward->parsed()) return ForwardBench(fwd_run, fwd_quantize, fwd_rows, fwd_context, fwd_steps);
   if (make->parsed()) return MakeRun(shape, tokenizer, out);
   if (quality->parsed()) return Quality(run, data, windows);
   return RunLoad(o);

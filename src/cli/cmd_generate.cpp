@@ -1,11 +1,12 @@
-// tern generate RUN_DIR --prompt TEXT: samples through the serving engine (serve/engine.h), so the command
-// line and the server share one decode loop. Several samples run as one batch.
+// tern generate RUN_DIR --prompt TEXT: samples through the serving engine (serve/generate.h), so the command
+// line, the server and the trainer share one decode loop. Several samples are the n choices of one request.
 #include <cstdio>
 #include <memory>
 
 #include "backend/registry.h"
 #include "cli/command.h"
 #include "serve/engine.h"
+#include "serve/generate.h"
 #include "serve/setup.h"
 
 namespace tern::cli {
@@ -45,51 +46,39 @@ int RunGenerate(const GenerateOptions& o) {
     std::fprintf(stderr, "tern generate: the context is %d tokens; generating %d\n", cfg.block_size,
                  max_tokens);
 
+  // All samples are the n choices of one request: the prompt is prefilled once and they decode as a batch.
   ServeMetrics metrics;
   EngineSetup setup;
   setup.quantize = *quantize;
   setup.engine.max_batch = o.num_samples;
   setup.engine.max_batch_tokens = std::max(o.num_samples, 256);
-  setup.kv_cache_mb = o.num_samples * (InferenceModel::KvBytesPerBlock(cfg, setup.block_size) / 1048576.0) *
-                      (cfg.block_size / setup.block_size + 1);
+  setup.engine.max_queue = o.num_samples;
+  setup.kv_cache_mb = KvCacheMbFor(cfg, o.num_samples, cfg.block_size, setup.block_size);
   auto engine = MakeEngine(backend->get(), cfg, weights->params, &tok.value(), setup, &metrics);
   if (!engine.ok()) return Fail(engine.status());
-  std::vector<std::shared_ptr<RequestHandle>> handles;
-  for (int i = 0; i < o.num_samples; i++) {
-    GenerationRequest r;
-    r.prompt = prompt;
-    r.max_tokens = max_tokens;
-    r.sampling = {o.temperature, o.top_k, o.top_p};
-    r.seed = o.seed + i;
-    auto h = (*engine)->Submit(std::move(r));
-    if (!h.ok()) return Fail(h.status());
-    handles.push_back(h.value());
-  }
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.max_tokens = max_tokens;
+  r.sampling = {o.temperature, o.top_k, o.top_p};
+  r.seed = o.seed;
+  r.n = o.num_samples;
+  auto handle = (*engine)->Submit(std::move(r));
+  if (!handle.ok()) return Fail(handle.status());
   // One sample streams to stdout as it is generated; several are printed in order when all are done.
   const std::string prompt_text = tok->Decode(prompt);
-  std::vector<std::string> texts(o.num_samples, prompt_text);
   if (o.num_samples == 1) std::fputs(prompt_text.c_str(), stdout);
-  int finished = 0;
-  while (finished < o.num_samples) {
-    (*engine)->Step();
-    for (int i = 0; i < o.num_samples; i++) {
-      std::vector<GenerationEvent> events;
-      handles[i]->Wait(&events, std::chrono::milliseconds(0));
-      for (const auto& e : events) {
-        texts[i] += e.text;
-        if (o.num_samples == 1) {
-          std::fputs(e.text.c_str(), stdout);
-          std::fflush(stdout);
-        }
-        finished += e.finish != FinishReason::kNone;
-      }
-    }
-  }
+  auto print = [&](const GenerationEvent& e) {
+    if (o.num_samples > 1) return;
+    std::fputs(e.text.c_str(), stdout);
+    std::fflush(stdout);
+  };
+  std::vector<Generated> out = RunToCompletion(**engine, *handle, o.num_samples, print);
   if (o.num_samples == 1) {
     std::printf("\n");
     return 0;
   }
-  for (int i = 0; i < o.num_samples; i++) std::printf("-- sample %d --\n%s\n", i + 1, texts[i].c_str());
+  for (int i = 0; i < o.num_samples; i++)
+    std::printf("-- sample %d --\n%s%s\n", i + 1, prompt_text.c_str(), out[i].text.c_str());
   return 0;
 }
 
@@ -113,7 +102,7 @@ void AddGenerateCommand(CLI::App& root, CommandTable& table) {
   sub->add_option("--top-p", o->top_p, "nucleus sampling mass; 1 = off")->check(CLI::Range(0.0, 1.0));
   sub->add_option("--seed", o->seed, "random seed");
   sub->add_option("--samples", o->num_samples, "number of samples (generated as one batch)")
-      ->check(CLI::Range(1, 256));
+      ->check(CLI::Range(1, kMaxChoices));
   sub->add_option("--device", o->device, "cpu | cpu-ref | cuda | auto");
   sub->add_option("--quantize", o->quantize, "none | int8 (int8 matmul weights, as tern serve)");
   table.Add(sub, [o] { return RunGenerate(*o); });

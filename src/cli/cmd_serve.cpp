@@ -1,11 +1,14 @@
 // tern serve RUN_DIR|CHECKPOINT: the OpenAI-compatible inference server (docs/serving.md).
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "backend/registry.h"
 #include "cli/command.h"
@@ -46,7 +49,33 @@ int Fail(const Status& st) {
   return 1;
 }
 
+// OpenMP workers that spin while they wait for the next parallel region take the cores that the engine's
+// serial work (scheduling, sampling, events), the HTTP threads and anything else on the machine need: on a
+// shared 2-core machine, --threads 2 decoded 5-8x slower with spinning workers than with sleeping ones
+// (docs/serving.md, Measured). libgomp reads its wait policy once, when it loads, so the server re-executes
+// itself with OMP_WAIT_POLICY=passive unless the variable is already set (set it to override).
+void PreferPassiveOpenMpWaiting() {
+  if (std::getenv("OMP_WAIT_POLICY")) return;
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  for (size_t start = 0; start < all.size();) {
+    const size_t end = all.find('\0', start);
+    args.push_back(all.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  if (args.empty()) return;
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", argv.data());
+  // exec failed (no /proc?): serve anyway, with spinning workers
+}
+
 int RunServe(const ServeCliOptions& o) {
+  PreferPassiveOpenMpWaiting();
   auto key = ApiKey(o);
   if (!key.ok()) return Fail(key.status());
   auto quantize = ParseQuantize(o.quantize);
@@ -175,7 +204,8 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
                   "tokens per forward pass (long prompts are prefilled in chunks of this size)")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
-  sub->add_option("--max-queue", o->max_queue, "requests waiting beyond which new ones get 429")
+  sub->add_option("--max-queue", o->max_queue,
+                  "sequences waiting (a request of n choices counts n) beyond which new ones get 429")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("--max-seq-len", o->max_seq_len,

@@ -136,7 +136,6 @@ std::optional<ApiError> ParseMessages(const json& body, std::vector<ChatMessage>
 // Fields of the OpenAI API that tern does not implement: accepted at their neutral value, refused otherwise.
 std::optional<ApiError> CheckUnsupported(const json& body) {
   int64_t n = 1;
-  if (auto e = GetInt(body, "n", 1, 1, &n)) return Bad("n", "only n = 1 is supported");
   if (auto e = GetInt(body, "best_of", 1, 1, &n)) return Bad("best_of", "only best_of = 1 is supported");
   for (const char* f : {"presence_penalty", "frequency_penalty"}) {
     float x = 0;
@@ -145,17 +144,39 @@ std::optional<ApiError> CheckUnsupported(const json& body) {
   }
   if (body.contains("logit_bias") && !body["logit_bias"].is_null() && !body["logit_bias"].empty())
     return Bad("logit_bias", "'logit_bias' is not supported");
-  bool flag = false;
-  if (auto e = GetBool(body, "echo", &flag)) return e;
-  if (flag) return Bad("echo", "'echo' is not supported (use false)");
   if (body.contains("suffix") && !body["suffix"].is_null() && body["suffix"] != "")
     return Bad("suffix", "'suffix' is not supported");
-  // completions: logprobs is an integer; chat: a boolean (with top_logprobs)
-  for (const char* lp : {"logprobs", "top_logprobs"})
-    if (body.contains(lp) && !body[lp].is_null() && body[lp] != false && body[lp] != 0)
-      return Bad(lp, fmt::format("'{}' is not supported", lp));
   if (body.contains("tools") && !body["tools"].is_null() && !body["tools"].empty())
     return Bad("tools", "'tools' is not supported");
+  return std::nullopt;
+}
+
+// n, echo and logprobs. Completions: `logprobs` is an integer 0..5 (alternatives per token), `echo` a
+// boolean. Chat: `logprobs` a boolean and `top_logprobs` an integer 0..20 that needs it; no echo.
+std::optional<ApiError> ParseChoicesAndLogprobs(const json& body, bool chat, ParsedRequest* r) {
+  int64_t n = 1;
+  if (auto e = GetInt(body, "n", 1, kMaxN, &n)) return e;
+  r->gen.n = static_cast<int>(n);
+  if (auto e = GetBool(body, "echo", &r->echo)) return e;
+  if (chat && r->echo) return Bad("echo", "'echo' is only for /v1/completions");
+  int64_t k = -1;
+  if (chat) {
+    bool want = false;
+    if (auto e = GetBool(body, "logprobs", &want)) return e;
+    int64_t top = 0;
+    if (auto e = GetInt(body, "top_logprobs", 0, kMaxTopLogprobs, &top)) return e;
+    if (body.contains("top_logprobs") && !body["top_logprobs"].is_null() && !want)
+      return Bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (want) k = top;
+  } else {
+    if (body.contains("top_logprobs") && !body["top_logprobs"].is_null())
+      return Bad("top_logprobs", "'top_logprobs' is a chat field; /v1/completions takes 'logprobs': 0..5");
+    // `false` is what some clients send for "off"
+    if (!(body.contains("logprobs") && body["logprobs"] == false))
+      if (auto e = GetInt(body, "logprobs", 0, kMaxCompletionLogprobs, &k)) return e;
+  }
+  r->gen.logprobs = static_cast<int>(k);
+  r->gen.prompt_logprobs = r->echo && k >= 0;
   return std::nullopt;
 }
 
@@ -275,82 +296,15 @@ std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body_text, b
     }
   }
   if (auto e = GetBool(body, "ignore_eos", &g.ignore_eos)) return *e;
+  if (auto e = ParseChoicesAndLogprobs(body, chat, &r)) return *e;
+  if (r.echo) {
+    const json& p = body["prompt"];
+    const json& one = p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array()) ? p[0] : p;
+    r.echo_text = one.is_string() ? one.get<std::string>() : ctx.tokenizer->Decode(g.prompt);
+  }
   if (body.contains("user") && !body["user"].is_null() && !body["user"].is_string())
     return WrongType("user", "a string", body["user"]);
   return r;
-}
-
-ResponseMeta NewResponseMeta(const std::string& model, bool chat) {
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  ResponseMeta m;
-  m.id = fmt::format("{}-{:016x}{:08x}", chat ? "chatcmpl" : "cmpl", rng(), static_cast<uint32_t>(rng()));
-  m.created =
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
-  m.model = model;
-  m.chat = chat;
-  return m;
-}
-
-namespace {
-json UsageObject(const Usage& u) {
-  return {{"prompt_tokens", u.prompt_tokens},
-          {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
-}
-json Envelope(const ResponseMeta& m, const char* object) {
-  return {{"id", m.id}, {"object", object}, {"created", m.created}, {"model", m.model}};
-}
-json Reason(FinishReason f) {
-  return f == FinishReason::kNone ? json() : json(FinishReasonName(f));
-}
-}  // namespace
-
-std::string CompletionJson(const ResponseMeta& m, const std::string& text, FinishReason finish,
-                           const Usage& u) {
-  json j = Envelope(m, m.chat ? "chat.completion" : "text_completion");
-  json choice = {{"index", 0}, {"finish_reason", Reason(finish)}, {"logprobs", nullptr}};
-  if (m.chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  } else {
-    choice["text"] = text;
-  }
-  j["choices"] = json::array({choice});
-  j["usage"] = UsageObject(u);
-  return Dump(j);
-}
-
-std::string ChunkJson(const ResponseMeta& m, const std::string& text, FinishReason finish, bool role_only) {
-  json j = Envelope(m, m.chat ? "chat.completion.chunk" : "text_completion");
-  json choice = {{"index", 0}, {"finish_reason", Reason(finish)}, {"logprobs", nullptr}};
-  if (m.chat) {
-    if (role_only) {
-      choice["delta"] = {{"role", "assistant"}, {"content", ""}};
-    } else {
-      choice["delta"] =
-          finish == FinishReason::kNone || !text.empty() ? json{{"content", text}} : json::object();
-    }
-  } else {
-    choice["text"] = text;
-  }
-  j["choices"] = json::array({choice});
-  return Dump(j);
-}
-
-std::string UsageChunkJson(const ResponseMeta& m, const Usage& u) {
-  json j = Envelope(m, m.chat ? "chat.completion.chunk" : "text_completion");
-  j["choices"] = json::array();
-  j["usage"] = UsageObject(u);
-  return Dump(j);
-}
-
-std::string ModelJson(const std::string& model, int64_t created) {
-  return Dump({{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "tern"}});
-}
-
-std::string ModelsJson(const std::string& model, int64_t created) {
-  return Dump({{"object", "list"}, {"data", json::array({json::parse(ModelJson(model, created))})}});
 }
 
 }  // namespace tern

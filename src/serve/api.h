@@ -1,5 +1,6 @@
 // The OpenAI-compatible API as pure functions: request JSON -> native structs (with errors that name the
-// offending field), and results -> response JSON. No HTTP here, so all of it is unit-testable.
+// offending field), and results -> response JSON. No HTTP here, so all of it is unit-testable. Parsing is
+// in api.cpp, responses in api_response.cpp.
 //
 // Shapes follow the OpenAI API reference (https://platform.openai.com/docs/api-reference): completions,
 // chat completions, their streaming chunks, models, and the error object
@@ -33,11 +34,17 @@ struct ApiContext {
   int max_seq_len = 0;  // prompt + completion tokens
 };
 
+inline constexpr int kMaxCompletionLogprobs = 5;  // /v1/completions `logprobs`, as OpenAI
+inline constexpr int kMaxN = 16;                  // choices per request: each one is a sequence in the batch
+
 struct ParsedRequest {
   bool chat = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk carries the usage
-  GenerationRequest gen;       // prompt tokenized, max_tokens resolved, seed drawn if none was given
+  bool echo = false;           // completions: the prompt text (and its logprobs) comes before the completion
+  std::string echo_text;       // the prompt as text
+  GenerationRequest gen;       // prompt tokenized, max_tokens resolved, seed drawn if none was given; n,
+                               // logprobs (-1 = off) and prompt_logprobs (echo with logprobs) set
 };
 
 // Parses and validates a /v1/completions (chat = false) or /v1/chat/completions body.
@@ -58,18 +65,33 @@ struct ResponseMeta {
   int64_t created = 0;
   std::string model;
   bool chat = false;
+  const Tokenizer* tokenizer = nullptr;  // turns logprob tokens into strings
 };
-ResponseMeta NewResponseMeta(const std::string& model, bool chat);
+ResponseMeta NewResponseMeta(const std::string& model, bool chat, const Tokenizer* tokenizer = nullptr);
 struct Usage {
   int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
 };
-std::string CompletionJson(const ResponseMeta& m, const std::string& text, FinishReason finish,
-                           const Usage& u);
-// A streaming chunk: delta text, or (finish != kNone) the chunk that carries finish_reason. role_only: the
-// first chat chunk, {"role": "assistant"}.
-std::string ChunkJson(const ResponseMeta& m, const std::string& text, FinishReason finish,
-                      bool role_only = false);
+
+// One choice of a response, or its part in a streaming chunk.
+struct ChoiceOut {
+  int index = 0;
+  std::string text;
+  FinishReason finish = FinishReason::kNone;
+  bool has_logprobs = false;           // false: "logprobs": null
+  std::vector<TokenLogprob> logprobs;  // in text order; logprob NaN: an echoed first prompt token (null)
+  int text_offset = 0;                 // completions: characters of `text` before the first of them
+};
+std::string CompletionJson(const ResponseMeta& m, const std::vector<ChoiceOut>& choices, const Usage& u);
+// A streaming chunk: delta text (and logprobs) of one choice, or (finish != kNone) the chunk that carries
+// finish_reason. role_only: the first chat chunk of a choice, {"role": "assistant"}.
+std::string ChunkJson(const ResponseMeta& m, const ChoiceOut& c, bool role_only = false);
 std::string UsageChunkJson(const ResponseMeta& m, const Usage& u);
+
+// Characters a token adds to the text (UTF-8 lead bytes of its bytes): advances `text_offset`.
+int TokenChars(const Tokenizer& tok, int32_t id);
+// The prompt's logprob entries for an echo: the first token has none (NaN), entry i + 1 is prompt_lp[i].
+std::vector<TokenLogprob> EchoLogprobs(const std::vector<int32_t>& prompt,
+                                       const std::vector<TokenLogprob>& prompt_lp);
 std::string ModelsJson(const std::string& model, int64_t created);
 std::string ModelJson(const std::string& model, int64_t created);
 

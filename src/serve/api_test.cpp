@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "serve/response_builder.h"
 #include "serve/test_util.h"
 
 namespace tern {
@@ -63,6 +64,81 @@ TEST_F(ApiTest, ChatUsesTheTemplateAndStopsAtTheNextUserTurn) {
       3);
 }
 
+TEST_F(ApiTest, ChoicesEchoAndLogprobs) {
+  ParsedRequest r = Ok(R"({"prompt":"And God said","n":3,"echo":true,"logprobs":2})");
+  EXPECT_EQ(r.gen.n, 3);
+  EXPECT_EQ(r.gen.logprobs, 2);
+  EXPECT_TRUE(r.echo && r.gen.prompt_logprobs);
+  EXPECT_EQ(r.echo_text, "And God said");
+  ParsedRequest tokens = Ok(R"({"prompt":[[5,6,7]],"echo":true})");
+  EXPECT_EQ(tokens.echo_text, run_->tok->Decode({5, 6, 7}));
+  EXPECT_FALSE(tokens.gen.prompt_logprobs);  // echo without logprobs: text only
+  EXPECT_EQ(tokens.gen.logprobs, -1);
+  EXPECT_EQ(Ok(R"({"prompt":"x","logprobs":0})").gen.logprobs, 0);
+  EXPECT_EQ(Ok(R"({"prompt":"x","logprobs":false})").gen.logprobs, -1);
+  const std::string user = R"("messages":[{"role":"user","content":"x"}])";
+  EXPECT_EQ(Ok("{" + user + R"(,"logprobs":true,"top_logprobs":20})", true).gen.logprobs, 20);
+  EXPECT_EQ(Ok("{" + user + R"(,"logprobs":true})", true).gen.logprobs, 0);
+  EXPECT_EQ(Ok("{" + user + R"(,"logprobs":false})", true).gen.logprobs, -1);
+}
+
+// Events in, response out: echo and its null first logprob, text offsets, the chat space, usage over n.
+TEST_F(ApiTest, ResponseBuilderAssemblesChoices) {
+  ParsedRequest r = Ok(R"({"prompt":"ab","n":2,"echo":true,"logprobs":1,"max_tokens":2})");
+  const std::vector<int32_t>& prompt = r.gen.prompt;
+  ResponseBuilder b(r, NewResponseMeta("tiny", false, run_->tok.get()));
+  auto lp = std::make_shared<std::vector<TokenLogprob>>();
+  for (size_t i = 1; i < prompt.size(); i++) lp->push_back({prompt[i], -1.5f, {{prompt[i], -1.5f}}});
+  const int32_t x = run_->tok->Encode("x")[0];
+  auto event = [&](int index, const char* text, FinishReason f) {
+    GenerationEvent e;
+    e.index = index;
+    e.text = text;
+    e.tokens = {x};
+    e.logprobs = {{x, -0.25f, {{x, -0.25f}}}};
+    e.finish = f;
+    if (f != FinishReason::kNone) {
+      e.prompt_tokens = static_cast<int>(prompt.size());
+      e.completion_tokens = 2;
+      e.cached_tokens = 7 * index;
+    }
+    return e;
+  };
+  GenerationEvent first = event(1, "x", FinishReason::kNone);
+  first.prompt_logprobs = lp;
+  b.Add(first);
+  first.index = 0;
+  b.Add(first);
+  b.Add(event(0, "x", FinishReason::kLength));
+  EXPECT_FALSE(b.finished());
+  b.Add(event(1, "x", FinishReason::kStop));
+  ASSERT_TRUE(b.finished());
+  json j = json::parse(b.Body());
+  EXPECT_EQ(j["usage"]["prompt_tokens"], prompt.size());
+  EXPECT_EQ(j["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0);  // choice 0's
+  for (int i = 0; i < 2; i++) {
+    const json& c = j["choices"][i];
+    EXPECT_EQ(c["text"], "abxx");
+    EXPECT_EQ(c["finish_reason"], i == 0 ? "length" : "stop");
+    const json& l = c["logprobs"];
+    ASSERT_EQ(l["tokens"].size(), prompt.size() + 2);
+    EXPECT_TRUE(l["token_logprobs"][0].is_null());
+    EXPECT_FLOAT_EQ(l["token_logprobs"].back().get<float>(), -0.25f);
+    EXPECT_EQ(l["text_offset"].back(), 3);
+    EXPECT_EQ(l["tokens"].back(), "x");
+  }
+  // chat: the template's space is dropped from the first text, and the stream opens with role chunks
+  ParsedRequest chat = Ok(R"({"messages":[{"role":"user","content":"x"}],"n":2})", true);
+  ResponseBuilder cb(chat, NewResponseMeta("tiny", true, run_->tok.get()));
+  EXPECT_EQ(cb.StreamStart().size(), 2u);
+  GenerationEvent e = event(0, " Hi", FinishReason::kNone);
+  auto chunks = cb.Stream(e);
+  ASSERT_EQ(chunks.size(), 1u);
+  EXPECT_EQ(json::parse(chunks[0])["choices"][0]["delta"]["content"], "Hi");
+  EXPECT_TRUE(json::parse(chunks[0])["choices"][0]["logprobs"].is_null());  // not asked for
+}
+
 TEST_F(ApiTest, BadRequestsNameTheField) {
   struct Case {
     const char* body;
@@ -89,12 +165,17 @@ TEST_F(ApiTest, BadRequestsNameTheField) {
            {R"({"prompt":"x","temperature":3})", 400, "temperature"},
            {R"({"prompt":"x","top_p":0})", 400, "top_p"},
            {R"({"prompt":"x","top_k":-1})", 400, "top_k"},
-           {R"({"prompt":"x","n":2})", 400, "n"},
+           {R"({"prompt":"x","n":0})", 400, "n"},
+           {R"({"prompt":"x","n":17})", 400, "n"},
+           {R"({"prompt":"x","n":1.5})", 400, "n"},
+           {R"({"prompt":"x","logprobs":6})", 400, "logprobs"},
+           {R"({"prompt":"x","logprobs":-1})", 400, "logprobs"},
+           {R"({"prompt":"x","logprobs":true})", 400, "logprobs"},
+           {R"({"prompt":"x","top_logprobs":2})", 400, "top_logprobs"},
+           {R"({"prompt":"x","echo":"yes"})", 400, "echo"},
            {R"({"prompt":"x","stop":5})", 400, "stop"},
            {R"({"prompt":"x","stop":["a","b","c","d","e"]})", 400, "stop"},
            {R"({"prompt":"x","stream":"yes"})", 400, "stream"},
-           {R"({"prompt":"x","echo":true})", 400, "echo"},
-           {R"({"prompt":"x","logprobs":2})", 400, "logprobs"},
            {R"({"prompt":"x","seed":"abc"})", 400, "seed"},
        }) {
     ApiError e = Error(c.body);
@@ -108,31 +189,46 @@ TEST_F(ApiTest, BadRequestsNameTheField) {
   EXPECT_EQ(Error(R"({"messages":[]})", true).param, "messages");
   EXPECT_EQ(Error(R"({"messages":[{"role":"wizard","content":"x"}]})", true).param, "messages[0].role");
   EXPECT_EQ(Error(R"({"messages":[{"role":"user","content":5}]})", true).param, "messages[0].content");
+  const std::string user = R"("messages":[{"role":"user","content":"x"}])";
+  EXPECT_EQ(Error("{" + user + R"(,"logprobs":true,"top_logprobs":21})", true).param, "top_logprobs");
+  EXPECT_EQ(Error("{" + user + R"(,"top_logprobs":2})", true).param, "top_logprobs");
+  EXPECT_EQ(Error("{" + user + R"(,"logprobs":3})", true).param, "logprobs");
+  EXPECT_EQ(Error("{" + user + R"(,"echo":true})", true).param, "echo");
   EXPECT_EQ(Error(std::string(R"({"prompt":")") + std::string(2000, 'a') + "\"}").code,
             "context_length_exceeded");
+}
+
+ChoiceOut Choice(int index, std::string text, FinishReason finish = FinishReason::kNone) {
+  ChoiceOut c;
+  c.index = index;
+  c.text = std::move(text);
+  c.finish = finish;
+  return c;
 }
 
 TEST_F(ApiTest, ResponseShapes) {
   ResponseMeta m = NewResponseMeta("tiny", false);
   EXPECT_EQ(m.id.rfind("cmpl-", 0), 0u);
-  json c = json::parse(CompletionJson(m, "hi", FinishReason::kLength, {3, 2, 0}));
+  json c = json::parse(CompletionJson(m, {Choice(0, "hi", FinishReason::kLength)}, {3, 2, 0}));
   EXPECT_EQ(c["object"], "text_completion");
   EXPECT_EQ(c["choices"][0]["text"], "hi");
   EXPECT_EQ(c["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(c["choices"][0]["logprobs"].is_null());
   EXPECT_EQ(c["usage"]["total_tokens"], 5);
   ResponseMeta chat = NewResponseMeta("tiny", true);
-  json cc = json::parse(CompletionJson(chat, "yo", FinishReason::kStop, {3, 2, 0}));
+  json cc = json::parse(CompletionJson(chat, {Choice(0, "yo", FinishReason::kStop)}, {3, 2, 0}));
   EXPECT_EQ(cc["object"], "chat.completion");
   EXPECT_EQ(cc["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(cc["choices"][0]["message"]["content"], "yo");
-  json first = json::parse(ChunkJson(chat, "", FinishReason::kNone, true));
+  json first = json::parse(ChunkJson(chat, {}, true));
   EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
-  json last = json::parse(ChunkJson(chat, "", FinishReason::kStop));
+  json last = json::parse(ChunkJson(chat, Choice(0, "", FinishReason::kStop)));
   EXPECT_TRUE(last["choices"][0]["delta"].empty());
   EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
-  EXPECT_TRUE(json::parse(ChunkJson(m, "a", FinishReason::kNone))["choices"][0]["finish_reason"].is_null());
+  EXPECT_TRUE(json::parse(ChunkJson(m, Choice(0, "a")))["choices"][0]["finish_reason"].is_null());
+  EXPECT_EQ(json::parse(ChunkJson(m, Choice(2, "a")))["choices"][0]["index"], 2);
   // invalid UTF-8 from the model never breaks the JSON
-  EXPECT_NO_THROW(json::parse(CompletionJson(m, "bad \xff byte", FinishReason::kStop, {})));
+  EXPECT_NO_THROW(json::parse(CompletionJson(m, {Choice(0, "bad \xff byte", FinishReason::kStop)}, {})));
   json models = json::parse(ModelsJson("tiny", 1));
   EXPECT_EQ(models["data"][0]["id"], "tiny");
 }

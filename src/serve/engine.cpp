@@ -5,15 +5,14 @@
 
 #include <omp.h>
 
-#include "serve/text_stream.h"
+#include "serve/engine_sequence.h"
 
 namespace tern {
 
-using Clock = std::chrono::steady_clock;
-
 namespace {
-GenerationEvent Cancelled() {
+GenerationEvent Cancelled(int index) {
   GenerationEvent e;
+  e.index = index;
   e.finish = FinishReason::kCancelled;
   return e;
 }
@@ -51,24 +50,17 @@ void RequestHandle::Push(GenerationEvent e) {
   cv_.notify_all();
 }
 
-struct Engine::Sequence {
-  GenerationRequest req;
-  std::shared_ptr<RequestHandle> handle;
-  std::vector<int32_t> tokens;  // prompt, then the generated tokens
-  int prompt_len = 0;
-  int computed = 0;             // leading tokens whose keys and values are in the cache
-  int cached = 0;               // prompt tokens found in the prefix cache
-  std::vector<int32_t> blocks;  // block table
-  int reserved = 0;             // blocks promised by the pool, not yet taken
-  int published = 0;            // leading blocks published to the prefix cache
-  uint64_t last_hash = 0;       // chain hash of the last published block
-  std::mt19937_64 rng;
-  std::unique_ptr<TextStream> text;
-  Clock::time_point arrival, last_token;
-  int rows = 0;          // rows in the current batch
-  int logit_index = -1;  // its row of the current logits, -1 when it samples nothing this step
-  bool done = false;
-};
+namespace {
+// Seeds of choices 1..n-1 (splitmix64 of the request's seed and the index): choice 0 keeps the request's
+// seed, so n = 1 and the first of n choices give the same text.
+uint64_t ChoiceSeed(uint64_t seed, int index) {
+  if (index == 0) return seed;
+  uint64_t z = seed + static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
 
 Engine::Engine(std::unique_ptr<InferenceModel> model, const Tokenizer* tokenizer,
                const EngineOptions& options, ServeMetrics* metrics)
@@ -81,7 +73,8 @@ Engine::Engine(std::unique_ptr<InferenceModel> model, const Tokenizer* tokenizer
       blocks_(model_->options().num_blocks, model_->options().block_size) {
   assert(opt_.max_batch <= model_->options().max_seqs && opt_.max_batch_tokens <= model_->options().max_rows);
   assert(opt_.max_batch <= opt_.max_batch_tokens);
-  logits_.resize(static_cast<size_t>(opt_.max_batch) * model_->config().vocab_size);
+  assert(model_->options().max_logit_rows >= opt_.max_batch);
+  logits_.resize(static_cast<size_t>(model_->options().max_logit_rows) * model_->config().vocab_size);
   PublishGauges();
 }
 
@@ -107,8 +100,8 @@ void Engine::Stop() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& s : submitted_) waiting_.push_back(std::move(s));
   submitted_.clear();
-  for (auto& s : waiting_) s->handle->Push(Cancelled());
-  for (auto& s : running_) s->handle->Push(Cancelled());
+  for (auto& s : waiting_) s->handle->Push(Cancelled(s->index));
+  for (auto& s : running_) s->handle->Push(Cancelled(s->index));
   waiting_.clear();
   running_.clear();
 }
@@ -139,9 +132,18 @@ Result<std::shared_ptr<RequestHandle>> Engine::Submit(GenerationRequest request)
   if (P + request.max_tokens > max_seq_len_)
     return Status::InvalidArgument(
         fmt::format("this model's maximum context length is {} tokens, but {} were requested ({} in the "
-                    "prompt, {} for the "
-                    "completion)",
+                    "prompt, {} for the completion)",
                     max_seq_len_, P + request.max_tokens, P, request.max_tokens));
+  if (request.n < 1 || request.n > kMaxChoices)
+    return Status::InvalidArgument(fmt::format("n must be between 1 and {}", kMaxChoices));
+  if (request.n > opt_.max_queue)
+    return Status::InvalidArgument(
+        fmt::format("n = {} is more than the server queues ({}); lower n or raise --max-queue", request.n,
+                    opt_.max_queue));
+  if (request.logprobs < -1 || request.logprobs > kMaxTopLogprobs)
+    return Status::InvalidArgument(fmt::format("logprobs must be -1 (off) or 0..{}", kMaxTopLogprobs));
+  if (request.prompt_logprobs && request.logprobs < 0)
+    return Status::InvalidArgument("prompt logprobs need logprobs >= 0");
   const int bs = blocks_.block_size();
   const int need = (P + request.max_tokens - 1 + bs - 1) / bs;
   if (need > blocks_.num_blocks())
@@ -149,24 +151,36 @@ Result<std::shared_ptr<RequestHandle>> Engine::Submit(GenerationRequest request)
         fmt::format("the request needs {} KV-cache blocks but the cache has {}; "
                     "lower max_tokens or start the server with a larger --kv-cache-mb",
                     need, blocks_.num_blocks()));
-  auto seq = std::make_unique<Sequence>();
-  seq->handle = std::make_shared<RequestHandle>();
-  seq->tokens = request.prompt;
-  seq->prompt_len = P;
-  seq->rng.seed(request.seed);
-  seq->text = std::make_unique<TextStream>(tokenizer_, request.prompt, request.stop);
-  seq->arrival = Clock::now();
-  seq->req = std::move(request);
-  auto handle = seq->handle;
+  auto handle = std::make_shared<RequestHandle>();
+  const auto now = Clock::now();
+  auto make = [&](int index) {
+    auto seq = std::make_unique<Sequence>();
+    seq->req = request;
+    seq->handle = handle;
+    seq->index = index;
+    seq->tokens = request.prompt;
+    seq->prompt_len = P;
+    seq->rng.seed(ChoiceSeed(request.seed, index));
+    seq->text = std::make_unique<TextStream>(tokenizer_, request.prompt, request.stop);
+    seq->arrival = now;
+    return seq;
+  };
+  auto seq = make(0);
+  if (request.prompt_logprobs) seq->prompt_lp = std::make_shared<std::vector<TokenLogprob>>(P - 1);
+  for (int i = 1; i < request.n; i++) {
+    seq->forks.push_back(make(i));
+    seq->forks.back()->req.prompt_logprobs = false;  // choice 0 scores the prompt for all
+  }
+  const int n = request.n;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t queued = metrics_->queue_length.load();
-    if (queued >= opt_.max_queue)
+    if (queued + n > opt_.max_queue)
       return Status::Unavailable(
           fmt::format("the server is at capacity ({} requests waiting); retry later", queued));
     submitted_.push_back(std::move(seq));
-    active_count_++;
-    metrics_->queue_length++;
+    active_count_ += n;
+    metrics_->queue_length += n;
   }
   cv_.notify_all();
   return handle;
@@ -185,10 +199,12 @@ int Engine::kv_blocks_used() const {
 bool Engine::Admit(Sequence* seq) {
   const int bs = blocks_.block_size(), P = seq->prompt_len;
   const int total = (P + seq->req.max_tokens - 1 + bs - 1) / bs;
-  // At least the last prompt token is always computed: its logits give the first generated token.
+  // At least the last prompt token is always computed: its logits give the first generated token. A prompt
+  // being scored computes every token (cached blocks hold keys and values, not logits).
+  const int max_prefix = seq->req.prompt_logprobs ? 0 : (P - 1) / bs;
   std::vector<uint64_t> hashes;
   const uint64_t q0 = blocks_.prefix_queries(), h0 = blocks_.prefix_hits();
-  std::vector<int32_t> prefix = blocks_.AcquirePrefix(seq->tokens.data(), P, (P - 1) / bs, &hashes);
+  std::vector<int32_t> prefix = blocks_.AcquirePrefix(seq->tokens.data(), P, max_prefix, &hashes);
   const int n = static_cast<int>(prefix.size());
   if (!blocks_.Reserve(total - n)) {
     for (int32_t b : prefix) blocks_.Release(b);
@@ -201,13 +217,26 @@ bool Engine::Admit(Sequence* seq) {
   seq->computed = seq->cached = n * bs;
   seq->published = n;
   seq->last_hash = n ? hashes.back() : 0;
-  metrics_->prompt_tokens += P;
+  if (seq->index == 0) metrics_->prompt_tokens += P;  // the choices of a request share one prompt
   metrics_->prefix_cache_hit_tokens += seq->cached;
   return true;
 }
 
+// Rows of the sequence's prompt to run this step, at most `budget`. A prompt being scored needs the logits
+// of every row; one logit row stays free for each sequence that may still join the batch.
+int Engine::PrefillRows(const Sequence& seq, int budget) const {
+  int n = std::min(static_cast<int>(seq.tokens.size()) - seq.computed, budget);
+  if (seq.scores_prompt()) {
+    const int room = model_->options().max_logit_rows - static_cast<int>(batch_.logit_rows.size()) -
+                     (opt_.max_batch - batch_.S() - 1);
+    n = std::min(n, room);
+  }
+  return std::max(n, 0);
+}
+
 void Engine::AddRows(Sequence* seq, int n) {
   const int bs = blocks_.block_size(), row0 = batch_.N();
+  const bool scoring = seq->scores_prompt();
   for (int p = seq->computed; p < seq->computed + n; p++) {
     if (p / bs == static_cast<int>(seq->blocks.size())) {
       assert(seq->reserved > 0);
@@ -225,14 +254,16 @@ void Engine::AddRows(Sequence* seq, int n) {
   batch_.block_tables.resize(table0 + model_->max_blocks_per_seq(), 0);
   std::copy(seq->blocks.begin(), seq->blocks.end(), batch_.block_tables.begin() + table0);
   seq->rows = n;
-  seq->logit_index = -1;
-  if (seq->computed + n == static_cast<int>(seq->tokens.size())) {
-    seq->logit_index = static_cast<int>(batch_.logit_rows.size());
-    batch_.logit_rows.push_back(row0 + n - 1);
-  }
+  seq->samples = seq->computed + n == static_cast<int>(seq->tokens.size());
+  // Logits wanted: every row of a prompt being scored, else only the row that samples.
+  const int first = scoring ? 0 : (seq->samples ? n - 1 : n);
+  seq->logit_begin = first < n ? static_cast<int>(batch_.logit_rows.size()) : -1;
+  seq->logit_rows = n - first;
+  for (int r = first; r < n; r++) batch_.logit_rows.push_back(row0 + r);
 }
 
 bool Engine::Step() {
+  auto t = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& s : submitted_) waiting_.push_back(std::move(s));
@@ -264,106 +295,56 @@ bool Engine::Step() {
   }
   for (auto& s : running_) {
     const int remaining = static_cast<int>(s->tokens.size()) - s->computed;
-    if (remaining > 1 && budget > 0) {
-      AddRows(s.get(), std::min(remaining, budget));
+    const int n = remaining > 1 ? PrefillRows(*s, budget) : 0;
+    if (n > 0) {
+      AddRows(s.get(), n);
       in_batch.push_back(s.get());
-      budget -= s->rows;
+      budget -= n;
     }
   }
   while (!waiting_.empty() && static_cast<int>(running_.size()) < opt_.max_batch && budget > 0) {
     Sequence* s = waiting_.front().get();
-    if (!Admit(s)) break;
+    if (PrefillRows(*s, budget) == 0 || !Admit(s)) break;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     metrics_->queue_length--;
-    AddRows(s, std::min(s->prompt_len - s->computed, budget));
+    const int n = PrefillRows(*s, budget);
+    AddRows(s, n);
     in_batch.push_back(s);
-    budget -= s->rows;
+    budget -= n;
   }
   if (batch_.N() == 0) {
     PublishGauges();
     return false;
   }
+  Lap(metrics_, ServeMetrics::kSchedule, &t);
   model_->Forward(batch_, logits_.data());
+  Lap(metrics_, ServeMetrics::kForward, &t);
   metrics_->forward_steps++;
   metrics_->batch_size.Observe(batch_.S());
   metrics_->batch_tokens.Observe(batch_.N());
-  AfterForward(in_batch, logits_.data());
+  AfterForward(in_batch, logits_.data(), &t);
   running_.erase(std::remove_if(running_.begin(), running_.end(), is_done), running_.end());
   PublishGauges();
+  Lap(metrics_, ServeMetrics::kEmit, &t);
   return true;
-}
-
-void Engine::AfterForward(const std::vector<Sequence*>& in_batch, const float* logits) {
-  const int V = model_->config().vocab_size, bs = blocks_.block_size();
-  // Sampling is independent per sequence (each has its own generator), so it can run in parallel.
-  std::vector<Sequence*> sampling;
-  for (Sequence* s : in_batch)
-    if (s->logit_index >= 0) sampling.push_back(s);
-  std::vector<int32_t> next(sampling.size());
-  const int n = static_cast<int>(sampling.size());
-#pragma omp parallel for schedule(dynamic, 1) if (n > 1 && static_cast <size_t>(n) * V > 65536)
-  for (int i = 0; i < n; i++)
-    next[i] = SampleToken(logits + static_cast<size_t>(sampling[i]->logit_index) * V, V,
-                          sampling[i]->req.sampling, sampling[i]->rng);
-
-  for (Sequence* s : in_batch) {
-    s->computed += s->rows;
-    // Newly completed blocks become findable by later prompts with the same prefix.
-    for (; s->published < s->computed / bs; s->published++)
-      s->last_hash =
-          blocks_.Publish(s->blocks[s->published], s->last_hash, s->tokens.data() + s->published * bs);
-  }
-  const auto now = Clock::now();
-  for (int i = 0; i < n; i++) {
-    Sequence* s = sampling[i];
-    const int32_t tok = next[i];
-    s->tokens.push_back(tok);
-    const int completion = static_cast<int>(s->tokens.size()) - s->prompt_len;
-    metrics_->generation_tokens++;
-    if (completion == 1) {
-      metrics_->time_to_first_token.Observe(std::chrono::duration<double>(now - s->arrival).count());
-    } else {
-      metrics_->time_per_output_token.Observe(std::chrono::duration<double>(now - s->last_token).count());
-    }
-    s->last_token = now;
-    GenerationEvent e;
-    e.tokens.push_back(tok);
-    FinishReason finish = FinishReason::kNone;
-    if (!s->req.ignore_eos && tok == tokenizer_->eos_id()) {
-      finish = FinishReason::kStop;
-      e.text = s->text->Flush();
-    } else {
-      bool stopped = false;
-      e.text = s->text->Add(tok, &stopped);
-      if (stopped) finish = FinishReason::kStop;
-    }
-    if (finish == FinishReason::kNone && completion >= s->req.max_tokens) {
-      finish = FinishReason::kLength;
-      e.text += s->text->Flush();
-    }
-    if (finish == FinishReason::kNone) {
-      s->handle->Push(std::move(e));
-    } else {
-      e.finish = finish;
-      e.prompt_tokens = s->prompt_len;
-      e.completion_tokens = completion;
-      e.cached_tokens = s->cached;
-      s->handle->Push(std::move(e));
-      Finish(s, finish);
-    }
-  }
 }
 
 // Releases everything the sequence holds and counts how it ended. The caller removes it from its list.
 void Engine::Finish(Sequence* s, FinishReason reason) {
+  // Choices still held by it (its prompt was not finished) end with it: their request was cancelled.
+  for (auto& f : s->forks) {
+    metrics_->queue_length--;
+    Finish(f.get(), FinishReason::kCancelled);
+  }
+  s->forks.clear();
   for (int32_t b : s->blocks) blocks_.Release(b);
   s->blocks.clear();
   blocks_.Unreserve(s->reserved);
   s->reserved = 0;
   s->done = true;
   if (reason == FinishReason::kCancelled) {
-    s->handle->Push(Cancelled());
+    s->handle->Push(Cancelled(s->index));
     metrics_->finished_cancelled++;
   } else {
     (reason == FinishReason::kStop ? metrics_->finished_stop : metrics_->finished_length)++;

@@ -8,6 +8,10 @@
 // prefixes, (4) runs one forward over all those rows and samples the next token of every sequence that
 // finished its prompt. Results go back through each request's RequestHandle, so an HTTP thread can stream
 // them while the engine moves on. Nothing waits for the batch to drain.
+//
+// A request with n > 1 becomes n sequences (choices). Choice 0 prefills the prompt; choices 1..n-1 wait
+// until its prompt blocks are in the prefix cache and then share them, so the prompt is computed once (bar
+// its last, partial block). Logprobs, when asked, come from the same logits the sampler sees.
 #pragma once
 
 #include <chrono>
@@ -33,19 +37,30 @@ namespace tern {
 enum class FinishReason { kNone, kStop, kLength, kCancelled };
 const char* FinishReasonName(FinishReason r);  // "stop", "length", "cancelled"
 
+inline constexpr int kMaxChoices = 256;     // n per request (the HTTP API allows fewer: api.h)
+inline constexpr int kMaxTopLogprobs = 20;  // alternatives per token
+
 struct GenerationRequest {
-  std::vector<int32_t> prompt;    // at least one token
-  int max_tokens = 16;            // >= 1; prompt + max_tokens <= Engine::max_seq_len()
-  SamplingParams sampling;        // temperature 0 = greedy
-  uint64_t seed = 0;              // same seed, same request -> same tokens
+  std::vector<int32_t> prompt;  // at least one token
+  int max_tokens = 16;          // >= 1; prompt + max_tokens <= Engine::max_seq_len()
+  SamplingParams sampling;      // temperature 0 = greedy
+  uint64_t seed = 0;            // same seed, same request -> same tokens (choice i > 0: a seed mixed from it)
   std::vector<std::string> stop;  // stop strings (not included in the text)
   bool ignore_eos = false;        // keep going past the end-of-text token (benchmarks)
+  int n = 1;                      // choices sampled from the prompt, 1..kMaxChoices
+  int logprobs = -1;              // -1 = off; k in 0..kMaxTopLogprobs: each token's logprob and the k best
+  bool prompt_logprobs = false;   // also score prompt tokens 1..P-1 (echo); needs logprobs >= 0
 };
 
-// What flows back to the client, in order. The last event has finish != kNone.
+// What flows back to the client, in order per choice. The last event of a choice has finish != kNone.
 struct GenerationEvent {
-  std::string text;             // new text (may be empty)
-  std::vector<int32_t> tokens;  // tokens generated since the previous event
+  int index = 0;                       // the choice, 0..n-1
+  std::string text;                    // new text (may be empty)
+  std::vector<int32_t> tokens;         // tokens generated since the previous event
+  std::vector<TokenLogprob> logprobs;  // one per token in `tokens`, when the request asked for logprobs
+  // On the first event of each choice, when the request asked for prompt logprobs: entry i scores prompt
+  // token i + 1 (the first prompt token has no logprob). Shared by the choices.
+  std::shared_ptr<const std::vector<TokenLogprob>> prompt_logprobs;
   FinishReason finish = FinishReason::kNone;
   int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // set on the last event
 };
@@ -86,8 +101,8 @@ class Engine {
   void Start();
   void Stop();
 
-  // Queues a request. InvalidArgument when it can never run (too long for the context or the KV cache);
-  // Unavailable when the queue is full (the client should retry later).
+  // Queues a request (its n choices share one handle). InvalidArgument when it can never run (too long for
+  // the context or the KV cache, bad n or logprobs); Unavailable when the queue is full (retry later).
   Result<std::shared_ptr<RequestHandle>> Submit(GenerationRequest request);
 
   // One iteration (the thread's loop body; tests call it without Start()). False when there was nothing to
@@ -97,7 +112,7 @@ class Engine {
   int max_seq_len() const { return max_seq_len_; }
   const InferenceModel& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
-  // Thread-safe counts (tests): requests queued or running, and KV blocks held.
+  // Thread-safe counts (tests): sequences (choices) queued or running, and KV blocks held.
   int active() const;
   int kv_blocks_used() const;
 
@@ -105,9 +120,12 @@ class Engine {
   struct Sequence;
   void Run();
   bool Admit(Sequence* seq);
+  int PrefillRows(const Sequence& seq, int budget) const;
   void AddRows(Sequence* seq, int n);
   void Finish(Sequence* seq, FinishReason reason);
-  void AfterForward(const std::vector<Sequence*>& in_batch, const float* logits);
+  void AfterForward(const std::vector<Sequence*>& in_batch, const float* logits,
+                    std::chrono::steady_clock::time_point* t);
+  void Emit(Sequence* seq, int32_t token, TokenLogprob* logprob);
   void PublishGauges();
 
   std::unique_ptr<InferenceModel> model_;

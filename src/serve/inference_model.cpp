@@ -1,6 +1,8 @@
 #include "serve/inference_model.h"
 
+#include <algorithm>
 #include <cassert>
+#include <chrono>
 #include <cstring>
 
 #include "serve/quantize.h"
@@ -124,11 +126,15 @@ void InferenceModel::Init(const std::vector<float>& params) {
     fcprojw_.push_back(make("fcprojw", l, C, 4 * C));
   }
   head_ = std::make_unique<Linear>(make("wte", 0, V, C));
+  for (int l = 0; l < L; l++)
+    layer_params_.push_back({P("ln1w", l), P("ln1b", l), P("qkvb", l), P("attprojb", l), P("ln2w", l),
+                             P("ln2b", l), P("fcb", l), P("fcprojb", l)});
 
   const size_t layer_floats = static_cast<size_t>(opt_.num_blocks) * bs * C;
   k_cache_ = DeviceBuffer(backend_, L * layer_floats * sizeof(float));
   v_cache_ = DeviceBuffer(backend_, L * layer_floats * sizeof(float));
-  if (opt_.max_logit_rows <= 0) opt_.max_logit_rows = opt_.max_seqs;
+  // Beyond one row per sequence, room for prompt rows being scored (echo with logprobs): 64 per step.
+  if (opt_.max_logit_rows <= 0) opt_.max_logit_rows = opt_.max_seqs + std::min(opt_.max_rows, 64);
   acts_ =
       DeviceBuffer(backend_, Acts(nullptr, opt_.max_rows, opt_.max_logit_rows, C, V).total * sizeof(float));
   const size_t ints =
@@ -171,23 +177,45 @@ void InferenceModel::Forward(const ForwardBatch& batch, float* host_logits) {
   backend_->Upload(d_seqs, batch.seqs.data(), 3 * S * sizeof(int32_t));
   backend_->Upload(d_tables, batch.block_tables.data(), batch.block_tables.size() * sizeof(int32_t));
 
+  auto t = std::chrono::steady_clock::now();
+  auto lap = [&](const char* op) {
+    if (!profile_) return;
+    backend_->Synchronize();
+    const auto now = std::chrono::steady_clock::now();
+    (*profile_)[op] += std::chrono::duration<double>(now - t).count();
+    t = now;
+  };
+  lap("upload");
   const size_t layer_floats = static_cast<size_t>(opt_.num_blocks) * bs * C;
   backend_->EmbedTokens(a.x, d_tokens, d_positions, P("wte"), P("wpe"), N, C);
+  lap("embed");
   for (int l = 0; l < L; l++) {
+    const LayerParams& p = layer_params_[l];
     float* k_cache = k_cache_.as<float>() + l * layer_floats;
     float* v_cache = v_cache_.as<float>() + l * layer_floats;
-    backend_->LayerNormForward(a.ln, a.mean, a.rstd, a.x, P("ln1w", l), P("ln1b", l), N, C);
-    RunLinear(a.qkv, a.ln, qkvw_[l], P("qkvb", l), N, 3 * C, C);
+    backend_->LayerNormForward(a.ln, a.mean, a.rstd, a.x, p.ln1w, p.ln1b, N, C);
+    lap("layernorm");
+    RunLinear(a.qkv, a.ln, qkvw_[l], p.qkvb, N, 3 * C, C);
+    lap("matmul qkv");
     backend_->KvCacheWrite(k_cache, v_cache, a.qkv, d_slots, N, C, NH, bs);
+    lap("kv write");
     backend_->PagedAttentionForward(a.atty, a.qkv, k_cache, v_cache, d_seqs, d_tables, S, max_blocks_, N, C,
                                     NH, bs);
-    RunLinear(a.proj, a.atty, attprojw_[l], P("attprojb", l), N, C, C);
+    lap("attention");
+    RunLinear(a.proj, a.atty, attprojw_[l], p.attprojb, N, C, C);
+    lap("matmul attproj");
     backend_->Add(a.x2, a.x, a.proj, static_cast<size_t>(N) * C);
-    backend_->LayerNormForward(a.ln, a.mean, a.rstd, a.x2, P("ln2w", l), P("ln2b", l), N, C);
-    RunLinear(a.fch, a.ln, fcw_[l], P("fcb", l), N, 4 * C, C);
+    lap("residual");
+    backend_->LayerNormForward(a.ln, a.mean, a.rstd, a.x2, p.ln2w, p.ln2b, N, C);
+    lap("layernorm");
+    RunLinear(a.fch, a.ln, fcw_[l], p.fcb, N, 4 * C, C);
+    lap("matmul fc");
     backend_->GeluForward(a.fcg, a.fch, static_cast<size_t>(N) * 4 * C);
-    RunLinear(a.proj, a.fcg, fcprojw_[l], P("fcprojb", l), N, C, 4 * C);
+    lap("gelu");
+    RunLinear(a.proj, a.fcg, fcprojw_[l], p.fcprojb, N, C, 4 * C);
+    lap("matmul fcproj");
     backend_->Add(a.x, a.x2, a.proj, static_cast<size_t>(N) * C);
+    lap("residual");
   }
   if (R == 0) return;
   // Only the rows that sample a token go through the head (layernorm is per row, so gathering first is
@@ -196,8 +224,11 @@ void InferenceModel::Forward(const ForwardBatch& batch, float* host_logits) {
     backend_->Copy(a.last + static_cast<size_t>(r) * C, a.x + static_cast<size_t>(batch.logit_rows[r]) * C,
                    C * sizeof(float));
   backend_->LayerNormForward(a.ln, a.mean, a.rstd, a.last, P("lnfw"), P("lnfb"), R, C);
+  lap("layernorm");
   RunLinear(a.logits, a.ln, *head_, nullptr, R, V, C);
+  lap("matmul head");
   backend_->Download(host_logits, a.logits, static_cast<size_t>(R) * V * sizeof(float));
+  lap("logits download");
 }
 
 }  // namespace tern

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,7 +33,8 @@ struct InferenceModelOptions {
   int num_blocks = 64;     // KV blocks in the pool (all layers)
   int max_rows = 256;      // rows (new tokens) per forward
   int max_seqs = 32;       // sequences per forward
-  int max_logit_rows = 0;  // rows whose logits one forward may return; 0 = max_seqs (evaluation: max_rows)
+  int max_logit_rows = 0;  // rows whose logits one forward may return (>= max_seqs); 0 = max_seqs + 64
+                           // (the extra rows score prompts: echo with logprobs); evaluation: max_rows
 };
 
 // The inputs of one forward, on the host (InferenceModel uploads them).
@@ -59,6 +61,10 @@ class InferenceModel {
   // host_logits[logit_rows.size(), V] (at most max_logit_rows of them).
   void Forward(const ForwardBatch& batch, float* host_logits);
 
+  // Seconds per op, summed over forwards, while set (bench/serve_load `forward`): every op is followed by
+  // Backend::Synchronize, so set it only to measure. nullptr (the default) turns it off.
+  void set_profile(std::map<std::string, double>* seconds_by_op) { profile_ = seconds_by_op; }
+
   const GptConfig& config() const { return cfg_; }
   const InferenceModelOptions& options() const { return opt_; }
   int max_blocks_per_seq() const { return max_blocks_; }  // block_size(config) / block_size, rounded up
@@ -75,6 +81,9 @@ class InferenceModel {
   void Init(const std::vector<float>& params);
   void RunLinear(float* out, const float* inp, const Linear& w, const float* bias, int N, int OC, int K);
   const float* P(const char* name, int layer = 0) const;  // device pointer of a fp32 tensor (of a layer)
+  struct LayerParams {                                    // the fp32 vectors of one layer, looked up once
+    const float *ln1w, *ln1b, *qkvb, *attprojb, *ln2w, *ln2b, *fcb, *fcprojb;
+  };
 
   Backend* backend_;
   GptConfig cfg_;
@@ -85,6 +94,8 @@ class InferenceModel {
   DeviceBuffer params_;                     // all fp32 parameters
   std::vector<DeviceBuffer> int8_buffers_;  // packed int8 weights and their scales
   std::vector<Linear> qkvw_, attprojw_, fcw_, fcprojw_;
+  std::vector<LayerParams> layer_params_;
+  std::map<std::string, double>* profile_ = nullptr;
   std::unique_ptr<Linear> head_;
   DeviceBuffer k_cache_, v_cache_;  // [L, num_blocks, NH, bs, hs] each
   DeviceBuffer acts_;               // activations for max_rows rows

@@ -45,6 +45,11 @@ void Histogram::Render(const std::string& name, const std::string& help, std::st
                       Number(sum_), name, count_);
 }
 
+const char* ServeMetrics::PhaseName(int phase) {
+  static const char* const kNames[kPhases] = {"schedule", "forward", "sample", "emit"};
+  return phase >= 0 && phase < kPhases ? kNames[phase] : "unknown";
+}
+
 ServeMetrics::ServeMetrics()
     : time_to_first_token(Exponential(0.001, 2, 16)),     // 1 ms .. 33 s
       time_per_output_token(Exponential(0.0005, 2, 14)),  // 0.5 ms .. 4 s
@@ -83,12 +88,20 @@ std::string ServeMetrics::Render() const {
   Scalar(&out, "tern_forward_steps_total", "counter", "Batched forward passes run by the engine.",
          forward_steps);
   out +=
+      "# HELP tern_engine_seconds_total Engine thread time by phase of its steps (schedule, forward, sample, "
+      "emit).\n"
+      "# TYPE tern_engine_seconds_total counter\n";
+  for (int p = 0; p < kPhases; p++)
+    out += fmt::format("tern_engine_seconds_total{{phase=\"{}\"}} {}\n", PhaseName(p),
+                       Number(engine_ns[p] * 1e-9));
+  out +=
       "# HELP tern_requests_finished_total Generations ended, by reason.\n"
       "# TYPE tern_requests_finished_total counter\n";
   out += fmt::format("tern_requests_finished_total{{reason=\"stop\"}} {}\n", finished_stop.load());
   out += fmt::format("tern_requests_finished_total{{reason=\"length\"}} {}\n", finished_length.load());
   out += fmt::format("tern_requests_finished_total{{reason=\"cancelled\"}} {}\n", finished_cancelled.load());
-  Scalar(&out, "tern_queue_length", "gauge", "Requests waiting for admission.", queue_length);
+  Scalar(&out, "tern_queue_length", "gauge", "Sequences waiting for admission (a request of n choices is n).",
+         queue_length);
   Scalar(&out, "tern_running_sequences", "gauge", "Sequences being prefilled or decoded.", running_sequences);
   Scalar(&out, "tern_kv_cache_blocks_used", "gauge", "KV-cache blocks held by sequences.", kv_blocks_used);
   Scalar(&out, "tern_kv_cache_blocks_free", "gauge", "KV-cache blocks holding nothing.", kv_blocks_free);

@@ -36,6 +36,11 @@ struct ServeMetrics {
   std::atomic<uint64_t> prefix_cache_hit_tokens{0};  // prompt tokens served from the prefix cache
   std::atomic<uint64_t> prefix_cache_queries{0}, prefix_cache_hits{0};  // full blocks looked up / found
   std::atomic<uint64_t> forward_steps{0};
+  // Where the engine thread's time goes, per phase of a step (tern_engine_seconds_total{phase}): scheduling
+  // (admission, batch building), the forward, sampling and logprobs, emitting (detokenizing, events).
+  enum Phase { kSchedule, kForward, kSample, kEmit, kPhases };
+  static const char* PhaseName(int phase);
+  std::atomic<uint64_t> engine_ns[kPhases] = {};
   std::atomic<uint64_t> finished_stop{0}, finished_length{0}, finished_cancelled{0};
   // engine gauges
   std::atomic<int64_t> queue_length{0}, running_sequences{0};

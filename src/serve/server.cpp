@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "serve/response_builder.h"
+
 namespace tern {
 namespace {
 
@@ -31,25 +33,11 @@ std::string RouteLabel(const std::string& path) {
   return "other";
 }
 
-// The chat template ends with "Assistant:", so a reply starts with the space that follows it: dropped.
-struct ChatSpace {
-  bool pending = true;
-  std::string Strip(std::string text) {
-    if (pending && !text.empty()) {
-      pending = false;
-      if (text[0] == ' ') text.erase(0, 1);
-    }
-    return text;
-  }
-};
-
 // State of one streaming response, shared by the content provider and its releaser.
 struct Stream {
   std::shared_ptr<RequestHandle> handle;
-  ResponseMeta meta;
-  bool include_usage = false;
-  bool role_sent = false, finished = false;
-  ChatSpace space;
+  std::unique_ptr<ResponseBuilder> builder;
+  bool started = false, finished = false;
   Clock::time_point deadline;
 };
 
@@ -219,9 +207,13 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
   if (!handle.ok()) {
     const bool busy = handle.status().code() == Status::Code::kUnavailable;
     if (busy) res.set_header("Retry-After", "1");
-    return Reply(res, {busy ? 429 : 400, handle.status().message(),
-                       busy ? "rate_limit_error" : "invalid_request_error", busy ? "" : "max_tokens",
-                       busy ? "rate_limit_exceeded" : ""});
+    // What the parser could not check: n against --max-queue, the KV cache against max_tokens.
+    const std::string param = busy                                              ? ""
+                              : handle.status().message().rfind("n = ", 0) == 0 ? "n"
+                                                                                : "max_tokens";
+    return Reply(
+        res, {busy ? 429 : 400, handle.status().message(),
+              busy ? "rate_limit_error" : "invalid_request_error", param, busy ? "rate_limit_exceeded" : ""});
   }
   if (r.stream) return StreamResponse(res, std::move(r), handle.value());
   Respond(res, std::move(r), handle.value());
@@ -230,39 +222,31 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
 // Waits for the whole completion. A non-streaming client that leaves is only noticed at the end (HTTP/1.1
 // gives no signal without writing); max_tokens and the request timeout bound the waste.
 void Server::Impl::Respond(httplib::Response& res, ParsedRequest r, std::shared_ptr<RequestHandle> handle) {
-  const ResponseMeta meta = NewResponseMeta(opt.model_name, r.chat);
+  ResponseBuilder builder(r, NewResponseMeta(opt.model_name, r.chat, ctx.tokenizer));
   const auto deadline = Clock::now() + std::chrono::seconds(opt.request_timeout_s);
-  std::string text;
-  ChatSpace space;
-  for (;;) {
+  while (!builder.finished()) {
     std::vector<GenerationEvent> events;
     handle->Wait(&events, kPoll);
-    for (auto& ev : events) {
-      text += r.chat ? space.Strip(ev.text) : ev.text;
-      if (ev.finish == FinishReason::kCancelled)
-        return Reply(res, {503, "The request was cancelled (server shutting down or timed out)",
-                           "server_error", "", ""});
-      if (ev.finish != FinishReason::kNone) {
-        res.set_content(
-            CompletionJson(meta, text, ev.finish, {ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens}),
-            "application/json");
-        return;
-      }
+    for (auto& ev : events) builder.Add(ev);
+    if (builder.cancelled()) {
+      handle->Cancel();  // the other choices stop too
+      return Reply(res, {503, "The request was cancelled (server shutting down or timed out)", "server_error",
+                         "", ""});
     }
     if (Clock::now() > deadline) handle->Cancel();
   }
+  res.set_content(builder.Body(), "application/json");
 }
 
-// Server-sent events: one `data: {chunk}` per batch of new text, a chunk with finish_reason, optionally one
-// with usage, then `data: [DONE]`. A failed write means the client left: the request is cancelled and its
-// KV blocks are freed at the engine's next iteration. A quiet stream (queued request) writes an SSE comment
-// every second, which is how a departed client is noticed before its first token.
+// Server-sent events: one `data: {chunk}` per generated token (per choice), a chunk with finish_reason per
+// choice, optionally one with usage, then `data: [DONE]`. A failed write means the client left: the request
+// is cancelled and its KV blocks are freed at the engine's next iteration. A quiet stream (queued request)
+// writes an SSE comment every second, which is how a departed client is noticed before its first token.
 void Server::Impl::StreamResponse(httplib::Response& res, ParsedRequest r,
                                   std::shared_ptr<RequestHandle> handle) {
   auto st = std::make_shared<Stream>();
   st->handle = std::move(handle);
-  st->meta = NewResponseMeta(opt.model_name, r.chat);
-  st->include_usage = r.include_usage;
+  st->builder = std::make_unique<ResponseBuilder>(r, NewResponseMeta(opt.model_name, r.chat, ctx.tokenizer));
   st->deadline = Clock::now() + std::chrono::seconds(opt.request_timeout_s);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
@@ -275,26 +259,19 @@ void Server::Impl::StreamResponse(httplib::Response& res, ParsedRequest r,
           if (Clock::now() > st->deadline) st->handle->Cancel();
           out = ": keep-alive\n\n";
         }
-        if (st->meta.chat && !st->role_sent) {
-          out += Sse(ChunkJson(st->meta, "", FinishReason::kNone, /*role_only=*/true));
-          st->role_sent = true;
+        if (!st->started) {
+          for (const auto& chunk : st->builder->StreamStart()) out += Sse(chunk);
+          st->started = true;
         }
         for (auto& ev : events) {
-          const std::string text = st->meta.chat ? st->space.Strip(ev.text) : ev.text;
-          if (ev.finish == FinishReason::kCancelled) {
+          if (st->finished) break;
+          for (const auto& chunk : st->builder->Stream(ev)) out += Sse(chunk);
+          if (st->builder->cancelled()) {
+            st->handle->Cancel();  // the other choices stop too
             out += Sse(ErrorJson({503, "The request was cancelled (server shutting down or timed out)",
                                   "server_error", "", ""}));
-          } else if (!text.empty() || !ev.tokens.empty() || ev.finish != FinishReason::kNone) {
-            // one chunk per generated token, even when its text is held back (half a character, a possible
-            // stop string): clients see progress and time to first token is honest
-            if (!text.empty() && ev.finish != FinishReason::kNone)
-              out += Sse(ChunkJson(st->meta, text, FinishReason::kNone));
-            out += Sse(ChunkJson(st->meta, ev.finish == FinishReason::kNone ? text : "", ev.finish));
           }
-          if (ev.finish != FinishReason::kNone) {
-            if (st->include_usage && ev.finish != FinishReason::kCancelled)
-              out +=
-                  Sse(UsageChunkJson(st->meta, {ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens}));
+          if (st->builder->cancelled() || st->builder->finished()) {
             out += "data: [DONE]\n\n";
             st->finished = true;
           }

@@ -266,6 +266,95 @@ TEST_F(ServerTest, ChatCompletions) {
   EXPECT_EQ(streamed, j["choices"][0]["message"]["content"]);  // same seed, same text
 }
 
+// n, echo and logprobs on /v1/completions, whole and streamed.
+TEST_F(ServerTest, CompletionsWithNEchoAndLogprobs) {
+  const std::string prompt = "And God said";
+  const int P = static_cast<int>(run_->tok->Encode(prompt).size());
+  json request = {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true},
+                  {"n", 2},           {"echo", true},    {"logprobs", 3}};
+  HttpResult r = Curl("/v1/completions", request.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = Json(r);
+  ASSERT_EQ(j["choices"].size(), 2u);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], P);  // counted once for both choices
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12);
+  for (int i = 0; i < 2; i++) {
+    const json& c = j["choices"][i];
+    EXPECT_EQ(c["index"], i);
+    const std::string text = c["text"];
+    EXPECT_EQ(text.substr(0, prompt.size()), prompt);  // echo: prompt + completion
+    const json& lp = c["logprobs"];
+    ASSERT_EQ(lp["tokens"].size(), static_cast<size_t>(P + 6)) << lp.dump();
+    ASSERT_EQ(lp["token_logprobs"].size(), lp["tokens"].size());
+    ASSERT_EQ(lp["text_offset"].size(), lp["tokens"].size());
+    EXPECT_TRUE(lp["token_logprobs"][0].is_null());  // the first prompt token has no logprob
+    EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+    std::string joined;
+    for (size_t t = 0; t < lp["tokens"].size(); t++) {
+      EXPECT_EQ(lp["text_offset"][t], static_cast<int>(joined.size()))
+          << t;  // ASCII text: bytes = characters
+      joined += lp["tokens"][t].get<std::string>();
+      if (t == 0) continue;
+      // greedy: each generated token is the most likely one, so its logprob is the top entry's
+      double best = -1e30;
+      for (const auto& [tok, v] : lp["top_logprobs"][t].items()) best = std::max(best, v.get<double>());
+      EXPECT_LE(lp["top_logprobs"][t].size(), 4u);
+      if (static_cast<int>(t) >= P) {
+        EXPECT_DOUBLE_EQ(lp["token_logprobs"][t].get<double>(), best) << t;
+      }
+    }
+    EXPECT_EQ(joined, text);
+  }
+  EXPECT_EQ(j["choices"][0]["text"], j["choices"][1]["text"]);  // greedy: both choices alike
+
+  // streamed: each choice's chunks add up to its text, and every generated token's chunk carries logprobs
+  request["stream"] = true;
+  HttpResult s = Curl("/v1/completions", request.dump());
+  auto events = Events(s.body);
+  ASSERT_GE(events.size(), 4u) << s.body;
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::vector<std::string> texts(2);
+  std::vector<int> tokens(2), finishes(2);
+  for (size_t e = 0; e + 1 < events.size(); e++) {
+    json c = json::parse(events[e])["choices"][0];
+    const int i = c["index"];
+    texts[i] += c["text"].get<std::string>();
+    if (!c["logprobs"].is_null()) tokens[i] += static_cast<int>(c["logprobs"]["tokens"].size());
+    finishes[i] += !c["finish_reason"].is_null();
+  }
+  for (int i = 0; i < 2; i++) {
+    EXPECT_EQ(texts[i], j["choices"][i]["text"]);
+    EXPECT_EQ(tokens[i], P + 6);
+    EXPECT_EQ(finishes[i], 1);
+  }
+}
+
+TEST_F(ServerTest, ChatLogprobsAndSeededChoices) {
+  const std::string body =
+      R"({"messages":[{"role":"user","content":"Hello"}],"max_tokens":5,"seed":11,"n":3,"ignore_eos":true,)"
+      R"("logprobs":true,"top_logprobs":2})";
+  HttpResult r = Curl("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = Json(r);
+  ASSERT_EQ(j["choices"].size(), 3u);
+  for (int i = 0; i < 3; i++) {
+    const json& c = j["choices"][i];
+    EXPECT_EQ(c["index"], i);
+    const json& content = c["logprobs"]["content"];
+    ASSERT_EQ(content.size(), 5u) << c.dump();
+    for (const json& t : content) {
+      EXPECT_TRUE(t["token"].is_string());
+      EXPECT_LE(t["logprob"].get<double>(), 0.0);
+      EXPECT_TRUE(t["bytes"].is_array() || t["bytes"].is_null());
+      EXPECT_EQ(t["top_logprobs"].size(), 2u);
+    }
+  }
+  // same seed, same three texts
+  json again = Json(Curl("/v1/chat/completions", body));
+  for (int i = 0; i < 3; i++)
+    EXPECT_EQ(again["choices"][i]["message"]["content"], j["choices"][i]["message"]["content"]);
+}
+
 TEST_F(ServerTest, BadInputGetsTheRightStatusAndTheServerKeepsServing) {
   auto expect = [](const HttpResult& r, int status, const std::string& param) {
     EXPECT_EQ(r.status, status) << r.body;
@@ -283,6 +372,10 @@ TEST_F(ServerTest, BadInputGetsTheRightStatusAndTheServerKeepsServing) {
   expect(Curl("/v1/completions", R"({"prompt":"x","max_tokens":0})"), 400, "max_tokens");
   expect(Curl("/v1/completions", R"({"prompt":"x","max_tokens":100000})"), 400, "max_tokens");
   expect(Curl("/v1/completions", R"({"prompt":""})"), 400, "prompt");
+  expect(Curl("/v1/completions", R"({"prompt":"x","logprobs":6})"), 400, "logprobs");
+  expect(Curl("/v1/completions", R"({"prompt":"x","n":0})"), 400, "n");
+  expect(Curl("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})"),
+         400, "top_logprobs");
   expect(Curl("/v1/chat/completions", R"({"messages":"hi"})"), 400, "messages");
   expect(Curl("/v1/completions", R"({"prompt":"x"})", ""), 401, "");
   expect(Curl("/v1/completions", R"({"prompt":"x"})", "sk-wrong"), 401, "");

@@ -11,8 +11,9 @@
 #include "backend/registry.h"
 #include "core/file_util.h"
 #include "core/progress.h"
+#include "metrics/gpu_sampler_thread.h"
 #include "model/safetensors.h"
-#include "model/sampler.h"
+#include "serve/generate.h"
 
 namespace tern {
 namespace {
@@ -32,6 +33,12 @@ Status EndWithNewline(const std::string& path) {
 
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+Compute PrecisionCompute(const std::string& precision) {
+  if (precision == "bf16") return Compute::kBF16;
+  if (precision == "fp16") return Compute::kF16;
+  return Compute::kF32;
 }
 
 }  // namespace
@@ -60,7 +67,19 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   TERN_ASSIGN_OR_RETURN(t->val_loader_, DataLoader::Open(val_shards, cfg.batch_size, cfg.seq_len, cfg.seed, false));
 
   TERN_ASSIGN_OR_RETURN(t->backend_, MakeBackend(cfg.device));
-  const Compute compute = cfg.precision == "bf16" ? Compute::kBF16 : Compute::kF32;
+  const Compute compute = PrecisionCompute(cfg.precision);
+  t->compute_ = compute;
+  // The fast CPU path has no fp16 matmul: emulate it (operands rounded to fp16, fp32 products) so the fp16
+  // trainer runs, and is tested, on every backend.
+  if (compute == Compute::kF16) t->backend_ = WithF16Emulation(std::move(t->backend_));
+  if (t->backend_->IsGpu() && !t->backend_->SetAttentionKernel(cfg.cuda_attention)) {
+    return Status::InvalidArgument(fmt::format("cuda.attention={} is not available on {}; use cuda.attention=naive",
+                                               cfg.cuda_attention, t->backend_->name()));
+  }
+  LossScaler::Options scaling;
+  scaling.initial_scale = cfg.loss_scale_init;
+  scaling.growth_interval = cfg.loss_scale_growth_interval;
+  t->scaler_ = LossScaler(scaling);
   t->model_ = std::make_unique<Gpt>(t->backend_.get(), cfg.model, cfg.batch_size, cfg.seq_len, compute);
   // InitWeights waits until we know whether a checkpoint replaces the weights (OpenCheckpoints below):
   // initialising 124M parameters only to overwrite them is a second of the time to the first resumed step.
@@ -68,7 +87,16 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   t->schedule_ = {cfg.lr, cfg.min_lr_ratio, cfg.warmup_steps, cfg.steps, cfg.schedule == "cosine"};
   t->cost_.price_per_hour = cfg.price_per_hour;
   t->flops_per_token_ = GptFlopsPerToken(cfg.model, cfg.seq_len);
-  t->peak_gflops_ = cfg.peak_gflops > 0 ? cfg.peak_gflops : MeasurePeakGflops(t->backend_.get(), compute, 0.5);
+  // fp16 and bf16 tensor cores have the same peak on every supported GPU, and the probe's bf16 path is the one
+  // that pre-casts its operands; on the CPU fp16 runs at the fp32 matmul's speed (emulated).
+  const Compute probe = compute != Compute::kF16 ? compute : t->backend_->IsGpu() ? Compute::kBF16 : Compute::kF32;
+  t->peak_gflops_ = cfg.peak_gflops > 0 ? cfg.peak_gflops : MeasurePeakGflops(t->backend_.get(), probe, 0.5);
+  if (t->env_.gpu_sampler) {
+    t->gpu_ = t->env_.gpu_sampler;
+  } else if (t->backend_->IsGpu()) {
+    t->gpu_ = std::make_shared<BackgroundGpuSampler>(std::make_unique<NvmlSampler>(t->backend_->PciBusId()));
+  }
+  if (t->gpu_ && t->gpu_->available()) t->gpu_meter_ = std::make_unique<GpuStepMeter>(t->gpu_.get());
 
   TERN_RETURN_IF_ERROR(MakeDirs(cfg.run_dir));
   TERN_RETURN_IF_ERROR(WriteFileAtomic(cfg.run_dir + "/config.yaml", TrainConfigToYaml(cfg)));
@@ -84,20 +112,23 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   if (t->resumed_from_ >= 0) TERN_RETURN_IF_ERROR(EndWithNewline(metrics));
   TERN_RETURN_IF_ERROR(t->log_.Open(metrics, /*append=*/t->resumed_from_ >= 0));
   GptMemory mem = GptMemoryEstimate(cfg.model, cfg.batch_size, cfg.seq_len, compute == Compute::kBF16);
-  TERN_RETURN_IF_ERROR(t->log_.Write({{"event", "start"},
-                                      {"model", cfg.model.ToString()},
-                                      {"params", t->model_->num_params()},
-                                      {"device", t->backend_->name()},
-                                      {"threads", omp_get_max_threads()},
-                                      {"precision", cfg.precision},
-                                      {"batch_size", cfg.batch_size},
-                                      {"seq_len", cfg.seq_len},
-                                      {"grad_accum_steps", cfg.grad_accum_steps()},
-                                      {"flops_per_token", t->flops_per_token_},
-                                      {"peak_gflops", t->peak_gflops_},
-                                      {"memory_bytes", mem.total()},
-                                      {"tokenizer", t->tokenizer_->fingerprint()},
-                                      {"price_per_hour", cfg.price_per_hour}}));
+  nlohmann::json start_row = {{"event", "start"},
+                              {"model", cfg.model.ToString()},
+                              {"params", t->model_->num_params()},
+                              {"device", t->backend_->name()},
+                              {"threads", omp_get_max_threads()},
+                              {"precision", cfg.precision},
+                              {"batch_size", cfg.batch_size},
+                              {"seq_len", cfg.seq_len},
+                              {"grad_accum_steps", cfg.grad_accum_steps()},
+                              {"flops_per_token", t->flops_per_token_},
+                              {"peak_gflops", t->peak_gflops_},
+                              {"memory_bytes", mem.total()},
+                              {"tokenizer", t->tokenizer_->fingerprint()},
+                              {"price_per_hour", cfg.price_per_hour}};
+  if (t->gpu_) start_row["gpu_metrics"] = t->gpu_->status();
+  if (compute == Compute::kF16) start_row["loss_scale"] = t->scaler_.scale();
+  TERN_RETURN_IF_ERROR(t->log_.Write(start_row));
   if (!resume_row.is_null()) TERN_RETURN_IF_ERROR(t->log_.Write(resume_row));
   return t;
 }
@@ -107,7 +138,12 @@ Result<StepStats> Trainer::Step() {
   const int accum = cfg_.grad_accum_steps();
   const int B = cfg_.batch_size, T = cfg_.seq_len;
   const float dloss = 1.0f / (static_cast<float>(B) * T * accum);
+  const bool fp16 = compute_ == Compute::kF16;
+  // fp16: the loss (so every gradient) is multiplied by the scale, keeping small gradients above fp16's
+  // underflow; AdamW divides it out again (with the clipping factor) through grad_scale.
+  const float seed = fp16 ? static_cast<float>(dloss * scaler_.scale()) : dloss;
   StepStats s;
+  if (gpu_meter_) gpu_meter_->StepBegin();
   model_->ZeroGrad();
   Batch batch;
   double loss_sum = 0;
@@ -120,22 +156,30 @@ Result<StepStats> Trainer::Step() {
       return s;
     }
     TERN_RETURN_IF_ERROR(train_loader_->Next(&batch));
-    loss_sum += model_->Forward(batch.inputs.data(), batch.targets.data(), B, T, dloss);
+    loss_sum += model_->Forward(batch.inputs.data(), batch.targets.data(), B, T, seed);
     model_->Backward();
   }
+  if (env_.after_backward) env_.after_backward(step_ + 1, *model_);
   s.loss = loss_sum / accum;
-  s.grad_norm = model_->GradNorm();
-  if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
+  float grad_scale = 1.0f;
+  if (fp16) {
+    TERN_RETURN_IF_ERROR(DecideFp16Step(model_->GradNorm(), &s, &grad_scale));
+  } else {
+    s.grad_norm = model_->GradNorm();
+  }
+  if (!s.skipped && (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm))) {
     return Status::Internal(fmt::format(
         "step {}: loss {} / gradient norm {} is not finite; lower train.lr or enable train.grad_clip", step_ + 1,
         s.loss, s.grad_norm));
   }
-  float grad_scale = 1.0f;
-  if (cfg_.grad_clip > 0 && s.grad_norm > cfg_.grad_clip) grad_scale = static_cast<float>(cfg_.grad_clip / s.grad_norm);
+  if (cfg_.grad_clip > 0 && s.grad_norm > cfg_.grad_clip) grad_scale *= static_cast<float>(cfg_.grad_clip / s.grad_norm);
   s.lr = schedule_.At(step_);
-  ckpt_->WaitForSnapshot();  // a save in flight must finish copying the weights before they change
-  model_->AdamWStep(static_cast<float>(s.lr), cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay, grad_scale,
-                    step_ + 1);
+  if (!s.skipped) {
+    ckpt_->WaitForSnapshot();  // a save in flight must finish copying the weights before they change
+    adam_t_++;
+    model_->AdamWStep(static_cast<float>(s.lr), cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay, grad_scale,
+                      adam_t_);
+  }
   backend_->Synchronize();
   step_++;
   s.step = step_;
@@ -146,7 +190,24 @@ Result<StepStats> Trainer::Step() {
   s.mfu = flops_per_token_ * s.tokens_per_s / (peak_gflops_ * 1e9);
   tokens_seen_ += static_cast<uint64_t>(tokens);
   train_seconds_ += s.step_s;
+  if (gpu_meter_) s.gpu = gpu_meter_->StepEnd(tokens, s.step_s);
   return s;
+}
+
+Status Trainer::DecideFp16Step(double scaled_norm, StepStats* s, float* unscale) {
+  const LossScaler::Decision d = scaler_.Update(scaled_norm);
+  s->loss_scale = d.scale_used;
+  s->grad_norm = d.grad_norm;
+  s->skipped = !d.apply;
+  *unscale = d.unscale;
+  if (s->skipped && d.scale_used <= scaler_.options().min_scale) {
+    // Halving cannot help any more: the overflow is in the forward pass (activations above fp16's 65504).
+    return Status::Internal(fmt::format(
+        "step {}: fp16 gradients overflow even at the minimum loss scale {}: the activations themselves exceed "
+        "fp16's range; train with train.precision=bf16 (or fp32), or lower train.lr",
+        step_ + 1, d.scale_used));
+  }
+  return Status::Ok();
 }
 
 Result<double> Trainer::Evaluate() {
@@ -160,17 +221,25 @@ Result<double> Trainer::Evaluate() {
   return sum / cfg_.eval_batches;
 }
 
-std::vector<std::string> Trainer::Samples(int count, int tokens) {
+// Samples run on the serving engine (serve/generate.h), tern's one decode loop, over a host copy of the
+// live weights; the prompt is cropped and the length capped so that they fit the trained length.
+Result<std::vector<std::string>> Trainer::Samples(int count, int tokens) {
   std::vector<std::string> out;
-  std::vector<int32_t> prompt = tokenizer_->Encode(cfg_.sample_prompt);
-  if (prompt.empty()) prompt.push_back(tokenizer_->eos_id());
-  SamplingParams params{0.8f, 40, 1.0f};
-  for (int i = 0; i < count; i++) {
-    auto ids = GenerateTokens(*model_, prompt, tokens, params, cfg_.seed + 1000 + i, tokenizer_->eos_id(),
-                              cfg_.seq_len);
-    if (ids.front() == tokenizer_->eos_id()) ids.erase(ids.begin());
-    if (!ids.empty() && ids.back() == tokenizer_->eos_id()) ids.pop_back();
-    out.push_back(tokenizer_->Decode(ids));
+  if (count <= 0 || tokens <= 0) return out;
+  GenerationRequest r;
+  r.prompt = tokenizer_->Encode(cfg_.sample_prompt);
+  if (r.prompt.empty()) r.prompt.push_back(tokenizer_->eos_id());
+  const int context = std::min(cfg_.seq_len, cfg_.model.block_size);
+  if (static_cast<int>(r.prompt.size()) >= context) r.prompt.erase(r.prompt.begin(), r.prompt.end() - (context - 1));
+  r.max_tokens = std::min<int>(tokens, context - static_cast<int>(r.prompt.size()));
+  r.sampling = {0.8f, 40, 1.0f};
+  r.seed = cfg_.seed + 1000;
+  r.n = std::min(count, kMaxChoices);
+  TERN_ASSIGN_OR_RETURN(auto gen, GenerateOnce(cfg_.model, model_->GetParameters(), *tokenizer_, r, context));
+  for (const Generated& g : gen) {
+    std::vector<int32_t> ids = r.prompt;
+    ids.insert(ids.end(), g.tokens.begin(), g.tokens.end());
+    out.push_back(tokenizer_->Decode(ids));  // end-of-text tokens decode to nothing
   }
   return out;
 }
@@ -210,6 +279,22 @@ Result<TrainSummary> Trainer::Run() {
                           {"mfu", s.mfu},             {"step_ms", s.step_s * 1e3},
                           {"data_wait_ms", s.data_wait_s * 1e3}, {"precision", cfg_.precision},
                           {"elapsed_s", elapsed}};
+    if (compute_ == Compute::kF16) {
+      row["loss_scale"] = s.loss_scale;
+      if (s.skipped) {
+        row["skipped"] = true;
+        if (!quiet_) {
+          bar.Print(fmt::format("step {}: fp16 gradients overflowed at loss scale {}; update skipped, scale now {}",
+                                s.step, s.loss_scale, scaler_.scale()));
+        }
+      }
+    }
+    if (s.gpu.ok) {  // absent (not null) on CPU runs and where NVML is missing
+      row["gpu_util"] = s.gpu.util_pct;
+      row["gpu_mem_gb"] = s.gpu.mem_used_gb;
+      row["gpu_power_w"] = s.gpu.power_w;
+      row["joules_per_token"] = s.gpu.joules_per_token;
+    }
     std::string cost_text;
     if (cost_.enabled()) {
       row["cost_usd"] = cost_.CostUsd(elapsed);
@@ -241,7 +326,8 @@ Result<TrainSummary> Trainer::Run() {
       if (!quiet_) bar.Print(fmt::format("step {:>6}: val loss {:.4f} (train {:.4f})", s.step, val, loss_ema));
     }
     if (cfg_.sample_every > 0 && s.step % cfg_.sample_every == 0 && !last && !quiet_) {
-      for (const auto& text : Samples(1, cfg_.sample_tokens)) bar.Print("sample: " + text);
+      TERN_ASSIGN_OR_RETURN(auto samples, Samples(1, cfg_.sample_tokens));
+      for (const auto& text : samples) bar.Print("sample: " + text);
     }
     TERN_RETURN_IF_ERROR(MaybeCheckpoint(s.step, last, val_now, &bar));
   }
@@ -260,7 +346,7 @@ Result<TrainSummary> Trainer::Run() {
   sum.train_s = train_seconds_;
   sum.tokens_per_s = tokens_seen_ / std::max(1e-9, train_seconds_);
   sum.mfu = flops_per_token_ * sum.tokens_per_s / (peak_gflops_ * 1e9);
-  sum.samples = Samples(cfg_.num_samples, cfg_.sample_tokens);
+  TERN_ASSIGN_OR_RETURN(sum.samples, Samples(cfg_.num_samples, cfg_.sample_tokens));
   sum.wall_s = Seconds(start);
   sum.cost_usd = cost_.CostUsd(sum.wall_s);
   TERN_RETURN_IF_ERROR(WriteRunFiles(sum));
@@ -277,6 +363,10 @@ Status Trainer::WriteRunFiles(const TrainSummary& s) {
                             {"train_s", s.train_s},   {"tokens_per_s", s.tokens_per_s},
                             {"mfu", s.mfu},           {"peak_gflops", s.peak_gflops},
                             {"cost_usd", s.cost_usd}, {"samples", s.samples}};
+  if (compute_ == Compute::kF16) {
+    summary["loss_scale"] = scaler_.scale();
+    summary["skipped_steps"] = scaler_.state().skipped_steps;
+  }
   TERN_RETURN_IF_ERROR(log_.Write(summary));
   return WriteFileAtomic(cfg_.run_dir + "/summary.json", summary.dump(2) + "\n");
 }

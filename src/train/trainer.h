@@ -4,18 +4,21 @@
 // (ckpt.resume), and an emergency save when the machine is about to be preempted.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/loss_scaler.h"
 #include "ckpt/manager.h"
 #include "ckpt/preemption.h"
 #include "core/progress.h"
 #include "core/status.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
+#include "metrics/nvml_sampler.h"
 #include "metrics/run_log.h"
 #include "model/gpt.h"
 #include "train/lr_schedule.h"
@@ -30,6 +33,12 @@ struct StepStats {
   double step_s = 0, data_wait_s = 0;
   double tokens_per_s = 0, mfu = 0;
   bool abandoned = false;  // a preemption notice stopped the step before its update (ckpt.on_notice=abandon)
+  // fp16: the loss scale this step ran with, and whether its gradients overflowed so that the update was
+  // skipped (weights and AdamW moments unchanged; the step still counts: its data is consumed and the LR
+  // schedule moves on; AdamW's bias-correction step counts only applied updates).
+  double loss_scale = 0;
+  bool skipped = false;
+  GpuStepMetrics gpu;  // ok only on a GPU run with NVML (or a test's sampler)
 };
 
 struct TrainSummary {
@@ -50,6 +59,12 @@ struct TrainSummary {
 struct TrainerEnv {
   ckpt::StorageOpener open_storage;  // checkpoint storages; empty = local directories and S3
   bool handle_signals = true;        // SIGTERM/SIGUSR1 start an emergency checkpoint
+  // GPU readings for metrics.jsonl (gpu_util, gpu_mem_gb, gpu_power_w, joules_per_token). Null: NVML, polled
+  // on a background thread, when the backend is a GPU, and no GPU fields otherwise. Tests pass a fake.
+  std::shared_ptr<GpuSampler> gpu_sampler;
+  // Test hook: called after the backward of the last micro-batch of each step (step = the 1-based step being
+  // made), before the gradient norm. Tests inject an fp16 overflow by writing inf into a gradient.
+  std::function<void(int step, Gpt& model)> after_backward;
 };
 
 class Trainer {
@@ -66,11 +81,14 @@ class Trainer {
   Result<StepStats> Step();
   // Mean loss over eval_batches validation batches, always starting from the start of the val split.
   Result<double> Evaluate();
-  std::vector<std::string> Samples(int count, int tokens);
+  Result<std::vector<std::string>> Samples(int count, int tokens);
 
   Gpt& model() { return *model_; }
   const TrainConfig& config() const { return cfg_; }
   int step() const { return step_; }
+  // Applied AdamW updates (= step() unless fp16 skipped some), and the fp16 loss scaler's state.
+  int adam_t() const { return adam_t_; }
+  const LossScaler& loss_scaler() const { return scaler_; }
   int resumed_from() const { return resumed_from_; }
   ckpt::CheckpointManager& checkpoints() { return *ckpt_; }
   // Saves the current state to the fast tier now (tests, tools); waits for it to be persisted.
@@ -79,6 +97,8 @@ class Trainer {
  private:
   Trainer() = default;
   Status WriteRunFiles(const TrainSummary& summary);
+  // fp16: turns the scaled gradient norm into the step's decision (trainer.cpp).
+  Status DecideFp16Step(double scaled_norm, StepStats* s, float* unscale);
   // trainer_ckpt.cpp
   Status OpenCheckpoints(nlohmann::json* resume_row);
   Status CaptureSnapshotMeta(ckpt::Snapshot& snap);
@@ -98,6 +118,11 @@ class Trainer {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   LrSchedule schedule_;
+  Compute compute_ = Compute::kF32;
+  LossScaler scaler_;  // fp16 only: its state is checkpointed (trainer.json "loss_scale")
+  int adam_t_ = 0;     // AdamW updates applied so far
+  std::shared_ptr<GpuSampler> gpu_;
+  std::unique_ptr<GpuStepMeter> gpu_meter_;
   RunLog log_;
   CostMeter cost_;
   double flops_per_token_ = 0, peak_gflops_ = 0;

@@ -1,0 +1,203 @@
+// Response bodies of the OpenAI API (api.h): completions, chat completions, their streaming chunks, the
+// logprobs objects of both, models.
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "serve/api.h"
+
+namespace tern {
+namespace {
+
+using json = nlohmann::json;
+
+// The text is whatever the model produced; replacing invalid UTF-8 keeps dump() from throwing.
+std::string Dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+bool IsControl(int32_t id) {
+  return id == Tokenizer::kUnkId || id == Tokenizer::kBosId || id == Tokenizer::kEosId;
+}
+
+// The bytes a token contributes to the text. Byte pieces (ids 3..258, tokenizer.h) are single bytes that
+// decode to U+FFFD on their own, so they are mapped directly; control tokens add nothing.
+std::string TokenBytes(const Tokenizer& tok, int32_t id) {
+  if (IsControl(id)) return "";
+  if (id >= 3 && id < 3 + 256) return std::string(1, static_cast<char>(id - 3));
+  return tok.Decode(&id, 1);
+}
+
+bool ValidUtf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = s[i];
+    const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    for (int k = 1; k < len; k++)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    i += len;
+  }
+  return true;
+}
+
+// How a token is shown: its text; control tokens by name; part of a character as OpenAI shows it,
+// "bytes:\xe2\x80".
+std::string TokenString(const Tokenizer& tok, int32_t id) {
+  if (id == Tokenizer::kEosId) return "</s>";
+  if (id == Tokenizer::kBosId) return "<s>";
+  if (id == Tokenizer::kUnkId) return "<unk>";
+  const std::string b = TokenBytes(tok, id);
+  if (ValidUtf8(b)) return b;
+  std::string out = "bytes:";
+  for (unsigned char c : b) out += fmt::format("\\x{:02x}", c);
+  return out;
+}
+
+json Bytes(const Tokenizer& tok, int32_t id) {
+  if (IsControl(id)) return nullptr;
+  json a = json::array();
+  for (unsigned char c : TokenBytes(tok, id)) a.push_back(static_cast<int>(c));
+  return a;
+}
+
+json Logprob(float lp) {
+  return std::isnan(lp) ? json() : json(lp);
+}
+
+// /v1/completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}. top_logprobs maps token
+// strings to logprobs: the k best plus the chosen token (so up to k + 1 entries, as OpenAI).
+json CompletionLogprobs(const Tokenizer& tok, const ChoiceOut& c) {
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  int offset = c.text_offset;
+  for (const TokenLogprob& t : c.logprobs) {
+    tokens.push_back(TokenString(tok, t.token));
+    lps.push_back(Logprob(t.logprob));
+    if (std::isnan(t.logprob)) {
+      tops.push_back(nullptr);
+    } else {
+      json top = json::object();
+      for (const auto& [id, lp] : t.top) top.emplace(TokenString(tok, id), lp);  // first (best) wins a tie
+      top.emplace(TokenString(tok, t.token), t.logprob);
+      tops.push_back(std::move(top));
+    }
+    offsets.push_back(offset);
+    offset += TokenChars(tok, t.token);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+// Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}.
+json ChatLogprobs(const Tokenizer& tok, const ChoiceOut& c) {
+  json content = json::array();
+  for (const TokenLogprob& t : c.logprobs) {
+    json top = json::array();
+    for (const auto& [id, lp] : t.top)
+      top.push_back({{"token", TokenString(tok, id)}, {"logprob", lp}, {"bytes", Bytes(tok, id)}});
+    content.push_back({{"token", TokenString(tok, t.token)},
+                       {"logprob", Logprob(t.logprob)},
+                       {"bytes", Bytes(tok, t.token)},
+                       {"top_logprobs", top}});
+  }
+  return {{"content", content}, {"refusal", nullptr}};
+}
+
+json LogprobsOf(const ResponseMeta& m, const ChoiceOut& c) {
+  if (!c.has_logprobs || !m.tokenizer) return nullptr;
+  return m.chat ? ChatLogprobs(*m.tokenizer, c) : CompletionLogprobs(*m.tokenizer, c);
+}
+
+json UsageObject(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+json Envelope(const ResponseMeta& m, const char* object) {
+  return {{"id", m.id}, {"object", object}, {"created", m.created}, {"model", m.model}};
+}
+
+json Reason(FinishReason f) {
+  return f == FinishReason::kNone ? json() : json(FinishReasonName(f));
+}
+
+}  // namespace
+
+int TokenChars(const Tokenizer& tok, int32_t id) {
+  int n = 0;
+  for (unsigned char c : TokenBytes(tok, id)) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+std::vector<TokenLogprob> EchoLogprobs(const std::vector<int32_t>& prompt,
+                                       const std::vector<TokenLogprob>& prompt_lp) {
+  std::vector<TokenLogprob> out;
+  if (prompt.empty()) return out;
+  out.push_back({prompt[0], std::nanf(""), {}});
+  out.insert(out.end(), prompt_lp.begin(), prompt_lp.end());
+  return out;
+}
+
+ResponseMeta NewResponseMeta(const std::string& model, bool chat, const Tokenizer* tokenizer) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  ResponseMeta m;
+  m.id = fmt::format("{}-{:016x}{:08x}", chat ? "chatcmpl" : "cmpl", rng(), static_cast<uint32_t>(rng()));
+  m.created =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  m.model = model;
+  m.chat = chat;
+  m.tokenizer = tokenizer;
+  return m;
+}
+
+std::string CompletionJson(const ResponseMeta& m, const std::vector<ChoiceOut>& choices, const Usage& u) {
+  json j = Envelope(m, m.chat ? "chat.completion" : "text_completion");
+  j["choices"] = json::array();
+  for (const ChoiceOut& c : choices) {
+    json choice = {{"index", c.index}, {"finish_reason", Reason(c.finish)}, {"logprobs", LogprobsOf(m, c)}};
+    if (m.chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    j["choices"].push_back(std::move(choice));
+  }
+  j["usage"] = UsageObject(u);
+  return Dump(j);
+}
+
+std::string ChunkJson(const ResponseMeta& m, const ChoiceOut& c, bool role_only) {
+  json j = Envelope(m, m.chat ? "chat.completion.chunk" : "text_completion");
+  json choice = {{"index", c.index}, {"finish_reason", Reason(c.finish)}, {"logprobs", LogprobsOf(m, c)}};
+  if (m.chat) {
+    if (role_only) {
+      choice["delta"] = {{"role", "assistant"}, {"content", ""}};
+    } else {
+      choice["delta"] =
+          c.finish == FinishReason::kNone || !c.text.empty() ? json{{"content", c.text}} : json::object();
+    }
+  } else {
+    choice["text"] = c.text;
+  }
+  j["choices"] = json::array({choice});
+  return Dump(j);
+}
+
+std::string UsageChunkJson(const ResponseMeta& m, const Usage& u) {
+  json j = Envelope(m, m.chat ? "chat.completion.chunk" : "text_completion");
+  j["choices"] = json::array();
+  j["usage"] = UsageObject(u);
+  return Dump(j);
+}
+
+std::string ModelJson(const std::string& model, int64_t created) {
+  return Dump({{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "tern"}});
+}
+
+std::string ModelsJson(const std::string& model, int64_t created) {
+  return Dump({{"object", "list"}, {"data", json::array({json::parse(ModelJson(model, created))})}});
+}
+
+}  // namespace tern

@@ -1,0 +1,56 @@
+// Turns the engine's events for one request into its response: the whole JSON body, or the server-sent
+// event chunks as they come. It owns what the events leave to the API: the echoed prompt and its logprobs,
+// the space after the chat template's "Assistant:", text offsets, and usage summed over the n choices (the
+// prompt counted once). No HTTP here: server.cpp writes what it returns.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "serve/api.h"
+#include "serve/engine.h"
+
+namespace tern {
+
+class ResponseBuilder {
+ public:
+  ResponseBuilder(const ParsedRequest& request, ResponseMeta meta);
+
+  // Non-streaming: feed every event, then Body() once finished().
+  void Add(const GenerationEvent& ev);
+  std::string Body() const;
+
+  // Streaming: the JSON payloads of the chunks (without "data: "), in order. StreamStart() opens the stream
+  // (chat: one role chunk per choice); Stream() turns one event into its chunks and, after the last choice
+  // finishes, the usage chunk when the request asked for it. A cancelled event yields nothing: the caller
+  // reports the error.
+  std::vector<std::string> StreamStart() const;
+  std::vector<std::string> Stream(const GenerationEvent& ev);
+
+  bool finished() const { return finished_ == static_cast<int>(choices_.size()); }
+  bool cancelled() const { return cancelled_; }
+  const ResponseMeta& meta() const { return meta_; }
+
+ private:
+  struct Choice {
+    ChoiceOut all;               // everything so far (non-streaming)
+    bool started = false;        // its first event was seen
+    bool space_pending = false;  // chat: the reply's first character may be the template's space
+    int offset = 0;              // characters of text before its next token
+  };
+  // The echo of choice `ev.index` (on its first event; empty text when there is no echo) and the event's own
+  // text and logprobs.
+  void Split(const GenerationEvent& ev, ChoiceOut* echo, ChoiceOut* delta);
+  void CountFinish(const GenerationEvent& ev);
+
+  ResponseMeta meta_;
+  bool stream_usage_ = false, echo_ = false, logprobs_ = false;
+  std::string echo_text_;
+  std::vector<int32_t> prompt_;
+  std::vector<Choice> choices_;
+  int finished_ = 0;
+  bool cancelled_ = false;
+  Usage usage_;
+};
+
+}  // namespace tern
