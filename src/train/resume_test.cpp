@@ -15,6 +15,7 @@
 #include "ckpt/local_storage.h"
 #include "ckpt/test_support.h"
 #include "data/prepare.h"
+#include "train/test_data.h"
 #include "train/trainer.h"
 
 namespace tern {
@@ -39,17 +40,7 @@ class ResumeTest : public ::testing::Test {
     root_ = fs::temp_directory_path() / ("tern_resume_test_" + std::to_string(::getpid()));
     fs::remove_all(root_);
     fs::create_directories(root_);
-    data_ = ckpt::testing::SharedPreparedData([](const std::string& corpus, const std::string& out) {
-      PrepareOptions p;
-      p.inputs = {corpus};
-      p.out_dir = out;
-      p.vocab_size = 300;
-      p.val_fraction = 0.1;
-      p.progress = nullptr;
-      auto r = Prepare(p);
-      EXPECT_TRUE(r.ok()) << r.status().ToString();
-      return r.ok();
-    });
+    data_ = tern::testing::SharedSmallPreparedData();
     ASSERT_FALSE(data_.empty());
   }
 
