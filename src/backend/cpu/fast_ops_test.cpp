@@ -46,6 +46,18 @@ TEST_F(FastOpsTest, IsTheFastBackend) {
   EXPECT_EQ(fast_->name(), "cpu");
 }
 
+// The fast backend flushes subnormals (FTZ/DAZ) on its threads: a subnormal input reads as zero and a result
+// that would be subnormal is written as zero, on the calling thread and on the OpenMP workers alike.
+TEST_F(FastOpsTest, FlushesSubnormalsOnEveryThread) {
+  const float tiny = std::numeric_limits<float>::denorm_min() * 1000;  // subnormal
+  ASSERT_GT(tiny, 0.0f);
+  for (size_t n : {size_t{16}, size_t{1} << 20}) {  // below and above the size that goes parallel
+    std::vector<float> a(n, tiny), b(n, 0.0f), out(n, 1.0f);
+    fast_->Add(out.data(), a.data(), b.data(), n);
+    for (size_t i = 0; i < n; i += n / 8) EXPECT_EQ(out[i], 0.0f) << "n=" << n << " i=" << i;
+  }
+}
+
 // ---- matmul ------------------------------------------------------------------------------------------
 
 struct Shape {
