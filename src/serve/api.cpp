@@ -135,8 +135,6 @@ std::optional<ApiError> ParseMessages(const json& body, std::vector<ChatMessage>
 
 // Fields of the OpenAI API that tern does not implement: accepted at their neutral value, refused otherwise.
 std::optional<ApiError> CheckUnsupported(const json& body) {
-  int64_t n = 1;
-  if (auto e = GetInt(body, "best_of", 1, 1, &n)) return Bad("best_of", "only best_of = 1 is supported");
   for (const char* f : {"presence_penalty", "frequency_penalty"}) {
     float x = 0;
     if (auto e = GetNumber(body, f, -2, 2, &x)) return e;
@@ -151,14 +149,26 @@ std::optional<ApiError> CheckUnsupported(const json& body) {
   return std::nullopt;
 }
 
-// n, echo and logprobs. Completions: `logprobs` is an integer 0..5 (alternatives per token), `echo` a
-// boolean. Chat: `logprobs` a boolean and `top_logprobs` an integer 0..20 that needs it; no echo.
+// n, best_of and logprobs (after echo and stream). Completions: `best_of` candidates (default n, at least n,
+// not streamed when more), `logprobs` an integer 0..5 (alternatives per token). Chat: no best_of (only 1),
+// `logprobs` a boolean and `top_logprobs` an integer 0..20 that needs it.
 std::optional<ApiError> ParseChoicesAndLogprobs(const json& body, bool chat, ParsedRequest* r) {
   int64_t n = 1;
   if (auto e = GetInt(body, "n", 1, kMaxN, &n)) return e;
-  r->gen.n = static_cast<int>(n);
-  if (auto e = GetBool(body, "echo", &r->echo)) return e;
-  if (chat && r->echo) return Bad("echo", "'echo' is only for /v1/completions");
+  int64_t best_of = chat ? 1 : n;
+  if (auto e = GetInt(body, "best_of", 1, chat ? 1 : kMaxN, &best_of)) {
+    if (chat) e->message = "'best_of' is only for /v1/completions";
+    return e;
+  }
+  if (!chat && best_of < n)
+    return Bad("best_of", fmt::format("'best_of' ({}) must be at least 'n' ({}): the n best of best_of "
+                                      "candidates are returned",
+                                      best_of, n));
+  if (!chat && best_of > n && r->stream)
+    return Bad("best_of",
+               "'best_of' larger than 'n' cannot be streamed (the best are known only at the end)");
+  r->n = static_cast<int>(n);
+  r->gen.n = static_cast<int>(chat ? n : best_of);
   int64_t k = -1;
   if (chat) {
     bool want = false;
@@ -175,7 +185,9 @@ std::optional<ApiError> ParseChoicesAndLogprobs(const json& body, bool chat, Par
     if (!(body.contains("logprobs") && body["logprobs"] == false))
       if (auto e = GetInt(body, "logprobs", 0, kMaxCompletionLogprobs, &k)) return e;
   }
-  r->gen.logprobs = static_cast<int>(k);
+  r->logprobs = k >= 0;
+  // ranking candidates needs every generated token's logprob, shown or not
+  r->gen.logprobs = static_cast<int>(r->ranks() ? std::max<int64_t>(k, 0) : k);
   r->gen.prompt_logprobs = r->echo && k >= 0;
   return std::nullopt;
 }
@@ -236,21 +248,31 @@ std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body_text, b
   } else if (auto e = ParsePrompt(body, ctx, &g.prompt)) {
     return *e;
   }
+  if (auto e = GetBool(body, "echo", &r.echo)) return *e;
+  if (chat && r.echo) return Bad("echo", "'echo' is only for /v1/completions");
+  // echo with max_tokens 0 scores the prompt alone (evaluation harnesses): it may fill the whole context
+  const bool score_only = r.echo && body.contains("max_tokens") && body["max_tokens"].is_number_integer() &&
+                          body["max_tokens"] == 0;
   const int P = static_cast<int>(g.prompt.size());
-  if (P >= ctx.max_seq_len)
+  if (P + (score_only ? 0 : 1) > ctx.max_seq_len)
     return Bad(prompt_field,
-               fmt::format("this model's maximum context length is {} tokens and the prompt has {} "
-                           "(at least one token must be left for the completion)",
-                           ctx.max_seq_len, P),
+               fmt::format("this model's maximum context length is {} tokens and the prompt has {}{}",
+                           ctx.max_seq_len, P,
+                           score_only ? "" : " (at least one token must be left for the completion)"),
                "context_length_exceeded");
 
   int64_t max_tokens = chat ? ctx.max_seq_len - P : 16;  // OpenAI's defaults: chat until the context ends
   const char* mt_field =
       chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  if (auto e = GetInt(body, mt_field, 1, INT32_MAX, &max_tokens)) {
+  if (auto e = GetInt(body, mt_field, chat ? 1 : 0, INT32_MAX, &max_tokens)) {
     e->message += " (max_tokens is the number of tokens to generate)";
     return *e;
   }
+  if (max_tokens == 0 && !r.echo)
+    return Bad(
+        mt_field,
+        "'max_tokens' must be at least 1; 0 is allowed only with 'echo': true (the prompt, scored with "
+        "'logprobs', and no new tokens)");
   if (P + max_tokens > ctx.max_seq_len)
     return Bad(mt_field,
                fmt::format("this model's maximum context length is {} tokens, but {} were requested "

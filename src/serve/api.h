@@ -35,7 +35,7 @@ struct ApiContext {
 };
 
 inline constexpr int kMaxCompletionLogprobs = 5;  // /v1/completions `logprobs`, as OpenAI
-inline constexpr int kMaxN = 16;                  // choices per request: each one is a sequence in the batch
+inline constexpr int kMaxN = 16;                  // choices (and best_of) per request: sequences in the batch
 
 struct ParsedRequest {
   bool chat = false;
@@ -43,8 +43,13 @@ struct ParsedRequest {
   bool include_usage = false;  // stream_options.include_usage: a last chunk carries the usage
   bool echo = false;           // completions: the prompt text (and its logprobs) comes before the completion
   std::string echo_text;       // the prompt as text
-  GenerationRequest gen;       // prompt tokenized, max_tokens resolved, seed drawn if none was given; n,
-                               // logprobs (-1 = off) and prompt_logprobs (echo with logprobs) set
+  int n = 1;                   // choices in the response
+  bool logprobs = false;       // the response shows logprobs
+  GenerationRequest gen;       // prompt tokenized, max_tokens resolved (0 only with echo), seed drawn if none
+                               // was given; n (best_of when larger: candidates, ranked by the response),
+                               // logprobs (-1 = off; at least 0 when candidates are ranked) and
+                               // prompt_logprobs (echo with logprobs) set
+  bool ranks() const { return gen.n > n; }  // best_of > n: only the n best of gen.n candidates are returned
 };
 
 // Parses and validates a /v1/completions (chat = false) or /v1/chat/completions body.

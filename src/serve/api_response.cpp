@@ -1,5 +1,6 @@
 // Response bodies of the OpenAI API (api.h): completions, chat completions, their streaming chunks, the
-// logprobs objects of both, models.
+// logprobs objects of both, models. Objects keep their keys in insertion order (ordered_json): OpenAI's
+// order for the envelopes, and most likely first in a completion's top_logprobs maps.
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -10,7 +11,7 @@
 namespace tern {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // The text is whatever the model produced; replacing invalid UTF-8 keeps dump() from throwing.
 std::string Dump(const json& j) {
@@ -66,7 +67,8 @@ json Logprob(float lp) {
 }
 
 // /v1/completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}. top_logprobs maps token
-// strings to logprobs: the k best plus the chosen token (so up to k + 1 entries, as OpenAI).
+// strings to logprobs: the k best plus the chosen token (so up to k + 1 entries, as OpenAI), most likely
+// first (a chosen token outside the k best is no more likely than the k-th, so it goes last).
 json CompletionLogprobs(const Tokenizer& tok, const ChoiceOut& c) {
   json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
   int offset = c.text_offset;
@@ -156,12 +158,16 @@ std::string CompletionJson(const ResponseMeta& m, const std::vector<ChoiceOut>& 
   json j = Envelope(m, m.chat ? "chat.completion" : "text_completion");
   j["choices"] = json::array();
   for (const ChoiceOut& c : choices) {
-    json choice = {{"index", c.index}, {"finish_reason", Reason(c.finish)}, {"logprobs", LogprobsOf(m, c)}};
+    json choice = json::object();
     if (m.chat) {
+      choice["index"] = c.index;
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     } else {
       choice["text"] = c.text;
+      choice["index"] = c.index;
     }
+    choice["logprobs"] = LogprobsOf(m, c);
+    choice["finish_reason"] = Reason(c.finish);
     j["choices"].push_back(std::move(choice));
   }
   j["usage"] = UsageObject(u);
@@ -170,8 +176,9 @@ std::string CompletionJson(const ResponseMeta& m, const std::vector<ChoiceOut>& 
 
 std::string ChunkJson(const ResponseMeta& m, const ChoiceOut& c, bool role_only) {
   json j = Envelope(m, m.chat ? "chat.completion.chunk" : "text_completion");
-  json choice = {{"index", c.index}, {"finish_reason", Reason(c.finish)}, {"logprobs", LogprobsOf(m, c)}};
+  json choice = json::object();
   if (m.chat) {
+    choice["index"] = c.index;
     if (role_only) {
       choice["delta"] = {{"role", "assistant"}, {"content", ""}};
     } else {
@@ -180,7 +187,10 @@ std::string ChunkJson(const ResponseMeta& m, const ChoiceOut& c, bool role_only)
     }
   } else {
     choice["text"] = c.text;
+    choice["index"] = c.index;
   }
+  choice["logprobs"] = LogprobsOf(m, c);
+  choice["finish_reason"] = Reason(c.finish);
   j["choices"] = json::array({choice});
   return Dump(j);
 }

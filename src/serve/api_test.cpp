@@ -82,6 +82,181 @@ TEST_F(ApiTest, ChoicesEchoAndLogprobs) {
   EXPECT_EQ(Ok("{" + user + R"(,"logprobs":false})", true).gen.logprobs, -1);
 }
 
+// echo with max_tokens 0 scores the prompt: allowed only with echo, and then the prompt may fill the context.
+TEST_F(ApiTest, EchoWithZeroMaxTokens) {
+  ParsedRequest r = Ok(R"({"prompt":"And God said","echo":true,"max_tokens":0,"logprobs":1})");
+  EXPECT_EQ(r.gen.max_tokens, 0);
+  EXPECT_TRUE(r.echo && r.gen.prompt_logprobs && r.logprobs);
+  EXPECT_EQ(Ok(R"({"prompt":"x","echo":true,"max_tokens":0,"stream":true})").gen.max_tokens, 0);
+  EXPECT_EQ(Error(R"({"prompt":"x","max_tokens":0})").param, "max_tokens");
+  EXPECT_EQ(Error(R"({"prompt":"x","echo":false,"max_tokens":0})").param, "max_tokens");
+  EXPECT_EQ(Error(R"({"prompt":"x","echo":true,"max_tokens":-1})").param, "max_tokens");
+  const std::string user = R"("messages":[{"role":"user","content":"x"}])";
+  EXPECT_EQ(Error("{" + user + R"(,"max_tokens":0})", true).param, "max_tokens");
+  json full = json::array();
+  for (int i = 0; i < 128; i++) full.push_back(5 + i % 50);
+  EXPECT_EQ(Ok(json{{"prompt", full}, {"echo", true}, {"max_tokens", 0}}.dump()).gen.prompt.size(), 128u);
+  EXPECT_EQ(Error(json{{"prompt", full}, {"echo", true}, {"max_tokens", 1}}.dump()).code,
+            "context_length_exceeded");
+  full.push_back(5);
+  EXPECT_EQ(Error(json{{"prompt", full}, {"echo", true}, {"max_tokens", 0}}.dump()).code,
+            "context_length_exceeded");
+}
+
+// best_of: candidates generated (gen.n), n returned, logprobs computed for the ranking but shown only when
+// asked; the rules of OpenAI's reference.
+TEST_F(ApiTest, BestOf) {
+  ParsedRequest r = Ok(R"({"prompt":"x","n":2,"best_of":5,"temperature":0})");
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.gen.n, 5);
+  EXPECT_TRUE(r.ranks());
+  EXPECT_EQ(r.gen.logprobs, 0);  // needed to rank
+  EXPECT_FALSE(r.logprobs);      // not shown
+  EXPECT_FALSE(r.gen.prompt_logprobs);
+  ParsedRequest shown = Ok(R"({"prompt":"x","best_of":3,"logprobs":2})");
+  EXPECT_EQ(shown.n, 1);
+  EXPECT_EQ(shown.gen.n, 3);
+  EXPECT_EQ(shown.gen.logprobs, 2);
+  EXPECT_TRUE(shown.logprobs);
+  ParsedRequest same = Ok(R"({"prompt":"x","n":3,"best_of":3,"stream":true})");  // best_of = n: plain n
+  EXPECT_EQ(same.gen.n, 3);
+  EXPECT_FALSE(same.ranks());
+  EXPECT_EQ(same.gen.logprobs, -1);
+  EXPECT_EQ(Ok(R"({"prompt":"x","n":4})").gen.n, 4);  // best_of defaults to n
+  EXPECT_EQ(Ok(R"({"prompt":"x","best_of":16})").gen.n, 16);
+  for (const char* body :
+       {R"({"prompt":"x","best_of":0})", R"({"prompt":"x","best_of":17})", R"({"prompt":"x","best_of":2.5})",
+        R"({"prompt":"x","best_of":"3"})", R"({"prompt":"x","n":3,"best_of":2})",
+        R"({"prompt":"x","best_of":2,"stream":true})", R"({"prompt":"x","n":2,"best_of":3,"stream":true})"}) {
+    ApiError e = Error(body);
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.param, "best_of") << body << ": " << e.message;
+  }
+  const std::string user = R"("messages":[{"role":"user","content":"x"}])";
+  EXPECT_EQ(Ok("{" + user + R"(,"best_of":1,"n":2})", true).gen.n, 2);
+  EXPECT_EQ(Error("{" + user + R"(,"best_of":2})", true).param, "best_of");
+}
+
+// The response keeps the best_of candidates with the highest mean token logprob (not the highest sum), best
+// first and renumbered; usage counts every candidate.
+TEST_F(ApiTest, BestOfReturnsTheHighestMeanLogprobs) {
+  ParsedRequest r = Ok(R"({"prompt":"ab","n":2,"best_of":4})");
+  ResponseBuilder b(r, NewResponseMeta("tiny", false, run_->tok.get()));
+  const int32_t x = run_->tok->Encode("x")[0];
+  // candidate: its tokens' logprobs. Means -1.0, -0.5, -0.9, -2.0; sums -1.0, -2.0, -2.7, -2.0.
+  const std::vector<std::vector<float>> lps = {
+      {-1.0f}, {-0.5f, -0.5f, -0.5f, -0.5f}, {-0.9f, -0.9f, -0.9f}, {-2.0f}};
+  for (int i = 0; i < 4; i++) {
+    for (size_t t = 0; t < lps[i].size(); t++) {
+      GenerationEvent e;
+      e.index = i;
+      e.text = std::to_string(i);
+      e.tokens = {x};
+      e.logprobs = {{x, lps[i][t], {}}};
+      if (t + 1 == lps[i].size()) {
+        e.finish = FinishReason::kLength;
+        e.prompt_tokens = 2;
+        e.completion_tokens = static_cast<int>(lps[i].size());
+      }
+      b.Add(e);
+    }
+  }
+  ASSERT_TRUE(b.finished());
+  json j = json::parse(b.Body());
+  ASSERT_EQ(j["choices"].size(), 2u);
+  EXPECT_EQ(j["choices"][0]["text"], "1111");  // mean -0.5
+  EXPECT_EQ(j["choices"][1]["text"], "222");   // mean -0.9
+  EXPECT_EQ(j["choices"][0]["index"], 0);
+  EXPECT_EQ(j["choices"][1]["index"], 1);
+  EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());  // not asked for
+  EXPECT_EQ(j["usage"]["completion_tokens"], 1 + 4 + 3 + 1);
+}
+
+// A score-only echo (max_tokens 0): the prompt and its logprobs, in one chunk when streamed.
+TEST_F(ApiTest, EchoOnlyResponseAndStream) {
+  for (bool stream : {false, true}) {
+    ParsedRequest r = Ok(json{{"prompt", "And God"},
+                              {"echo", true},
+                              {"max_tokens", 0},
+                              {"logprobs", 1},
+                              {"stream", stream},
+                              {"stream_options", stream ? json{{"include_usage", true}} : json()}}
+                             .dump());
+    const int P = static_cast<int>(r.gen.prompt.size());
+    ResponseBuilder b(r, NewResponseMeta("tiny", false, run_->tok.get()));
+    auto lp = std::make_shared<std::vector<TokenLogprob>>();
+    for (int i = 1; i < P; i++) lp->push_back({r.gen.prompt[i], -2.0f, {{r.gen.prompt[i], -2.0f}}});
+    GenerationEvent e;  // what the engine sends for max_tokens 0
+    e.prompt_logprobs = lp;
+    e.finish = FinishReason::kLength;
+    e.prompt_tokens = P;
+    if (!stream) {
+      b.Add(e);
+      ASSERT_TRUE(b.finished());
+      json j = json::parse(b.Body());
+      EXPECT_EQ(j["choices"][0]["text"], "And God");
+      EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+      EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"].size(), static_cast<size_t>(P));
+      EXPECT_TRUE(j["choices"][0]["logprobs"]["token_logprobs"][0].is_null());
+      EXPECT_EQ(j["usage"]["completion_tokens"], 0);
+      continue;
+    }
+    auto chunks = b.Stream(e);
+    ASSERT_EQ(chunks.size(), 2u);  // the echo with its finish_reason, then the usage
+    json c = json::parse(chunks[0])["choices"][0];
+    EXPECT_EQ(c["text"], "And God");
+    EXPECT_EQ(c["finish_reason"], "length");
+    EXPECT_EQ(c["logprobs"]["token_logprobs"].size(), static_cast<size_t>(P));
+    EXPECT_EQ(json::parse(chunks[1])["usage"]["completion_tokens"], 0);
+    EXPECT_TRUE(b.finished());
+  }
+}
+
+// Completions' top_logprobs maps list their keys most likely first, whatever their alphabetical order (the
+// raw text is read, in order); chat's top_logprobs arrays keep the same order.
+TEST_F(ApiTest, TopLogprobsAreMostLikelyFirst) {
+  const Tokenizer& tok = *run_->tok;
+  std::vector<int32_t> ids;
+  for (const char* w : {"z", "m", "a", "q"}) ids.push_back(tok.Encode(w).back());
+  ChoiceOut c;
+  c.has_logprobs = true;
+  c.text = "a";
+  // chosen "a" is outside the top 3 ("z", "m", "q" by logprob): it goes last
+  c.logprobs.push_back({ids[2], -3.0f, {{ids[0], -0.5f}, {ids[1], -1.0f}, {ids[3], -2.0f}}});
+  c.logprobs.push_back({ids[0], -0.25f, {{ids[0], -0.25f}, {ids[2], -1.5f}}});  // chosen is the best
+  for (bool chat : {false, true}) {
+    const std::string body = CompletionJson(NewResponseMeta("tiny", chat, &tok), {c}, {});
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(body);
+    std::vector<std::vector<std::pair<std::string, double>>> tops;
+    if (!chat) {
+      for (const auto& top : j["choices"][0]["logprobs"]["top_logprobs"]) {
+        tops.emplace_back();
+        for (const auto& [k, v] : top.items()) tops.back().emplace_back(k, v.get<double>());
+      }
+    } else {
+      for (const auto& t : j["choices"][0]["logprobs"]["content"]) {
+        tops.emplace_back();
+        for (const auto& e : t["top_logprobs"])
+          tops.back().emplace_back(e["token"], e["logprob"].get<double>());
+      }
+    }
+    ASSERT_EQ(tops.size(), 2u) << body;
+    auto values = [](const std::vector<std::pair<std::string, double>>& e) {
+      std::vector<double> v;
+      for (const auto& [k, x] : e) v.push_back(x);
+      return v;
+    };
+    const std::vector<double> want =
+        chat ? std::vector<double>{-0.5, -1.0, -2.0} : std::vector<double>{-0.5, -1.0, -2.0, -3.0};
+    EXPECT_EQ(values(tops[0]), want) << body;
+    EXPECT_EQ(values(tops[1]), (std::vector<double>{-0.25, -1.5})) << body;
+    // the test means something only if alphabetical order differs
+    std::vector<std::string> keys;
+    for (const auto& [k, x] : tops[0]) keys.push_back(k);
+    EXPECT_FALSE(std::is_sorted(keys.begin(), keys.end())) << body;
+  }
+}
+
 // Events in, response out: echo and its null first logprob, text offsets, the chat space, usage over n.
 TEST_F(ApiTest, ResponseBuilderAssemblesChoices) {
   ParsedRequest r = Ok(R"({"prompt":"ab","n":2,"echo":true,"logprobs":1,"max_tokens":2})");
@@ -156,7 +331,7 @@ TEST_F(ApiTest, BadRequestsNameTheField) {
            {R"({"prompt":[1,99999]})", 400, "prompt"},
            {R"({"prompt":["a","b"]})", 400, "prompt"},
            {R"({"prompt":7})", 400, "prompt"},
-           {R"({"prompt":"x","max_tokens":0})", 400, "max_tokens"},
+           {R"({"prompt":"x","max_tokens":0})", 400, "max_tokens"},  // 0 only with echo
            {R"({"prompt":"x","max_tokens":-3})", 400, "max_tokens"},
            {R"({"prompt":"x","max_tokens":"ten"})", 400, "max_tokens"},
            {R"({"prompt":"x","max_tokens":2.5})", 400, "max_tokens"},

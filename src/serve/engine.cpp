@@ -60,6 +60,12 @@ uint64_t ChoiceSeed(uint64_t seed, int index) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+
+// Tokens whose keys and values a request ever computes: the prompt and every generated token but the last.
+// max_tokens = 0 still computes the whole prompt (its last row ends the prefill).
+int KvTokens(const GenerationRequest& r) {
+  return static_cast<int>(r.prompt.size()) + std::max(r.max_tokens, 1) - 1;
+}
 }  // namespace
 
 Engine::Engine(std::unique_ptr<InferenceModel> model, const Tokenizer* tokenizer,
@@ -128,7 +134,7 @@ Result<std::shared_ptr<RequestHandle>> Engine::Submit(GenerationRequest request)
   for (int32_t t : request.prompt)
     if (t < 0 || t >= V)
       return Status::InvalidArgument(fmt::format("prompt token {} is outside [0, {})", t, V));
-  if (request.max_tokens < 1) return Status::InvalidArgument("max_tokens must be at least 1");
+  if (request.max_tokens < 0) return Status::InvalidArgument("max_tokens must not be negative");
   if (P + request.max_tokens > max_seq_len_)
     return Status::InvalidArgument(
         fmt::format("this model's maximum context length is {} tokens, but {} were requested ({} in the "
@@ -145,7 +151,7 @@ Result<std::shared_ptr<RequestHandle>> Engine::Submit(GenerationRequest request)
   if (request.prompt_logprobs && request.logprobs < 0)
     return Status::InvalidArgument("prompt logprobs need logprobs >= 0");
   const int bs = blocks_.block_size();
-  const int need = (P + request.max_tokens - 1 + bs - 1) / bs;
+  const int need = (KvTokens(request) + bs - 1) / bs;
   if (need > blocks_.num_blocks())
     return Status::InvalidArgument(
         fmt::format("the request needs {} KV-cache blocks but the cache has {}; "
@@ -198,7 +204,7 @@ int Engine::kv_blocks_used() const {
 
 bool Engine::Admit(Sequence* seq) {
   const int bs = blocks_.block_size(), P = seq->prompt_len;
-  const int total = (P + seq->req.max_tokens - 1 + bs - 1) / bs;
+  const int total = (KvTokens(seq->req) + bs - 1) / bs;
   // At least the last prompt token is always computed: its logits give the first generated token. A prompt
   // being scored computes every token (cached blocks hold keys and values, not logits).
   const int max_prefix = seq->req.prompt_logprobs ? 0 : (P - 1) / bs;

@@ -42,7 +42,8 @@ inline constexpr int kMaxTopLogprobs = 20;  // alternatives per token
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // at least one token
-  int max_tokens = 16;          // >= 1; prompt + max_tokens <= Engine::max_seq_len()
+  int max_tokens = 16;          // >= 0; prompt + max_tokens <= Engine::max_seq_len(). 0: the prompt is
+                                // prefilled (and scored, with prompt_logprobs) and nothing is generated
   SamplingParams sampling;      // temperature 0 = greedy
   uint64_t seed = 0;            // same seed, same request -> same tokens (choice i > 0: a seed mixed from it)
   std::vector<std::string> stop;  // stop strings (not included in the text)
@@ -52,7 +53,8 @@ struct GenerationRequest {
   bool prompt_logprobs = false;   // also score prompt tokens 1..P-1 (echo); needs logprobs >= 0
 };
 
-// What flows back to the client, in order per choice. The last event of a choice has finish != kNone.
+// What flows back to the client, in order per choice. The last event of a choice has finish != kNone. With
+// max_tokens = 0 a choice has one event: no tokens, kLength, and the prompt logprobs when asked.
 struct GenerationEvent {
   int index = 0;                       // the choice, 0..n-1
   std::string text;                    // new text (may be empty)

@@ -1,5 +1,6 @@
 // The engine's logprobs (generated and prompt tokens) against an independent forward of the training model,
-// and n choices per request: shared prompt prefill, reproducible seeds, cancellation.
+// max_tokens = 0 (the prompt scored alone), and n choices per request: shared prompt prefill, reproducible
+// seeds, cancellation.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -190,6 +191,62 @@ TEST_F(EngineChoicesTest, ChoicesGetThePromptLogprobsOfChoiceZero) {
   EXPECT_EQ(events[0][0].prompt_logprobs, events[1][0].prompt_logprobs);
   EXPECT_EQ(events[1][0].prompt_logprobs->size(), 19u);
   EXPECT_TRUE(events[1][0].logprobs[0].top.empty());  // logprobs = 0: the chosen token only
+}
+
+// max_tokens = 0 (echo scoring a text): the prompt is prefilled and scored, nothing is generated, and its
+// logprobs are exactly those of the same request with max_tokens = 1.
+TEST_F(EngineChoicesTest, MaxTokensZeroScoresThePromptOnly) {
+  auto be = MakeCpuFastBackend();
+  auto engine = MakeEngine(be.get());
+  GenerationRequest r;
+  r.prompt = Prompt(37, 7);  // 2 full blocks + 5 tokens
+  r.logprobs = 3;
+  r.prompt_logprobs = true;
+  r.seed = 9;
+  r.max_tokens = 1;
+  auto h1 = engine->Submit(r);
+  ASSERT_TRUE(h1.ok()) << h1.status().ToString();
+  const auto one = Collect(*engine, *h1, 1)[0];
+  ASSERT_TRUE(one[0].prompt_logprobs);
+  const uint64_t generated0 = metrics_.generation_tokens;
+  r.max_tokens = 0;
+  r.n = 2;
+  auto h0 = engine->Submit(r);
+  ASSERT_TRUE(h0.ok()) << h0.status().ToString();
+  const auto zero = Collect(*engine, *h0, 2);
+  for (int i = 0; i < 2; i++) {
+    ASSERT_EQ(zero[i].size(), 1u) << "choice " << i << ": one event, the last";
+    const GenerationEvent& ev = zero[i][0];
+    EXPECT_TRUE(ev.tokens.empty() && ev.logprobs.empty() && ev.text.empty());
+    EXPECT_EQ(ev.finish, FinishReason::kLength);
+    EXPECT_EQ(ev.completion_tokens, 0);
+    EXPECT_EQ(ev.prompt_tokens, 37);
+    ASSERT_TRUE(ev.prompt_logprobs);
+    const auto& got = *ev.prompt_logprobs;
+    const auto& want = *one[0].prompt_logprobs;
+    ASSERT_EQ(got.size(), 36u);
+    for (size_t k = 0; k < got.size(); k++) {
+      EXPECT_EQ(got[k].token, want[k].token);
+      EXPECT_EQ(got[k].logprob, want[k].logprob) << "prompt position " << k + 1;
+      EXPECT_EQ(got[k].top, want[k].top);
+    }
+  }
+  EXPECT_EQ(metrics_.generation_tokens, generated0);
+  EXPECT_EQ(engine->kv_blocks_used(), 0);
+  EXPECT_EQ(engine->active(), 0);
+  // a prompt that fills the whole context can be scored; without prompt logprobs it just ends
+  GenerationRequest full;
+  full.prompt = Prompt(engine->max_seq_len(), 8);
+  full.max_tokens = 0;
+  auto hf = engine->Submit(full);
+  ASSERT_TRUE(hf.ok()) << hf.status().ToString();
+  const auto f = Collect(*engine, *hf, 1)[0];
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].finish, FinishReason::kLength);
+  EXPECT_FALSE(f[0].prompt_logprobs);
+  EXPECT_EQ(engine->kv_blocks_used(), 0);
+  full.max_tokens = -1;
+  EXPECT_EQ(engine->Submit(full).status().code(), Status::Code::kInvalidArgument);
 }
 
 TEST_F(EngineChoicesTest, CancellingARequestEndsAllItsChoices) {

@@ -30,6 +30,8 @@ void Engine::AfterForward(const std::vector<Sequence*>& in_batch, const float* l
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1 && static_cast <size_t>(n) * V > 65536)
   for (int i = 0; i < n; i++) {
     Sequence* s = sampling[i];
+    next[i] = -1;
+    if (s->req.max_tokens == 0) continue;  // the prompt only: nothing to draw
     const float* l = row(s->logit_begin + s->logit_rows - 1);
     next[i] = SampleToken(l, V, s->req.sampling, s->rng);
     if (s->req.logprobs >= 0) lps[i] = ComputeLogprob(l, V, next[i], s->req.logprobs);
@@ -60,7 +62,19 @@ void Engine::AfterForward(const std::vector<Sequence*>& in_batch, const float* l
 }
 
 // Appends the sampled token, turns it into text and sends the event (the last one when the sequence ends).
+// tok < 0: a max_tokens = 0 sequence finished its prompt and ends with a single event without tokens.
 void Engine::Emit(Sequence* s, int32_t tok, TokenLogprob* logprob) {
+  if (tok < 0) {
+    GenerationEvent e;
+    e.index = s->index;
+    e.prompt_logprobs = s->prompt_lp;
+    e.finish = FinishReason::kLength;
+    e.prompt_tokens = s->prompt_len;
+    e.cached_tokens = s->cached;
+    s->handle->Push(std::move(e));
+    Finish(s, FinishReason::kLength);
+    return;
+  }
   const auto now = Clock::now();
   s->tokens.push_back(tok);
   const int completion = static_cast<int>(s->tokens.size()) - s->prompt_len;

@@ -1,12 +1,16 @@
 #include "serve/response_builder.h"
 
+#include <algorithm>
+#include <numeric>
+
 namespace tern {
 
 ResponseBuilder::ResponseBuilder(const ParsedRequest& request, ResponseMeta meta)
     : meta_(std::move(meta)),
       stream_usage_(request.include_usage),
       echo_(request.echo),
-      logprobs_(request.gen.logprobs >= 0),
+      logprobs_(request.logprobs),
+      n_(std::max(1, std::min(request.n, request.gen.n))),
       echo_text_(request.echo_text),
       prompt_(request.echo ? request.gen.prompt : std::vector<int32_t>()),
       choices_(std::max(1, request.gen.n)) {
@@ -37,7 +41,7 @@ void ResponseBuilder::Split(const GenerationEvent& ev, ChoiceOut* echo, ChoiceOu
     c.space_pending = false;
     if (delta->text[0] == ' ') delta->text.erase(0, 1);
   }
-  delta->logprobs = ev.logprobs;
+  if (logprobs_) delta->logprobs = ev.logprobs;  // (best_of alone asks the engine for them too)
   delta->text_offset = c.offset;
   if (meta_.tokenizer)
     for (int32_t t : ev.tokens) c.offset += TokenChars(*meta_.tokenizer, t);
@@ -60,7 +64,12 @@ void ResponseBuilder::Add(const GenerationEvent& ev) {
   if (ev.finish == FinishReason::kCancelled) return;
   ChoiceOut echo, delta;
   Split(ev, &echo, &delta);
-  ChoiceOut& all = choices_[ev.index].all;
+  Choice& c = choices_[ev.index];
+  for (const TokenLogprob& t : ev.logprobs) {
+    c.logprob_sum += t.logprob;
+    c.logprob_count++;
+  }
+  ChoiceOut& all = c.all;
   all.text += echo.text + delta.text;
   all.logprobs.insert(all.logprobs.end(), echo.logprobs.begin(), echo.logprobs.end());
   all.logprobs.insert(all.logprobs.end(), delta.logprobs.begin(), delta.logprobs.end());
@@ -68,8 +77,22 @@ void ResponseBuilder::Add(const GenerationEvent& ev) {
 }
 
 std::string ResponseBuilder::Body() const {
+  std::vector<int> order(choices_.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (n_ < static_cast<int>(choices_.size())) {
+    // best_of: "the highest log probability per token" (OpenAI), best first; ties keep the lower index
+    auto mean = [&](int i) {
+      const Choice& c = choices_[i];
+      return c.logprob_count ? c.logprob_sum / c.logprob_count : 0.0;
+    };
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return mean(a) > mean(b); });
+    order.resize(n_);
+  }
   std::vector<ChoiceOut> out;
-  for (const Choice& c : choices_) out.push_back(c.all);
+  for (int i : order) {
+    out.push_back(choices_[i].all);
+    out.back().index = static_cast<int>(out.size()) - 1;
+  }
   return CompletionJson(meta_, out, usage_);
 }
 
@@ -90,19 +113,27 @@ std::vector<std::string> ResponseBuilder::Stream(const GenerationEvent& ev) {
   if (ev.finish == FinishReason::kCancelled) return out;
   ChoiceOut echo, delta;
   Split(ev, &echo, &delta);
-  if (!echo.text.empty() || !echo.logprobs.empty()) out.push_back(ChunkJson(meta_, echo));
+  const bool has_echo = !echo.text.empty() || !echo.logprobs.empty();
+  const bool has_delta = !delta.text.empty() || !delta.logprobs.empty();
   if (ev.finish == FinishReason::kNone) {
+    if (has_echo) out.push_back(ChunkJson(meta_, echo));
     // one chunk per generated token, even when its text is held back (half a character, a possible stop
     // string): clients see progress and time to first token is honest
     out.push_back(ChunkJson(meta_, delta));
+  } else if (has_echo && !has_delta) {
+    // nothing after the echo (max_tokens 0): one chunk, the echo with its finish_reason
+    echo.finish = ev.finish;
+    out.push_back(ChunkJson(meta_, echo));
   } else {
-    if (!delta.text.empty() || !delta.logprobs.empty()) out.push_back(ChunkJson(meta_, delta));
+    if (has_echo) out.push_back(ChunkJson(meta_, echo));
+    if (has_delta) out.push_back(ChunkJson(meta_, delta));
     ChoiceOut last;
     last.index = ev.index;
     last.finish = ev.finish;
     out.push_back(ChunkJson(meta_, last));
-    if (finished() && stream_usage_) out.push_back(UsageChunkJson(meta_, usage_));
   }
+  if (ev.finish != FinishReason::kNone && finished() && stream_usage_)
+    out.push_back(UsageChunkJson(meta_, usage_));
   return out;
 }
 

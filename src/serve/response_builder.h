@@ -1,7 +1,8 @@
 // Turns the engine's events for one request into its response: the whole JSON body, or the server-sent
 // event chunks as they come. It owns what the events leave to the API: the echoed prompt and its logprobs,
-// the space after the chat template's "Assistant:", text offsets, and usage summed over the n choices (the
-// prompt counted once). No HTTP here: server.cpp writes what it returns.
+// the space after the chat template's "Assistant:", text offsets, usage summed over the n choices (the
+// prompt counted once), and best_of: the n candidates with the highest mean token logprob, best first (usage
+// counts every candidate). No HTTP here: server.cpp writes what it returns.
 #pragma once
 
 #include <string>
@@ -37,6 +38,8 @@ class ResponseBuilder {
     bool started = false;        // its first event was seen
     bool space_pending = false;  // chat: the reply's first character may be the template's space
     int offset = 0;              // characters of text before its next token
+    double logprob_sum = 0;      // of its generated tokens (best_of ranks by the mean)
+    int logprob_count = 0;
   };
   // The echo of choice `ev.index` (on its first event; empty text when there is no echo) and the event's own
   // text and logprobs.
@@ -45,6 +48,7 @@ class ResponseBuilder {
 
   ResponseMeta meta_;
   bool stream_usage_ = false, echo_ = false, logprobs_ = false;
+  int n_ = 1;  // choices returned: fewer than choices_ (the candidates) with best_of
   std::string echo_text_;
   std::vector<int32_t> prompt_;
   std::vector<Choice> choices_;

@@ -207,10 +207,9 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
   if (!handle.ok()) {
     const bool busy = handle.status().code() == Status::Code::kUnavailable;
     if (busy) res.set_header("Retry-After", "1");
-    // What the parser could not check: n against --max-queue, the KV cache against max_tokens.
-    const std::string param = busy                                              ? ""
-                              : handle.status().message().rfind("n = ", 0) == 0 ? "n"
-                                                                                : "max_tokens";
+    // What the parser could not check: n (best_of) against --max-queue, the KV cache against max_tokens.
+    const bool n_too_large = handle.status().message().rfind("n = ", 0) == 0;
+    const std::string param = busy ? "" : n_too_large ? (r.ranks() ? "best_of" : "n") : "max_tokens";
     return Reply(
         res, {busy ? 429 : 400, handle.status().message(),
               busy ? "rate_limit_error" : "invalid_request_error", param, busy ? "rate_limit_exceeded" : ""});
