@@ -247,10 +247,11 @@ int MakeRun(const std::string& shape, const std::string& tokenizer, const std::s
 
 // Mean next-token cross-entropy over up to max_windows validation windows of T tokens.
 tern::Result<double> ValLoss(tern::Backend* be, const tern::ServeWeights& w, tern::Quantize q,
-                             const std::vector<std::string>& shards, int max_windows) {
+                             tern::DType kv_dtype, const std::vector<std::string>& shards, int max_windows) {
   const int T = w.config.block_size, V = w.config.vocab_size, bs = 16;
   tern::InferenceModelOptions mo;
   mo.quantize = q;
+  mo.kv_dtype = kv_dtype;
   mo.block_size = bs;
   mo.num_blocks = (T + bs - 1) / bs;
   mo.max_rows = T;
@@ -282,18 +283,20 @@ tern::Result<double> ValLoss(tern::Backend* be, const tern::ServeWeights& w, ter
       total += mx + std::log(sum) - l[batch.targets[t]];
     }
   }
-  std::printf("  %s: %d windows of %d tokens, mean loss %.6f\n", tern::QuantizeName(q), windows, T,
-              total / (static_cast<double>(windows) * T));
+  std::printf("  weights %s, KV %s: %d windows of %d tokens, mean loss %.6f\n", tern::QuantizeName(q),
+              tern::KvDtypeName(kv_dtype), windows, T, total / (static_cast<double>(windows) * T));
   return total / (static_cast<double>(windows) * T);
 }
 
 // Decode steps of S sequences (one row each) over a KV cache already holding `context` tokens of each.
-int ForwardBench(const std::string& run, const std::string& quantize, const std::vector<int>& rows,
-                 int context, int steps) {
+int ForwardBench(const std::string& run, const std::string& quantize, const std::string& kv_dtype,
+                 const std::vector<int>& rows, int context, int steps) {
   auto w = tern::LoadServeWeights(run);
   auto q = tern::ParseQuantize(quantize);
-  if (!w.ok() || !q.ok()) {
-    std::fprintf(stderr, "serve_load forward: %s\n", (!w.ok() ? w.status() : q.status()).message().c_str());
+  auto kv = tern::ParseKvDtype(kv_dtype);
+  if (!w.ok() || !q.ok() || !kv.ok()) {
+    std::fprintf(stderr, "serve_load forward: %s\n",
+                 (!w.ok() ? w.status() : !q.ok() ? q.status() : kv.status()).message().c_str());
     return 1;
   }
   const int max_s = *std::max_element(rows.begin(), rows.end()), bs = 16, V = w->config.vocab_size;
@@ -301,6 +304,7 @@ int ForwardBench(const std::string& run, const std::string& quantize, const std:
   const int per_seq = (context + steps + bs - 1) / bs;
   tern::InferenceModelOptions mo;
   mo.quantize = *q;
+  mo.kv_dtype = *kv;
   mo.block_size = bs;
   mo.num_blocks = max_s * per_seq;
   mo.max_rows = std::max(max_s, context);
@@ -332,8 +336,8 @@ int ForwardBench(const std::string& run, const std::string& quantize, const std:
     b.logit_rows = {context - 1};
     m.Forward(b, logits.data());
   }
-  std::printf("%s, weights %s, %d threads, context %d: decode steps\n\n", w->config.ToString().c_str(),
-              quantize.c_str(), omp_get_max_threads(), context);
+  std::printf("%s, weights %s, KV %s, %d threads, context %d: decode steps\n\n", w->config.ToString().c_str(),
+              quantize.c_str(), kv_dtype.c_str(), omp_get_max_threads(), context);
   std::printf("| rows | ms/step | tok/s | vs 1 row | top ops (ms/step) |\n|---:|---:|---:|---:|---|\n");
   double one_row_rate = 0;
   for (int S : rows) {
@@ -384,16 +388,32 @@ int Quality(const std::string& run, const std::string& data, int windows) {
     return 1;
   }
   auto be = tern::MakeCpuFastBackend();
-  auto fp32 = ValLoss(be.get(), *w, tern::Quantize::kNone, *shards, windows);
-  auto int8 = ValLoss(be.get(), *w, tern::Quantize::kInt8, *shards, windows);
-  if (!fp32.ok() || !int8.ok()) {
-    std::fprintf(stderr, "serve_load quality: %s\n",
-                 (!fp32.ok() ? fp32.status() : int8.status()).message().c_str());
-    return 1;
+  // The baseline is the training forward's arithmetic (fp32 weights, fp32 cache); each serving choice is
+  // reported against it.
+  struct Variant {
+    tern::Quantize q;
+    tern::DType kv;
+  };
+  const Variant variants[] = {{tern::Quantize::kNone, tern::DType::kF32},
+                              {tern::Quantize::kNone, tern::DType::kBF16},
+                              {tern::Quantize::kInt8, tern::DType::kF32},
+                              {tern::Quantize::kInt8, tern::DType::kBF16}};
+  std::vector<double> loss;
+  for (const Variant& v : variants) {
+    auto l = ValLoss(be.get(), *w, v.q, v.kv, *shards, windows);
+    if (!l.ok()) {
+      std::fprintf(stderr, "serve_load quality: %s\n", l.status().message().c_str());
+      return 1;
+    }
+    loss.push_back(*l);
   }
-  std::printf("val loss (%s): fp32 %.4f, int8 %.4f, delta %+.4f (%+.2f%%), perplexity %.2f -> %.2f\n",
-              w->config.ToString().c_str(), *fp32, *int8, *int8 - *fp32, 100 * (*int8 - *fp32) / *fp32,
-              std::exp(*fp32), std::exp(*int8));
+  std::printf("\nval loss of %s\n\n| weights | KV cache | val loss | delta vs fp32/fp32 | perplexity |\n"
+              "|---|---|---:|---:|---:|\n",
+              w->config.ToString().c_str());
+  for (size_t i = 0; i < loss.size(); i++)
+    std::printf("| %s | %s | %.4f | %+.4f (%+.3f%%) | %.3f |\n",
+                variants[i].q == tern::Quantize::kInt8 ? "int8" : "fp32", tern::KvDtypeName(variants[i].kv),
+                loss[i], loss[i] - loss[0], 100 * (loss[i] - loss[0]) / loss[0], std::exp(loss[i]));
   return 0;
 }
 
@@ -421,22 +441,23 @@ int main(int argc, char** argv) {
   make->add_option("--out", out, "directory")->required();
   std::string run, data;
   int windows = 1000;
-  auto* quality = app.add_subcommand("quality", "validation loss of the serving model, fp32 vs int8");
+  auto* quality = app.add_subcommand("quality", "validation loss of the serving model: fp32/int8 weights x fp32/bf16 KV cache");
   quality->add_option("--run", run, "run directory")->required();
   quality->add_option("--data", data, "prepared data directory (val_*.bin)")->required();
   quality->add_option("--windows", windows, "at most this many windows")->capture_default_str();
-  std::string fwd_run, fwd_quantize = "none";
+  std::string fwd_run, fwd_quantize = "none", fwd_kv = "fp32";
   std::vector<int> fwd_rows = {1, 4, 16, 32};
   int fwd_context = 64, fwd_steps = 20;
   auto* forward = app.add_subcommand("forward", "time the engine's decode forward alone (no HTTP), per op");
   forward->add_option("--run", fwd_run, "run directory")->required();
   forward->add_option("--quantize", fwd_quantize, "none | int8")->capture_default_str();
+  forward->add_option("--kv-dtype", fwd_kv, "fp32 | bf16")->capture_default_str();
   forward->add_option("--rows", fwd_rows, "sequences per step")->delimiter(',')->capture_default_str();
   forward->add_option("--context", fwd_context, "tokens already in each sequence's cache")
       ->capture_default_str();
   forward->add_option("--steps", fwd_steps, "decode steps timed per row count")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  if (forward->parsed()) return ForwardBench(fwd_run, fwd_quantize, fwd_rows, fwd_context, fwd_steps);
+  if (forward->parsed()) return ForwardBench(fwd_run, fwd_quantize, fwd_kv, fwd_rows, fwd_context, fwd_steps);
   if (make->parsed()) return MakeRun(shape, tokenizer, out);
   if (quality->parsed()) return Quality(run, data, windows);
   return RunLoad(o);

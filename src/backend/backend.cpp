@@ -44,10 +44,10 @@ namespace {
 void Backend::EmbedTokens(float*, const int32_t*, const int32_t*, const float*, const float*, int, int) {
   NotImplemented("EmbedTokens", *this);
 }
-void Backend::KvCacheWrite(float*, float*, const float*, const int32_t*, int, int, int, int) {
+void Backend::KvCacheWrite(void*, void*, DType, const float*, const int32_t*, int, int, int, int) {
   NotImplemented("KvCacheWrite", *this);
 }
-void Backend::PagedAttentionForward(float*, const float*, const float*, const float*, const int32_t*,
+void Backend::PagedAttentionForward(float*, const float*, const void*, const void*, DType, const int32_t*,
                                     const int32_t*, int, int, int, int, int, int) {
   NotImplemented("PagedAttentionForward", *this);
 }

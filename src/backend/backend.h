@@ -127,9 +127,13 @@ class Backend {
   // ---- inference ops (serve/) -----------------------------------------------------------------------
   // Optional: the base class aborts with "op X not implemented on backend Y"; training never calls them.
   // A ragged batch has N rows, the new tokens of S sequences concatenated (sequence s owns the rows
-  // [q_start, q_start + q_len)). Each layer's KV cache is a pool of fixed-size blocks,
-  // k_cache/v_cache[num_blocks, NH, bs, hs] (bs tokens per block, hs = C / NH); sequence s keeps position p
-  // in block block_tables[s * max_blocks + p / bs], slot p % bs.
+  // [q_start, q_start + q_len)). Each layer's KV cache is a pool of fixed-size blocks (bs tokens per block,
+  // hs = C / NH) of kv_dtype elements (kF32 or kBF16): keys k_cache[num_blocks, NH, hs, bs] (transposed within
+  // a block, so one query's scores over a block are bs-wide vector multiply-adds) and values
+  // v_cache[num_blocks, NH, bs, hs].
+  // Sequence s keeps position p in block block_tables[s * max_blocks + p / bs], slot p % bs. bf16 elements
+  // are the fp32 keys and values rounded to nearest even; attention reads them back exactly and computes
+  // in fp32.
   // Row independence: every output row depends only on that row's inputs (and its sequence's cache), never
   // on N or on the other rows, so a request decodes the same tokens alone or batched with others.
 
@@ -137,14 +141,14 @@ class Backend {
   virtual void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
                            const float* wpe, int N, int C);
   // Copies the k and v parts of qkv[N,3C] into the cache, row n at slots[n] = block * bs + offset.
-  virtual void KvCacheWrite(float* k_cache, float* v_cache, const float* qkv, const int32_t* slots, int N, int C,
-                            int NH, int bs);
+  virtual void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots,
+                            int N, int C, int NH, int bs);
   // out[N,C] = causal attention of each row's query (the q part of qkv[N,3C]) over its sequence's cache.
   // seqs[S,3] = {q_start, q_len, ctx_len}: row q_start + i is position ctx_len - q_len + i and attends to
   // positions 0 .. ctx_len - q_len + i, whose keys and values KvCacheWrite has already stored.
-  virtual void PagedAttentionForward(float* out, const float* qkv, const float* k_cache, const float* v_cache,
-                                     const int32_t* seqs, const int32_t* block_tables, int S, int max_blocks, int N,
-                                     int C, int NH, int bs);
+  virtual void PagedAttentionForward(float* out, const float* qkv, const void* k_cache, const void* v_cache,
+                                     DType kv_dtype, const int32_t* seqs, const int32_t* block_tables, int S,
+                                     int max_blocks, int N, int C, int NH, int bs);
   // out[N,OC] = inp[N,K] * W[OC,K]^T + bias (bias may be null) with int8 weights and int8 activations:
   //   W[o,k] ~= w(o,k) * w_scale[o]   (per-output-channel symmetric, serve/quantize.h makes them)
   //   a(n,k) = nearbyint(inp[n,k] * (127 / m_n)), m_n = max_k |inp[n,k]| (a = 0 when m_n = 0)

@@ -19,7 +19,8 @@ namespace tern::cli {
 namespace {
 
 struct ServeCliOptions {
-  std::string model_path, host = "127.0.0.1", api_key, api_key_file, quantize = "none", device = "cpu";
+  std::string model_path, host = "127.0.0.1", api_key, api_key_file, quantize = "none", device = "cpu",
+              kv_dtype = "auto";
   std::string model_name, tokenizer;
   int port = 8080, max_batch = 32, max_batch_tokens = 256, max_queue = 64, max_seq_len = 0, threads = 0;
   int http_threads = 0, max_body_kb = 1024, timeout_s = 600;
@@ -80,6 +81,12 @@ int RunServe(const ServeCliOptions& o) {
   if (!key.ok()) return Fail(key.status());
   auto quantize = ParseQuantize(o.quantize);
   if (!quantize.ok()) return Fail(quantize.status());
+  // auto: bf16 keys and values once the weights are int8 anyway (half the cache bytes per token), fp32 with
+  // fp32 weights (the logits of the training forward).
+  auto kv_dtype = o.kv_dtype == "auto"
+                      ? Result<DType>(*quantize == Quantize::kInt8 ? DType::kBF16 : DType::kF32)
+                      : ParseKvDtype(o.kv_dtype);
+  if (!kv_dtype.ok()) return Fail(kv_dtype.status());
   // SIGINT/SIGTERM are taken by sigwait below; blocked before any thread starts so that all inherit it.
   // A shell starts background jobs with SIGINT ignored, and an ignored signal is never delivered, not even
   // to sigwait: restore the default so that `kill -INT` stops a backgrounded server too.
@@ -124,6 +131,7 @@ int RunServe(const ServeCliOptions& o) {
   if (!backend.ok()) return fail_running(backend.status());
   EngineSetup setup;
   setup.quantize = *quantize;
+  setup.kv_dtype = *kv_dtype;
   setup.kv_cache_mb = o.kv_cache_mb;
   setup.engine.max_batch = o.max_batch;
   setup.engine.max_batch_tokens = std::max(o.max_batch_tokens, o.max_batch);
@@ -137,13 +145,13 @@ int RunServe(const ServeCliOptions& o) {
   const InferenceModel& m = e.model();
   std::fprintf(
       stderr,
-      "tern serve: model %s (%s), weights %s %.1f MB on %s; KV cache %d blocks x %d tokens (%.0f MB); "
+      "tern serve: model %s (%s), weights %s %.1f MB on %s; KV cache %s, %d blocks x %d tokens (%.0f MB); "
       "max batch %d, context %d\n",
       so.model_name.c_str(), weights->config.ToString().c_str(),
       *quantize == Quantize::kInt8 ? "int8" : "fp32", m.weight_bytes() / 1048576.0,
-      (*backend)->name().c_str(), m.options().num_blocks, m.options().block_size,
-      m.options().num_blocks * InferenceModel::KvBytesPerBlock(weights->config, m.options().block_size) /
-          1048576.0,
+      (*backend)->name().c_str(), KvDtypeName(*kv_dtype), m.options().num_blocks, m.options().block_size,
+      m.options().num_blocks *
+          InferenceModel::KvBytesPerBlock(weights->config, m.options().block_size, *kv_dtype) / 1048576.0,
       o.max_batch, e.max_seq_len());
   e.Start();
   server.SetEngine(&e, {so.model_name, &tok.value(), e.max_seq_len()});
@@ -215,6 +223,9 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("--quantize", o->quantize, "matmul weights: none (fp32) or int8 (per-channel, VNNI)")
+      ->capture_default_str();
+  sub->add_option("--kv-dtype", o->kv_dtype,
+                  "KV cache elements: fp32, bf16 (half the memory per token) or auto (bf16 with int8 weights)")
       ->capture_default_str();
   sub->add_option("--threads", o->threads, "compute threads (0 = OMP_NUM_THREADS or all cores)")
       ->check(CLI::NonNegativeNumber);

@@ -21,9 +21,10 @@ class EngineTest : public ::testing::Test {
   static void TearDownTestSuite() { delete run_; }
 
   std::unique_ptr<Engine> MakeEngine(Backend* be, Quantize q = Quantize::kNone, int max_batch_tokens = 64,
-                                     int num_blocks = 128, int max_queue = 64) {
+                                     int num_blocks = 128, int max_queue = 64, DType kv_dtype = DType::kF32) {
     InferenceModelOptions mo;
     mo.quantize = q;
+    mo.kv_dtype = kv_dtype;
     mo.num_blocks = num_blocks;
     mo.max_rows = max_batch_tokens;
     mo.max_seqs = 8;
@@ -97,22 +98,24 @@ TEST_F(EngineTest, LogitsMatchTheTrainingModel) {
 }
 
 TEST_F(EngineTest, GreedyIsTheSameAloneOrBatchedWithSevenOthers) {
-  for (Quantize q : {Quantize::kNone, Quantize::kInt8}) {
+  for (auto [q, kv] : {std::pair{Quantize::kNone, DType::kF32}, std::pair{Quantize::kNone, DType::kBF16},
+                        std::pair{Quantize::kInt8, DType::kBF16}}) {
     auto be = MakeCpuFastBackend();
     std::vector<GenerationRequest> reqs;
     for (int i = 0; i < 8; i++) reqs.push_back(Greedy(Prompt(3 + 11 * i, i), 20 + 3 * i));
     std::vector<Outcome> alone;
     for (const auto& r : reqs) {
-      auto engine = MakeEngine(be.get(), q);
+      auto engine = MakeEngine(be.get(), q, 64, 128, 64, kv);
       alone.push_back(RunToEnd(*engine, {Submit(*engine, r)})[0]);
     }
     // Batched: small token budget, so prompts are chunked and mixed with other sequences' decode rows.
-    auto engine = MakeEngine(be.get(), q, /*max_batch_tokens=*/24);
+    auto engine = MakeEngine(be.get(), q, /*max_batch_tokens=*/24, 128, 64, kv);
     std::vector<std::shared_ptr<RequestHandle>> handles;
     for (const auto& r : reqs) handles.push_back(Submit(*engine, r));
     auto batched = RunToEnd(*engine, handles);
     for (int i = 0; i < 8; i++) {
-      EXPECT_EQ(batched[i].tokens, alone[i].tokens) << QuantizeName(q) << " request " << i;
+      EXPECT_EQ(batched[i].tokens, alone[i].tokens)
+          << QuantizeName(q) << " KV " << KvDtypeName(kv) << " request " << i;
       EXPECT_EQ(batched[i].text, alone[i].text);
       EXPECT_EQ(batched[i].finish, FinishReason::kLength);
       EXPECT_EQ(batched[i].completion_tokens, reqs[i].max_tokens);

@@ -19,6 +19,16 @@ const char* QuantizeName(Quantize q) {
   return q == Quantize::kInt8 ? "int8" : "none";
 }
 
+Result<DType> ParseKvDtype(const std::string& name) {
+  if (name == "fp32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  return Status::InvalidArgument("unknown --kv-dtype '" + name + "'; use fp32 or bf16");
+}
+
+const char* KvDtypeName(DType t) {
+  return t == DType::kBF16 ? "bf16" : "fp32";
+}
+
 void ForwardBatch::Clear() {
   tokens.clear();
   positions.clear();
@@ -65,8 +75,8 @@ struct Acts {          // S = rows that feed the head
 };
 }  // namespace
 
-size_t InferenceModel::KvBytesPerBlock(const GptConfig& cfg, int block_size) {
-  return 2ull * cfg.n_layer * block_size * cfg.n_embd * sizeof(float);
+size_t InferenceModel::KvBytesPerBlock(const GptConfig& cfg, int block_size, DType kv_dtype) {
+  return 2ull * cfg.n_layer * block_size * cfg.n_embd * DTypeSize(kv_dtype);
 }
 
 InferenceModel::InferenceModel(Backend* backend, const GptConfig& cfg, const InferenceModelOptions& options)
@@ -79,6 +89,8 @@ Result<std::unique_ptr<InferenceModel>> InferenceModel::Create(Backend* backend,
   if (params.size() != GptParamCount(cfg))
     return Status::InvalidArgument(fmt::format("expected {} parameters for {}, got {}", GptParamCount(cfg),
                                                cfg.ToString(), params.size()));
+  if (options.kv_dtype != DType::kF32 && options.kv_dtype != DType::kBF16)
+    return Status::InvalidArgument("the KV cache holds fp32 or bf16 elements");
   if (options.block_size < 1 || options.num_blocks < 1 || options.max_rows < 1 || options.max_seqs < 1)
     return Status::InvalidArgument("block size, KV blocks, rows and sequences per batch must be positive");
   if (options.quantize == Quantize::kInt8 && cfg.n_embd % 4 != 0)
@@ -130,9 +142,9 @@ void InferenceModel::Init(const std::vector<float>& params) {
     layer_params_.push_back({P("ln1w", l), P("ln1b", l), P("qkvb", l), P("attprojb", l), P("ln2w", l),
                              P("ln2b", l), P("fcb", l), P("fcprojb", l)});
 
-  const size_t layer_floats = static_cast<size_t>(opt_.num_blocks) * bs * C;
-  k_cache_ = DeviceBuffer(backend_, L * layer_floats * sizeof(float));
-  v_cache_ = DeviceBuffer(backend_, L * layer_floats * sizeof(float));
+  const size_t layer_bytes = static_cast<size_t>(opt_.num_blocks) * bs * C * DTypeSize(opt_.kv_dtype);
+  k_cache_ = DeviceBuffer(backend_, L * layer_bytes);
+  v_cache_ = DeviceBuffer(backend_, L * layer_bytes);
   // Beyond one row per sequence, room for prompt rows being scored (echo with logprobs): 64 per step.
   if (opt_.max_logit_rows <= 0) opt_.max_logit_rows = opt_.max_seqs + std::min(opt_.max_rows, 64);
   acts_ =
@@ -186,21 +198,21 @@ void InferenceModel::Forward(const ForwardBatch& batch, float* host_logits) {
     t = now;
   };
   lap("upload");
-  const size_t layer_floats = static_cast<size_t>(opt_.num_blocks) * bs * C;
+  const size_t layer_bytes = static_cast<size_t>(opt_.num_blocks) * bs * C * DTypeSize(opt_.kv_dtype);
   backend_->EmbedTokens(a.x, d_tokens, d_positions, P("wte"), P("wpe"), N, C);
   lap("embed");
   for (int l = 0; l < L; l++) {
     const LayerParams& p = layer_params_[l];
-    float* k_cache = k_cache_.as<float>() + l * layer_floats;
-    float* v_cache = v_cache_.as<float>() + l * layer_floats;
+    char* k_cache = k_cache_.as<char>() + l * layer_bytes;
+    char* v_cache = v_cache_.as<char>() + l * layer_bytes;
     backend_->LayerNormForward(a.ln, a.mean, a.rstd, a.x, p.ln1w, p.ln1b, N, C);
     lap("layernorm");
     RunLinear(a.qkv, a.ln, qkvw_[l], p.qkvb, N, 3 * C, C);
     lap("matmul qkv");
-    backend_->KvCacheWrite(k_cache, v_cache, a.qkv, d_slots, N, C, NH, bs);
+    backend_->KvCacheWrite(k_cache, v_cache, opt_.kv_dtype, a.qkv, d_slots, N, C, NH, bs);
     lap("kv write");
-    backend_->PagedAttentionForward(a.atty, a.qkv, k_cache, v_cache, d_seqs, d_tables, S, max_blocks_, N, C,
-                                    NH, bs);
+    backend_->PagedAttentionForward(a.atty, a.qkv, k_cache, v_cache, opt_.kv_dtype, d_seqs, d_tables, S,
+                                    max_blocks_, N, C, NH, bs);
     lap("attention");
     RunLinear(a.proj, a.atty, attprojw_[l], p.attprojb, N, C, C);
     lap("matmul attproj");

@@ -26,9 +26,12 @@ namespace tern {
 enum class Quantize { kNone, kInt8 };
 Result<Quantize> ParseQuantize(const std::string& name);  // "none" | "int8"
 const char* QuantizeName(Quantize q);
+Result<DType> ParseKvDtype(const std::string& name);  // "fp32" | "bf16"
+const char* KvDtypeName(DType t);
 
 struct InferenceModelOptions {
   Quantize quantize = Quantize::kNone;
+  DType kv_dtype = DType::kF32;  // KV cache elements: kF32, or kBF16 (half the bytes; backend.h)
   int block_size = 16;     // tokens per KV block
   int num_blocks = 64;     // KV blocks in the pool (all layers)
   int max_rows = 256;      // rows (new tokens) per forward
@@ -54,8 +57,8 @@ class InferenceModel {
   static Result<std::unique_ptr<InferenceModel>> Create(Backend* backend, const GptConfig& cfg,
                                                         const std::vector<float>& params,
                                                         const InferenceModelOptions& options);
-  // KV bytes per block over all layers (keys and values): 2 * L * block_size * C * 4.
-  static size_t KvBytesPerBlock(const GptConfig& cfg, int block_size);
+  // KV bytes per block over all layers (keys and values): 2 * L * block_size * C * (4 or 2 for bf16).
+  static size_t KvBytesPerBlock(const GptConfig& cfg, int block_size, DType kv_dtype);
 
   // Runs the batch: writes its keys and values into the cache and copies the logits of logit_rows to
   // host_logits[logit_rows.size(), V] (at most max_logit_rows of them).
@@ -97,7 +100,7 @@ class InferenceModel {
   std::vector<LayerParams> layer_params_;
   std::map<std::string, double>* profile_ = nullptr;
   std::unique_ptr<Linear> head_;
-  DeviceBuffer k_cache_, v_cache_;  // [L, num_blocks, NH, bs, hs] each
+  DeviceBuffer k_cache_, v_cache_;  // [L, num_blocks, NH, hs, bs] keys, [L, num_blocks, NH, bs, hs] values
   DeviceBuffer acts_;               // activations for max_rows rows
   DeviceBuffer ints_;               // uploaded batch metadata
 };

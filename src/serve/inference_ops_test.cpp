@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "backend/bf16.h"
 #include "backend/cpu/ops_test_util.h"
 #include "serve/quantize.h"
 
@@ -16,14 +17,26 @@ using testing::Arena;
 using testing::ExpectClose;
 using testing::Uniform;
 
-constexpr int C = 64, NH = 4, BS = 4, kBlocks = 40, kMaxBlocks = 12;
+constexpr int C = 64, kBlocks = 40, kMaxBlocks = 12;
+
+// The cache's shape and element type. C = 64, NH = 4, bs = 4 takes the fast backend's scalar path; bs a
+// multiple of 16 with hs = 16..128 in steps of 16 its vector path.
+struct Geometry {
+  int C, NH, bs;
+  DType kv;
+  std::string Name() const {
+    return "C=" + std::to_string(C) + " NH=" + std::to_string(NH) + " bs=" + std::to_string(bs) + " " +
+           DTypeName(kv);
+  }
+};
+constexpr Geometry kSmall{C, 4, 4, DType::kF32};
 
 // A ragged batch: per sequence (q_len, ctx_len), rows concatenated; block tables scrambled so that
 // sequences use non-contiguous blocks in no particular order.
 struct Ragged {
   std::vector<int32_t> seqs, tables, slots;
   int N = 0, S = 0;
-  Ragged(const std::vector<std::pair<int, int>>& shape, std::mt19937& rng) {
+  Ragged(const std::vector<std::pair<int, int>>& shape, int bs, std::mt19937& rng) {
     std::vector<int32_t> perm(kBlocks);
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
@@ -31,9 +44,9 @@ struct Ragged {
     for (auto [q_len, ctx] : shape) {
       seqs.insert(seqs.end(), {N, q_len, ctx});
       std::vector<int32_t> table(kMaxBlocks, 0);
-      for (int b = 0; b < (ctx + BS - 1) / BS; b++) table[b] = perm[next++];
+      for (int b = 0; b < (ctx + bs - 1) / bs; b++) table[b] = perm[next++];
       tables.insert(tables.end(), table.begin(), table.end());
-      for (int p = ctx - q_len; p < ctx; p++) slots.push_back(table[p / BS] * BS + p % BS);
+      for (int p = ctx - q_len; p < ctx; p++) slots.push_back(table[p / bs] * bs + p % bs);
       N += q_len;
       S++;
     }
@@ -41,28 +54,42 @@ struct Ragged {
 };
 
 // Fills the cache for every position of every sequence (the earlier ones from a separate "past" qkv), then
-// runs the attention for the new rows.
-std::vector<float> RunPaged(Backend& be, const Ragged& r, const std::vector<float>& qkv,
+// runs the attention for the new rows. The cache starts as NaN: a kernel that read a slot nobody wrote
+// (beyond a sequence's last position in its last block) would spread it.
+std::vector<float> RunPaged(Backend& be, const Geometry& g, const Ragged& r, const std::vector<float>& qkv,
                             const std::vector<float>& past_kv) {
   Arena ar(be);
-  const size_t cache = static_cast<size_t>(kBlocks) * BS * C;
-  float* k = ar.Zeros<float>(cache);
-  float* v = ar.Zeros<float>(cache);
+  const size_t cache_elems = static_cast<size_t>(kBlocks) * g.bs * g.C;
+  const std::vector<uint16_t> nan_bits(cache_elems * DTypeSize(g.kv) / 2, 0x7fc0);  // NaN as fp32 and as bf16
+  void* k = ar.In(nan_bits);
+  void* v = ar.In(nan_bits);
   // past positions: write them through KvCacheWrite with rows of past_kv
   std::vector<int32_t> past_slots;
   for (int s = 0; s < r.S; s++) {
     const int q_len = r.seqs[3 * s + 1], ctx = r.seqs[3 * s + 2];
     for (int p = 0; p < ctx - q_len; p++)
-      past_slots.push_back(r.tables[s * kMaxBlocks + p / BS] * BS + p % BS);
+      past_slots.push_back(r.tables[s * kMaxBlocks + p / g.bs] * g.bs + p % g.bs);
   }
   if (!past_slots.empty()) {
-    be.KvCacheWrite(k, v, ar.In(past_kv), ar.In(past_slots), static_cast<int>(past_slots.size()), C, NH, BS);
+    be.KvCacheWrite(k, v, g.kv, ar.In(past_kv), ar.In(past_slots), static_cast<int>(past_slots.size()), g.C,
+                    g.NH, g.bs);
   }
   const float* d_qkv = ar.In(qkv);
-  be.KvCacheWrite(k, v, d_qkv, ar.In(r.slots), r.N, C, NH, BS);
-  float* out = ar.Zeros<float>(static_cast<size_t>(r.N) * C);
-  be.PagedAttentionForward(out, d_qkv, k, v, ar.In(r.seqs), ar.In(r.tables), r.S, kMaxBlocks, r.N, C, NH, BS);
-  return ar.Out(out, static_cast<size_t>(r.N) * C);
+  be.KvCacheWrite(k, v, g.kv, d_qkv, ar.In(r.slots), r.N, g.C, g.NH, g.bs);
+  float* out = ar.Zeros<float>(static_cast<size_t>(r.N) * g.C);
+  be.PagedAttentionForward(out, d_qkv, k, v, g.kv, ar.In(r.seqs), ar.In(r.tables), r.S, kMaxBlocks, r.N, g.C,
+                           g.NH, g.bs);
+  return ar.Out(out, static_cast<size_t>(r.N) * g.C);
+}
+
+// The training attention over qkv[T, 3C] (one sequence), the independent oracle.
+std::vector<float> TrainingAttention(const std::vector<float>& qkv, int T, int NH) {
+  auto ref = MakeCpuReferenceBackend();
+  Arena ar(*ref);
+  float* out = ar.Zeros<float>(static_cast<size_t>(T) * C);
+  float* att = ar.Zeros<float>(static_cast<size_t>(NH) * T * T);
+  ref->AttentionForward(out, att, ar.In(qkv), 1, T, C, NH);
+  return ar.Out(out, static_cast<size_t>(T) * C);
 }
 
 TEST(PagedAttention, ReferenceMatchesTrainingAttention) {
@@ -70,47 +97,69 @@ TEST(PagedAttention, ReferenceMatchesTrainingAttention) {
   const int T = 23;
   auto qkv = Uniform(rng, static_cast<size_t>(T) * 3 * C);
   auto ref = MakeCpuReferenceBackend();
-  Arena ar(*ref);
-  float* out = ar.Zeros<float>(static_cast<size_t>(T) * C);
-  float* att = ar.Zeros<float>(static_cast<size_t>(NH) * T * T);
-  ref->AttentionForward(out, att, ar.In(qkv), 1, T, C, NH);
-  auto want = ar.Out(out, static_cast<size_t>(T) * C);
+  auto want = TrainingAttention(qkv, T, kSmall.NH);
   // whole prompt at once
-  Ragged whole({{T, T}}, rng);
-  ExpectClose(RunPaged(*ref, whole, qkv, {}), want, 1e-5, 1e-6, "paged, one chunk");
+  Ragged whole({{T, T}}, kSmall.bs, rng);
+  ExpectClose(RunPaged(*ref, kSmall, whole, qkv, {}), want, 1e-5, 1e-6, "paged, one chunk");
   // the last 9 rows as a second chunk over a cache holding the first 14 positions
-  Ragged chunk({{9, T}}, rng);
+  Ragged chunk({{9, T}}, kSmall.bs, rng);
   std::vector<float> past(qkv.begin(), qkv.begin() + 14 * 3 * C), rest(qkv.begin() + 14 * 3 * C, qkv.end());
   std::vector<float> tail(want.begin() + 14 * C, want.end());
-  ExpectClose(RunPaged(*ref, chunk, rest, past), tail, 1e-5, 1e-6, "paged, second chunk");
+  ExpectClose(RunPaged(*ref, kSmall, chunk, rest, past), tail, 1e-5, 1e-6, "paged, second chunk");
+}
+
+TEST(PagedAttention, Bf16CacheIsTheTrainingAttentionOfRoundedKeysAndValues) {
+  std::mt19937 rng(6);
+  const int T = 21;
+  auto qkv = Uniform(rng, static_cast<size_t>(T) * 3 * C);
+  auto rounded = qkv;  // the queries stay fp32; keys and values are what a bf16 cache holds
+  for (int t = 0; t < T; t++)
+    for (int i = C; i < 3 * C; i++) rounded[t * 3 * C + i] = RoundToBF16(qkv[t * 3 * C + i]);
+  const Geometry bf16{C, 4, 16, DType::kBF16};
+  auto ref = MakeCpuReferenceBackend();
+  Ragged whole({{T, T}}, bf16.bs, rng);
+  auto got = RunPaged(*ref, bf16, whole, qkv, {});
+  ExpectClose(got, TrainingAttention(rounded, T, bf16.NH), 1e-5, 1e-6, "bf16 cache vs rounded inputs");
+  // and it is not the fp32 result: the rounding is real (bf16 keeps 8 bits of mantissa)
+  auto exact = TrainingAttention(qkv, T, bf16.NH);
+  double max_diff = 0;
+  for (size_t i = 0; i < got.size(); i++) max_diff = std::max(max_diff, double(std::fabs(got[i] - exact[i])));
+  EXPECT_GT(max_diff, 1e-4);
+  EXPECT_LT(max_diff, 2e-2);
 }
 
 TEST(PagedAttention, FastMatchesReferenceAndIsRowIndependent) {
-  std::mt19937 rng(2);
   const std::vector<std::pair<int, int>> shape = {{1, 17}, {7, 7}, {1, 1}, {5, 30}, {1, 44}};
-  Ragged batch(shape, rng);
-  auto qkv = Uniform(rng, static_cast<size_t>(batch.N) * 3 * C);
-  int past_rows = 0;
-  for (auto [q, ctx] : shape) past_rows += ctx - q;
-  auto past = Uniform(rng, static_cast<size_t>(past_rows) * 3 * C);
-  auto ref = MakeCpuReferenceBackend();
-  auto fast = MakeCpuFastBackend();
-  auto want = RunPaged(*ref, batch, qkv, past);
-  auto got = RunPaged(*fast, batch, qkv, past);
-  ExpectClose(got, want, 1e-5, 1e-6, "fast paged attention");
-  // Each sequence alone (same blocks, same cache contents) gives bitwise the rows it had in the batch.
-  int row = 0, past_row = 0;
-  for (int s = 0; s < batch.S; s++) {
-    auto [q_len, ctx] = shape[s];
-    Ragged one({{q_len, ctx}}, rng);
-    one.tables.assign(batch.tables.begin() + s * kMaxBlocks, batch.tables.begin() + (s + 1) * kMaxBlocks);
-    one.slots.assign(batch.slots.begin() + row, batch.slots.begin() + row + q_len);
-    std::vector<float> q1(qkv.begin() + row * 3 * C, qkv.begin() + (row + q_len) * 3 * C);
-    std::vector<float> p1(past.begin() + past_row * 3 * C, past.begin() + (past_row + ctx - q_len) * 3 * C);
-    auto alone = RunPaged(*fast, one, q1, p1);
-    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + row * C)) << "sequence " << s;
-    row += q_len;
-    past_row += ctx - q_len;
+  // scalar path (bs 4; hs 160 > 128), vector path with hs 16, 48, 64 and bs 16, 32; both element types
+  for (const Geometry& g : {kSmall, Geometry{C, 4, 16, DType::kF32}, Geometry{96, 2, 16, DType::kF32},
+                            Geometry{128, 2, 32, DType::kBF16}, Geometry{C, 4, 4, DType::kBF16},
+                            Geometry{160, 1, 16, DType::kBF16}}) {
+    std::mt19937 rng(2);
+    Ragged batch(shape, g.bs, rng);
+    auto qkv = Uniform(rng, static_cast<size_t>(batch.N) * 3 * g.C);
+    int past_rows = 0;
+    for (auto [q, ctx] : shape) past_rows += ctx - q;
+    auto past = Uniform(rng, static_cast<size_t>(past_rows) * 3 * g.C);
+    auto ref = MakeCpuReferenceBackend();
+    auto fast = MakeCpuFastBackend();
+    auto want = RunPaged(*ref, g, batch, qkv, past);
+    auto got = RunPaged(*fast, g, batch, qkv, past);
+    ExpectClose(got, want, 1e-5, 1e-6, "fast paged attention " + g.Name());
+    // Each sequence alone (same blocks, same cache contents) gives bitwise the rows it had in the batch.
+    int row = 0, past_row = 0;
+    for (int s = 0; s < batch.S; s++) {
+      auto [q_len, ctx] = shape[s];
+      Ragged one({{q_len, ctx}}, g.bs, rng);
+      one.tables.assign(batch.tables.begin() + s * kMaxBlocks, batch.tables.begin() + (s + 1) * kMaxBlocks);
+      one.slots.assign(batch.slots.begin() + row, batch.slots.begin() + row + q_len);
+      const size_t w = 3 * static_cast<size_t>(g.C);
+      std::vector<float> q1(qkv.begin() + row * w, qkv.begin() + (row + q_len) * w);
+      std::vector<float> p1(past.begin() + past_row * w, past.begin() + (past_row + ctx - q_len) * w);
+      auto alone = RunPaged(*fast, g, one, q1, p1);
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + row * g.C)) << g.Name() << " seq " << s;
+      row += q_len;
+      past_row += ctx - q_len;
+    }
   }
 }
 

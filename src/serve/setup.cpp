@@ -97,7 +97,7 @@ Result<std::unique_ptr<Engine>> MakeEngine(Backend* backend, const GptConfig& cf
     return Status::InvalidArgument(fmt::format("the tokenizer has {} tokens but the model only {}",
                                                tokenizer->vocab_size(), cfg.vocab_size));
   const int seq_len = eo.max_seq_len > 0 ? std::min(eo.max_seq_len, cfg.block_size) : cfg.block_size;
-  const size_t per_block = InferenceModel::KvBytesPerBlock(cfg, setup.block_size);
+  const size_t per_block = InferenceModel::KvBytesPerBlock(cfg, setup.block_size, setup.kv_dtype);
   const int blocks = static_cast<int>(setup.kv_cache_mb * 1024 * 1024 / per_block);
   const int per_seq = (seq_len + setup.block_size - 1) / setup.block_size;
   if (blocks < per_seq)
@@ -107,6 +107,7 @@ Result<std::unique_ptr<Engine>> MakeEngine(Backend* backend, const GptConfig& cf
                     setup.kv_cache_mb, blocks * setup.block_size, seq_len, per_seq * per_block / 1048576.0));
   InferenceModelOptions mo;
   mo.quantize = setup.quantize;
+  mo.kv_dtype = setup.kv_dtype;
   mo.block_size = setup.block_size;
   mo.num_blocks = blocks;
   mo.max_rows = eo.max_batch_tokens;

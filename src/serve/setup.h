@@ -29,6 +29,7 @@ Result<ServeWeights> LoadServeWeights(const std::string& path, const std::string
 // sequence of max_seq_len tokens.
 struct EngineSetup {
   Quantize quantize = Quantize::kNone;
+  DType kv_dtype = DType::kF32;
   double kv_cache_mb = 1024;
   int block_size = 16;
   EngineOptions engine;

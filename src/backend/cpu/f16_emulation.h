@@ -86,14 +86,15 @@ class F16EmulationBackend : public Backend {
                    int N, int C) override {
     inner_->EmbedTokens(out, tokens, positions, wte, wpe, N, C);
   }
-  void KvCacheWrite(float* k_cache, float* v_cache, const float* qkv, const int32_t* slots, int N, int C, int NH,
-                    int bs) override {
-    inner_->KvCacheWrite(k_cache, v_cache, qkv, slots, N, C, NH, bs);
+  void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots, int N,
+                    int C, int NH, int bs) override {
+    inner_->KvCacheWrite(k_cache, v_cache, kv_dtype, qkv, slots, N, C, NH, bs);
   }
-  void PagedAttentionForward(float* out, const float* qkv, const float* k_cache, const float* v_cache,
+  void PagedAttentionForward(float* out, const float* qkv, const void* k_cache, const void* v_cache, DType kv_dtype,
                              const int32_t* seqs, const int32_t* block_tables, int S, int max_blocks, int N, int C,
                              int NH, int bs) override {
-    inner_->PagedAttentionForward(out, qkv, k_cache, v_cache, seqs, block_tables, S, max_blocks, N, C, NH, bs);
+    inner_->PagedAttentionForward(out, qkv, k_cache, v_cache, kv_dtype, seqs, block_tables, S, max_blocks, N, C,
+                                  NH, bs);
   }
   void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias, int N,
                   int OC, int K) override {

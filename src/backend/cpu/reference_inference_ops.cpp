@@ -4,14 +4,31 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/bf16.h"
 #include "backend/cpu/reference_ops.h"
 
 namespace tern {
 namespace {
 
-// Where (block, head, slot) lives in one layer's cache [num_blocks, NH, bs, hs].
-size_t CacheOffset(int block, int h, int slot, int NH, int bs, int hs) {
-  return ((static_cast<size_t>(block) * NH + h) * bs + slot) * hs;
+// Element i of a layer's cache of kv_dtype elements, as fp32 (bf16 widens exactly).
+float KvLoad(const void* cache, DType kv_dtype, size_t i) {
+  if (kv_dtype == DType::kBF16) return BF16ToF32(static_cast<const uint16_t*>(cache)[i]);
+  return static_cast<const float*>(cache)[i];
+}
+void KvStore(void* cache, DType kv_dtype, size_t i, float x) {
+  if (kv_dtype == DType::kBF16) {
+    static_cast<uint16_t*>(cache)[i] = F32ToBF16(x);
+  } else {
+    static_cast<float*>(cache)[i] = x;
+  }
+}
+// Where element j of the key / value of (block, head, slot) lives (backend.h: keys [.., NH, hs, bs],
+// values [.., NH, bs, hs]).
+size_t KeyIndex(int block, int h, int slot, int j, int NH, int bs, int hs) {
+  return ((static_cast<size_t>(block) * NH + h) * hs + j) * bs + slot;
+}
+size_t ValueIndex(int block, int h, int slot, int j, int NH, int bs, int hs) {
+  return ((static_cast<size_t>(block) * NH + h) * bs + slot) * hs + j;
 }
 
 // Byte of w(o, k) in the packed int8 layout (backend.h, MatmulInt8).
@@ -31,25 +48,26 @@ void CpuReferenceBackend::EmbedTokens(float* out, const int32_t* tokens, const i
   }
 }
 
-void CpuReferenceBackend::KvCacheWrite(float* k_cache, float* v_cache, const float* qkv, const int32_t* slots,
-                                       int N, int C, int NH, int bs) {
+void CpuReferenceBackend::KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv,
+                                       const int32_t* slots, int N, int C, int NH, int bs) {
   const int hs = C / NH;
   for (int n = 0; n < N; n++) {
     const int block = slots[n] / bs, slot = slots[n] % bs;
     const float* k = qkv + static_cast<size_t>(n) * 3 * C + C;
     const float* v = k + C;
     for (int h = 0; h < NH; h++) {
-      const size_t off = CacheOffset(block, h, slot, NH, bs, hs);
-      std::memcpy(k_cache + off, k + h * hs, hs * sizeof(float));
-      std::memcpy(v_cache + off, v + h * hs, hs * sizeof(float));
+      for (int j = 0; j < hs; j++) {
+        KvStore(k_cache, kv_dtype, KeyIndex(block, h, slot, j, NH, bs, hs), k[h * hs + j]);
+        KvStore(v_cache, kv_dtype, ValueIndex(block, h, slot, j, NH, bs, hs), v[h * hs + j]);
+      }
     }
   }
 }
 
 // The same three passes as AttentionForward (scores and max, softmax, weighted values), with keys and
 // values read through the block table instead of from qkv.
-void CpuReferenceBackend::PagedAttentionForward(float* out, const float* qkv, const float* k_cache,
-                                                const float* v_cache, const int32_t* seqs,
+void CpuReferenceBackend::PagedAttentionForward(float* out, const float* qkv, const void* k_cache,
+                                                const void* v_cache, DType kv_dtype, const int32_t* seqs,
                                                 const int32_t* block_tables, int S, int max_blocks, int N,
                                                 int C, int NH, int bs) {
   const int hs = C / NH;
@@ -65,9 +83,9 @@ void CpuReferenceBackend::PagedAttentionForward(float* out, const float* qkv, co
         const float* q = qkv + static_cast<size_t>(row) * 3 * C + h * hs;
         float maxval = -INFINITY;
         for (int p = 0; p <= pos; p++) {
-          const float* k = k_cache + CacheOffset(table[p / bs], h, p % bs, NH, bs, hs);
           float dot = 0.0f;
-          for (int j = 0; j < hs; j++) dot += q[j] * k[j];
+          for (int j = 0; j < hs; j++)
+            dot += q[j] * KvLoad(k_cache, kv_dtype, KeyIndex(table[p / bs], h, p % bs, j, NH, bs, hs));
           dot *= scale;
           att[p] = dot;
           if (dot > maxval) maxval = dot;
@@ -81,9 +99,9 @@ void CpuReferenceBackend::PagedAttentionForward(float* out, const float* qkv, co
         float* o = out + static_cast<size_t>(row) * C + h * hs;
         for (int j = 0; j < hs; j++) o[j] = 0.0f;
         for (int p = 0; p <= pos; p++) {
-          const float* v = v_cache + CacheOffset(table[p / bs], h, p % bs, NH, bs, hs);
           const float a = att[p] * inv;
-          for (int j = 0; j < hs; j++) o[j] += a * v[j];
+          for (int j = 0; j < hs; j++)
+            o[j] += a * KvLoad(v_cache, kv_dtype, ValueIndex(table[p / bs], h, p % bs, j, NH, bs, hs));
         }
       }
     }
