@@ -52,6 +52,9 @@ int32_t QuantizeRow(const float* x, int K, int8_t* a, float* row_scale) {
   return sum;
 }
 
+constexpr int kGroupsPerBlock = 4;  // 64 output channels: K*64 bytes of weights stay in L1/L2 across rows
+constexpr int kRowsPerBlock = 64;   // rows per work item, so large prefills also split over threads
+
 struct Int8Args {
   const int8_t* a;         // [N, K] quantised activations
   const float* row_scale;  // [N]
@@ -63,9 +66,12 @@ struct Int8Args {
   int N, OC, K;
 };
 
-// Rows [r0, r0 + MR) x groups [g0, g0 + NG) of 16 output channels.
+// Rows [r0, r0 + MR) x groups [g0, g0 + NG) of 16 output channels. With `next` set, also asks for the
+// weights of the groups at `next` to be brought into the cache, a line per group and step of 4 k: the
+// first row tile of a block prefetches the next block, whose weights come from DRAM (a decode step reads
+// every weight once), while the other row tiles of the block find theirs in L1/L2.
 template <int MR, int NG>
-void MicroTile(const Int8Args& p, int r0, int g0) {
+void MicroTile(const Int8Args& p, int r0, int g0, const int8_t* next) {
   const int K4 = p.K / 4;
   __m512i acc[MR][NG];
   for (int r = 0; r < MR; r++)
@@ -74,6 +80,9 @@ void MicroTile(const Int8Args& p, int r0, int g0) {
   const int8_t* wg = p.w + static_cast<size_t>(g0) * K4 * 64;
   const int8_t* arow = p.a + static_cast<size_t>(r0) * p.K;
   for (int k4 = 0; k4 < K4; k4++) {
+    if (next)
+      for (int g = 0; g < kGroupsPerBlock; g++)
+        __builtin_prefetch(next + (static_cast<size_t>(g) * K4 + k4) * 64);
     __m512i wv[NG];
     for (int g = 0; g < NG; g++)
       wv[g] = _mm512_xor_si512(_mm512_loadu_si512(wg + (static_cast<size_t>(g) * K4 + k4) * 64), flip);
@@ -102,14 +111,12 @@ void MicroTile(const Int8Args& p, int r0, int g0) {
   }
 }
 
-using TileFn = void (*)(const Int8Args&, int, int);
+using TileFn = void (*)(const Int8Args&, int, int, const int8_t*);
 constexpr TileFn kTiles[4][4] = {{MicroTile<1, 1>, MicroTile<1, 2>, MicroTile<1, 3>, MicroTile<1, 4>},
                                  {MicroTile<2, 1>, MicroTile<2, 2>, MicroTile<2, 3>, MicroTile<2, 4>},
                                  {MicroTile<3, 1>, MicroTile<3, 2>, MicroTile<3, 3>, MicroTile<3, 4>},
                                  {MicroTile<4, 1>, MicroTile<4, 2>, MicroTile<4, 3>, MicroTile<4, 4>}};
 
-constexpr int kGroupsPerBlock = 4;  // 64 output channels: K*64 bytes of weights stay in L1/L2 across rows
-constexpr int kRowsPerBlock = 64;   // rows per work item, so large prefills also split over threads
 
 }  // namespace
 
@@ -136,9 +143,12 @@ void CpuFastBackend::MatmulInt8(float* out, const float* inp, const int8_t* w, c
     for (int gb = 0; gb < gblocks; gb++) {
       const int g0 = gb * kGroupsPerBlock, ng = std::min(kGroupsPerBlock, groups - g0);
       const int r_end = std::min(N, (rb + 1) * kRowsPerBlock);
+      // the next block's weights (full blocks only: the last one may be short)
+      const int8_t* next = gb + 2 < gblocks ? w + static_cast<size_t>(g0 + kGroupsPerBlock) * (K / 4) * 64
+                                            : nullptr;
       for (int r0 = rb * kRowsPerBlock; r0 < r_end; r0 += 4) {
         const int mr = std::min(4, r_end - r0);
-        kTiles[mr - 1][ng - 1](args, r0, g0);
+        kTiles[mr - 1][ng - 1](args, r0, g0, r0 == rb * kRowsPerBlock ? next : nullptr);
       }
     }
   }
