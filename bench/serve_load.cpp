@@ -411,7 +411,7 @@ int Quality(const std::string& run, const std::string& data, int windows) {
               "|---|---|---:|---:|---:|\n",
               w->config.ToString().c_str());
   for (size_t i = 0; i < loss.size(); i++)
-    std::printf("| %s | %s | %.4f | %+.4f (%+.3f%%) | %.3f |\n",
+    std::printf("| %s | %s | %.5f | %+.5f (%+.3f%%) | %.3f |\n",
                 variants[i].q == tern::Quantize::kInt8 ? "int8" : "fp32", tern::KvDtypeName(variants[i].kv),
                 loss[i], loss[i] - loss[0], 100 * (loss[i] - loss[0]) / loss[0], std::exp(loss[i]));
   return 0;
