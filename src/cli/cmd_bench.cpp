@@ -8,6 +8,7 @@
 #include "cli/command.h"
 #include "data/tokenizer.h"
 #include "plan/gpu_specs.h"
+#include "plan/workload.h"
 #include "train/bench.h"
 #include "train/train_config.h"
 
@@ -21,7 +22,8 @@ struct BenchCliOptions {
   bool json = false, run = false, no_run = false;
   int n_layer = 0, n_head = 0, n_embd = 0, vocab_size = 0;  // overrides of the preset's shape
   // Which of the shape flags were given: with --config, the others come from the config.
-  bool batch_given = false, seq_given = false, accum_given = false, precision_given = false, device_given = false;
+  bool batch_given = false, seq_given = false, accum_given = false, precision_given = false, device_given = false,
+       recompute_given = false;
 };
 
 // The checkpoint directory's nearest existing ancestor: the save is timed on the disk the run will use,
@@ -49,12 +51,52 @@ Status ApplyConfig(BenchCliOptions* o) {
   if (!o->accum_given) b.grad_accum = cfg.grad_accum_steps();
   if (!o->precision_given) b.precision = cfg.precision;
   if (!o->device_given) b.device = cfg.device;
+  if (!o->recompute_given) b.recompute = cfg.recompute;
   if (std::filesystem::exists(cfg.data_dir + "/tokenizer.model")) b.data_dir = cfg.data_dir;
   b.sample_tokens = cfg.sample_tokens;
   b.sample_choices = cfg.num_samples > 0 ? cfg.num_samples : 1;
   b.sample_prompt = cfg.sample_prompt;
   if (o->io_dir.empty()) o->io_dir = ExistingAncestor(cfg.ckpt.dir.empty() ? cfg.run_dir + "/checkpoints" : cfg.ckpt.dir);
   return Status::Ok();
+}
+
+// tern plan's memory model for the bench's shape on one GPU without ZeRO-1: what `tern plan` budgets for it.
+// fp16 keeps no 16-bit weight copy, so the planner's fp32 figures are its figures.
+std::optional<BenchMemory> PlannedMemory(const BenchOptions& b) {
+  plan::WorkloadSpec spec;
+  spec.cfg = b.model;
+  spec.seq = b.seq;
+  spec.tokens = 1;
+  spec.micro_batch = b.batch;
+  auto w = plan::Workload::Make(spec, plan::PlanDefaults());
+  if (!w.ok()) return std::nullopt;
+  const plan::ActRecompute r = b.recompute == "gelu" ? plan::ActRecompute::kGelu : plan::ActRecompute::kNone;
+  const auto m = w->Memory(b.precision == "bf16" ? plan::Precision::kBf16 : plan::Precision::kFp32, b.batch, false, r, 1);
+  return BenchMemory{m.weights, m.grads, m.optimizer, m.activations};
+}
+
+void PrintMemory(const BenchResult& r) {
+  constexpr double GiB = 1024.0 * 1024 * 1024;
+  const GptMemory& a = r.allocated;
+  std::printf("memory     model allocated %.2f GiB = weights %.2f + grads %.2f + AdamW %.2f + activations %.2f + "
+              "backward scratch %.2f (recompute %s)\n",
+              a.total() / GiB, (a.params + a.params_bf16) / GiB, a.grads / GiB, a.adam_state / GiB,
+              a.activations / GiB, a.scratch / GiB, r.options.recompute.c_str());
+  if (r.planned) {
+    const BenchMemory& p = *r.planned;
+    std::printf("           tern plan estimate %.2f GiB = weights %.2f + grads %.2f + AdamW %.2f + activations and "
+                "scratch %.2f (%+.1f%% of allocated)\n",
+                p.total() / GiB, p.weights / GiB, p.grads / GiB, p.optimizer / GiB, p.activations / GiB,
+                100 * (p.total() / static_cast<double>(a.total()) - 1));
+  }
+  if (r.peak_rss_bytes >= 0) {
+    std::printf("           measured peak resident %.2f GiB (the whole process: model, backend, libraries, data)\n",
+                r.peak_rss_bytes / GiB);
+  }
+  if (r.device_mem_bytes >= 0) {
+    std::printf("           measured GPU memory %.2f GiB in use after the steps less before the model (NVML: the "
+                "model plus the backend's scratch)\n", r.device_mem_bytes / GiB);
+  }
 }
 
 int RunBenchCommand(BenchCliOptions o) {
@@ -90,6 +132,7 @@ int RunBenchCommand(BenchCliOptions o) {
     return 1;
   }
   r->gpu = plan::CatalogGpuId(r->gpu_name);
+  r->planned = PlannedMemory(o.bench);
   if (!r->gpu_name.empty() && r->gpu.empty()) {
     std::fprintf(stderr, "tern bench: the GPU '%s' matches no catalog GPU; set \"gpu\" in the JSON to its catalog "
                  "name (data/catalog/gpus.csv) to calibrate `tern plan` for it\n", r->gpu_name.c_str());
@@ -109,6 +152,7 @@ int RunBenchCommand(BenchCliOptions o) {
   std::printf("achieved   %.1f GFLOP/s (%.1f MFLOP/token)\n", r->achieved_gflops, r->flops_per_token / 1e6);
   std::printf("peak       %.1f GFLOP/s (matmul probe, %s)\n", r->peak_gflops, b.precision.c_str());
   std::printf("MFU        %.1f%%\n", r->mfu * 100);
+  PrintMemory(*r);
   if (r->has_run) {
     const BenchRunTimes& t = r->run;
     std::printf("start-up   %.2f s process + %.2f s backend + %.2f s model init + %.2f s peak probe%s\n",
@@ -136,7 +180,9 @@ void AddBenchCommand(CLI::App& root, CommandTable& table) {
   sub->footer("\nMFU = model FLOPs per token x tokens/s / peak FLOP/s, where the peak is measured by a matmul probe\n"
               "in the same process and precision. With --config, the shape, accumulation, precision and device are the\n"
               "config's (flags override them) and the bench also times what else the run does (start-up, evaluation,\n"
-              "samples, a checkpoint save in the checkpoint directory's disk) for `tern plan --config`. Examples:\n"
+              "samples, a checkpoint save in the checkpoint directory's disk) for `tern plan --config`. Memory: the\n"
+              "model's allocation, `tern plan`'s estimate for the same shape, and the measured peak RSS (CPU) or NVML\n"
+              "memory in use (GPU). Examples:\n"
               "  tern bench --model gpt2-124m --batch 4 --seq 64 --precision bf16\n"
               "  tern bench --config configs/demo.yaml --json > bench.json   # for tern plan --calibrate");
   sub->add_option("--model", o->model, "preset: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m");
@@ -156,6 +202,9 @@ void AddBenchCommand(CLI::App& root, CommandTable& table) {
   sub->add_option_function<std::string>("--precision", [o](const std::string& v) { o->bench.precision = v, o->precision_given = true; },
                                         "fp32 | bf16 | fp16")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  sub->add_option_function<std::string>("--recompute", [o](const std::string& v) { o->bench.recompute = v, o->recompute_given = true; },
+                                        "none | gelu (train.recompute: recompute the GELU outputs in the backward)")
+      ->check(CLI::IsMember({"none", "gelu"}));
   sub->add_option("--steps", o->bench.steps, "timed steps (the median is reported)")->capture_default_str()->check(CLI::PositiveNumber);
   sub->add_option("--warmup", o->bench.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
   sub->add_option_function<std::string>("--device", [o](const std::string& v) { o->bench.device = v, o->device_given = true; },

@@ -42,6 +42,18 @@ Result<Toggle> ParseToggle(const std::string& s, const char* flag) {
   return Status::InvalidArgument(fmt::format("{}: '{}' is not auto, on or off", flag, s));
 }
 
+// --recompute: auto (empty), or one mode. 'on' meant whole-block recompute before tern train had a recompute of
+// its own; it is refused rather than guessed.
+Result<std::optional<ActRecompute>> ParseRecomputeFlag(const std::string& s) {
+  if (s == "auto") return std::optional<ActRecompute>();
+  if (s == "none" || s == "off") return std::optional<ActRecompute>(ActRecompute::kNone);
+  if (s == "gelu") return std::optional<ActRecompute>(ActRecompute::kGelu);
+  if (s == "blocks") return std::optional<ActRecompute>(ActRecompute::kBlocks);
+  return Status::InvalidArgument(fmt::format(
+      "--recompute: '{}' is not auto, none, gelu or blocks (gelu = tern train's train.recompute=gelu; blocks = "
+      "whole-block recompute, which tern train does not do yet)", s));
+}
+
 // --config: the run `tern train CONFIG [--set ...]` would do. The model, sequence, micro-batch and
 // tokens per step are the config's; the tokens are train.steps of them unless --tokens says otherwise;
 // evaluation, samples and checkpoints become the run's non-step time (plan/run_model.h).
@@ -60,6 +72,8 @@ Status ApplyTrainConfig(const PlanFlags& f, const std::optional<BenchProfile>& b
   w.model_label = f.config;
   w.seq = cfg.seq_len;
   w.micro_batch = cfg.batch_size;
+  TERN_ASSIGN_OR_RETURN(const Recompute recompute, ParseRecompute(cfg.recompute));
+  w.recompute = recompute == Recompute::kGelu ? ActRecompute::kGelu : ActRecompute::kNone;  // --recompute may override
   const double step_tokens = static_cast<double>(cfg.batch_size) * cfg.seq_len * cfg.grad_accum_steps();
   w.global_batch_tokens = step_tokens;
   if (f.tokens.empty()) {
@@ -116,7 +130,8 @@ Result<PlanRequest> BuildRequest(const PlanFlags& f) {
     }
   }
   TERN_ASSIGN_OR_RETURN(req.workload.zero1, ParseToggle(f.zero, "--zero"));
-  TERN_ASSIGN_OR_RETURN(req.workload.recompute, ParseToggle(f.recompute, "--recompute"));
+  TERN_ASSIGN_OR_RETURN(std::optional<ActRecompute> recompute, ParseRecomputeFlag(f.recompute));
+  if (recompute || f.config.empty()) req.workload.recompute = recompute;  // auto with --config: the config's
   if (!f.deadline.empty()) {
     TERN_ASSIGN_OR_RETURN(req.deadline_h, ParseDurationHours(f.deadline, "--deadline"));
   }
@@ -219,8 +234,9 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
       "  tern bench --config configs/demo.yaml --json > bench.json     # then the wall time of that run here:\n"
       "  tern plan --config configs/demo.yaml --calibrate bench.json --instance local --explain 1\n\n"
       "How it decides: FLOPs/token = 6(12LC^2+CV)+12LTC (as the trainer reports MFU); memory per GPU from\n"
-      "the trainer's own layout (ZeRO-1 and recomputation only when needed to fit); time = FLOPs / (peak x MFU)\n"
-      "plus the exposed ring all-reduce; spot adds Young/Daly checkpointing and expected preemptions.\n"
+      "the trainer's own layout (ZeRO-1 and recomputation only when needed to fit; with --config its train.recompute);\n"
+      "time = FLOPs / (peak x MFU) plus the exposed ring all-reduce; spot adds Young/Daly checkpointing and\n"
+      "expected preemptions.\n"
       "Every default: `tern plan --show-defaults`; models and sources: docs/planning.md.\n"
       "Exit status: 0 plans found, 3 no option meets the constraints, 1 error.");
   sub->add_option("--model", flags->model, "gpt2-124m | gpt2-350m | gpt2-774m | gpt2-1.5b | CONFIG.yaml (its model: block)");
@@ -238,7 +254,10 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
   sub->add_option("--billing", flags->billing, "any of on-demand,spot,reserved")->capture_default_str();
   sub->add_option("--precision", flags->precision, "auto (bf16 where the GPU has it) | bf16 | fp32")->capture_default_str();
   sub->add_option("--zero", flags->zero, "ZeRO-1 optimizer sharding: auto (only to fit) | on | off")->capture_default_str();
-  sub->add_option("--recompute", flags->recompute, "activation recomputation: auto (only to fit) | on | off")->capture_default_str();
+  sub->add_option("--recompute", flags->recompute,
+                  "activation recomputation: auto (only to fit; --config: its train.recompute) | none | gelu (tern "
+                  "train's train.recompute=gelu) | blocks (whole blocks; not in tern train yet)")
+      ->capture_default_str();
   sub->add_option("--spot-mtbf", flags->spot_mtbf, "mean time between spot preemptions per instance, e.g. 6h (default 6h)");
   sub->add_option("--reserved-discount", flags->reserved_discount, "reserved/committed discount off on-demand (default 0.35)");
   sub->add_option("--reserved-utilization", flags->reserved_utilization,

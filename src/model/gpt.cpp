@@ -11,7 +11,8 @@
 namespace tern {
 
 // Activation pointers for one (B, T): carved out of one buffer sized for (max_B, max_T).
-// Per-layer tensors are stacked [L, ...]; shapes in the comments use N = B*T.
+// Per-layer tensors are stacked [L, ...]; shapes in the comments use N = B*T. With Recompute::kGelu,
+// fch_gelu is one layer's [N, 4C], written by every layer's forward and recomputed in the backward.
 struct Gpt::Acts {
   float* encoded;    // [N, C]
   float* ln1;        // [L, N, C]
@@ -26,7 +27,7 @@ struct Gpt::Acts {
   float* ln2_mean;   // [L, N]
   float* ln2_rstd;   // [L, N]
   float* fch;        // [L, N, 4C]
-  float* fch_gelu;   // [L, N, 4C]
+  float* fch_gelu;   // [L, N, 4C], or [N, 4C] with Recompute::kGelu
   float* fcproj;     // [L, N, C]
   float* residual3;  // [L, N, C]
   float* lnf;        // [N, C]
@@ -36,7 +37,7 @@ struct Gpt::Acts {
   float* losses;     // [N]
   size_t total;      // floats used
 
-  Acts(float* base, const GptConfig& c, size_t B, size_t T) {
+  Acts(float* base, const GptConfig& c, size_t B, size_t T, Recompute recompute) {
     const size_t L = c.n_layer, C = c.n_embd, V = c.vocab_size, NH = c.n_head, N = B * T;
     size_t off = 0;
     auto take = [&](size_t n) { float* p = base ? base + off : nullptr; off += n; return p; };
@@ -53,7 +54,7 @@ struct Gpt::Acts {
     ln2_mean = take(L * N);
     ln2_rstd = take(L * N);
     fch = take(L * N * 4 * C);
-    fch_gelu = take(L * N * 4 * C);
+    fch_gelu = take((recompute == Recompute::kGelu ? 1 : L) * N * 4 * C);
     fcproj = take(L * N * C);
     residual3 = take(L * N * C);
     lnf = take(N * C);
@@ -62,6 +63,10 @@ struct Gpt::Acts {
     logits = take(N * V);
     losses = take(N);
     total = off;
+  }
+  // Layer l's GELU output: its own slice, or the shared buffer with Recompute::kGelu.
+  float* gelu(int l, size_t N, size_t C, Recompute recompute) const {
+    return recompute == Recompute::kGelu ? fch_gelu : fch_gelu + static_cast<size_t>(l) * N * 4 * C;
   }
 };
 
@@ -84,8 +89,32 @@ struct BackwardScratch {
   }
 };
 
-Gpt::Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Compute compute)
-    : backend_(backend), config_(config), max_B_(max_B), max_T_(max_T), compute_(compute) {
+GptMemory Gpt::Allocation(const GptConfig& config, int max_B, int max_T, Compute compute, Recompute recompute) {
+  const size_t P = GptParamCount(config);
+  GptMemory m;
+  m.params = P * sizeof(float);
+  m.params_bf16 = compute == Compute::kBF16 ? P * sizeof(uint16_t) : 0;
+  m.grads = P * sizeof(float);
+  m.adam_state = 2 * P * sizeof(float);
+  m.activations = Acts(nullptr, config, max_B, max_T, recompute).total * sizeof(float) +
+                  2 * static_cast<size_t>(max_B) * max_T * sizeof(int32_t);  // tokens_
+  m.scratch = BackwardScratch(nullptr, config, max_B, max_T).total * sizeof(float);
+  return m;
+}
+
+GptMemory Gpt::memory() const {
+  GptMemory m;
+  m.params = params_.bytes();
+  m.params_bf16 = params_bf16_.bytes();
+  m.grads = grads_.bytes();
+  m.adam_state = adam_m_.bytes() + adam_v_.bytes();
+  m.activations = acts_.bytes() + tokens_.bytes();
+  m.scratch = scratch_.bytes();
+  return m;
+}
+
+Gpt::Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Compute compute, Recompute recompute)
+    : backend_(backend), config_(config), max_B_(max_B), max_T_(max_T), compute_(compute), recompute_(recompute) {
   assert(config.Validate().ok());
   assert(max_T <= config.block_size);
   layout_ = GptParamLayout(config_);
@@ -95,7 +124,7 @@ Gpt::Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Comput
   grads_ = DeviceBuffer(backend_, num_params_ * sizeof(float));
   adam_m_ = DeviceBuffer(backend_, num_params_ * sizeof(float));
   adam_v_ = DeviceBuffer(backend_, num_params_ * sizeof(float));
-  acts_ = DeviceBuffer(backend_, Acts(nullptr, config_, max_B, max_T).total * sizeof(float));
+  acts_ = DeviceBuffer(backend_, Acts(nullptr, config_, max_B, max_T, recompute_).total * sizeof(float));
   scratch_ = DeviceBuffer(backend_, BackwardScratch(nullptr, config_, max_B, max_T).total * sizeof(float));
   tokens_ = DeviceBuffer(backend_, 2 * static_cast<size_t>(max_B) * max_T * sizeof(int32_t));
 }
@@ -170,7 +199,7 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
   assert(B <= max_B_ && T <= max_T_);
   const int L = config_.n_layer, C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
   const size_t N = static_cast<size_t>(B) * T;
-  Acts a(acts_.as<float>(), config_, B, T);
+  Acts a(acts_.as<float>(), config_, B, T, recompute_);
   int32_t* d_inputs = tokens_.as<int32_t>();
   int32_t* d_targets = d_inputs + N;
   backend_->Upload(d_inputs, inputs, N * sizeof(int32_t));
@@ -190,7 +219,7 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
     float* residual2 = a.residual2 + l * nc;
     float* ln2 = a.ln2 + l * nc;
     float* fch = a.fch + l * 4 * nc;
-    float* fch_gelu = a.fch_gelu + l * 4 * nc;
+    float* fch_gelu = a.gelu(l, N, C, recompute_);
     float* fcproj = a.fcproj + l * nc;
     float* residual3 = a.residual3 + l * nc;
 
@@ -225,7 +254,7 @@ void Gpt::Backward() {
   const int B = last_B_, T = last_T_;
   const int L = config_.n_layer, C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
   const size_t N = static_cast<size_t>(B) * T, nc = N * C;
-  Acts a(acts_.as<float>(), config_, B, T);
+  Acts a(acts_.as<float>(), config_, B, T, recompute_);
   BackwardScratch s(scratch_.as<float>(), config_, B, T);
   const int32_t* d_inputs = tokens_.as<int32_t>();
   have_dlogits_ = false;
@@ -249,11 +278,14 @@ void Gpt::Backward() {
     const float* residual2 = a.residual2 + l * nc;
     const float* ln2 = a.ln2 + l * nc;
     const float* fch = a.fch + l * 4 * nc;
-    const float* fch_gelu = a.fch_gelu + l * 4 * nc;
+    float* fch_gelu = a.gelu(l, N, C, recompute_);
 
     // residual3 = residual2 + fcproj: the gradient of fcproj is dresidual itself.
     backend_->Matmul(s.dfch_gelu, F32(s.dresidual), W("fcprojw", lc * 4 * C), nullptr, N, 4 * C, C, false, false,
                      0.0f, compute_);
+    // Recompute: the shared buffer still holds the last layer's GELU output from the forward; every other
+    // layer's is recomputed from fch by the same op, so the values (and the gradients) are the forward's.
+    if (recompute_ == Recompute::kGelu && l != L - 1) backend_->GeluForward(fch_gelu, fch, 4 * nc);
     backend_->Matmul(G("fcprojw") + lc * 4 * C, F32(s.dresidual), F32(fch_gelu), nullptr, C, 4 * C, N, true,
                      false, 1.0f, compute_);
     backend_->BiasBackward(G("fcprojb") + lc, s.dresidual, N, C);
@@ -286,7 +318,7 @@ void Gpt::Backward() {
 void Gpt::ZeroGrad() { backend_->Zero(grads(), num_params_ * sizeof(float)); }
 
 void Gpt::GetLogits(int b, int t, float* host_out) const {
-  Acts a(acts_.as<float>(), config_, last_B_, last_T_);
+  Acts a(acts_.as<float>(), config_, last_B_, last_T_, recompute_);
   const size_t V = config_.vocab_size;
   backend_->Download(host_out, a.logits + (static_cast<size_t>(b) * last_T_ + t) * V, V * sizeof(float));
 }

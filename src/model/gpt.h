@@ -1,6 +1,7 @@
 // GPT-2 written once over the Backend interface (llm.c's layout and names). Every buffer is allocated
 // at construction for the largest micro-batch (max_B x max_T); Forward may run with any B <= max_B and
-// T <= max_T (evaluation, generation). The model never dereferences a device pointer.
+// T <= max_T (evaluation, generation). The model never dereferences a device pointer. With Recompute::kGelu
+// the GELU outputs share one [B*T, 4C] buffer and the backward recomputes them (gpt_config.h).
 #pragma once
 
 #include <cstdint>
@@ -13,13 +14,21 @@ namespace tern {
 
 class Gpt {
  public:
-  Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Compute compute);
+  Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Compute compute,
+      Recompute recompute = Recompute::kNone);
 
   const GptConfig& config() const { return config_; }
   const std::vector<ParamTensor>& layout() const { return layout_; }
   size_t num_params() const { return num_params_; }
   Compute compute() const { return compute_; }
   Backend* backend() const { return backend_; }
+  Recompute recompute() const { return recompute_; }
+
+  // Bytes this model allocated, per part (the token-id buffer counts as activations). GptMemoryEstimate,
+  // the planner's memory model, must give the same figures (gpt_memory_test.cpp).
+  GptMemory memory() const;
+  // What the constructor allocates for these arguments, computed by the same sizing code without allocating.
+  static GptMemory Allocation(const GptConfig& config, int max_B, int max_T, Compute compute, Recompute recompute);
 
   // GPT-2 initialisation from a seed: N(0, 0.02) for matrices and embeddings, residual projections
   // (attprojw, fcprojw) scaled by 1/sqrt(2L), biases 0, layernorm weights 1. Deterministic per seed.
@@ -68,6 +77,7 @@ class Gpt {
   GptConfig config_;
   int max_B_, max_T_;
   Compute compute_;
+  Recompute recompute_;
   std::vector<ParamTensor> layout_;
   size_t num_params_ = 0;
 

@@ -85,7 +85,15 @@ double GptFlopsPerToken(const GptConfig& cfg, int T) {
   return 6.0 * (12.0 * L * C * C + C * V) + 12.0 * L * T * C;
 }
 
-GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16) {
+const char* RecomputeName(Recompute r) { return r == Recompute::kGelu ? "gelu" : "none"; }
+
+Result<Recompute> ParseRecompute(const std::string& s) {
+  if (s == "none") return Recompute::kNone;
+  if (s == "gelu") return Recompute::kGelu;
+  return Status::InvalidArgument(fmt::format("recompute '{}' is not allowed; use none or gelu", s));
+}
+
+GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recompute recompute) {
   const size_t L = cfg.n_layer, C = cfg.n_embd, V = cfg.vocab_size, NH = cfg.n_head;
   const size_t N = static_cast<size_t>(B) * T;
   const size_t P = GptParamCount(cfg);
@@ -94,10 +102,14 @@ GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16) {
   m.params_bf16 = bf16 ? P * 2 : 0;
   m.grads = P * 4;
   m.adam_state = P * 8;
-  // per layer: ln1, atty, attproj, residual2, ln2, fcproj, residual3 (7 x C), qkv (3C), fch + gelu (8C),
-  // two layernorm stats pairs (4 per row), attention probabilities NH*T per row.
-  size_t per_layer = N * (7 * C + 3 * C + 8 * C + 4) + N * NH * T;
-  m.activations = 4 * (N * C /*encoded*/ + L * per_layer + N * (C + 2) /*lnf*/ + N * V /*logits*/ + N /*losses*/);
+  // per layer: ln1, atty, attproj, residual2, ln2, fcproj, residual3 (7 x C), qkv (3C), fch (4C), the GELU
+  // output (4C, or one layer's for all with recompute=gelu), two layernorm stats pairs (4 per row),
+  // attention probabilities NH*T per row.
+  const size_t gelu = recompute == Recompute::kGelu ? N * 4 * C : L * N * 4 * C;
+  size_t per_layer = N * (7 * C + 3 * C + 4 * C + 4) + N * NH * T;
+  m.activations = 4 * (N * C /*encoded*/ + L * per_layer + gelu + N * (C + 2) /*lnf*/ + N * V /*logits*/ +
+                       N /*losses*/) +
+                  2 * N * 4 /*input and target token ids (int32)*/;
   // backward scratch: dresidual, dln, datty (C each), dqkv (3C), dfch, dfch_gelu (4C each), datt (NH*T)
   m.scratch = 4 * (N * (3 * C + 3 * C + 8 * C) + N * NH * T);
   return m;

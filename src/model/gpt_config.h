@@ -50,16 +50,26 @@ size_t GptParamCount(const GptConfig& cfg);
 // Training FLOPs per token at sequence length T (the formula above).
 double GptFlopsPerToken(const GptConfig& cfg, int T);
 
+// Activation recomputation (`train.recompute`). kGelu is llm.c's `-r 1`: the model keeps one [B*T, 4C] GELU
+// output instead of one per layer and recomputes it from the saved fc output in the backward, just before the
+// fcproj weight gradient needs it. Cost: L-1 extra GELU forwards per micro-batch (the last layer's output is
+// still in the buffer); saving: (L-1) x B*T x 4C floats. Gradients are bitwise the same as with kNone.
+enum class Recompute { kNone, kGelu };
+const char* RecomputeName(Recompute r);  // "none", "gelu"
+Result<Recompute> ParseRecompute(const std::string& s);
+
 // Bytes of memory per component for training with micro-batch B x T.
 struct GptMemory {
   size_t params = 0;        // fp32 weights (the master copy)
   size_t params_bf16 = 0;   // bf16 working copy of the weights (bf16 precision only)
   size_t grads = 0;         // fp32 gradients
   size_t adam_state = 0;    // fp32 first and second moments
-  size_t activations = 0;   // saved forward activations (incl. attention probabilities and logits)
+  size_t activations = 0;   // saved forward activations (incl. attention probabilities, logits, token ids)
   size_t scratch = 0;       // backward scratch reused across layers
   size_t total() const { return params + params_bf16 + grads + adam_state + activations + scratch; }
 };
-GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16);
+// The memory model `tern plan` and `tern bench` use; Gpt::memory() is what the model really allocated and a
+// test keeps the two equal.
+GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recompute recompute = Recompute::kNone);
 
 }  // namespace tern

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -112,6 +114,14 @@ TEST(PlanCli, ConfigPlansTheWholeTrainingRun) {
   Output bad_key = Tern("plan --config configs/demo.yaml --set train.nope=1");
   EXPECT_EQ(bad_key.code, 1);
   EXPECT_NE(bad_key.text.find("train.nope"), std::string::npos) << bad_key.text;
+  // The config's train.recompute is the plan's (the trainer does not adapt it); --recompute may override it.
+  for (const auto& [flags, want] : std::vector<std::pair<std::string, std::string>>{
+           {"", "none"}, {" --set train.recompute=gelu", "gelu"}, {" --set train.recompute=gelu --recompute none", "none"}}) {
+    Output r = Tern(args + flags + " --json");
+    ASSERT_EQ(r.code, 0) << flags << "\n" << r.text;
+    const auto rd = nlohmann::json::parse(r.text, nullptr, false);
+    EXPECT_EQ(rd["plans"][0]["memory"]["recompute"], want) << flags;
+  }
 }
 
 TEST(PlanCli, ErrorsNameTheProblem) {
@@ -128,6 +138,10 @@ TEST(PlanCli, ErrorsNameTheProblem) {
       << c.text;
   Output env = Tern("plan --model gpt2-124m --tokens 1B --no-shipped-catalog");
   EXPECT_EQ(env.code, 1);
+  // 'on' once meant whole-block recompute; now that tern train has a recompute of its own it is ambiguous.
+  Output on = Tern("plan --model gpt2-124m --tokens 1B --recompute on");
+  EXPECT_EQ(on.code, 1);
+  EXPECT_NE(on.text.find("auto, none, gelu or blocks"), std::string::npos) << on.text;
 }
 
 }  // namespace

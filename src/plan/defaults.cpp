@@ -34,8 +34,13 @@ std::vector<DefaultEntry> DescribeDefaults(const PlanDefaults& d) {
       {"dataset_bytes_per_token", fmt::format("{:g}", d.dataset_bytes_per_token), "tern shard format: uint16 tokens"},
       {"mem_usable_fraction", fmt::format("{:g}", d.mem_usable_fraction), kAssume},
       {"mem_reserve_gib", fmt::format("{:g}", d.mem_reserve_gib), kAssume},
-      {"recompute_time_factor", fmt::format("{:.4g}", d.recompute_time_factor),
-       "one extra forward = 2 of the 6 FLOPs per parameter per token: (6+2)/6"},
+      {"gelu_recompute_time_factor", fmt::format("{:.4g}", d.gelu_recompute_time_factor),
+       "train.recompute=gelu: L-1 memory-bound GELU passes, not in the FLOP count. GPT-2 124M B=16 on an H100: "
+       "11 x 0.4 GB at ~3 TB/s = 1.5 ms of a 35-100 ms step; +2% measured on 2 CPU cores (demo shape); tern "
+       "assumption"},
+      {"block_recompute_time_factor", fmt::format("{:.4g}", d.block_recompute_time_factor),
+       "whole-block recompute (not in tern train yet): one extra forward = 2 of the 6 FLOPs per parameter per "
+       "token: (6+2)/6"},
       {"allreduce_link_efficiency", fmt::format("{:g}", d.allreduce_link_efficiency), kAssume},
       {"overlap_fraction", fmt::format("{:g}", d.overlap_fraction), kAssume},
       {"default_gpu_link_gbps", fmt::format("{:g}", d.default_gpu_link_gbps), "PCIe Gen4 x16 (gpus.csv: L4/A10 rows)"},

@@ -33,7 +33,8 @@ struct PlanDefaults {
   // Memory
   double mem_usable_fraction = 0.95;  // allocator fragmentation
   double mem_reserve_gib = 1.0;       // CUDA context + cuBLAS workspace
-  double recompute_time_factor = 4.0 / 3.0;  // full recompute re-runs the forward (2 of 6 FLOPs/param)
+  double gelu_recompute_time_factor = 1.03;       // train.recompute=gelu: L-1 GELU forwards per micro-batch
+  double block_recompute_time_factor = 4.0 / 3.0;  // whole blocks re-run the forward (2 of 6 FLOPs/param)
   // Throughput
   double allreduce_link_efficiency = 0.8;  // achieved / nominal bandwidth of a ring all-reduce
   double overlap_fraction = 0.5;           // share of the last micro-batch's backward that hides comm

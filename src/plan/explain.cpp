@@ -60,7 +60,7 @@ Result<std::string> ExplainRow(const PlanResult& r, const Catalog& cat, const Pl
   const MemoryFit& f = p.fit;
   s += fmt::format("\n2. Memory  {} training, {} parameters, micro-batch {} x T={}, ZeRO-1 {}, recompute {}\n",
                    PrecisionName(p.precision), FormatCount(w.params()), f.micro_batch, w.seq(),
-                   f.zero1 ? fmt::format("over {} ranks", p.gpus) : "off", f.recompute ? "on" : "off");
+                   f.zero1 ? fmt::format("over {} ranks", p.gpus) : "off", ActRecomputeName(f.recompute));
   s += fmt::format("           weights {:.2f} + grads {:.2f} + AdamW {:.2f} + activations {:.2f} = {:.2f} GiB per GPU\n",
                    f.used.weights / GiB, f.used.grads / GiB, f.used.optimizer / GiB, f.used.activations / GiB,
                    f.used.total() / GiB);
@@ -70,11 +70,11 @@ Result<std::string> ExplainRow(const PlanResult& r, const Catalog& cat, const Pl
                    f.micro_batch, w.seq(), p.gpus, f.grad_accum);
 
   const StepModel& st = p.step;
-  const double rc = f.recompute ? d.recompute_time_factor : 1.0;
+  const double rc = RecomputeTimeFactor(f.recompute, d);
   s += fmt::format("\n3. Compute peak {:g} TFLOP/s ({} {}) x MFU {:.3f} [{}] = {:.1f} TFLOP/s per GPU\n", st.peak_tflops,
                    o.gpu, PrecisionName(p.precision), st.mfu, st.mfu_source, st.peak_tflops * st.mfu);
   s += fmt::format("           per step = {} x {} x {} tokens x {:.4g} FLOP{} / {:.1f} TFLOP/s = {:.4f} s\n", f.micro_batch,
-                   w.seq(), f.grad_accum, w.flops_per_token(), rc != 1.0 ? fmt::format(" x {:.3f} (recompute)", rc) : "",
+                   w.seq(), f.grad_accum, w.flops_per_token(), rc != 1.0 ? fmt::format(" x {:.3f} (recompute {})", rc, ActRecomputeName(f.recompute)) : "",
                    st.peak_tflops * st.mfu, st.compute_s);
 
   s += fmt::format("\n4. Comm    ring all-reduce of {} fp32 gradients over {} GPUs via {}\n", FormatBytes(w.grad_bytes()),

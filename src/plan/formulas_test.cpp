@@ -62,37 +62,42 @@ TEST(Workload, FlopsPerTokenIsTheTrainersFormula) {
 
 TEST(Workload, MemoryOfGpt2SmallWithAdamWFp32) {
   Workload w = Gpt2Small();
-  MemoryBreakdown m = w.Memory(Precision::kFp32, 1, false, false, 1);
+  MemoryBreakdown m = w.Memory(Precision::kFp32, 1, false, ActRecompute::kNone, 1);
   // fp32 weights 4P + grads 4P + AdamW m,v 8P = 16P = 1,991,036,928 bytes (1.85 GiB)
   EXPECT_DOUBLE_EQ(m.weights, 4 * kP124);
   EXPECT_DOUBLE_EQ(m.grads, 4 * kP124);
   EXPECT_DOUBLE_EQ(m.optimizer, 8 * kP124);
   EXPECT_DOUBLE_EQ(m.weights + m.grads + m.optimizer, 1991036928.0);
   // Activations at B=1, T=1024 (N=1024): per layer N(18C+4) + N*NH*T = 26,742,784 floats;
-  // 4 x (N*C + 12 x per_layer + N(C+2) + N*V + N) = 1,495,810,048 B; scratch 4 x (14NC + N*NH*T) = 94,371,840 B.
-  EXPECT_DOUBLE_EQ(m.activations, 1495810048.0 + 94371840.0);
-  EXPECT_DOUBLE_EQ(m.total(), 3581218816.0);
+  // 4 x (N*C + 12 x per_layer + N(C+2) + N*V + N) + 2 x 4N (token ids) = 1,495,818,240 B;
+  // scratch 4 x (14NC + N*NH*T) = 94,371,840 B.
+  EXPECT_DOUBLE_EQ(m.activations, 1495818240.0 + 94371840.0);
+  EXPECT_DOUBLE_EQ(m.total(), 3581227008.0);
   // Activations scale linearly with the micro-batch: the planner relies on it.
   const GptMemory direct = GptMemoryEstimate(ModelPreset("gpt2-124m").value(), 8, 1024, false);
-  EXPECT_DOUBLE_EQ(w.Memory(Precision::kFp32, 8, false, false, 1).activations,
+  EXPECT_DOUBLE_EQ(w.Memory(Precision::kFp32, 8, false, ActRecompute::kNone, 1).activations,
                    static_cast<double>(direct.activations + direct.scratch));
 }
 
 TEST(Workload, MemoryOfGpt2SmallWithAdamWBf16AndZero1) {
   Workload w = Gpt2Small();
-  MemoryBreakdown m = w.Memory(Precision::kBf16, 1, false, false, 1);
+  MemoryBreakdown m = w.Memory(Precision::kBf16, 1, false, ActRecompute::kNone, 1);
   // bf16 adds a 2P working copy: 18P = 2,239,916,544 bytes of weights, grads and moments.
   EXPECT_DOUBLE_EQ(m.weights + m.grads + m.optimizer, 2239916544.0);
   // ZeRO-1 over 8 ranks shards the fp32 master and the moments: 2P + 4P/8 + 4P + 8P/8 = 7.5P.
-  MemoryBreakdown z = w.Memory(Precision::kBf16, 1, true, false, 8);
+  MemoryBreakdown z = w.Memory(Precision::kBf16, 1, true, ActRecompute::kNone, 8);
   EXPECT_DOUBLE_EQ(z.weights + z.grads + z.optimizer, 7.5 * kP124);
   // In fp32 the weights are the working copy: only the moments shard (4P + 4P + 8P/8 = 9P).
-  MemoryBreakdown zf = w.Memory(Precision::kFp32, 1, true, false, 8);
+  MemoryBreakdown zf = w.Memory(Precision::kFp32, 1, true, ActRecompute::kNone, 8);
   EXPECT_DOUBLE_EQ(zf.weights + zf.grads + zf.optimizer, 9 * kP124);
-  // Recomputation keeps one block input (4 x N x C) per layer instead of the whole block.
-  MemoryBreakdown rc = w.Memory(Precision::kBf16, 1, false, true, 1);
+  // Block recomputation keeps one block input (4 x N x C) per layer instead of the whole block.
+  MemoryBreakdown rc = w.Memory(Precision::kBf16, 1, false, ActRecompute::kBlocks, 1);
   const double per_layer = 4.0 * 26742784, input = 4.0 * 1024 * 768;
   EXPECT_DOUBLE_EQ(m.activations - rc.activations, 11 * per_layer - 12 * input);
+  // GELU recomputation (train.recompute=gelu) keeps one GELU output (4 x N x 4C) instead of 12: 138,412,032 B.
+  MemoryBreakdown g = w.Memory(Precision::kBf16, 1, false, ActRecompute::kGelu, 1);
+  EXPECT_DOUBLE_EQ(m.activations - g.activations, 11 * 4.0 * 1024 * 4 * 768);
+  EXPECT_DOUBLE_EQ(m.activations - g.activations, 138412032.0);
 }
 
 TEST(Workload, FitPicksLargestMicroBatchAndAccumulation) {
@@ -104,7 +109,7 @@ TEST(Workload, FitPicksLargestMicroBatchAndAccumulation) {
   EXPECT_EQ(f.micro_batch, 32);
   EXPECT_EQ(f.grad_accum, 16);
   EXPECT_FALSE(f.zero1);
-  EXPECT_FALSE(f.recompute);
+  EXPECT_EQ(f.recompute, ActRecompute::kNone);
   // GPT-2 1.5B in bf16 needs 18 x 1.56B = 28 GB of states: no fit on a 16 GB T4 even with recompute alone,
   // but ZeRO-1 over 8 GPUs brings the states to 7.5P = 11.7 GB.
   WorkloadSpec spec;
@@ -115,6 +120,29 @@ TEST(Workload, FitPicksLargestMicroBatchAndAccumulation) {
   MemoryFit z = xl.Fit(Precision::kBf16, 16, 8, PlanDefaults());
   ASSERT_TRUE(z.fits);
   EXPECT_TRUE(z.zero1);
+}
+
+TEST(Workload, FitTriesGeluRecomputeBeforeBlockRecompute) {
+  // GPT-2 124M bf16 at B=1: 2.09 GiB of states + 1.48 GiB per sequence; GELU recompute saves 0.13 GiB of it,
+  // block recompute 1.2 GiB. A GPU with 3.55 GiB usable fits B=1 only with GELU recompute.
+  Workload w = Gpt2Small();
+  PlanDefaults d;
+  d.mem_usable_fraction = 1;
+  d.mem_reserve_gib = 0;
+  auto gib = [](double b) { return b / (1024.0 * 1024 * 1024); };
+  const double none = w.Memory(Precision::kBf16, 1, false, ActRecompute::kNone, 1).total();
+  const double gelu = w.Memory(Precision::kBf16, 1, false, ActRecompute::kGelu, 1).total();
+  const double blocks = w.Memory(Precision::kBf16, 1, false, ActRecompute::kBlocks, 1).total();
+  ASSERT_LT(blocks, gelu);
+  ASSERT_LT(gelu, none);
+  MemoryFit f = w.Fit(Precision::kBf16, gib(gelu) + 0.001, 1, d);
+  ASSERT_TRUE(f.fits);
+  EXPECT_EQ(f.recompute, ActRecompute::kGelu);
+  EXPECT_EQ(f.micro_batch, 1);
+  EXPECT_EQ(w.Fit(Precision::kBf16, gib(gelu) - 0.001, 1, d).recompute, ActRecompute::kBlocks);
+  EXPECT_EQ(w.Fit(Precision::kBf16, gib(none) + 0.001, 1, d).recompute, ActRecompute::kNone);
+  EXPECT_EQ(RecomputeTimeFactor(ActRecompute::kGelu, d), d.gelu_recompute_time_factor);
+  EXPECT_EQ(RecomputeTimeFactor(ActRecompute::kNone, d), 1.0);
 }
 
 TEST(Throughput, RingAllReduceFor8GpusOnNvlink) {

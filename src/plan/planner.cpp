@@ -244,10 +244,12 @@ class Planner {
   std::string Why(const PlanRow& r) const {
     std::vector<std::string> parts;
     if (!r.warnings.empty()) parts.push_back(fmt::format("catalog warning: {}", r.warnings.front()));
-    if (r.fit.zero1 || r.fit.recompute) {
+    const bool recompute = r.fit.recompute != ActRecompute::kNone;
+    if (r.fit.zero1 || recompute) {
+      const char* what = r.fit.recompute == ActRecompute::kGelu ? "GELU recompute (train.recompute=gelu)"
+                                                                : "block recompute (not in tern train yet)";
       parts.push_back(fmt::format("memory-bound: needs {}{}{}", r.fit.zero1 ? fmt::format("ZeRO-1 over {} GPUs", r.gpus) : "",
-                                  r.fit.zero1 && r.fit.recompute ? " + " : "",
-                                  r.fit.recompute ? "activation recompute" : ""));
+                                  r.fit.zero1 && recompute ? " + " : "", recompute ? what : ""));
     }
     if (r.billing == Billing::kSpot) {
       parts.push_back(fmt::format("spot: {:.1f} expected preemptions, checkpoint every {}", r.spot.expected_preemptions,

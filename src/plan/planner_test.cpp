@@ -180,7 +180,7 @@ TEST(Planner, MemoryBoundModelNeedsSharding) {
   PlanRequest req = Request("gpt2-1.5b", 1e9);
   req.gpus = {"T4"};
   req.max_gpus = 16;
-  req.workload.recompute = Toggle::kOff;
+  req.workload.recompute = ActRecompute::kNone;
   Result<PlanResult> r = MakePlan(cat, req, PlanDefaults());
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->rows.empty());  // fp32 on a 16 GB T4 with no recomputation never fits

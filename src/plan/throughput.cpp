@@ -38,7 +38,7 @@ StepModel ModelStep(const Workload& w, const MemoryFit& fit, double peak_tflops,
   s.mfu = mfu;
   const double micro_tokens = static_cast<double>(fit.micro_batch) * w.seq();
   s.tokens_per_step = micro_tokens * fit.grad_accum * n_gpus;
-  const double rc = fit.recompute ? d.recompute_time_factor : 1.0;
+  const double rc = RecomputeTimeFactor(fit.recompute, d);
   const double flops_per_s = peak_tflops * 1e12 * mfu;
   const double micro_s = micro_tokens * w.flops_per_token() * rc / flops_per_s;
   s.compute_s = micro_s * fit.grad_accum;

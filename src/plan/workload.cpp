@@ -7,6 +7,24 @@
 
 namespace tern::plan {
 
+const char* ActRecomputeName(ActRecompute r) {
+  switch (r) {
+    case ActRecompute::kGelu: return "gelu";
+    case ActRecompute::kBlocks: return "blocks";
+    case ActRecompute::kNone: break;
+  }
+  return "none";
+}
+
+double RecomputeTimeFactor(ActRecompute r, const PlanDefaults& d) {
+  switch (r) {
+    case ActRecompute::kGelu: return d.gelu_recompute_time_factor;
+    case ActRecompute::kBlocks: return d.block_recompute_time_factor;
+    case ActRecompute::kNone: break;
+  }
+  return 1.0;
+}
+
 Result<Workload> Workload::Make(const WorkloadSpec& spec_in, const PlanDefaults& d) {
   Workload w;
   w.spec_ = spec_in;
@@ -21,8 +39,11 @@ Result<Workload> Workload::Make(const WorkloadSpec& spec_in, const PlanDefaults&
   const int T = w.spec_.seq;
   w.params_ = static_cast<double>(GptParamCount(w.spec_.cfg));
   w.flops_per_token_ = GptFlopsPerToken(w.spec_.cfg, T);
-  w.base_[0] = GptMemoryEstimate(w.spec_.cfg, 1, T, false);
-  w.base_[1] = GptMemoryEstimate(w.spec_.cfg, 1, T, true);
+  for (int bf16 : {0, 1}) {
+    for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
+      w.base_[bf16][r == Recompute::kGelu] = GptMemoryEstimate(w.spec_.cfg, 1, T, bf16 == 1, r);
+    }
+  }
   // One block's saved activations = the difference between a 2-layer and a 1-layer model of this width.
   GptConfig one = w.spec_.cfg, two = w.spec_.cfg;
   one.n_layer = 1;
@@ -33,8 +54,9 @@ Result<Workload> Workload::Make(const WorkloadSpec& spec_in, const PlanDefaults&
   return w;
 }
 
-MemoryBreakdown Workload::Memory(Precision p, int micro_batch, bool zero1, bool recompute, int dp_ranks) const {
-  const GptMemory& m = base_[p == Precision::kBf16 ? 1 : 0];
+MemoryBreakdown Workload::Memory(Precision p, int micro_batch, bool zero1, ActRecompute recompute,
+                                 int dp_ranks) const {
+  const GptMemory& m = base_[p == Precision::kBf16 ? 1 : 0][recompute == ActRecompute::kGelu ? 1 : 0];
   const double B = micro_batch, n = zero1 ? dp_ranks : 1;
   MemoryBreakdown out;
   // ZeRO-1 shards the optimizer state: the AdamW moments, and in bf16 also the fp32 master weights
@@ -45,9 +67,9 @@ MemoryBreakdown Workload::Memory(Precision p, int micro_batch, bool zero1, bool 
   out.grads = static_cast<double>(m.grads);
   out.optimizer = static_cast<double>(m.adam_state) / n;
   double act = static_cast<double>(m.activations);
-  if (recompute) {
+  if (recompute == ActRecompute::kBlocks) {
     // Keep each block's input and recompute the block in backward: L full blocks become L inputs
-    // plus one block's working set.
+    // plus one block's working set. (GELU recompute is in m itself: the model's own layout.)
     const double L = spec_.cfg.n_layer;
     act = act - L * layer_act_b1_ + L * layer_input_b1_ + layer_act_b1_;
   }
@@ -63,15 +85,18 @@ MemoryFit Workload::Fit(Precision p, double gpu_mem_gib, int dp_ranks, const Pla
   const int per_rank = std::max(1, static_cast<int>(spec_.global_batch_tokens / (static_cast<double>(T) * dp_ranks)));
   const int b_max = std::min(d.max_micro_batch, per_rank);
   // Cheapest option first: sharding costs no extra compute (reduce-scatter + all-gather move the same
-  // bytes as the all-reduce), recomputation costs a third more compute.
+  // bytes as the all-reduce), GELU recompute a few percent, block recompute a third more compute.
   struct Option {
-    bool zero1, recompute;
+    bool zero1;
+    ActRecompute recompute;
   };
-  const Option options[] = {{false, false}, {true, false}, {false, true}, {true, true}};
+  const Option options[] = {{false, ActRecompute::kNone}, {true, ActRecompute::kNone},
+                            {false, ActRecompute::kGelu}, {true, ActRecompute::kGelu},
+                            {false, ActRecompute::kBlocks}, {true, ActRecompute::kBlocks}};
   auto allowed = [](Toggle t, bool v) { return t == Toggle::kAuto || (t == Toggle::kOn) == v; };
   fit.need_b1 = 1e300;
   for (const Option& o : options) {
-    if (!allowed(spec_.zero1, o.zero1) || !allowed(spec_.recompute, o.recompute)) continue;
+    if (!allowed(spec_.zero1, o.zero1) || (spec_.recompute && *spec_.recompute != o.recompute)) continue;
     if (o.zero1 && dp_ranks == 1 && spec_.zero1 != Toggle::kOn) continue;  // nothing to shard over
     // A training config fixes the micro-batch (the trainer does not adapt it); otherwise start at 1.
     const int b_min = std::max(1, spec_.micro_batch);

@@ -1,9 +1,10 @@
 // What the training job asks of the hardware: FLOPs (the trainer's own formula, GptFlopsPerToken) and
-// memory per GPU (GptMemoryEstimate, plus two options tern plan reasons about: ZeRO-1 optimizer-state
-// sharding across data-parallel ranks, and activation recomputation), and the micro-batch and gradient
-// accumulation that fit a GPU.
+// memory per GPU (GptMemoryEstimate, plus the options tern plan reasons about: ZeRO-1 optimizer-state
+// sharding across data-parallel ranks, and activation recomputation of the GELU outputs or of whole blocks),
+// and the micro-batch and gradient accumulation that fit a GPU.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "model/gpt_config.h"
@@ -14,6 +15,16 @@ namespace tern::plan {
 
 enum class Toggle { kAuto, kOff, kOn };
 
+// Activation recomputation. kGelu is `tern train`'s train.recompute=gelu: the memory is the model's own
+// allocation (GptMemoryEstimate with Recompute::kGelu), the cost L-1 GELU forwards per micro-batch. kBlocks
+// keeps only each block's input and re-runs whole blocks in the backward (one extra forward): tern train does
+// not do it yet; the planner offers it, as it offers ZeRO-1, for runs tern is meant to support, and says so
+// on the rows that need it.
+enum class ActRecompute { kNone, kGelu, kBlocks };
+const char* ActRecomputeName(ActRecompute r);  // "none", "gelu", "blocks"
+// The compute multiplier of a recomputation mode (PlanDefaults' gelu/block_recompute_time_factor).
+double RecomputeTimeFactor(ActRecompute r, const PlanDefaults& d);
+
 struct WorkloadSpec {
   GptConfig cfg;
   std::string model_label;
@@ -22,7 +33,9 @@ struct WorkloadSpec {
   double global_batch_tokens = 0;  // 0: PlanDefaults::global_batch_tokens
   int micro_batch = 0;    // 0: the largest power of two that fits; else this one (a training config's)
   Toggle zero1 = Toggle::kAuto;
-  Toggle recompute = Toggle::kAuto;
+  // Empty = auto: none, then gelu, then blocks, each only when the cheaper ones do not fit. A training
+  // config fixes it to its train.recompute (the trainer does not adapt it).
+  std::optional<ActRecompute> recompute;
 };
 
 // Memory per GPU in bytes, split the way GptMemory splits it, after sharding/recomputation.
@@ -30,7 +43,7 @@ struct MemoryBreakdown {
   double weights = 0;      // fp32 master (+ bf16 working copy)
   double grads = 0;        // fp32
   double optimizer = 0;    // AdamW m and v (fp32)
-  double activations = 0;  // saved for backward (+ backward scratch)
+  double activations = 0;  // saved for backward (incl. token ids) + backward scratch
   double total() const { return weights + grads + optimizer + activations; }
 };
 
@@ -39,7 +52,7 @@ struct MemoryFit {
   int micro_batch = 0;   // sequences per GPU per micro-step
   int grad_accum = 0;    // micro-steps per optimizer step
   bool zero1 = false;
-  bool recompute = false;
+  ActRecompute recompute = ActRecompute::kNone;
   MemoryBreakdown used;  // at the chosen micro-batch
   double available = 0;  // usable bytes per GPU
   double need_b1 = 0;    // bytes per GPU at micro-batch 1 (or the fixed one) with every option allowed (why it failed)
@@ -56,23 +69,24 @@ class Workload {
   double total_flops() const { return flops_per_token_ * spec_.tokens; }
   double global_batch_tokens() const { return spec_.global_batch_tokens; }
   // fp32 gradient bytes all-reduced per optimizer step (GptMemory::grads).
-  double grad_bytes() const { return static_cast<double>(base_[0].grads); }
+  double grad_bytes() const { return static_cast<double>(base_[0][0].grads); }
   // Bytes a resumable checkpoint needs: fp32 weights + AdamW moments.
-  double checkpoint_bytes() const { return static_cast<double>(base_[0].params + base_[0].adam_state); }
+  double checkpoint_bytes() const { return static_cast<double>(base_[0][0].params + base_[0][0].adam_state); }
   // fp32 weights: what is downloaded at the end.
-  double model_bytes() const { return static_cast<double>(base_[0].params); }
+  double model_bytes() const { return static_cast<double>(base_[0][0].params); }
 
-  MemoryBreakdown Memory(Precision p, int micro_batch, bool zero1, bool recompute, int dp_ranks) const;
+  MemoryBreakdown Memory(Precision p, int micro_batch, bool zero1, ActRecompute recompute, int dp_ranks) const;
   MemoryFit Fit(Precision p, double gpu_mem_gib, int dp_ranks, const PlanDefaults& d) const;
 
  private:
   WorkloadSpec spec_;
   double params_ = 0, flops_per_token_ = 0;
-  // GptMemoryEstimate at micro-batch 1 for fp32 [0] and bf16 [1]; its activation terms are linear in
-  // B*T, so other micro-batches scale them (checked by a test) instead of re-running it per option.
-  GptMemory base_[2];
+  // GptMemoryEstimate at micro-batch 1 for fp32 [0] and bf16 [1], without [0] and with [1] GELU recompute;
+  // its activation terms are linear in B*T, so other micro-batches scale them (checked by a test) instead of
+  // re-running it per option.
+  GptMemory base_[2][2];
   double layer_act_b1_ = 0;   // saved activations of one block at micro-batch 1
-  double layer_input_b1_ = 0; // one block's input (B*T*C fp32): what recomputation keeps per layer
+  double layer_input_b1_ = 0; // one block's input (B*T*C fp32): what block recomputation keeps per layer
 };
 
 }  // namespace tern::plan

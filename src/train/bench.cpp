@@ -1,6 +1,7 @@
 #include "train/bench.h"
 
 #include <omp.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "ckpt/manager.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
+#include "metrics/nvml_sampler.h"
 #include "model/gpt.h"
 #include "model/safetensors.h"
 #include "serve/generate.h"
@@ -25,6 +27,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double PeakRssBytes() {
+  struct rusage u {};
+  return ::getrusage(RUSAGE_SELF, &u) == 0 ? static_cast<double>(u.ru_maxrss) * 1024 : -1;  // Linux: KiB
+}
+
+nlohmann::json MemoryJson(const BenchMemory& m) {
+  return {{"weights", m.weights}, {"grads", m.grads}, {"optimizer", m.optimizer}, {"activations", m.activations},
+          {"total", m.total()}};
+}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -145,6 +157,16 @@ nlohmann::json BenchResult::ToJson() const {
       {"achieved_tflops", achieved_gflops / 1e3},
       {"peak_tflops", peak_gflops / 1e3},
       {"mfu", mfu}};
+  const GptMemory& a = allocated;
+  nlohmann::json alloc = MemoryJson({static_cast<double>(a.params + a.params_bf16), static_cast<double>(a.grads),
+                                     static_cast<double>(a.adam_state), static_cast<double>(a.activations + a.scratch)});
+  alloc["saved_activations"] = a.activations;
+  alloc["backward_scratch"] = a.scratch;
+  j["memory"] = {{"recompute", options.recompute},
+                 {"allocated", alloc},
+                 {"planned", planned ? MemoryJson(*planned) : nlohmann::json(nullptr)},
+                 {"peak_rss_bytes", or_null(peak_rss_bytes)},
+                 {"device_mem_bytes", or_null(device_mem_bytes)}};
   if (has_run) {
     j["run"] = {{"process_start_s", run.process_start_s},
                 {"backend_init_s", run.backend_init_s},
@@ -176,6 +198,7 @@ Result<BenchResult> RunBench(const BenchOptions& o) {
   if (o.steps < 1 || o.warmup < 0 || o.grad_accum < 1) {
     return Status::InvalidArgument("--steps and --accum must be at least 1 and --warmup at least 0");
   }
+  TERN_ASSIGN_OR_RETURN(const Recompute recompute, ParseRecompute(o.recompute));
   BenchResult r;
   r.options = o;
   r.has_run = o.measure_run;
@@ -203,8 +226,17 @@ Result<BenchResult> RunBench(const BenchOptions& o) {
     r.run.peak_probe_s = Since(t0);
   }
 
+  // On a GPU, NVML's memory in use before the model and after the steps: the model plus the backend's scratch.
+  std::unique_ptr<NvmlSampler> nvml;
+  GpuSample mem_before;
+  if (backend->IsGpu()) {
+    backend->Synchronize();
+    nvml = std::make_unique<NvmlSampler>(backend->PciBusId());
+    mem_before = nvml->Sample();
+  }
   t0 = Clock::now();
-  Gpt model(backend.get(), o.model, o.batch, o.seq, compute);
+  Gpt model(backend.get(), o.model, o.batch, o.seq, compute, recompute);
+  r.allocated = model.memory();
   model.InitWeights(1);
   backend->Synchronize();
   r.run.model_init_s = Since(t0);
@@ -244,6 +276,12 @@ Result<BenchResult> RunBench(const BenchOptions& o) {
     model.AdamWStep(1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, norm > 1.0 ? static_cast<float>(1.0 / norm) : 1.0f, i + 1);
     backend->Synchronize();
     if (i >= o.warmup) r.steps_ms.push_back(Since(t0) * 1e3);
+  }
+  if (nvml) {
+    const GpuSample after = nvml->Sample();
+    if (mem_before.ok && after.ok) r.device_mem_bytes = (after.mem_used_gb - mem_before.mem_used_gb) * 1e9;
+  } else {
+    r.peak_rss_bytes = PeakRssBytes();
   }
   r.step_ms = Median(r.steps_ms);
   r.tokens_per_s = static_cast<double>(N) * o.grad_accum / (r.step_ms / 1e3);

@@ -8,8 +8,13 @@
 // For `tern plan --config`, the bench also times the rest of a `tern train` run on this device (the "run"
 // block of the JSON): start-up, a forward-only pass (evaluation), a generated sample, and, with an io_dir,
 // one real checkpoint save and the model.safetensors write.
+//
+// Memory: the bytes the model allocated (Gpt::memory()), next to tern plan's estimate for the same config
+// (filled in by the caller, which links the planner) and what the device measured: the process's peak resident
+// set on a CPU, NVML's device memory in use (after the steps, less before the model) on a GPU.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +30,7 @@ struct BenchOptions {
   int batch = 4, seq = 64, grad_accum = 1;
   std::string precision = "fp32";
   std::string device = "cpu";
+  std::string recompute = "none";  // train.recompute: none | gelu
   int steps = 20, warmup = 3;
   bool measure_peak = true;
   double peak_gflops = 0;   // used when !measure_peak
@@ -52,6 +58,12 @@ struct BenchRunTimes {
   std::string io_dir;
 };
 
+// Memory in the planner's split (plan::MemoryBreakdown), bytes; activations include the backward scratch.
+struct BenchMemory {
+  double weights = 0, grads = 0, optimizer = 0, activations = 0;
+  double total() const { return weights + grads + optimizer + activations; }
+};
+
 struct BenchResult {
   BenchOptions options;
   double step_ms = 0;         // median over the timed steps
@@ -67,6 +79,10 @@ struct BenchResult {
   std::string gpu;       // the catalog's id for it ("H200"), set by the caller (plan/gpu_specs.h); empty = unknown
   bool has_run = false;
   BenchRunTimes run;
+  GptMemory allocated;                 // what the model allocated (Gpt::memory())
+  std::optional<BenchMemory> planned;  // tern plan's estimate for this config, set by the caller; empty = none
+  double peak_rss_bytes = -1;          // CPU: the process's peak resident set (everything); -1 = not measured
+  double device_mem_bytes = -1;        // GPU: NVML memory in use after the steps minus before the model; -1 = none
   nlohmann::json ToJson() const;  // the format `tern plan --calibrate` reads
 };
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include "train/bench.h"
 
@@ -73,6 +74,37 @@ TEST(Bench, RunBlockTimesStartupEvalSampleAndSaves) {
   EXPECT_TRUE(j["run"]["sample_ms"].is_null());
   EXPECT_DOUBLE_EQ(j["run"]["forward_ms"].get<double>(), t.forward_ms);
   fs::remove_all(dir);
+}
+
+// The memory block: the model's allocation (what GptMemoryEstimate says), the process's peak resident set
+// around it on a CPU, and GELU recompute's saving. The planner's figures are the CLI's (it links the planner).
+TEST(Bench, MemoryBlockReportsTheAllocationAndTheMeasurement) {
+  BenchOptions o = Tiny();
+  o.measure_run = false;
+  o.steps = 1;
+  std::map<std::string, nlohmann::json> mem;
+  for (const char* recompute : {"none", "gelu"}) {
+    o.recompute = recompute;
+    Result<BenchResult> r = RunBench(o);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    const GptMemory est = GptMemoryEstimate(o.model, o.batch, o.seq, false, ParseRecompute(recompute).value());
+    EXPECT_EQ(r->allocated.total(), est.total());
+    EXPECT_EQ(r->allocated.activations, est.activations);
+    const auto j = r->ToJson()["memory"];
+    EXPECT_EQ(j["recompute"], recompute);
+    EXPECT_EQ(j["allocated"]["total"].get<double>(), static_cast<double>(est.total()));
+    EXPECT_EQ(j["allocated"]["activations"].get<double>(), static_cast<double>(est.activations + est.scratch));
+    EXPECT_TRUE(j["planned"].is_null());           // only the CLI fills it in
+    EXPECT_GT(j["peak_rss_bytes"].get<double>(), static_cast<double>(est.total()));  // a CPU: the whole process
+    EXPECT_TRUE(j["device_mem_bytes"].is_null());
+    mem[recompute] = j;
+  }
+  // Tiny(): L=2, B*T=32, C=32: one GELU output of 32 x 128 floats fewer.
+  EXPECT_EQ(mem["none"]["allocated"]["saved_activations"].get<double>() -
+                mem["gelu"]["allocated"]["saved_activations"].get<double>(),
+            32.0 * 128 * 4);
+  o.recompute = "full";
+  EXPECT_NE(RunBench(o).status().message().find("none or gelu"), std::string::npos);
 }
 
 TEST(Bench, BadOptionsAreErrors) {

@@ -128,6 +128,9 @@ const std::vector<Key>& Registry() {
              "fp16 adds dynamic loss scaling)"),
       String("train.device", &C::device, {"cpu", "cpu-ref", "cuda", "auto"},
              "cpu (fast path), cpu-ref (plain reference ops), cuda, auto"),
+      String("train.recompute", &C::recompute, {"none", "gelu"},
+             "activation recomputation: gelu keeps one layer's GELU output instead of all L and recomputes it in "
+             "the backward (saves (L-1) x B*T x 4C floats for L-1 extra GELU forwards; same gradients)"),
       Number("fp16.initial_scale", &C::loss_scale_init, 1.0,
              "fp16: first loss scale (halved on overflow, doubled after growth_interval good steps)"),
       Number("fp16.growth_interval", &C::loss_scale_growth_interval, 1,

@@ -65,6 +65,7 @@ struct TrainConfig {
   uint64_t seed = 1337;
   std::string precision = "fp32";  // fp32 | bf16 | fp16
   std::string device = "cpu";       // cpu | cpu-ref | cuda | auto
+  std::string recompute = "none";   // none | gelu: recompute the GELU outputs in the backward (gpt_config.h)
   // fp16 dynamic loss scaling (precision fp16 only; backend/loss_scaler.h, docs/gpu.md). Keys fp16.*.
   double loss_scale_init = 65536;        // the first scale (2^16); a resumed run continues its saved scale
   int loss_scale_growth_interval = 2000; // good steps in a row before the scale doubles

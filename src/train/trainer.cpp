@@ -80,7 +80,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   scaling.initial_scale = cfg.loss_scale_init;
   scaling.growth_interval = cfg.loss_scale_growth_interval;
   t->scaler_ = LossScaler(scaling);
-  t->model_ = std::make_unique<Gpt>(t->backend_.get(), cfg.model, cfg.batch_size, cfg.seq_len, compute);
+  TERN_ASSIGN_OR_RETURN(const Recompute recompute, ParseRecompute(cfg.recompute));
+  t->model_ = std::make_unique<Gpt>(t->backend_.get(), cfg.model, cfg.batch_size, cfg.seq_len, compute, recompute);
   // InitWeights waits until we know whether a checkpoint replaces the weights (OpenCheckpoints below):
   // initialising 124M parameters only to overwrite them is a second of the time to the first resumed step.
 
@@ -111,7 +112,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   const std::string metrics = cfg.run_dir + "/metrics.jsonl";
   if (t->resumed_from_ >= 0) TERN_RETURN_IF_ERROR(EndWithNewline(metrics));
   TERN_RETURN_IF_ERROR(t->log_.Open(metrics, /*append=*/t->resumed_from_ >= 0));
-  GptMemory mem = GptMemoryEstimate(cfg.model, cfg.batch_size, cfg.seq_len, compute == Compute::kBF16);
+  const GptMemory mem = t->model_->memory();  // what the model allocated (the backend's scratch comes on top)
   nlohmann::json start_row = {{"event", "start"},
                               {"model", cfg.model.ToString()},
                               {"params", t->model_->num_params()},
@@ -121,6 +122,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
                               {"batch_size", cfg.batch_size},
                               {"seq_len", cfg.seq_len},
                               {"grad_accum_steps", cfg.grad_accum_steps()},
+                              {"recompute", cfg.recompute},
                               {"flops_per_token", t->flops_per_token_},
                               {"peak_gflops", t->peak_gflops_},
                               {"memory_bytes", mem.total()},

@@ -105,6 +105,38 @@ TEST_F(TrainerTest, SameSeedSameLossesBitForBit) {
   EXPECT_EQ(run("det_a"), run("det_b"));
 }
 
+// train.recompute=gelu recomputes the GELU outputs in the backward instead of keeping all L of them: the same
+// losses, gradient norms and weights bit for bit, for a smaller allocation.
+TEST_F(TrainerTest, GeluRecomputeSameLossesAndWeightsBitForBit) {
+  for (const char* precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    auto run = [&](const std::string& recompute, GptMemory* mem) {
+      TrainConfig c = SmallConfig(std::string("recompute_") + precision + "_" + recompute);
+      c.precision = precision;
+      c.recompute = recompute;
+      auto t = Trainer::Create(c, true);
+      EXPECT_TRUE(t.ok()) << t.status().ToString();
+      std::vector<double> trace;
+      for (int i = 0; i < 4; i++) {
+        auto s = (*t)->Step();
+        trace.push_back(s->loss);
+        trace.push_back(s->grad_norm);
+      }
+      *mem = (*t)->model().memory();
+      std::vector<float> params = (*t)->model().GetParameters();
+      trace.insert(trace.end(), params.begin(), params.end());
+      return trace;
+    };
+    GptMemory none_mem, gelu_mem;
+    const std::vector<double> none = run("none", &none_mem), gelu = run("gelu", &gelu_mem);
+    EXPECT_TRUE(none == gelu);  // not EXPECT_EQ: a mismatch would print every weight
+    // SmallConfig: L=2, B*T=128, C=32: one GELU output of 128 x 128 floats fewer.
+    EXPECT_EQ(none_mem.activations - gelu_mem.activations, size_t{1} * 128 * 4 * 32 * 4);
+  }
+  TrainConfig c;
+  EXPECT_NE(ApplyOverride("train.recompute=full", &c).message().find("none, gelu"), std::string::npos);
+}
+
 TEST_F(TrainerTest, Bf16TrainsToo) {
   TrainConfig c = SmallConfig("run_bf16");
   c.precision = "bf16";

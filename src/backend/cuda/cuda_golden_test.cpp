@@ -1,6 +1,6 @@
 // The PyTorch golden test (tests/golden/gpt_tiny.bin, see src/model/gpt_golden_test.cpp) on the CUDA
 // backend: logits, loss, every parameter gradient, and 10 AdamW steps. Also checks that a training step is
-// bitwise reproducible on the GPU. Skipped with "skipped: no GPU" where no GPU is visible.
+// bitwise reproducible on the GPU, and the same with train.recompute=gelu. Skipped with "skipped: no GPU" where no GPU is visible.
 //
 // Bounds (logits and gradients: max |got - want| / max |want| per tensor; loss: absolute; 10-step losses:
 // relative):
@@ -121,6 +121,31 @@ TEST_F(CudaGolden, TrainingStepIsBitwiseReproducible) {
       grads[run] = model.GetGradients();
       model.AdamWStep(g.lr, g.beta1, g.beta2, g.eps, g.wd, 1.0f / static_cast<float>(model.GradNorm() + 1), 1);
       params[run] = model.GetParameters();
+    }
+    EXPECT_EQ(grads[0], grads[1]) << ComputeName(compute);
+    EXPECT_EQ(params[0], params[1]) << ComputeName(compute);
+  }
+}
+
+// train.recompute=gelu (Recompute::kGelu) recomputes the GELU outputs in the backward with the forward's own kernel:
+// the same gradients and parameters bit for bit as keeping them (model/gpt_recompute_test.cpp on the CPU).
+TEST_F(CudaGolden, GeluRecomputeIsBitwiseTheSame) {
+  auto backend = MakeCudaBackend();
+  Golden g = LoadGolden();
+  for (Compute compute : {Compute::kF32, Compute::kBF16, Compute::kF16}) {
+    std::vector<float> grads[2], params[2];
+    for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
+      Gpt model(backend.get(), g.cfg, g.B, g.T, compute, r);
+      const int i = r == Recompute::kGelu;
+      model.SetParameters(g.params);
+      for (int step = 1; step <= 2; step++) {
+        model.ZeroGrad();
+        model.Forward(g.inputs.data(), g.targets.data(), g.B, g.T, 1.0f / (g.B * g.T));
+        model.Backward();
+        grads[i] = model.GetGradients();
+        model.AdamWStep(g.lr, g.beta1, g.beta2, g.eps, g.wd, 1.0f / static_cast<float>(model.GradNorm() + 1), step);
+      }
+      params[i] = model.GetParameters();
     }
     EXPECT_EQ(grads[0], grads[1]) << ComputeName(compute);
     EXPECT_EQ(params[0], params[1]) << ComputeName(compute);

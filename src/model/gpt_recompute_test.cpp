@@ -1,0 +1,131 @@
+// Recompute::kGelu (train.recompute=gelu): the model keeps one GELU output buffer instead of one per layer and
+// recomputes the outputs in the backward. Losses, gradients and updated weights must be bit for bit those of
+// Recompute::kNone on both CPU backends in every precision, and the allocation must shrink by exactly
+// (L-1) x B*T x 4C floats, as GptMemoryEstimate (the planner's memory model) says.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "model/gpt.h"
+
+namespace tern {
+namespace {
+
+std::unique_ptr<Backend> MakeCpu(const std::string& name, Compute compute) {
+  std::unique_ptr<Backend> b = name == "cpu" ? MakeCpuFastBackend() : MakeCpuReferenceBackend();
+  return compute == Compute::kF16 ? WithF16Emulation(std::move(b)) : std::move(b);
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// What one training run produced, step by step.
+struct Trace {
+  std::vector<float> losses;
+  std::vector<double> norms;
+  std::vector<std::vector<float>> grads;  // after each step's backward passes
+  std::vector<float> params;              // after the last update
+};
+
+// Three AdamW steps of two micro-batches each; the second micro-batch is smaller than the allocation (B-1, T-2),
+// so the activations are carved for a shape other than the one they were sized for.
+Trace Train(Backend* backend, const GptConfig& cfg, int B, int T, Compute compute, Recompute recompute) {
+  Gpt model(backend, cfg, B, T, compute, recompute);
+  model.InitWeights(11);
+  std::vector<int32_t> x(B * T), y(B * T);
+  Trace t;
+  for (int step = 1; step <= 3; step++) {
+    for (int i = 0; i < B * T; i++) {
+      x[i] = (i * 7 + 3 * step) % cfg.vocab_size;
+      y[i] = i % 11 == 5 ? -1 : (i * 5 + step) % cfg.vocab_size;  // a few ignored targets
+    }
+    model.ZeroGrad();
+    t.losses.push_back(model.Forward(x.data(), y.data(), B, T, 0.5f / (B * T)));
+    model.Backward();
+    t.losses.push_back(model.Forward(x.data(), y.data(), B - 1, T - 2, 0.5f / ((B - 1) * (T - 2))));
+    model.Backward();
+    t.grads.push_back(model.GetGradients());
+    const double norm = model.GradNorm();
+    t.norms.push_back(norm);
+    model.AdamWStep(1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, norm > 1.0 ? static_cast<float>(1.0 / norm) : 1.0f, step);
+  }
+  t.params = model.GetParameters();
+  return t;
+}
+
+struct Case {
+  std::string backend;
+  Compute compute;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.backend << " compute " << static_cast<int>(c.compute); }
+
+class GptRecompute : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GptRecompute, GeluRecomputeGivesTheSameLossesGradientsAndWeightsBitForBit) {
+  const Case& c = GetParam();
+  auto backend = MakeCpu(c.backend, c.compute);
+  const GptConfig cfg{3, 2, 16, 37, 8};
+  const Trace none = Train(backend.get(), cfg, 3, 8, c.compute, Recompute::kNone);
+  const Trace gelu = Train(backend.get(), cfg, 3, 8, c.compute, Recompute::kGelu);
+  ASSERT_TRUE(SameBits(none.losses, gelu.losses));
+  for (size_t i = 0; i < none.losses.size(); i++) EXPECT_TRUE(std::isfinite(none.losses[i])) << i;
+  for (size_t s = 0; s < none.grads.size(); s++) {
+    EXPECT_TRUE(SameBits(none.grads[s], gelu.grads[s])) << "gradients of step " << s + 1;
+    EXPECT_EQ(none.norms[s], gelu.norms[s]) << "step " << s + 1;
+  }
+  EXPECT_TRUE(SameBits(none.params, gelu.params));
+  // The fcproj weights' gradient is the one that reads the recomputed outputs: it must not be zero.
+  EXPECT_GT(none.norms.front(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuBackends, GptRecompute,
+                         ::testing::Values(Case{"cpu", Compute::kF32}, Case{"cpu", Compute::kBF16},
+                                           Case{"cpu", Compute::kF16}, Case{"cpu-ref", Compute::kF32},
+                                           Case{"cpu-ref", Compute::kBF16}, Case{"cpu-ref", Compute::kF16}),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           const char* p = i.param.compute == Compute::kBF16  ? "Bf16"
+                                           : i.param.compute == Compute::kF16 ? "Fp16"
+                                                                              : "Fp32";
+                           return std::string(i.param.backend == "cpu" ? "Fast" : "Reference") + p;
+                         });
+
+// Gpt::memory() is what the constructor allocated; Gpt::Allocation and GptMemoryEstimate must say the same.
+TEST(GptMemory, AllocationMatchesTheEstimateWithAndWithoutRecompute) {
+  auto backend = MakeCpuFastBackend();
+  const GptConfig cfg{4, 2, 16, 37, 8};
+  const int B = 3, T = 8;
+  for (Compute compute : {Compute::kF32, Compute::kBF16, Compute::kF16}) {
+    for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
+      SCOPED_TRACE(std::string(RecomputeName(r)) + " compute " + std::to_string(static_cast<int>(compute)));
+      Gpt model(backend.get(), cfg, B, T, compute, r);
+      const GptMemory got = model.memory(), sized = Gpt::Allocation(cfg, B, T, compute, r);
+      const GptMemory est = GptMemoryEstimate(cfg, B, T, compute == Compute::kBF16, r);
+      for (const GptMemory* m : {&sized, &est}) {
+        EXPECT_EQ(got.params, m->params);
+        EXPECT_EQ(got.params_bf16, m->params_bf16);
+        EXPECT_EQ(got.grads, m->grads);
+        EXPECT_EQ(got.adam_state, m->adam_state);
+        EXPECT_EQ(got.activations, m->activations);
+        EXPECT_EQ(got.scratch, m->scratch);
+      }
+    }
+  }
+  // The saving: (L-1) GELU outputs of B*T x 4C floats.
+  const size_t saved = GptMemoryEstimate(cfg, B, T, false).activations -
+                       GptMemoryEstimate(cfg, B, T, false, Recompute::kGelu).activations;
+  EXPECT_EQ(saved, size_t{3} * B * T * 4 * 16 * sizeof(float));
+}
+
+TEST(GptMemory, RecomputeNamesRoundTrip) {
+  for (Recompute r : {Recompute::kNone, Recompute::kGelu}) EXPECT_EQ(ParseRecompute(RecomputeName(r)).value(), r);
+  EXPECT_NE(ParseRecompute("full").status().message().find("none or gelu"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tern
