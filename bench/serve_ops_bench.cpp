@@ -129,8 +129,8 @@ void MatmulInt8(benchmark::State& state, int OC, int K) {
   be->Upload(s_d.data(), q.scale.data(), q.scale.size() * 4);
   const double fp32_s = MedianSeconds(
       [&] {
-        be->Matmul(out.as<float>(), F32(x_d.as<float>()), F32(w_d.as<float>()), nullptr, N, OC, K, false, true,
-                   0.0f, Compute::kF32);
+        be->Matmul(out.as<float>(), F32(x_d.as<float>()), F32(w_d.as<float>()), nullptr, N, OC, K, false,
+                   true, 0.0f, Compute::kF32);
       },
       15);
   auto run = [&] {

@@ -7,27 +7,36 @@ namespace tern {
 
 size_t DTypeSize(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 4;
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kI32:
+      return 4;
   }
   return 0;
 }
 
 const char* DTypeName(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kBF16: return "bf16";
-    case DType::kI32: return "i32";
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kI32:
+      return "i32";
   }
   return "?";
 }
 
 const char* ComputeName(Compute c) {
   switch (c) {
-    case Compute::kF32: return "fp32";
-    case Compute::kBF16: return "bf16";
-    case Compute::kF16: return "fp16";
+    case Compute::kF32:
+      return "fp32";
+    case Compute::kBF16:
+      return "bf16";
+    case Compute::kF16:
+      return "fp16";
   }
   return "?";
 }

@@ -34,8 +34,12 @@ struct Operand {
   const void* ptr = nullptr;
   DType dtype = DType::kF32;
 };
-inline Operand F32(const float* p) { return {p, DType::kF32}; }
-inline Operand BF16(const uint16_t* p) { return {p, DType::kBF16}; }
+inline Operand F32(const float* p) {
+  return {p, DType::kF32};
+}
+inline Operand BF16(const uint16_t* p) {
+  return {p, DType::kBF16};
+}
 
 class Backend {
  public:
@@ -61,11 +65,15 @@ class Backend {
   virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void Zero(void* dst, size_t bytes) = 0;
   virtual void Synchronize() {}
+  // Call on a thread that will issue ops, after setting its OpenMP thread count: per-thread state the
+  // backend relies on (the CPU fast backend: subnormal flushing on the thread and its OpenMP workers).
+  // The constructor prepares the thread that constructs the backend.
+  virtual void PrepareThread() {}
 
   // ---- ops ---------------------------------------------------------------------------------------
   // out[B,T,C] = wte[inp[b,t],:] + wpe[t,:]
-  virtual void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
-                              int C) = 0;
+  virtual void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
+                              int T, int C) = 0;
   // dwte[V,C] += , dwpe[T,C] += from dout[B,T,C]. Deterministic (no atomics, fixed order).
   virtual void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
                                int C) = 0;
@@ -74,8 +82,9 @@ class Backend {
   virtual void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                 const float* bias, int N, int C) = 0;
   // dinp[N,C] +=, dweight[C] +=, dbias[C] +=
-  virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                 const float* weight, const float* mean, const float* rstd, int N, int C) = 0;
+  virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* weight, const float* mean, const float* rstd,
+                                 int N, int C) = 0;
 
   // General matmul: C[M,N] = beta*C + op(A)[M,K] * op(B)[K,N] (+ bias[N] broadcast over rows if non-null).
   // trans_a: A is stored [K,M]; trans_b: B is stored [N,K] (the nn.Linear weight layout).
@@ -99,8 +108,8 @@ class Backend {
   // probabilities for the backward (entries above the diagonal are zero).
   virtual void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) = 0;
   // dqkv[B,T,3C] = (overwrites), using scratch datt[B,NH,T,T].
-  virtual void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
-                                 int B, int T, int C, int NH) = 0;
+  virtual void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                                 const float* att, int B, int T, int C, int NH) = 0;
 
   // Fused softmax + cross-entropy over logits[N,V] with targets[N]:
   // losses[N] = -log softmax(logits)[target]. If dloss != 0, logits are overwritten with the gradient
@@ -128,8 +137,8 @@ class Backend {
   // Optional: the base class aborts with "op X not implemented on backend Y"; training never calls them.
   // A ragged batch has N rows, the new tokens of S sequences concatenated (sequence s owns the rows
   // [q_start, q_start + q_len)). Each layer's KV cache is a pool of fixed-size blocks (bs tokens per block,
-  // hs = C / NH) of kv_dtype elements (kF32 or kBF16): keys k_cache[num_blocks, NH, hs, bs] (transposed within
-  // a block, so one query's scores over a block are bs-wide vector multiply-adds) and values
+  // hs = C / NH) of kv_dtype elements (kF32 or kBF16): keys k_cache[num_blocks, NH, hs, bs] (transposed
+  // within a block, so one query's scores over a block are bs-wide vector multiply-adds) and values
   // v_cache[num_blocks, NH, bs, hs].
   // Sequence s keeps position p in block block_tables[s * max_blocks + p / bs], slot p % bs. bf16 elements
   // are the fp32 keys and values rounded to nearest even; attention reads them back exactly and computes
@@ -141,8 +150,8 @@ class Backend {
   virtual void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
                            const float* wpe, int N, int C);
   // Copies the k and v parts of qkv[N,3C] into the cache, row n at slots[n] = block * bs + offset.
-  virtual void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots,
-                            int N, int C, int NH, int bs);
+  virtual void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv,
+                            const int32_t* slots, int N, int C, int NH, int bs);
   // out[N,C] = causal attention of each row's query (the q part of qkv[N,3C]) over its sequence's cache.
   // seqs[S,3] = {q_start, q_len, ctx_len}: row q_start + i is position ctx_len - q_len + i and attends to
   // positions 0 .. ctx_len - q_len + i, whose keys and values KvCacheWrite has already stored.
@@ -155,8 +164,8 @@ class Backend {
   //   out[n,o] = float(sum_k a(n,k) * w(o,k)) * (m_n / 127 * w_scale[o]) + bias[o]   (int32 sum: exact)
   // w is packed for int8 dot products (VNNI, dp4a): OC in groups of 16 (zero-padded), K in groups of 4;
   // w(o,k) is byte ((o / 16) * (K / 4) + k / 4) * 64 + (o % 16) * 4 + k % 4. K % 4 == 0.
-  virtual void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias,
-                          int N, int OC, int K);
+  virtual void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale,
+                          const float* bias, int N, int OC, int K);
 };
 
 // Backends this build knows. "cpu" is the fast CPU path, "cpu-ref" the plain reference (the test oracle).
@@ -180,8 +189,11 @@ class DeviceBuffer {
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
       Reset();
-      backend_ = o.backend_; ptr_ = o.ptr_; bytes_ = o.bytes_;
-      o.ptr_ = nullptr; o.bytes_ = 0;
+      backend_ = o.backend_;
+      ptr_ = o.ptr_;
+      bytes_ = o.bytes_;
+      o.ptr_ = nullptr;
+      o.bytes_ = 0;
     }
     return *this;
   }
@@ -190,9 +202,13 @@ class DeviceBuffer {
 
   void Reset() {
     if (ptr_) backend_->Free(ptr_);
-    ptr_ = nullptr; bytes_ = 0;
+    ptr_ = nullptr;
+    bytes_ = 0;
   }
-  template <typename T> T* as() const { return static_cast<T*>(ptr_); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
   void* data() const { return ptr_; }
   size_t bytes() const { return bytes_; }
 

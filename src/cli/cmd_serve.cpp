@@ -20,7 +20,7 @@ namespace {
 
 struct ServeCliOptions {
   std::string model_path, host = "127.0.0.1", api_key, api_key_file, quantize = "none", device = "cpu",
-              kv_dtype = "auto";
+                          kv_dtype = "auto";
   std::string model_name, tokenizer;
   int port = 8080, max_batch = 32, max_batch_tokens = 256, max_queue = 64, max_seq_len = 0, threads = 0;
   int http_threads = 0, max_body_kb = 1024, timeout_s = 600;
@@ -50,13 +50,17 @@ int Fail(const Status& st) {
   return 1;
 }
 
-// OpenMP workers that spin while they wait for the next parallel region take the cores that the engine's
-// serial work (scheduling, sampling, events), the HTTP threads and anything else on the machine need: on a
-// shared 2-core machine, --threads 2 decoded 5-8x slower with spinning workers than with sleeping ones
-// (docs/serving.md, Measured). libgomp reads its wait policy once, when it loads, so the server re-executes
-// itself with OMP_WAIT_POLICY=passive unless the variable is already set (set it to override).
-void PreferPassiveOpenMpWaiting() {
-  if (std::getenv("OMP_WAIT_POLICY")) return;
+// How long idle OpenMP workers spin before they sleep. libgomp's default (300k spins, ~1 ms) lets them hold
+// the cores that the engine's serial work (scheduling, sampling, events), the HTTP threads and anything else
+// on the machine need: on a shared 2-core machine --threads 2 decoded 5-8x slower. Sleeping at once
+// (OMP_WAIT_POLICY=passive) costs a futex wake-up per parallel region instead, which doubled the decode
+// step of small models. A short spin covers the gap between the back-to-back ops of one forward and sleeps
+// between steps (docs/serving.md, Measured). libgomp reads these once, when it loads, so the server
+// re-executes itself with GOMP_SPINCOUNT set unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is (set one to
+// override).
+constexpr const char* kServeSpinCount = "3000";
+void PreferShortOpenMpSpinning() {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<std::string> args;
@@ -70,13 +74,13 @@ void PreferPassiveOpenMpWaiting() {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  setenv("OMP_WAIT_POLICY", "passive", 1);
+  setenv("GOMP_SPINCOUNT", kServeSpinCount, 1);
   execv("/proc/self/exe", argv.data());
   // exec failed (no /proc?): serve anyway, with spinning workers
 }
 
 int RunServe(const ServeCliOptions& o) {
-  PreferPassiveOpenMpWaiting();
+  PreferShortOpenMpSpinning();
   auto key = ApiKey(o);
   if (!key.ok()) return Fail(key.status());
   auto quantize = ParseQuantize(o.quantize);
@@ -224,8 +228,9 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
       ->check(CLI::PositiveNumber);
   sub->add_option("--quantize", o->quantize, "matmul weights: none (fp32) or int8 (per-channel, VNNI)")
       ->capture_default_str();
-  sub->add_option("--kv-dtype", o->kv_dtype,
-                  "KV cache elements: fp32, bf16 (half the memory per token) or auto (bf16 with int8 weights)")
+  sub->add_option(
+         "--kv-dtype", o->kv_dtype,
+         "KV cache elements: fp32, bf16 (half the memory per token) or auto (bf16 with int8 weights)")
       ->capture_default_str();
   sub->add_option("--threads", o->threads, "compute threads (0 = OMP_NUM_THREADS or all cores)")
       ->check(CLI::NonNegativeNumber);

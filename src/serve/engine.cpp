@@ -91,6 +91,7 @@ Engine::~Engine() {
 void Engine::Start() {
   thread_ = std::thread([this] {
     if (opt_.threads > 0) omp_set_num_threads(opt_.threads);  // per thread: must be set on the engine thread
+    model_->backend()->PrepareThread();  // the engine thread's OpenMP team is not the constructor's
     Run();
   });
 }

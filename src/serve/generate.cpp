@@ -32,7 +32,8 @@ std::vector<Generated> RunToCompletion(Engine& engine, const std::shared_ptr<Req
 
 double KvCacheMbFor(const GptConfig& cfg, int sequences, int seq_len, int block_size) {
   const int blocks = sequences * ((seq_len + block_size - 1) / block_size);
-  return blocks * static_cast<double>(InferenceModel::KvBytesPerBlock(cfg, block_size, DType::kF32)) / (1024.0 * 1024.0) +
+  return blocks * static_cast<double>(InferenceModel::KvBytesPerBlock(cfg, block_size, DType::kF32)) /
+             (1024.0 * 1024.0) +
          1e-6;  // MakeEngine rounds down
 }
 

@@ -32,12 +32,12 @@ const char* KvDtypeName(DType t);
 struct InferenceModelOptions {
   Quantize quantize = Quantize::kNone;
   DType kv_dtype = DType::kF32;  // KV cache elements: kF32, or kBF16 (half the bytes; backend.h)
-  int block_size = 16;     // tokens per KV block
-  int num_blocks = 64;     // KV blocks in the pool (all layers)
-  int max_rows = 256;      // rows (new tokens) per forward
-  int max_seqs = 32;       // sequences per forward
-  int max_logit_rows = 0;  // rows whose logits one forward may return (>= max_seqs); 0 = max_seqs + 64
-                           // (the extra rows score prompts: echo with logprobs); evaluation: max_rows
+  int block_size = 16;           // tokens per KV block
+  int num_blocks = 64;           // KV blocks in the pool (all layers)
+  int max_rows = 256;            // rows (new tokens) per forward
+  int max_seqs = 32;             // sequences per forward
+  int max_logit_rows = 0;        // rows whose logits one forward may return (>= max_seqs); 0 = max_seqs + 64
+                                 // (the extra rows score prompts: echo with logprobs); evaluation: max_rows
 };
 
 // The inputs of one forward, on the host (InferenceModel uploads them).

@@ -156,7 +156,8 @@ TEST(PagedAttention, FastMatchesReferenceAndIsRowIndependent) {
       std::vector<float> q1(qkv.begin() + row * w, qkv.begin() + (row + q_len) * w);
       std::vector<float> p1(past.begin() + past_row * w, past.begin() + (past_row + ctx - q_len) * w);
       auto alone = RunPaged(*fast, g, one, q1, p1);
-      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + row * g.C)) << g.Name() << " seq " << s;
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + row * g.C))
+          << g.Name() << " seq " << s;
       row += q_len;
       past_row += ctx - q_len;
     }

@@ -24,6 +24,7 @@ class F16EmulationBackend : public Backend {
   std::string name() const override { return inner_->name() + " (fp16 emulated)"; }
   bool NativeF16Matmul() const override { return true; }
   bool IsGpu() const override { return inner_->IsGpu(); }
+  void PrepareThread() override { inner_->PrepareThread(); }
   std::string PciBusId() const override { return inner_->PciBusId(); }
   bool SetAttentionKernel(const std::string& kind) override { return inner_->SetAttentionKernel(kind); }
   Backend* inner() const { return inner_.get(); }
@@ -36,8 +37,8 @@ class F16EmulationBackend : public Backend {
   void Zero(void* dst, size_t bytes) override { inner_->Zero(dst, bytes); }
   void Synchronize() override { inner_->Synchronize(); }
 
-  void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a, bool trans_b,
-              float beta, Compute compute) override;
+  void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
+              bool trans_b, float beta, Compute compute) override;
 
   void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
                       int C) override {
@@ -66,8 +67,8 @@ class F16EmulationBackend : public Backend {
   void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override {
     inner_->AttentionForward(out, att, qkv, B, T, C, NH);
   }
-  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B,
-                         int T, int C, int NH) override {
+  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+                         int B, int T, int C, int NH) override {
     inner_->AttentionBackward(dqkv, datt, dout, qkv, att, B, T, C, NH);
   }
   void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
@@ -80,24 +81,26 @@ class F16EmulationBackend : public Backend {
              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) override {
     inner_->AdamW(param, param_bf16, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
   }
-  void CastF32ToBF16(uint16_t* dst, const float* src, size_t n) override { inner_->CastF32ToBF16(dst, src, n); }
+  void CastF32ToBF16(uint16_t* dst, const float* src, size_t n) override {
+    inner_->CastF32ToBF16(dst, src, n);
+  }
 
-  void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe,
-                   int N, int C) override {
+  void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
+                   const float* wpe, int N, int C) override {
     inner_->EmbedTokens(out, tokens, positions, wte, wpe, N, C);
   }
-  void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots, int N,
-                    int C, int NH, int bs) override {
+  void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots,
+                    int N, int C, int NH, int bs) override {
     inner_->KvCacheWrite(k_cache, v_cache, kv_dtype, qkv, slots, N, C, NH, bs);
   }
-  void PagedAttentionForward(float* out, const float* qkv, const void* k_cache, const void* v_cache, DType kv_dtype,
-                             const int32_t* seqs, const int32_t* block_tables, int S, int max_blocks, int N, int C,
-                             int NH, int bs) override {
-    inner_->PagedAttentionForward(out, qkv, k_cache, v_cache, kv_dtype, seqs, block_tables, S, max_blocks, N, C,
-                                  NH, bs);
+  void PagedAttentionForward(float* out, const float* qkv, const void* k_cache, const void* v_cache,
+                             DType kv_dtype, const int32_t* seqs, const int32_t* block_tables, int S,
+                             int max_blocks, int N, int C, int NH, int bs) override {
+    inner_->PagedAttentionForward(out, qkv, k_cache, v_cache, kv_dtype, seqs, block_tables, S, max_blocks, N,
+                                  C, NH, bs);
   }
-  void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias, int N,
-                  int OC, int K) override {
+  void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias,
+                  int N, int OC, int K) override {
     inner_->MatmulInt8(out, inp, w, w_scale, bias, N, OC, K);
   }
 

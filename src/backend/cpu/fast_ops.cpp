@@ -19,7 +19,10 @@ namespace tern {
 namespace {
 
 constexpr float kLayerNormEps = 1e-5f;
-constexpr size_t kParallelMin = 1 << 14;  // elements below which a fork/join costs more than it saves
+// Elements below which a fork/join costs more than it saves. Waking a sleeping worker takes tens of
+// microseconds on a virtual machine (the serving engine lets workers sleep between steps), about what one
+// core needs for 64k elements of a simple op.
+constexpr size_t kParallelMin = 1 << 16;
 constexpr size_t kSumChunk =
     1 << 15;  // Sum/SumSquares partial size: fixed, so results ignore the thread count
 const float kGeluScale = std::sqrt(2.0f / static_cast<float>(M_PI));
@@ -62,7 +65,12 @@ void FlushSubnormalsOnAllThreads() {
   _mm_setcsr(_mm_getcsr() | 0x8040);
 }
 
-CpuFastBackend::CpuFastBackend() : dnnl_(std::make_unique<DnnlMatmul>()) { FlushSubnormalsOnAllThreads(); }
+CpuFastBackend::CpuFastBackend() : dnnl_(std::make_unique<DnnlMatmul>()) {
+  FlushSubnormalsOnAllThreads();
+}
+void CpuFastBackend::PrepareThread() {
+  FlushSubnormalsOnAllThreads();
+}
 CpuFastBackend::~CpuFastBackend() = default;
 
 // ---- embedding ---------------------------------------------------------------------------------------
@@ -196,8 +204,10 @@ void CpuFastBackend::Matmul(float* c, Operand a, Operand b, const float* bias, i
     }
     float* dst = scratch.As<float>(n);
     const uint16_t* src = static_cast<const uint16_t*>(op.ptr);
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (size_t i = 0; i < n; i++) dst[i] = fast::FromBF16(src[i]);
+    fast::ParallelRange(n, kParallelMin, [&](size_t b, size_t e) {
+#pragma omp simd
+      for (size_t i = b; i < e; i++) dst[i] = fast::FromBF16(src[i]);
+    });
     return dst;
   };
   const void* pa;
@@ -240,35 +250,43 @@ void CpuFastBackend::BiasBackward(float* dbias, const float* dout, int N, int OC
 // gelu(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3). The sigmoid form
 // needs only one exp and has no cancellation for negative x.
 void CpuFastBackend::GeluForward(float* out, const float* inp, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    float u = kGeluScale * (x + 0.044715f * x * x * x);
-    out[i] = x / (1.0f + fast::Exp(-2.0f * u));
-  }
+  fast::ParallelRange(n, kParallelMin, [&](size_t b, size_t e) {
+#pragma omp simd
+    for (size_t i = b; i < e; i++) {
+      float x = inp[i];
+      float u = kGeluScale * (x + 0.044715f * x * x * x);
+      out[i] = x / (1.0f + fast::Exp(-2.0f * u));
+    }
+  });
 }
 
 // d/dx [x s(2u)] = s + 2 x s (1 - s) u'  with s = sigmoid(2u) (so 1 + tanh = 2s and sech^2 = 4 s (1 - s)).
 void CpuFastBackend::GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    float u = kGeluScale * (x + 0.044715f * x * x * x);
-    float e = fast::Exp(-2.0f * u);
-    float s = 1.0f / (1.0f + e);
-    float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = (s + 2.0f * x * s * (e * s) * du) * dout[i];
-  }
+  fast::ParallelRange(n, kParallelMin, [&](size_t b, size_t end) {
+#pragma omp simd
+    for (size_t i = b; i < end; i++) {
+      float x = inp[i];
+      float u = kGeluScale * (x + 0.044715f * x * x * x);
+      float e = fast::Exp(-2.0f * u);
+      float s = 1.0f / (1.0f + e);
+      float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+      dinp[i] = (s + 2.0f * x * s * (e * s) * du) * dout[i];
+    }
+  });
 }
 
 void CpuFastBackend::Add(float* out, const float* a, const float* b, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+  fast::ParallelRange(n, kParallelMin, [&](size_t begin, size_t end) {
+#pragma omp simd
+    for (size_t i = begin; i < end; i++) out[i] = a[i] + b[i];
+  });
 }
 
 void CpuFastBackend::CastF32ToBF16(uint16_t* dst, const float* src, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (size_t i = 0; i < n; i++) dst[i] = fast::ToBF16(src[i]);
+  fast::ParallelRange(n, kParallelMin, [&](size_t b, size_t e) {
+#pragma omp simd
+    for (size_t i = b; i < e; i++) dst[i] = fast::ToBF16(src[i]);
+  });
 }
 
 // ---- loss --------------------------------------------------------------------------------------------

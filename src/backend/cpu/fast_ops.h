@@ -24,6 +24,7 @@ class CpuFastBackend : public CpuReferenceBackend {
   CpuFastBackend();
   ~CpuFastBackend() override;
   std::string name() const override { return "cpu"; }
+  void PrepareThread() override;
 
   void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
                       int C) override;
@@ -53,11 +54,11 @@ class CpuFastBackend : public CpuReferenceBackend {
   // Inference ops (serve/): fast_paged_attention.cpp and int8_matmul.cpp.
   void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
                    const float* wpe, int N, int C) override;
-  void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots, int N,
-                    int C, int NH, int bs) override;
-  void PagedAttentionForward(float* out, const float* qkv, const void* k_cache, const void* v_cache, DType kv_dtype,
-                             const int32_t* seqs, const int32_t* block_tables, int S, int max_blocks, int N, int C,
-                             int NH, int bs) override;
+  void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots,
+                    int N, int C, int NH, int bs) override;
+  void PagedAttentionForward(float* out, const float* qkv, const void* k_cache, const void* v_cache,
+                             DType kv_dtype, const int32_t* seqs, const int32_t* block_tables, int S,
+                             int max_blocks, int N, int C, int NH, int bs) override;
   void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias,
                   int N, int OC, int K) override;
 

@@ -5,8 +5,13 @@
 //   fp32 ops: rtol 1e-5 (different summation order, a polynomial exp); attention atol 1e-5.
 //   bf16 matmul vs the reference's computation on the same bf16-rounded operands: rtol 1e-3, atol 1e-4.
 //   Encoder, Add, BiasBackward and CastF32ToBF16 sum in the reference's order: exact.
+#include <immintrin.h>
+#include <omp.h>
+#include <bit>
 #include <functional>
+
 #include <limits>
+#include <thread>
 
 #include "backend/bf16.h"
 #include "backend/cpu/dnnl_matmul.h"
@@ -54,8 +59,34 @@ TEST_F(FastOpsTest, FlushesSubnormalsOnEveryThread) {
   for (size_t n : {size_t{16}, size_t{1} << 20}) {  // below and above the size that goes parallel
     std::vector<float> a(n, tiny), b(n, 0.0f), out(n, 1.0f);
     fast_->Add(out.data(), a.data(), b.data(), n);
-    for (size_t i = 0; i < n; i += n / 8) EXPECT_EQ(out[i], 0.0f) << "n=" << n << " i=" << i;
+    // as bits: this thread reads subnormals as zero (DAZ), so a float comparison could not tell
+    for (size_t i = 0; i < n; i += n / 8)
+      EXPECT_EQ(std::bit_cast<uint32_t>(out[i]), 0u) << "n=" << n << " i=" << i;
   }
+}
+
+// A thread whose floating-point state was not set up by the backend's constructor (it cleared FTZ/DAZ, as a
+// thread created before the backend or by foreign code may have) gets it from PrepareThread, for itself and
+// for its own OpenMP team (the serving engine's thread).
+TEST_F(FastOpsTest, PrepareThreadFlushesSubnormalsOnANewThreadAndItsTeam) {
+  const float tiny = std::numeric_limits<float>::denorm_min() * 1000;
+  const size_t big = size_t{1} << 20;
+  // Compared as bits: this thread reads subnormals as zero (DAZ), so a float comparison could not tell.
+  uint32_t small_result = 1, big_result = 1;
+  std::thread t([&] {
+    _mm_setcsr(_mm_getcsr() & ~0x8040u);
+#pragma omp parallel
+    _mm_setcsr(_mm_getcsr() & ~0x8040u);
+    fast_->PrepareThread();
+    std::vector<float> a(big, tiny), b(big, 0.0f), out(big, 1.0f);
+    fast_->Add(out.data(), a.data(), b.data(), 16);
+    small_result = std::bit_cast<uint32_t>(out[0]);
+    fast_->Add(out.data(), a.data(), b.data(), big);
+    big_result = std::bit_cast<uint32_t>(out[big - 1]);  // the last OpenMP worker's chunk
+  });
+  t.join();
+  EXPECT_EQ(small_result, 0u) << "the thread itself";
+  EXPECT_EQ(big_result, 0u) << "its OpenMP workers";
 }
 
 // ---- matmul ------------------------------------------------------------------------------------------

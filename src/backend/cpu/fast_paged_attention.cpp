@@ -79,7 +79,10 @@ inline float HorizontalSum(v16 v) {
   return (b[0] + b[2]) + (b[1] + b[3]);
 }
 
-constexpr size_t kParallelMin = 1 << 14;  // elements below which a fork/join costs more than it saves
+constexpr size_t kParallelMin = 1 << 16;  // elements below which a fork/join costs more than it saves
+// Attention work (rows x context x C) below which one thread is faster: a (row, head) pair takes ~0.6 us
+// per 64 positions, so this is ~40 us of work, about the cost of waking a sleeping worker.
+constexpr size_t kAttentionParallelMin = 1 << 19;
 
 template <typename T>
 void WriteKv(T* k_cache, T* v_cache, const float* qkv, const int32_t* slots, int N, int C, int NH, int bs) {
@@ -236,8 +239,7 @@ void CpuFastBackend::PagedAttentionForward(float* out, const float* qkv, const v
                                            int NH, int bs) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const AttendFn attend =
-      kv_dtype == DType::kBF16 ? PickAttend<uint16_t>(bs, hs) : PickAttend<float>(bs, hs);
+  const AttendFn attend = kv_dtype == DType::kBF16 ? PickAttend<uint16_t>(bs, hs) : PickAttend<float>(bs, hs);
   // Work items are (row, head) pairs; seq_of_row finds a row's sequence. Scratch: per-thread scores, then it.
   int max_ctx = 0;
   for (int s = 0; s < S; s++) max_ctx = std::max(max_ctx, static_cast<int>(seqs[3 * s + 2]));
@@ -249,12 +251,19 @@ void CpuFastBackend::PagedAttentionForward(float* out, const float* qkv, const v
     for (int i = 0; i < seqs[3 * s + 1]; i++) seq_of_row[seqs[3 * s] + i] = s;
   // Skipped for tiny batches (one decode row of a small model): the fork/join would dominate.
   const size_t work = static_cast<size_t>(N) * max_ctx * C;
-#pragma omp parallel for schedule(dynamic, 1) if (work >= kParallelMin)
+#pragma omp parallel for schedule(dynamic, 1) if (work >= kAttentionParallelMin)
   for (int item = 0; item < N * NH; item++) {
     const int row = item / NH, h = item % NH, s = seq_of_row[row];
     const int q_len = seqs[3 * s + 1], ctx_len = seqs[3 * s + 2];
-    const AttendArgs args{k_cache, v_cache, block_tables + static_cast<size_t>(s) * max_blocks,
-                          ctx_len - q_len + (row - seqs[3 * s]), NH, h, bs, hs, scale};
+    const AttendArgs args{k_cache,
+                          v_cache,
+                          block_tables + static_cast<size_t>(s) * max_blocks,
+                          ctx_len - q_len + (row - seqs[3 * s]),
+                          NH,
+                          h,
+                          bs,
+                          hs,
+                          scale};
     attend(out + static_cast<size_t>(row) * C + h * hs, qkv + static_cast<size_t>(row) * 3 * C + h * hs, args,
            scores_all + per_thread * omp_get_thread_num());
   }

@@ -117,7 +117,6 @@ constexpr TileFn kTiles[4][4] = {{MicroTile<1, 1>, MicroTile<1, 2>, MicroTile<1,
                                  {MicroTile<3, 1>, MicroTile<3, 2>, MicroTile<3, 3>, MicroTile<3, 4>},
                                  {MicroTile<4, 1>, MicroTile<4, 2>, MicroTile<4, 3>, MicroTile<4, 4>}};
 
-
 }  // namespace
 
 void CpuFastBackend::MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale,
@@ -137,15 +136,18 @@ void CpuFastBackend::MatmulInt8(float* out, const float* inp, const int8_t* w, c
   const int groups = (OC + 15) / 16;
   const int gblocks = (groups + kGroupsPerBlock - 1) / kGroupsPerBlock;
   const int rblocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-  const size_t macs = static_cast<size_t>(N) * OC * K;
-#pragma omp parallel for schedule(static) collapse(2) if (macs >= (1 << 18))
+  // Threads pay off for compute (>= 4M multiply-adds, ~20 us on one core) or for streaming >= 2 MB of
+  // weights from DRAM; below both, waking a worker costs more than it saves.
+  const size_t macs = static_cast<size_t>(N) * OC * K, weight_bytes = static_cast<size_t>(OC) * K;
+  const bool parallel = macs >= (1 << 22) || weight_bytes >= (1 << 21);
+#pragma omp parallel for schedule(static) collapse(2) if (parallel)
   for (int rb = 0; rb < rblocks; rb++) {
     for (int gb = 0; gb < gblocks; gb++) {
       const int g0 = gb * kGroupsPerBlock, ng = std::min(kGroupsPerBlock, groups - g0);
       const int r_end = std::min(N, (rb + 1) * kRowsPerBlock);
       // the next block's weights (full blocks only: the last one may be short)
-      const int8_t* next = gb + 2 < gblocks ? w + static_cast<size_t>(g0 + kGroupsPerBlock) * (K / 4) * 64
-                                            : nullptr;
+      const int8_t* next =
+          gb + 2 < gblocks ? w + static_cast<size_t>(g0 + kGroupsPerBlock) * (K / 4) * 64 : nullptr;
       for (int r0 = rb * kRowsPerBlock; r0 < r_end; r0 += 4) {
         const int mr = std::min(4, r_end - r0);
         kTiles[mr - 1][ng - 1](args, r0, g0, r0 == rb * kRowsPerBlock ? next : nullptr);

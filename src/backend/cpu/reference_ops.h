@@ -18,15 +18,15 @@ class CpuReferenceBackend : public CpuMemoryBackend {
                         const float* bias, int N, int C) override;
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, const float* mean, const float* rstd, int N, int C) override;
-  void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a, bool trans_b,
-              float beta, Compute compute) override;
+  void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
+              bool trans_b, float beta, Compute compute) override;
   void BiasBackward(float* dbias, const float* dout, int N, int OC) override;
   void GeluForward(float* out, const float* inp, size_t n) override;
   void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override;
   void Add(float* out, const float* a, const float* b, size_t n) override;
   void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override;
-  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B,
-                         int T, int C, int NH) override;
+  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+                         int B, int T, int C, int NH) override;
   void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
                                    float dloss) override;
   double SumSquares(const float* x, size_t n) override;
@@ -36,15 +36,15 @@ class CpuReferenceBackend : public CpuMemoryBackend {
   void CastF32ToBF16(uint16_t* dst, const float* src, size_t n) override;
 
   // Inference ops (serve/), in reference_inference_ops.cpp.
-  void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe,
-                   int N, int C) override;
-  void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots, int N,
-                    int C, int NH, int bs) override;
-  void PagedAttentionForward(float* out, const float* qkv, const void* k_cache, const void* v_cache, DType kv_dtype,
-                             const int32_t* seqs, const int32_t* block_tables, int S, int max_blocks, int N, int C,
-                             int NH, int bs) override;
-  void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias, int N,
-                  int OC, int K) override;
+  void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
+                   const float* wpe, int N, int C) override;
+  void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots,
+                    int N, int C, int NH, int bs) override;
+  void PagedAttentionForward(float* out, const float* qkv, const void* k_cache, const void* v_cache,
+                             DType kv_dtype, const int32_t* seqs, const int32_t* block_tables, int S,
+                             int max_blocks, int N, int C, int NH, int bs) override;
+  void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias,
+                  int N, int OC, int K) override;
 };
 
 }  // namespace tern
