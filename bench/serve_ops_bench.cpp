@@ -47,6 +47,19 @@ double MedianSeconds(F&& f, int reps) {
   return t[reps / 2];
 }
 
+// Runs f once to warm up, then once per benchmark iteration; returns the mean seconds per call.
+template <typename F>
+double SecondsPerCall(benchmark::State& state, F&& f) {
+  f();
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    f();
+    seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  return seconds / static_cast<double>(state.iterations());
+}
+
 void PagedAttention(benchmark::State& state, DType kv_dtype) {
   const int S = static_cast<int>(state.range(0)), ctx = static_cast<int>(state.range(1));
   const int C = 768, NH = 12, bs = 16, max_blocks = (ctx + bs - 1) / bs;
@@ -102,14 +115,7 @@ void PagedAttention(benchmark::State& state, DType kv_dtype) {
         part = (part + 1) % layers;
       },
       4 * layers);
-  attend();
-  double seconds = 0;
-  for (auto _ : state) {
-    const auto t0 = Clock::now();
-    attend();
-    seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-  }
-  const double per_call = seconds / state.iterations();
+  const double per_call = SecondsPerCall(state, attend);
   state.counters["GBps"] = 2.0 * cache_bytes / per_call / 1e9;
   state.counters["pct_stream"] = 100.0 * stream_s / per_call;
   state.counters["us_per_head"] = 1e6 * per_call / (S * NH);
@@ -136,14 +142,7 @@ void MatmulInt8(benchmark::State& state, int OC, int K) {
   auto run = [&] {
     be->MatmulInt8(out.as<float>(), x_d.as<float>(), q_d.as<int8_t>(), s_d.as<float>(), nullptr, N, OC, K);
   };
-  run();
-  double seconds = 0;
-  for (auto _ : state) {
-    const auto t0 = Clock::now();
-    run();
-    seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-  }
-  const double per_call = seconds / state.iterations();
+  const double per_call = SecondsPerCall(state, run);
   state.counters["GMACs"] = static_cast<double>(N) * OC * K / per_call / 1e9;
   state.counters["x_fp32"] = fp32_s / per_call;
 }
