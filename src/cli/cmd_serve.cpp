@@ -90,7 +90,8 @@ int RunServe(const ServeCliOptions& o) {
   auto kv_dtype = o.kv_dtype == "auto"
                       ? Result<DType>(*quantize == Quantize::kInt8 ? DType::kBF16 : DType::kF32)
                       : ParseKvDtype(o.kv_dtype);
-  if (!kv_dtype.ok()) return Fail(kv_dtype.status());
+  if (!kv_dtype.ok())
+    return Fail(Status::InvalidArgument("unknown --kv-dtype '" + o.kv_dtype + "'; use auto, fp32 or bf16"));
   // SIGINT/SIGTERM are taken by sigwait below; blocked before any thread starts so that all inherit it.
   // A shell starts background jobs with SIGINT ignored, and an ignored signal is never delivered, not even
   // to sigwait: restore the default so that `kill -INT` stops a backgrounded server too.
