@@ -35,6 +35,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
   num_sms_ = prop.multiProcessorCount;
+  smem_optin_ = std::max(prop.sharedMemPerBlockOptin, prop.sharedMemPerBlock);
   char buf[512];
   std::snprintf(buf, sizeof(buf), "cuda (%s, sm_%d%d, %.0f GiB)", prop.name, prop.major, prop.minor,
                 prop.totalGlobalMem / double(1ull << 30));
@@ -134,6 +135,10 @@ void CudaBackend::Zero(void* dst, size_t bytes) {
 }
 
 void CudaBackend::Synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+// The current device is per host thread: without this, a thread other than the constructor's would launch on
+// device 0 whatever TERN_CUDA_DEVICE says (and this backend's stream belongs to device_).
+void CudaBackend::PrepareThread() { CUDA_CHECK(cudaSetDevice(device_)); }
 
 void* CudaBackend::ScratchBuffer(cuda::Scratch which, size_t bytes) {
   const int i = static_cast<int>(which);

@@ -6,8 +6,9 @@
 // then reused: no allocation in the steady-state training step.
 //
 // Kernel families live in one file each (matmul_cublaslt.cu, layernorm.cu, gelu.cu, residual.cu,
-// attention.cu, cross_entropy.cu, encoder.cu, adamw.cu, reduce.cu, cast.cu); each defines the
-// CudaBackend members for its ops. See README.md for the design notes and the precision of each op.
+// attention.cu, cross_entropy.cu, encoder.cu, adamw.cu, reduce.cu, cast.cu, and for serving
+// paged_attention.cu, matmul_int8.cu); each defines the CudaBackend members for its ops. See README.md
+// for the design notes and the precision of each op.
 #pragma once
 
 #include <cublasLt.h>
@@ -37,6 +38,8 @@ enum class Scratch : int {
   kPartials,                   // column-reduction partial sums (bias and layernorm parameter gradients)
   kReduce,                     // Sum / SumSquares block partials (double)
   kEncoder,                    // encoder-backward buckets
+  kInt8Act,                    // MatmulInt8: per-row activation scales and int8 activations
+  kPagedScores,                // PagedAttentionForward: scores beyond the shared-memory limit (long contexts)
   kCount
 };
 
@@ -70,6 +73,8 @@ class CudaBackend : public Backend {
   void Copy(void* dst, const void* src, size_t bytes) override;
   void Zero(void* dst, size_t bytes) override;
   void Synchronize() override;
+  // Makes this backend's GPU current on the calling thread (the serving engine issues ops from its own thread).
+  void PrepareThread() override;
 
   void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
                       int C) override;
@@ -95,6 +100,18 @@ class CudaBackend : public Backend {
   void AdamW(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v, size_t n, float lr,
              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) override;
   void CastF32ToBF16(uint16_t* dst, const float* src, size_t n) override;
+
+  // Inference ops (serve/): EmbedTokens in encoder.cu, KvCacheWrite and PagedAttentionForward in
+  // paged_attention.cu, MatmulInt8 in matmul_int8.cu.
+  void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe,
+                   int N, int C) override;
+  void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots, int N, int C,
+                    int NH, int bs) override;
+  void PagedAttentionForward(float* out, const float* qkv, const void* k_cache, const void* v_cache, DType kv_dtype,
+                             const int32_t* seqs, const int32_t* block_tables, int S, int max_blocks, int N, int C,
+                             int NH, int bs) override;
+  void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias, int N,
+                  int OC, int K) override;
 
   // The attention interface has no compute argument: its GEMMs use the compute type of the most recent
   // Matmul call (the model always runs the qkv / attproj matmuls with its own compute type right before).
@@ -144,6 +161,7 @@ class CudaBackend : public Backend {
   bool force_fp32_attention_ = false;
   bool flash_attention_ = false;  // SetAttentionKernel("flash"): attention_flash.cu
   int num_sms_ = 0;
+  size_t smem_optin_ = 48 << 10;  // the most dynamic shared memory one block may opt in to on this GPU
 };
 
 }  // namespace tern

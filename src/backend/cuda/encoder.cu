@@ -1,4 +1,5 @@
-// Token + position embedding forward, and a deterministic backward without float atomics.
+// Token + position embedding forward, and a deterministic backward without float atomics; and EmbedTokens, the
+// serving engine's embedding of a ragged batch (each row names its own token and position).
 //
 // Backward: dwpe[t, c] sums over the batch in a fixed order (one thread per (t, c)). For dwte, rows with
 // the same token must be summed by one owner: the token ids are brought to the host (B*T ints; the
@@ -25,6 +26,18 @@ __global__ void EncoderForwardKernel(float* __restrict__ out, const int32_t* __r
     const size_t bt = i / C;
     const int c = static_cast<int>(i % C), t = static_cast<int>(bt % T);
     out[i] = wte[static_cast<size_t>(inp[bt]) * C + c] + wpe[static_cast<size_t>(t) * C + c];
+  }
+}
+
+// out[n, c] = wte[tokens[n], c] + wpe[positions[n], c]: one float add per element, bitwise the reference's.
+__global__ void EmbedTokensKernel(float* __restrict__ out, const int32_t* __restrict__ tokens,
+                                  const int32_t* __restrict__ positions, const float* __restrict__ wte,
+                                  const float* __restrict__ wpe, int N, int C) {
+  const size_t n = static_cast<size_t>(N) * C;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const size_t row = i / C;
+    const int c = static_cast<int>(i % C);
+    out[i] = wte[static_cast<size_t>(tokens[row]) * C + c] + wpe[static_cast<size_t>(positions[row]) * C + c];
   }
 }
 
@@ -56,6 +69,14 @@ void CudaBackend::EncoderForward(float* out, const int32_t* inp, const float* wt
   const size_t n = static_cast<size_t>(B) * T * C;
   if (n == 0) return;
   cuda::EncoderForwardKernel<<<cuda::GridFor(n, 256), 256, 0, stream_>>>(out, inp, wte, wpe, B, T, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
+                              const float* wpe, int N, int C) {
+  const size_t n = static_cast<size_t>(N) * C;
+  if (n == 0) return;
+  cuda::EmbedTokensKernel<<<cuda::GridFor(n, 256), 256, 0, stream_>>>(out, tokens, positions, wte, wpe, N, C);
   CUDA_CHECK_LAUNCH();
 }
 
