@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "model/gpt.h"
 #include "model/gpt_config.h"
 
 namespace tern::golden {
@@ -65,6 +66,20 @@ inline double RelMaxError(const float* a, const float* b, size_t n, double scale
     scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
   }
   return diff / scale;
+}
+
+// The worst RelMaxError of the model's logits (after its last Forward) against the golden ones, over all B*T
+// positions.
+inline double WorstLogitError(const Gpt& model, const Golden& g) {
+  std::vector<float> logits(g.cfg.vocab_size);
+  double worst = 0;
+  for (int b = 0; b < g.B; b++)
+    for (int t = 0; t < g.T; t++) {
+      model.GetLogits(b, t, logits.data());
+      const float* want = g.logits.data() + (static_cast<size_t>(b) * g.T + t) * g.cfg.vocab_size;
+      worst = std::max(worst, RelMaxError(logits.data(), want, logits.size()));
+    }
+  return worst;
 }
 
 }  // namespace tern::golden

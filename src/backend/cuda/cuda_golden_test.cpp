@@ -48,14 +48,7 @@ void CheckAgainstGolden(Compute compute, Bounds bounds, float loss_scale = 1.0f,
 
   float loss = model.Forward(g.inputs.data(), g.targets.data(), g.B, g.T, 0.0f);
   EXPECT_NEAR(loss, g.loss, bounds.loss);
-  std::vector<float> logits(g.cfg.vocab_size);
-  double worst_logit = 0;
-  for (int b = 0; b < g.B; b++)
-    for (int t = 0; t < g.T; t++) {
-      model.GetLogits(b, t, logits.data());
-      const float* want = g.logits.data() + (static_cast<size_t>(b) * g.T + t) * g.cfg.vocab_size;
-      worst_logit = std::max(worst_logit, RelMaxError(logits.data(), want, logits.size()));
-    }
+  const double worst_logit = WorstLogitError(model, g);
   EXPECT_LT(worst_logit, bounds.logits);
   std::printf("[%s] loss %.6f (golden %.6f, |diff| %.2e), logits rel-max error %.2e\n", ComputeName(compute), loss,
               g.loss, std::fabs(loss - g.loss), worst_logit);
