@@ -93,6 +93,11 @@ inline size_t RoundUp(size_t x, size_t m) {
   return (x + m - 1) / m * m;
 }
 
+// Elements below which a fork/join costs more than it saves. Waking a sleeping worker takes tens of
+// microseconds on a virtual machine (the serving engine lets workers sleep between steps), about what one
+// core needs for 64k elements of a simple op.
+constexpr size_t kParallelMin = 1 << 16;
+
 // Runs body(begin, end) over [0, n): on the calling thread when n < min_parallel, else one contiguous chunk
 // (a multiple of 16 elements) per OpenMP thread. Not `omp parallel for simd if (...)`: GCC 12 compiles the
 // serial branch of such a loop without vectorising it (GeluForward below the threshold ran 12x slower per

@@ -19,10 +19,7 @@ namespace tern {
 namespace {
 
 constexpr float kLayerNormEps = 1e-5f;
-// Elements below which a fork/join costs more than it saves. Waking a sleeping worker takes tens of
-// microseconds on a virtual machine (the serving engine lets workers sleep between steps), about what one
-// core needs for 64k elements of a simple op.
-constexpr size_t kParallelMin = 1 << 16;
+using fast::kParallelMin;
 constexpr size_t kSumChunk =
     1 << 15;  // Sum/SumSquares partial size: fixed, so results ignore the thread count
 const float kGeluScale = std::sqrt(2.0f / static_cast<float>(M_PI));

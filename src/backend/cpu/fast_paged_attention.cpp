@@ -79,7 +79,7 @@ inline float HorizontalSum(v16 v) {
   return (b[0] + b[2]) + (b[1] + b[3]);
 }
 
-constexpr size_t kParallelMin = 1 << 16;  // elements below which a fork/join costs more than it saves
+using fast::kParallelMin;
 // Attention work (rows x context x C) below which one thread is faster: a (row, head) pair takes ~0.6 us
 // per 64 positions, so this is ~40 us of work, about the cost of waking a sleeping worker.
 constexpr size_t kAttentionParallelMin = 1 << 19;
