@@ -128,40 +128,52 @@ TEST(PagedAttention, Bf16CacheIsTheTrainingAttentionOfRoundedKeysAndValues) {
   EXPECT_LT(max_diff, 2e-2);
 }
 
+// The fast backend against the reference on a ragged batch, and each sequence alone against its rows of the
+// batch (bitwise).
+void ExpectFastMatchesReferenceAndRowIndependent(const Geometry& g,
+                                                 const std::vector<std::pair<int, int>>& shape) {
+  std::mt19937 rng(2);
+  Ragged batch(shape, g.bs, rng);
+  auto qkv = Uniform(rng, static_cast<size_t>(batch.N) * 3 * g.C);
+  int past_rows = 0;
+  for (auto [q, ctx] : shape) past_rows += ctx - q;
+  auto past = Uniform(rng, static_cast<size_t>(past_rows) * 3 * g.C);
+  auto ref = MakeCpuReferenceBackend();
+  auto fast = MakeCpuFastBackend();
+  auto want = RunPaged(*ref, g, batch, qkv, past);
+  auto got = RunPaged(*fast, g, batch, qkv, past);
+  ExpectClose(got, want, 1e-5, 1e-6, "fast paged attention " + g.Name());
+  int row = 0, past_row = 0;
+  for (int s = 0; s < batch.S; s++) {
+    auto [q_len, ctx] = shape[s];
+    Ragged one({{q_len, ctx}}, g.bs, rng);
+    one.tables.assign(batch.tables.begin() + s * kMaxBlocks, batch.tables.begin() + (s + 1) * kMaxBlocks);
+    one.slots.assign(batch.slots.begin() + row, batch.slots.begin() + row + q_len);
+    const size_t w = 3 * static_cast<size_t>(g.C);
+    std::vector<float> q1(qkv.begin() + row * w, qkv.begin() + (row + q_len) * w);
+    std::vector<float> p1(past.begin() + past_row * w, past.begin() + (past_row + ctx - q_len) * w);
+    auto alone = RunPaged(*fast, g, one, q1, p1);
+    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + row * g.C)) << g.Name() << " seq " << s;
+    row += q_len;
+    past_row += ctx - q_len;
+  }
+}
+
 TEST(PagedAttention, FastMatchesReferenceAndIsRowIndependent) {
-  const std::vector<std::pair<int, int>> shape = {{1, 17}, {7, 7}, {1, 1}, {5, 30}, {1, 44}};
   // scalar path (bs 4; hs 160 > 128), vector path with hs 16, 48, 64 and bs 16, 32; both element types
   for (const Geometry& g : {kSmall, Geometry{C, 4, 16, DType::kF32}, Geometry{96, 2, 16, DType::kF32},
                             Geometry{128, 2, 32, DType::kBF16}, Geometry{C, 4, 4, DType::kBF16},
-                            Geometry{160, 1, 16, DType::kBF16}}) {
-    std::mt19937 rng(2);
-    Ragged batch(shape, g.bs, rng);
-    auto qkv = Uniform(rng, static_cast<size_t>(batch.N) * 3 * g.C);
-    int past_rows = 0;
-    for (auto [q, ctx] : shape) past_rows += ctx - q;
-    auto past = Uniform(rng, static_cast<size_t>(past_rows) * 3 * g.C);
-    auto ref = MakeCpuReferenceBackend();
-    auto fast = MakeCpuFastBackend();
-    auto want = RunPaged(*ref, g, batch, qkv, past);
-    auto got = RunPaged(*fast, g, batch, qkv, past);
-    ExpectClose(got, want, 1e-5, 1e-6, "fast paged attention " + g.Name());
-    // Each sequence alone (same blocks, same cache contents) gives bitwise the rows it had in the batch.
-    int row = 0, past_row = 0;
-    for (int s = 0; s < batch.S; s++) {
-      auto [q_len, ctx] = shape[s];
-      Ragged one({{q_len, ctx}}, g.bs, rng);
-      one.tables.assign(batch.tables.begin() + s * kMaxBlocks, batch.tables.begin() + (s + 1) * kMaxBlocks);
-      one.slots.assign(batch.slots.begin() + row, batch.slots.begin() + row + q_len);
-      const size_t w = 3 * static_cast<size_t>(g.C);
-      std::vector<float> q1(qkv.begin() + row * w, qkv.begin() + (row + q_len) * w);
-      std::vector<float> p1(past.begin() + past_row * w, past.begin() + (past_row + ctx - q_len) * w);
-      auto alone = RunPaged(*fast, g, one, q1, p1);
-      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + row * g.C))
-          << g.Name() << " seq " << s;
-      row += q_len;
-      past_row += ctx - q_len;
-    }
-  }
+                            Geometry{160, 1, 16, DType::kBF16}})
+    ExpectFastMatchesReferenceAndRowIndependent(g, {{1, 17}, {7, 7}, {1, 1}, {5, 30}, {1, 44}});
+}
+
+// Batches big enough for the threaded path (work split over threads by context length, at row and at head
+// boundaries): a row's result must not depend on which thread ran it or where the split fell.
+TEST(PagedAttention, ThreadedSplitIsRowIndependent) {
+  ExpectFastMatchesReferenceAndRowIndependent(Geometry{768, 12, 16, DType::kBF16},
+                                              {{1, 190}, {7, 7}, {1, 1}, {5, 30}, {1, 44}});
+  // one long row and a short one: the split falls between the heads of the long row
+  ExpectFastMatchesReferenceAndRowIndependent(Geometry{768, 12, 64, DType::kF32}, {{1, 700}, {3, 3}});
 }
 
 TEST(EmbedTokens, FastMatchesReference) {
@@ -191,7 +203,14 @@ std::vector<float> RunInt8(Backend& be, const std::vector<float>& x, const Int8M
 
 TEST(MatmulInt8, FastMatchesReferenceAndFp32) {
   std::mt19937 rng(4);
-  for (auto [N, OC, K] : {std::tuple{1, 48, 64}, {5, 37, 20}, {70, 200, 128}, {9, 16, 256}}) {
+  // Shapes reach every tile kind: 1-4 rows x 4 groups, 5-8 x 2, 9-16 x 1, and a short last block.
+  for (auto [N, OC, K] : {std::tuple{1, 48, 64},
+                          {5, 37, 20},
+                          {70, 200, 128},
+                          {9, 16, 256},
+                          {16, 256, 64},
+                          {24, 130, 32},
+                          {7, 64, 8}}) {
     auto w = Uniform(rng, static_cast<size_t>(OC) * K);
     auto x = Uniform(rng, static_cast<size_t>(N) * K);
     auto bias = Uniform(rng, OC);

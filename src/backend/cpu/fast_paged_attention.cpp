@@ -16,6 +16,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -240,32 +241,60 @@ void CpuFastBackend::PagedAttentionForward(float* out, const float* qkv, const v
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const AttendFn attend = kv_dtype == DType::kBF16 ? PickAttend<uint16_t>(bs, hs) : PickAttend<float>(bs, hs);
-  // Work items are (row, head) pairs; seq_of_row finds a row's sequence. Scratch: per-thread scores, then it.
+  // Scratch: per-thread scores, then seq_of_row (a row's sequence) and cost_end.
   int max_ctx = 0;
   for (int s = 0; s < S; s++) max_ctx = std::max(max_ctx, static_cast<int>(seqs[3 * s + 2]));
   const size_t per_thread = fast::RoundUp(static_cast<size_t>(max_ctx), 16);
   const int nthreads = omp_get_max_threads();
-  float* scores_all = paged_scores_.As<float>(per_thread * nthreads + fast::RoundUp(N, 16));
+  float* scores_all = paged_scores_.As<float>(per_thread * nthreads + 3 * fast::RoundUp(N, 16));
   int32_t* seq_of_row = reinterpret_cast<int32_t*>(scores_all + per_thread * nthreads);
   for (int s = 0; s < S; s++)
     for (int i = 0; i < seqs[3 * s + 1]; i++) seq_of_row[seqs[3 * s] + i] = s;
+  // Work items are (row, head) pairs in row-major order; an item costs its row's context length. Each thread
+  // takes one contiguous run of items of about equal total cost: the heads of a row lie side by side in every
+  // block, so a thread walks memory in order (items interleaved over threads made both cores pull the same
+  // cache lines and ran 1.7x slower).
+  int64_t* cost_end = reinterpret_cast<int64_t*>(seq_of_row + fast::RoundUp(N, 16));  // [N] through row n
+  int64_t total = 0;
+  for (int row = 0; row < N; row++) {
+    const int s = seq_of_row[row];
+    total += static_cast<int64_t>(NH) * (seqs[3 * s + 2] - seqs[3 * s + 1] + (row - seqs[3 * s]) + 1);
+    cost_end[row] = total;
+  }
+  auto attend_items = [&](int begin, int end, float* scores) {
+    for (int item = begin; item < end; item++) {
+      const int row = item / NH, h = item % NH, s = seq_of_row[row];
+      const int q_len = seqs[3 * s + 1], ctx_len = seqs[3 * s + 2];
+      const AttendArgs args{k_cache,
+                            v_cache,
+                            block_tables + static_cast<size_t>(s) * max_blocks,
+                            ctx_len - q_len + (row - seqs[3 * s]),
+                            NH,
+                            h,
+                            bs,
+                            hs,
+                            scale};
+      attend(out + static_cast<size_t>(row) * C + h * hs, qkv + static_cast<size_t>(row) * 3 * C + h * hs,
+             args, scores);
+    }
+  };
   // Skipped for tiny batches (one decode row of a small model): the fork/join would dominate.
-  const size_t work = static_cast<size_t>(N) * max_ctx * C;
-#pragma omp parallel for schedule(dynamic, 1) if (work >= kAttentionParallelMin)
-  for (int item = 0; item < N * NH; item++) {
-    const int row = item / NH, h = item % NH, s = seq_of_row[row];
-    const int q_len = seqs[3 * s + 1], ctx_len = seqs[3 * s + 2];
-    const AttendArgs args{k_cache,
-                          v_cache,
-                          block_tables + static_cast<size_t>(s) * max_blocks,
-                          ctx_len - q_len + (row - seqs[3 * s]),
-                          NH,
-                          h,
-                          bs,
-                          hs,
-                          scale};
-    attend(out + static_cast<size_t>(row) * C + h * hs, qkv + static_cast<size_t>(row) * 3 * C + h * hs, args,
-           scores_all + per_thread * omp_get_thread_num());
+  if (static_cast<size_t>(N) * max_ctx * C < kAttentionParallelMin || nthreads == 1) {
+    attend_items(0, N * NH, scores_all);
+    return;
+  }
+  // The first item whose cost starts at or after `bound`.
+  auto first_item = [&](int64_t bound) {
+    const int row = static_cast<int>(std::upper_bound(cost_end, cost_end + N, bound) - cost_end);
+    if (row == N) return N * NH;
+    const int64_t start = row == 0 ? 0 : cost_end[row - 1], per_head = (cost_end[row] - start) / NH;
+    return row * NH + static_cast<int>((bound - start + per_head - 1) / per_head);
+  };
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), threads = omp_get_num_threads();
+    attend_items(first_item(total * t / threads), first_item(total * (t + 1) / threads),
+                 scores_all + per_thread * t);
   }
 }
 
