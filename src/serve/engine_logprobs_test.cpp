@@ -323,5 +323,23 @@ TEST(SamplerTest, TopPMatchesAFullSort) {
   }
 }
 
+// Greedy picks the first of the largest logits, as std::max_element: ties anywhere, in the last partial
+// block, and vocabularies shorter than one block.
+TEST(SamplerTest, GreedyIsTheFirstLargestLogit) {
+  std::mt19937_64 gen(5), rng(1);
+  for (int V : {1, 7, 256, 300, 50257}) {
+    for (int trial = 0; trial < 20; trial++) {
+      std::vector<float> logits(V);
+      for (float& l : logits) l = static_cast<float>(UniformDouble(gen) * 8 - 4);
+      const int a = static_cast<int>(gen() % V), b = static_cast<int>(gen() % V);
+      if (trial % 2) logits[a] = logits[b] = 5.0f;  // a tie for the maximum
+      if (trial == 3) logits[V - 1] = 6.0f;         // the maximum in the last block
+      const int32_t want =
+          static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      EXPECT_EQ(SampleToken(logits.data(), V, SamplingParams{0.0f, 0, 1.0f}, rng), want) << "V " << V;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tern
