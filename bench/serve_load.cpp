@@ -271,15 +271,14 @@ tern::Result<double> ValLoss(tern::Backend* be, const tern::ServeWeights& w, ter
   }
   b.seqs = {0, T, T};
   for (int i = 0; i < model->max_blocks_per_seq(); i++) b.block_tables.push_back(i);
-  std::vector<float> logits(static_cast<size_t>(T) * V);
   double total = 0;
   tern::Batch batch;
   for (int win = 0; win < windows; win++) {
     TERN_RETURN_IF_ERROR(loader->Next(&batch));
     b.tokens = batch.inputs;
-    model->Forward(b, logits.data());
+    const float* logits = model->Forward(b);
     for (int t = 0; t < T; t++) {
-      const float* l = logits.data() + static_cast<size_t>(t) * V;
+      const float* l = logits + static_cast<size_t>(t) * V;
       const double mx = *std::max_element(l, l + V);
       double sum = 0;
       for (int v = 0; v < V; v++) sum += std::exp(l[v] - mx);
@@ -323,7 +322,6 @@ int ForwardBench(const std::string& run, const std::string& quantize, const std:
     return 1;
   }
   tern::InferenceModel& m = **model;
-  std::vector<float> logits(static_cast<size_t>(m.options().max_logit_rows) * V);
   std::mt19937_64 rng(1);
   auto table = [&](int s) {
     std::vector<int32_t> t(m.max_blocks_per_seq(), 0);
@@ -341,7 +339,7 @@ int ForwardBench(const std::string& run, const std::string& quantize, const std:
     b.seqs = {0, context, context};
     b.block_tables = table(s);
     b.logit_rows = {context - 1};
-    m.Forward(b, logits.data());
+    m.Forward(b);
   }
   std::printf("%s, weights %s, KV %s, %d threads, context %d: decode steps\n\n", w->config.ToString().c_str(),
               quantize.c_str(), kv_dtype.c_str(), omp_get_max_threads(), context);
@@ -366,7 +364,7 @@ int ForwardBench(const std::string& run, const std::string& quantize, const std:
           b.block_tables.insert(b.block_tables.end(), t.begin(), t.end());
           b.logit_rows.push_back(s);
         }
-        m.Forward(b, logits.data());
+        m.Forward(b);
       }
       total = std::chrono::duration<double>(Clock::now() - t0).count();
     }

@@ -80,7 +80,6 @@ Engine::Engine(std::unique_ptr<InferenceModel> model, const Tokenizer* tokenizer
   assert(opt_.max_batch <= model_->options().max_seqs && opt_.max_batch_tokens <= model_->options().max_rows);
   assert(opt_.max_batch <= opt_.max_batch_tokens);
   assert(model_->options().max_logit_rows >= opt_.max_batch);
-  logits_.resize(static_cast<size_t>(model_->options().max_logit_rows) * model_->config().vocab_size);
   PublishGauges();
 }
 
@@ -325,12 +324,12 @@ bool Engine::Step() {
     return false;
   }
   Lap(metrics_, ServeMetrics::kSchedule, &t);
-  model_->Forward(batch_, logits_.data());
+  const float* logits = model_->Forward(batch_);
   Lap(metrics_, ServeMetrics::kForward, &t);
   metrics_->forward_steps++;
   metrics_->batch_size.Observe(batch_.S());
   metrics_->batch_tokens.Observe(batch_.N());
-  AfterForward(in_batch, logits_.data(), &t);
+  AfterForward(in_batch, logits, &t);
   running_.erase(std::remove_if(running_.begin(), running_.end(), is_done), running_.end());
   PublishGauges();
   Lap(metrics_, ServeMetrics::kEmit, &t);

@@ -147,7 +147,6 @@ class Engine {
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;
   ForwardBatch batch_;
-  std::vector<float> logits_;
   std::thread thread_;
 };
 

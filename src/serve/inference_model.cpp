@@ -170,7 +170,7 @@ void InferenceModel::RunLinear(float* out, const float* inp, const Linear& w, co
   }
 }
 
-void InferenceModel::Forward(const ForwardBatch& batch, float* host_logits) {
+const float* InferenceModel::Forward(const ForwardBatch& batch) {
   const int L = cfg_.n_layer, C = cfg_.n_embd, V = cfg_.vocab_size, NH = cfg_.n_head, bs = opt_.block_size;
   const int N = batch.N(), S = batch.S(), R = static_cast<int>(batch.logit_rows.size());
   assert(N >= 1 && N <= opt_.max_rows && S <= opt_.max_seqs && R <= opt_.max_logit_rows);
@@ -229,7 +229,7 @@ void InferenceModel::Forward(const ForwardBatch& batch, float* host_logits) {
     backend_->Add(a.x, a.x2, a.proj, static_cast<size_t>(N) * C);
     lap("residual");
   }
-  if (R == 0) return;
+  if (R == 0) return nullptr;
   // Only the rows that sample a token go through the head (layernorm is per row, so gathering first is
   // exact).
   for (int r = 0; r < R; r++)
@@ -239,8 +239,11 @@ void InferenceModel::Forward(const ForwardBatch& batch, float* host_logits) {
   lap("layernorm");
   RunLinear(a.logits, a.ln, *head_, nullptr, R, V, C);
   lap("matmul head");
-  backend_->Download(host_logits, a.logits, static_cast<size_t>(R) * V * sizeof(float));
+  if (!backend_->IsGpu()) return a.logits;  // host memory already
+  host_logits_.resize(static_cast<size_t>(opt_.max_logit_rows) * V);
+  backend_->Download(host_logits_.data(), a.logits, static_cast<size_t>(R) * V * sizeof(float));
   lap("logits download");
+  return host_logits_.data();
 }
 
 }  // namespace tern

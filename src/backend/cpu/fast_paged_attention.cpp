@@ -85,10 +85,14 @@ using fast::kParallelMin;
 // per 64 positions, so this is ~40 us of work, about the cost of waking a sleeping worker.
 constexpr size_t kAttentionParallelMin = 1 << 19;
 
+// Rows x C below which the cache write runs on one thread. A row's keys go to a column of the transposed
+// block, a cache line per two elements (mostly not in cache yet), so an element costs ~8x an elementwise op.
+constexpr size_t kKvWriteParallelMin = kParallelMin / 8;
+
 template <typename T>
 void WriteKv(T* k_cache, T* v_cache, const float* qkv, const int32_t* slots, int N, int C, int NH, int bs) {
   const int hs = C / NH;
-#pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * C >= kParallelMin)
+#pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * C >= kKvWriteParallelMin)
   for (int n = 0; n < N; n++) {
     const int block = slots[n] / bs, slot = slots[n] % bs;
     const float* k = qkv + static_cast<size_t>(n) * 3 * C + C;
