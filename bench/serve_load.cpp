@@ -295,7 +295,7 @@ int ForwardBench(const std::string& run, const std::string& quantize, const std:
                  const std::vector<int>& rows, int context, int steps) {
   auto w = tern::LoadServeWeights(run);
   auto q = tern::ParseQuantize(quantize);
-  auto kv = tern::ParseKvDtype(kv_dtype);
+  auto kv = q.ok() ? tern::ParseKvDtype(kv_dtype, *q) : tern::Result<tern::DType>(q.status());
   if (!w.ok() || !q.ok() || !kv.ok()) {
     std::fprintf(stderr, "serve_load forward: %s\n",
                  (!w.ok()   ? w.status()
@@ -458,7 +458,7 @@ int main(int argc, char** argv) {
   auto* forward = app.add_subcommand("forward", "time the engine's decode forward alone (no HTTP), per op");
   forward->add_option("--run", fwd_run, "run directory")->required();
   forward->add_option("--quantize", fwd_quantize, "none | int8")->capture_default_str();
-  forward->add_option("--kv-dtype", fwd_kv, "fp32 | bf16")->capture_default_str();
+  forward->add_option("--kv-dtype", fwd_kv, "auto | fp32 | bf16")->capture_default_str();
   forward->add_option("--rows", fwd_rows, "sequences per step")->delimiter(',')->capture_default_str();
   forward->add_option("--context", fwd_context, "tokens already in each sequence's cache")
       ->capture_default_str();

@@ -85,13 +85,8 @@ int RunServe(const ServeCliOptions& o) {
   if (!key.ok()) return Fail(key.status());
   auto quantize = ParseQuantize(o.quantize);
   if (!quantize.ok()) return Fail(quantize.status());
-  // auto: bf16 keys and values once the weights are int8 anyway (half the cache bytes per token), fp32 with
-  // fp32 weights (the logits of the training forward).
-  auto kv_dtype = o.kv_dtype == "auto"
-                      ? Result<DType>(*quantize == Quantize::kInt8 ? DType::kBF16 : DType::kF32)
-                      : ParseKvDtype(o.kv_dtype);
-  if (!kv_dtype.ok())
-    return Fail(Status::InvalidArgument("unknown --kv-dtype '" + o.kv_dtype + "'; use auto, fp32 or bf16"));
+  auto kv_dtype = ParseKvDtype(o.kv_dtype, *quantize);
+  if (!kv_dtype.ok()) return Fail(kv_dtype.status());
   // SIGINT/SIGTERM are taken by sigwait below; blocked before any thread starts so that all inherit it.
   // A shell starts background jobs with SIGINT ignored, and an ignored signal is never delivered, not even
   // to sigwait: restore the default so that `kill -INT` stops a backgrounded server too.

@@ -19,10 +19,11 @@ const char* QuantizeName(Quantize q) {
   return q == Quantize::kInt8 ? "int8" : "none";
 }
 
-Result<DType> ParseKvDtype(const std::string& name) {
+Result<DType> ParseKvDtype(const std::string& name, Quantize weights) {
+  if (name == "auto") return weights == Quantize::kInt8 ? DType::kBF16 : DType::kF32;
   if (name == "fp32") return DType::kF32;
   if (name == "bf16") return DType::kBF16;
-  return Status::InvalidArgument("unknown --kv-dtype '" + name + "'; use fp32 or bf16");
+  return Status::InvalidArgument("unknown --kv-dtype '" + name + "'; use auto, fp32 or bf16");
 }
 
 const char* KvDtypeName(DType t) {

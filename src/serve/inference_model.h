@@ -26,7 +26,9 @@ namespace tern {
 enum class Quantize { kNone, kInt8 };
 Result<Quantize> ParseQuantize(const std::string& name);  // "none" | "int8"
 const char* QuantizeName(Quantize q);
-Result<DType> ParseKvDtype(const std::string& name);  // "fp32" | "bf16"
+// "fp32" | "bf16" | "auto": bf16 keys and values once the weights are int8 anyway (half the cache bytes per
+// token, loss within 1e-5), fp32 with fp32 weights (the logits of the training forward).
+Result<DType> ParseKvDtype(const std::string& name, Quantize weights);
 const char* KvDtypeName(DType t);
 
 struct InferenceModelOptions {

@@ -8,6 +8,7 @@
 
 #include "backend/bf16.h"
 #include "backend/cpu/ops_test_util.h"
+#include "serve/inference_model.h"
 #include "serve/quantize.h"
 
 namespace tern {
@@ -250,6 +251,23 @@ TEST(QuantizeInt8, RoundTripIsWithinHalfAStep) {
       EXPECT_LE(std::fabs(back[o * K + k] - w[o * K + k]), 0.5f * q.scale[o] * 1.0001f) << o << "," << k;
   EXPECT_EQ(q.scale[7], 0.0f);
   EXPECT_EQ(q.packed.size(), 32u * K);  // OC padded to 32
+}
+
+// `--kv-dtype auto` (tern serve's default): bf16 with int8 weights, fp32 with fp32 weights.
+TEST(KvDtype, AutoFollowsTheWeights) {
+  auto dtype = [](const char* name, Quantize q) {
+    auto r = ParseKvDtype(name, q);
+    EXPECT_TRUE(r.ok()) << name;
+    return r.ok() ? *r : DType::kI32;
+  };
+  EXPECT_EQ(dtype("auto", Quantize::kInt8), DType::kBF16);
+  EXPECT_EQ(dtype("auto", Quantize::kNone), DType::kF32);
+  EXPECT_EQ(dtype("fp32", Quantize::kInt8), DType::kF32);
+  EXPECT_EQ(dtype("bf16", Quantize::kNone), DType::kBF16);
+  auto bad = ParseKvDtype("fp8", Quantize::kNone);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("use auto, fp32 or bf16"), std::string::npos)
+      << bad.status().message();
 }
 
 }  // namespace
