@@ -5,7 +5,8 @@
 #
 #   bench/serve_load.sh BUILD_DIR RUN_DIR [RUN_DIR...]
 #
-# Environment: STREAMS (default 1,4,16,32), PROMPT_TOKENS (32), MAX_TOKENS (64), REQUESTS (2 per stream),
+# Environment: STREAMS (default 1,4,16,32; 1,16,1,16,1,16 interleaves the levels, for a noisy machine),
+# QUANTIZE (default "none int8"), PROMPT_TOKENS (32), MAX_TOKENS (64), REQUESTS (2 per stream),
 # THREADS (compute threads of the server, default: all cores), KV_MB (1024), PORT (18080), KV_DTYPE (auto:
 # bf16 with int8 weights, fp32 with fp32 weights; or fp32 | bf16 for both).
 # A run directory with random weights of GPT-2 124M's shape (speed does not depend on the weights):
@@ -22,7 +23,7 @@ stop_server() { if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || 
 trap stop_server EXIT
 
 for run in "$@"; do
-  for quant in none int8; do
+  for quant in ${QUANTIZE:-none int8}; do
     "$tern" serve "$run" --port "$port" --quantize "$quant" --kv-cache-mb "${KV_MB:-1024}" \
       --kv-dtype "${KV_DTYPE:-auto}" \
       --threads "${THREADS:-0}" --max-batch 32 2> "/tmp/serve_load.$quant.log" &
