@@ -399,10 +399,10 @@ int Quality(const std::string& run, const std::string& data, int windows) {
     tern::Quantize q;
     tern::DType kv;
   };
-  const Variant variants[] = {{tern::Quantize::kNone, tern::DType::kF32},
-                              {tern::Quantize::kNone, tern::DType::kBF16},
-                              {tern::Quantize::kInt8, tern::DType::kF32},
-                              {tern::Quantize::kInt8, tern::DType::kBF16}};
+  const Variant variants[] = {
+      {tern::Quantize::kNone, tern::DType::kF32}, {tern::Quantize::kNone, tern::DType::kBF16},
+      {tern::Quantize::kInt8, tern::DType::kF32}, {tern::Quantize::kInt8, tern::DType::kBF16},
+      {tern::Quantize::kNone, tern::DType::kI8},  {tern::Quantize::kInt8, tern::DType::kI8}};
   std::vector<double> loss;
   for (const Variant& v : variants) {
     auto l = ValLoss(be.get(), *w, v.q, v.kv, *shards, windows);
@@ -448,7 +448,7 @@ int main(int argc, char** argv) {
   std::string run, data;
   int windows = 1000;
   auto* quality = app.add_subcommand(
-      "quality", "validation loss of the serving model: fp32/int8 weights x fp32/bf16 KV cache");
+      "quality", "validation loss of the serving model: fp32/int8 weights x fp32/bf16/int8 KV cache");
   quality->add_option("--run", run, "run directory")->required();
   quality->add_option("--data", data, "prepared data directory (val_*.bin)")->required();
   quality->add_option("--windows", windows, "at most this many windows")->capture_default_str();

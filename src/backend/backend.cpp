@@ -13,8 +13,15 @@ size_t DTypeSize(DType t) {
       return 2;
     case DType::kI32:
       return 4;
+    case DType::kI8:
+      return 1;
   }
   return 0;
+}
+
+size_t KvBlockBytes(DType kv_dtype, int C, int NH, int bs) {
+  const size_t elements = static_cast<size_t>(bs) * C * DTypeSize(kv_dtype);
+  return kv_dtype == DType::kI8 ? elements + static_cast<size_t>(NH) * bs * sizeof(float) : elements;
 }
 
 const char* DTypeName(DType t) {
@@ -25,6 +32,8 @@ const char* DTypeName(DType t) {
       return "bf16";
     case DType::kI32:
       return "i32";
+    case DType::kI8:
+      return "i8";
   }
   return "?";
 }

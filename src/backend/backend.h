@@ -22,11 +22,14 @@
 
 namespace tern {
 
-enum class DType : uint8_t { kF32, kBF16, kI32 };
+enum class DType : uint8_t { kF32, kBF16, kI32, kI8 };
 enum class Compute : uint8_t { kF32, kBF16, kF16 };
 
 size_t DTypeSize(DType t);
 const char* DTypeName(DType t);
+// Bytes of one block of one layer's key (or value) cache (the inference ops below): bs * C elements, and
+// with kI8 elements one fp32 scale per (head, slot) after them.
+size_t KvBlockBytes(DType kv_dtype, int C, int NH, int bs);
 const char* ComputeName(Compute c);
 
 // A matmul operand: a device pointer and how its elements are stored.
@@ -137,12 +140,14 @@ class Backend {
   // Optional: the base class aborts with "op X not implemented on backend Y"; training never calls them.
   // A ragged batch has N rows, the new tokens of S sequences concatenated (sequence s owns the rows
   // [q_start, q_start + q_len)). Each layer's KV cache is a pool of fixed-size blocks (bs tokens per block,
-  // hs = C / NH) of kv_dtype elements (kF32 or kBF16): keys k_cache[num_blocks, NH, hs, bs] (transposed
-  // within a block, so one query's scores over a block are bs-wide vector multiply-adds) and values
-  // v_cache[num_blocks, NH, bs, hs].
+  // hs = C / NH) of kv_dtype elements (kF32, kBF16 or kI8): keys k_cache[num_blocks, NH, hs, bs]
+  // (transposed within a block, so one query's scores over a block are bs-wide vector multiply-adds) and
+  // values v_cache[num_blocks, NH, bs, hs]; a block is KvBlockBytes long.
   // Sequence s keeps position p in block block_tables[s * max_blocks + p / bs], slot p % bs. bf16 elements
-  // are the fp32 keys and values rounded to nearest even; attention reads them back exactly and computes
-  // in fp32.
+  // are the fp32 keys and values rounded to nearest even. kI8 blocks end with scale[NH, bs] (fp32): the key
+  // (or value) vector x[hs] of one head and slot is stored as nearbyint(x * 127 / m), m = max |x|, with scale
+  // m / 127 (0 when m = 0), as llama.cpp's q8_0 cache with one scale per head vector. Attention reads the
+  // elements back (times the scale) and computes in fp32.
   // Row independence: every output row depends only on that row's inputs (and its sequence's cache), never
   // on N or on the other rows, so a request decodes the same tokens alone or batched with others.
 

@@ -224,9 +224,10 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
       ->check(CLI::PositiveNumber);
   sub->add_option("--quantize", o->quantize, "matmul weights: none (fp32) or int8 (per-channel, VNNI)")
       ->capture_default_str();
-  sub->add_option(
-         "--kv-dtype", o->kv_dtype,
-         "KV cache elements: fp32, bf16 (half the memory per token) or auto (bf16 with int8 weights)")
+  sub->add_option("--kv-dtype", o->kv_dtype,
+                  "KV cache elements: fp32, bf16 (half the memory per token), int8 (about a quarter; CPU "
+                  "only) or auto "
+                  "(bf16 with int8 weights)")
       ->capture_default_str();
   sub->add_option("--threads", o->threads, "compute threads (0 = OMP_NUM_THREADS or all cores)")
       ->check(CLI::NonNegativeNumber);

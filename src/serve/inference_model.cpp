@@ -23,11 +23,12 @@ Result<DType> ParseKvDtype(const std::string& name, Quantize weights) {
   if (name == "auto") return weights == Quantize::kInt8 ? DType::kBF16 : DType::kF32;
   if (name == "fp32") return DType::kF32;
   if (name == "bf16") return DType::kBF16;
-  return Status::InvalidArgument("unknown --kv-dtype '" + name + "'; use auto, fp32 or bf16");
+  if (name == "int8") return DType::kI8;
+  return Status::InvalidArgument("unknown --kv-dtype '" + name + "'; use auto, fp32, bf16 or int8");
 }
 
 const char* KvDtypeName(DType t) {
-  return t == DType::kBF16 ? "bf16" : "fp32";
+  return t == DType::kBF16 ? "bf16" : t == DType::kI8 ? "int8" : "fp32";
 }
 
 void ForwardBatch::Clear() {
@@ -77,7 +78,7 @@ struct Acts {          // S = rows that feed the head
 }  // namespace
 
 size_t InferenceModel::KvBytesPerBlock(const GptConfig& cfg, int block_size, DType kv_dtype) {
-  return 2ull * cfg.n_layer * block_size * cfg.n_embd * DTypeSize(kv_dtype);
+  return 2ull * cfg.n_layer * KvBlockBytes(kv_dtype, cfg.n_embd, cfg.n_head, block_size);
 }
 
 InferenceModel::InferenceModel(Backend* backend, const GptConfig& cfg, const InferenceModelOptions& options)
@@ -90,8 +91,15 @@ Result<std::unique_ptr<InferenceModel>> InferenceModel::Create(Backend* backend,
   if (params.size() != GptParamCount(cfg))
     return Status::InvalidArgument(fmt::format("expected {} parameters for {}, got {}", GptParamCount(cfg),
                                                cfg.ToString(), params.size()));
-  if (options.kv_dtype != DType::kF32 && options.kv_dtype != DType::kBF16)
-    return Status::InvalidArgument("the KV cache holds fp32 or bf16 elements");
+  if (options.kv_dtype != DType::kF32 && options.kv_dtype != DType::kBF16 && options.kv_dtype != DType::kI8)
+    return Status::InvalidArgument("the KV cache holds fp32, bf16 or int8 elements");
+  if (options.kv_dtype == DType::kI8 && backend->IsGpu())
+    return Status::InvalidArgument(
+        "the int8 KV cache runs on the CPU backends only so far; use --kv-dtype bf16");
+  if (options.kv_dtype == DType::kI8 && cfg.n_embd % 4 != 0)
+    return Status::InvalidArgument(
+        "an int8 KV cache needs n_embd divisible by 4 (its fp32 scales follow the "
+        "int8 elements of a block); use --kv-dtype bf16");
   if (options.block_size < 1 || options.num_blocks < 1 || options.max_rows < 1 || options.max_seqs < 1)
     return Status::InvalidArgument("block size, KV blocks, rows and sequences per batch must be positive");
   if (options.quantize == Quantize::kInt8 && cfg.n_embd % 4 != 0)
@@ -143,7 +151,7 @@ void InferenceModel::Init(const std::vector<float>& params) {
     layer_params_.push_back({P("ln1w", l), P("ln1b", l), P("qkvb", l), P("attprojb", l), P("ln2w", l),
                              P("ln2b", l), P("fcb", l), P("fcprojb", l)});
 
-  const size_t layer_bytes = static_cast<size_t>(opt_.num_blocks) * bs * C * DTypeSize(opt_.kv_dtype);
+  const size_t layer_bytes = opt_.num_blocks * KvBlockBytes(opt_.kv_dtype, C, cfg_.n_head, bs);
   k_cache_ = DeviceBuffer(backend_, L * layer_bytes);
   v_cache_ = DeviceBuffer(backend_, L * layer_bytes);
   // Beyond one row per sequence, room for prompt rows being scored (echo with logprobs): 64 per step.
@@ -199,7 +207,7 @@ const float* InferenceModel::Forward(const ForwardBatch& batch) {
     t = now;
   };
   lap("upload");
-  const size_t layer_bytes = static_cast<size_t>(opt_.num_blocks) * bs * C * DTypeSize(opt_.kv_dtype);
+  const size_t layer_bytes = opt_.num_blocks * KvBlockBytes(opt_.kv_dtype, C, cfg_.n_head, bs);
   backend_->EmbedTokens(a.x, d_tokens, d_positions, P("wte"), P("wpe"), N, C);
   lap("embed");
   for (int l = 0; l < L; l++) {

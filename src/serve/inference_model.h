@@ -26,14 +26,14 @@ namespace tern {
 enum class Quantize { kNone, kInt8 };
 Result<Quantize> ParseQuantize(const std::string& name);  // "none" | "int8"
 const char* QuantizeName(Quantize q);
-// "fp32" | "bf16" | "auto": bf16 keys and values once the weights are int8 anyway (half the cache bytes per
-// token, loss within 1e-5), fp32 with fp32 weights (the logits of the training forward).
+// "fp32" | "bf16" | "int8" | "auto": bf16 keys and values once the weights are int8 anyway (half the cache
+// bytes per token, loss within 1e-5), fp32 with fp32 weights (the logits of the training forward).
 Result<DType> ParseKvDtype(const std::string& name, Quantize weights);
 const char* KvDtypeName(DType t);
 
 struct InferenceModelOptions {
   Quantize quantize = Quantize::kNone;
-  DType kv_dtype = DType::kF32;  // KV cache elements: kF32, or kBF16 (half the bytes; backend.h)
+  DType kv_dtype = DType::kF32;  // KV cache elements: kF32, kBF16 (half the bytes) or kI8 (backend.h)
   int block_size = 16;           // tokens per KV block
   int num_blocks = 64;           // KV blocks in the pool (all layers)
   int max_rows = 256;            // rows (new tokens) per forward
@@ -59,7 +59,7 @@ class InferenceModel {
   static Result<std::unique_ptr<InferenceModel>> Create(Backend* backend, const GptConfig& cfg,
                                                         const std::vector<float>& params,
                                                         const InferenceModelOptions& options);
-  // KV bytes per block over all layers (keys and values): 2 * L * block_size * C * (4 or 2 for bf16).
+  // KV bytes per block over all layers (keys and values): 2 * L * KvBlockBytes (backend.h).
   static size_t KvBytesPerBlock(const GptConfig& cfg, int block_size, DType kv_dtype);
 
   // Runs the batch: writes its keys and values into the cache and returns the logits of logit_rows,

@@ -60,8 +60,9 @@ struct Ragged {
 std::vector<float> RunPaged(Backend& be, const Geometry& g, const Ragged& r, const std::vector<float>& qkv,
                             const std::vector<float>& past_kv) {
   Arena ar(be);
-  const size_t cache_elems = static_cast<size_t>(kBlocks) * g.bs * g.C;
-  const std::vector<uint16_t> nan_bits(cache_elems * DTypeSize(g.kv) / 2, 0x7fc0);  // NaN as fp32 and as bf16
+  const size_t cache_bytes = kBlocks * KvBlockBytes(g.kv, g.C, g.NH, g.bs);
+  // NaN as fp32 and as bf16 (and as an int8 block's scales; its elements become -64 and 127)
+  const std::vector<uint16_t> nan_bits(cache_bytes / 2, 0x7fc0);
   void* k = ar.In(nan_bits);
   void* v = ar.In(nan_bits);
   // past positions: write them through KvCacheWrite with rows of past_kv
@@ -107,6 +108,40 @@ TEST(PagedAttention, ReferenceMatchesTrainingAttention) {
   std::vector<float> past(qkv.begin(), qkv.begin() + 14 * 3 * C), rest(qkv.begin() + 14 * 3 * C, qkv.end());
   std::vector<float> tail(want.begin() + 14 * C, want.end());
   ExpectClose(RunPaged(*ref, kSmall, chunk, rest, past), tail, 1e-5, 1e-6, "paged, second chunk");
+}
+
+// What an int8 cache holds for x[hs], one head's key or value (backend.h): nearbyint(x * 127 / max|x|)
+// times max|x| / 127.
+void RoundHeadToInt8(float* x, int hs) {
+  float m = 0.0f;
+  for (int j = 0; j < hs; j++) m = std::max(m, std::fabs(x[j]));
+  const float inv = m > 0.0f ? 127.0f / m : 0.0f;
+  for (int j = 0; j < hs; j++) x[j] = std::nearbyint(x[j] * inv) * (m / 127.0f);
+}
+
+TEST(PagedAttention, Int8CacheIsTheTrainingAttentionOfQuantizedKeysAndValues) {
+  std::mt19937 rng(7);
+  const int T = 21;
+  const Geometry i8{C, 4, 16, DType::kI8};
+  const int hs = C / i8.NH;
+  auto qkv = Uniform(rng, static_cast<size_t>(T) * 3 * C);
+  qkv[5 * 3 * C + C + 2 * hs + 3] = 9.0f;  // one head's key with a large element: coarse steps for the rest
+  for (int j = 0; j < hs; j++) qkv[7 * 3 * C + 2 * C + hs + j] = 0.0f;  // an all-zero value head
+  auto rounded = qkv;  // queries stay fp32; each head's key and value quantised with its own scale
+  for (int t = 0; t < T; t++)
+    for (int h = 0; h < 2 * i8.NH; h++) RoundHeadToInt8(&rounded[t * 3 * C + C + h * hs], hs);
+  for (auto& be : {MakeCpuReferenceBackend(), MakeCpuFastBackend()}) {
+    Ragged whole({{T, T}}, i8.bs, rng);
+    auto got = RunPaged(*be, i8, whole, qkv, {});
+    ExpectClose(got, TrainingAttention(rounded, T, i8.NH), 1e-5, 1e-6, be->name() + ": int8 cache");
+    // and it is not the fp32 result: the rounding is real
+    auto exact = TrainingAttention(qkv, T, i8.NH);
+    double max_diff = 0;
+    for (size_t i = 0; i < got.size(); i++)
+      max_diff = std::max(max_diff, double(std::fabs(got[i] - exact[i])));
+    EXPECT_GT(max_diff, 1e-4);
+    EXPECT_LT(max_diff, 5e-2);
+  }
 }
 
 TEST(PagedAttention, Bf16CacheIsTheTrainingAttentionOfRoundedKeysAndValues) {
@@ -161,10 +196,11 @@ void ExpectFastMatchesReferenceAndRowIndependent(const Geometry& g,
 }
 
 TEST(PagedAttention, FastMatchesReferenceAndIsRowIndependent) {
-  // scalar path (bs 4; hs 160 > 128), vector path with hs 16, 48, 64 and bs 16, 32; both element types
+  // scalar path (bs 4; hs 160 > 128), vector path with hs 16, 48, 64 and bs 16, 32; all element types
   for (const Geometry& g : {kSmall, Geometry{C, 4, 16, DType::kF32}, Geometry{96, 2, 16, DType::kF32},
                             Geometry{128, 2, 32, DType::kBF16}, Geometry{C, 4, 4, DType::kBF16},
-                            Geometry{160, 1, 16, DType::kBF16}})
+                            Geometry{160, 1, 16, DType::kBF16}, Geometry{C, 4, 16, DType::kI8},
+                            Geometry{128, 2, 32, DType::kI8}, Geometry{C, 4, 4, DType::kI8}})
     ExpectFastMatchesReferenceAndRowIndependent(g, {{1, 17}, {7, 7}, {1, 1}, {5, 30}, {1, 44}});
 }
 
@@ -175,6 +211,7 @@ TEST(PagedAttention, ThreadedSplitIsRowIndependent) {
                                               {{1, 190}, {7, 7}, {1, 1}, {5, 30}, {1, 44}});
   // one long row and a short one: the split falls between the heads of the long row
   ExpectFastMatchesReferenceAndRowIndependent(Geometry{768, 12, 64, DType::kF32}, {{1, 700}, {3, 3}});
+  ExpectFastMatchesReferenceAndRowIndependent(Geometry{768, 12, 16, DType::kI8}, {{1, 190}, {7, 7}, {5, 30}});
 }
 
 TEST(EmbedTokens, FastMatchesReference) {
@@ -253,7 +290,8 @@ TEST(QuantizeInt8, RoundTripIsWithinHalfAStep) {
   EXPECT_EQ(q.packed.size(), 32u * K);  // OC padded to 32
 }
 
-// `--kv-dtype auto` (tern serve's default): bf16 with int8 weights, fp32 with fp32 weights.
+// `--kv-dtype auto` (tern serve's default): bf16 with int8 weights, fp32 with fp32 weights; int8 only when
+// asked.
 TEST(KvDtype, AutoFollowsTheWeights) {
   auto dtype = [](const char* name, Quantize q) {
     auto r = ParseKvDtype(name, q);
@@ -264,9 +302,10 @@ TEST(KvDtype, AutoFollowsTheWeights) {
   EXPECT_EQ(dtype("auto", Quantize::kNone), DType::kF32);
   EXPECT_EQ(dtype("fp32", Quantize::kInt8), DType::kF32);
   EXPECT_EQ(dtype("bf16", Quantize::kNone), DType::kBF16);
+  EXPECT_EQ(dtype("int8", Quantize::kNone), DType::kI8);
   auto bad = ParseKvDtype("fp8", Quantize::kNone);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("use auto, fp32 or bf16"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("use auto, fp32, bf16 or int8"), std::string::npos)
       << bad.status().message();
 }
 

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/fast_ops.h"
 
@@ -56,7 +57,21 @@ inline v16 LoadKv16(const uint16_t* p) {
   return v;
 #endif
 }
+inline v16 LoadKv16(const int8_t* p) {
+#if defined(__AVX512F__)
+  return reinterpret_cast<v16>(
+      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
+#else
+  typedef int8_t i8x16 __attribute__((vector_size(16)));
+  i8x16 b;
+  std::memcpy(&b, p, sizeof(b));
+  return __builtin_convertvector(b, v16);
+#endif
+}
 inline float LoadKv(const float* p) {
+  return *p;
+}
+inline float LoadKv(const int8_t* p) {
   return *p;
 }
 inline float LoadKv(const uint16_t* p) {
@@ -85,12 +100,52 @@ using fast::kParallelMin;
 // per 64 positions, so this is ~40 us of work, about the cost of waking a sleeping worker.
 constexpr size_t kAttentionParallelMin = 1 << 19;
 
+// Where one layer's cache keeps a head's keys [hs, bs] or values [bs, hs] of a block (blocks KvBlockBytes
+// apart), and for int8 the scales of its bs slots (scale[NH, bs] after the elements of the block).
+struct KvLayout {
+  int NH, bs, hs;
+  size_t block_bytes;
+  KvLayout(DType t, int C, int NH_, int bs_)
+      : NH(NH_), bs(bs_), hs(C / NH_), block_bytes(KvBlockBytes(t, C, NH_, bs_)) {}
+  template <typename T>
+  T* Head(const void* cache, int block, int h) const {
+    return reinterpret_cast<T*>(const_cast<char*>(static_cast<const char*>(cache)) + block * block_bytes) +
+           static_cast<size_t>(h) * hs * bs;
+  }
+  float* Scales(const void* cache, int block, int h) const {
+    char* elements_end = reinterpret_cast<char*>(Head<int8_t>(cache, block, NH));
+    return reinterpret_cast<float*>(elements_end) + static_cast<size_t>(h) * bs;
+  }
+};
+
+template <typename T>
+constexpr DType KvDTypeOf() {
+  return std::is_same_v<T, float> ? DType::kF32 : std::is_same_v<T, uint16_t> ? DType::kBF16 : DType::kI8;
+}
+
+// Stores x[hs] (one head's key or value) at element `at` with `stride` between elements: int8 as
+// backend.h states, with the same arithmetic as the reference (so both caches hold the same bytes).
+template <typename T>
+void StoreHead(T* at, size_t stride, const float* x, int hs, float* scale) {
+  if constexpr (std::is_same_v<T, int8_t>) {
+    float m = 0.0f;
+    for (int j = 0; j < hs; j++) m = std::max(m, std::fabs(x[j]));
+    const float inv = m > 0.0f ? 127.0f / m : 0.0f;
+    *scale = m / 127.0f;
+    for (int j = 0; j < hs; j++) at[j * stride] = static_cast<int8_t>(std::nearbyint(x[j] * inv));
+  } else {
+    for (int j = 0; j < hs; j++) StoreKv(at + j * stride, x[j]);
+  }
+}
+
 // Rows x C below which the cache write runs on one thread. A row's keys go to a column of the transposed
 // block, a cache line per two elements (mostly not in cache yet), so an element costs ~8x an elementwise op.
 constexpr size_t kKvWriteParallelMin = kParallelMin / 8;
 
 template <typename T>
-void WriteKv(T* k_cache, T* v_cache, const float* qkv, const int32_t* slots, int N, int C, int NH, int bs) {
+void WriteKv(void* k_cache, void* v_cache, const float* qkv, const int32_t* slots, int N, int C, int NH,
+             int bs) {
+  const KvLayout kv(KvDTypeOf<T>(), C, NH, bs);
   const int hs = C / NH;
 #pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * C >= kKvWriteParallelMin)
   for (int n = 0; n < N; n++) {
@@ -98,11 +153,11 @@ void WriteKv(T* k_cache, T* v_cache, const float* qkv, const int32_t* slots, int
     const float* k = qkv + static_cast<size_t>(n) * 3 * C + C;
     const float* v = k + C;
     for (int h = 0; h < NH; h++) {
-      const size_t head = static_cast<size_t>(block) * NH + h;
-      T* kt = k_cache + head * hs * bs + slot;  // column `slot` of the block's [hs, bs] keys
-      T* vr = v_cache + (head * bs + slot) * hs;
-      for (int j = 0; j < hs; j++) StoreKv(kt + static_cast<size_t>(j) * bs, k[h * hs + j]);
-      for (int j = 0; j < hs; j++) StoreKv(vr + j, v[h * hs + j]);
+      // key column `slot` of the block's [hs, bs] keys; value row `slot` of its [bs, hs] values
+      StoreHead(kv.Head<T>(k_cache, block, h) + slot, bs, k + h * hs, hs,
+                kv.Scales(k_cache, block, h) + slot);
+      StoreHead(kv.Head<T>(v_cache, block, h) + static_cast<size_t>(slot) * hs, 1, v + h * hs, hs,
+                kv.Scales(v_cache, block, h) + slot);
     }
   }
 }
@@ -112,9 +167,16 @@ void WriteKv(T* k_cache, T* v_cache, const float* qkv, const int32_t* slots, int
 struct AttendArgs {
   const void* k_cache;
   const void* v_cache;
+  const KvLayout* kv;
   const int32_t* table;
-  int pos, NH, h, bs, hs;
+  int pos, h, bs, hs;
   float scale;
+  // head h's keys (or values) in the sequence's b-th block, and (int8) their scales
+  template <typename T>
+  const T* Head(const void* cache, int b) const {
+    return kv->Head<T>(cache, table[b], h);
+  }
+  const float* Scales(const void* cache, int b) const { return kv->Scales(cache, table[b], h); }
 };
 
 // softmax of att[0..n) in place (max subtracted); returns 1 / sum of the exponentials.
@@ -149,34 +211,35 @@ inline void Prefetch(const void* p, size_t bytes) {
 template <typename T, int HV>
 void AttendVector(float* o, const float* q, const AttendArgs& a, float* att) {
   constexpr int hs = HV * 16;
+  constexpr bool kScaled = std::is_same_v<T, int8_t>;
   const int bs = a.bs, n = a.pos + 1;
-  const size_t head_block = static_cast<size_t>(hs) * bs;  // elements of one head in one block
-  const T* kc = static_cast<const T*>(a.k_cache);
-  const T* vc = static_cast<const T*>(a.v_cache);
-  auto key_block = [&](int b) { return kc + (static_cast<size_t>(a.table[b]) * a.NH + a.h) * head_block; };
-  auto value_block = [&](int b) { return vc + (static_cast<size_t>(a.table[b]) * a.NH + a.h) * head_block; };
+  const size_t head_bytes = static_cast<size_t>(hs) * bs * sizeof(T);  // one head in one block
   const int blocks = (n + bs - 1) / bs;
   for (int p0 = 0; p0 < n; p0 += bs) {
-    const T* kb = key_block(p0 / bs);
+    const int b = p0 / bs;
+    const T* kb = a.Head<T>(a.k_cache, b);
     // While this block's keys are read: the next block's keys, and this block's values for the second pass.
-    if (p0 / bs + 1 < blocks) Prefetch(key_block(p0 / bs + 1), head_block * sizeof(T));
-    Prefetch(value_block(p0 / bs), head_block * sizeof(T));
+    if (b + 1 < blocks) Prefetch(a.Head<T>(a.k_cache, b + 1), head_bytes);
+    Prefetch(a.Head<T>(a.v_cache, b), head_bytes);
     const int in_block = std::min(bs, n - p0);
     for (int c = 0; c < in_block; c += 16) {
       v16 acc[4] = {v16{}, v16{}, v16{}, v16{}};
       for (int j = 0; j < hs; j += 4)
         for (int u = 0; u < 4; u++) acc[u] += q[j + u] * LoadKv16(kb + static_cast<size_t>(j + u) * bs + c);
-      Store16(att + p0 + c, ((acc[0] + acc[1]) + (acc[2] + acc[3])) * a.scale);
+      v16 score = ((acc[0] + acc[1]) + (acc[2] + acc[3])) * a.scale;
+      if constexpr (kScaled) score *= Load16(a.Scales(a.k_cache, b) + c);  // each position's key scale
+      Store16(att + p0 + c, score);
     }
   }
   const float inv = SoftmaxInPlace(att, n);
   v16 out[HV];
   for (int v = 0; v < HV; v++) out[v] = v16{};
   for (int p0 = 0; p0 < n; p0 += bs) {
-    const T* vb = value_block(p0 / bs);
+    const T* vb = a.Head<T>(a.v_cache, p0 / bs);
+    const float* vscale = kScaled ? a.Scales(a.v_cache, p0 / bs) : nullptr;
     const int in_block = std::min(bs, n - p0);
     for (int i = 0; i < in_block; i++) {
-      const float w = att[p0 + i];
+      const float w = kScaled ? att[p0 + i] * vscale[i] : att[p0 + i];
       for (int v = 0; v < HV; v++) out[v] += w * LoadKv16(vb + static_cast<size_t>(i) * hs + 16 * v);
     }
   }
@@ -186,20 +249,21 @@ void AttendVector(float* o, const float* q, const AttendArgs& a, float* att) {
 // Any bs and hs: the same passes with scalar loops.
 template <typename T>
 void AttendScalar(float* o, const float* q, const AttendArgs& a, float* att) {
+  constexpr bool kScaled = std::is_same_v<T, int8_t>;
   const int bs = a.bs, hs = a.hs, n = a.pos + 1;
-  const T* kc = static_cast<const T*>(a.k_cache);
-  const T* vc = static_cast<const T*>(a.v_cache);
   for (int p = 0; p < n; p++) {
-    const T* kb = kc + (static_cast<size_t>(a.table[p / bs]) * a.NH + a.h) * hs * bs + p % bs;
+    const T* kb = a.Head<T>(a.k_cache, p / bs) + p % bs;
     float dot = 0.0f;
     for (int j = 0; j < hs; j++) dot += q[j] * LoadKv(kb + static_cast<size_t>(j) * bs);
     att[p] = dot * a.scale;
+    if constexpr (kScaled) att[p] *= a.Scales(a.k_cache, p / bs)[p % bs];
   }
   const float inv = SoftmaxInPlace(att, n);
   for (int j = 0; j < hs; j++) o[j] = 0.0f;
   for (int p = 0; p < n; p++) {
-    const T* vr = vc + ((static_cast<size_t>(a.table[p / bs]) * a.NH + a.h) * bs + p % bs) * hs;
-    for (int j = 0; j < hs; j++) o[j] += att[p] * LoadKv(vr + j);
+    const T* vr = a.Head<T>(a.v_cache, p / bs) + static_cast<size_t>(p % bs) * hs;
+    const float w = kScaled ? att[p] * a.Scales(a.v_cache, p / bs)[p % bs] : att[p];
+    for (int j = 0; j < hs; j++) o[j] += w * LoadKv(vr + j);
   }
   for (int j = 0; j < hs; j++) o[j] *= inv;
 }
@@ -232,9 +296,11 @@ void CpuFastBackend::EmbedTokens(float* out, const int32_t* tokens, const int32_
 void CpuFastBackend::KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv,
                                   const int32_t* slots, int N, int C, int NH, int bs) {
   if (kv_dtype == DType::kBF16) {
-    WriteKv(static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache), qkv, slots, N, C, NH, bs);
+    WriteKv<uint16_t>(k_cache, v_cache, qkv, slots, N, C, NH, bs);
+  } else if (kv_dtype == DType::kI8) {
+    WriteKv<int8_t>(k_cache, v_cache, qkv, slots, N, C, NH, bs);
   } else {
-    WriteKv(static_cast<float*>(k_cache), static_cast<float*>(v_cache), qkv, slots, N, C, NH, bs);
+    WriteKv<float>(k_cache, v_cache, qkv, slots, N, C, NH, bs);
   }
 }
 
@@ -244,7 +310,10 @@ void CpuFastBackend::PagedAttentionForward(float* out, const float* qkv, const v
                                            int NH, int bs) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const AttendFn attend = kv_dtype == DType::kBF16 ? PickAttend<uint16_t>(bs, hs) : PickAttend<float>(bs, hs);
+  const AttendFn attend = kv_dtype == DType::kBF16 ? PickAttend<uint16_t>(bs, hs)
+                          : kv_dtype == DType::kI8 ? PickAttend<int8_t>(bs, hs)
+                                                   : PickAttend<float>(bs, hs);
+  const KvLayout kv(kv_dtype, C, NH, bs);
   // Scratch: per-thread scores, then seq_of_row (a row's sequence) and cost_end.
   int max_ctx = 0;
   for (int s = 0; s < S; s++) max_ctx = std::max(max_ctx, static_cast<int>(seqs[3 * s + 2]));
@@ -271,9 +340,9 @@ void CpuFastBackend::PagedAttentionForward(float* out, const float* qkv, const v
       const int q_len = seqs[3 * s + 1], ctx_len = seqs[3 * s + 2];
       const AttendArgs args{k_cache,
                             v_cache,
+                            &kv,
                             block_tables + static_cast<size_t>(s) * max_blocks,
                             ctx_len - q_len + (row - seqs[3 * s]),
-                            NH,
                             h,
                             bs,
                             hs,

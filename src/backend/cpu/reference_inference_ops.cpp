@@ -1,5 +1,6 @@
 // The plain reference of the inference ops (backend.h, "inference ops"): the oracle for the fast CPU
 // versions and any GPU kernel. Written like reference_ops.cpp: loops in the order the math reads.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -10,26 +11,60 @@
 namespace tern {
 namespace {
 
-// Element i of a layer's cache of kv_dtype elements, as fp32 (bf16 widens exactly).
-float KvLoad(const void* cache, DType kv_dtype, size_t i) {
-  if (kv_dtype == DType::kBF16) return BF16ToF32(static_cast<const uint16_t*>(cache)[i]);
-  return static_cast<const float*>(cache)[i];
-}
-void KvStore(void* cache, DType kv_dtype, size_t i, float x) {
-  if (kv_dtype == DType::kBF16) {
-    static_cast<uint16_t*>(cache)[i] = F32ToBF16(x);
-  } else {
-    static_cast<float*>(cache)[i] = x;
+// One layer's key or value cache (backend.h, "inference ops"): blocks of KvBlockBytes, elements of dtype,
+// for kI8 followed by the block's scale[NH, bs].
+struct KvCache {
+  char* base;
+  DType dtype;
+  int NH, bs, hs;
+  size_t block_bytes;
+  KvCache(const void* cache, DType t, int C, int NH_, int bs_)
+      : base(static_cast<char*>(const_cast<void*>(cache))),
+        dtype(t),
+        NH(NH_),
+        bs(bs_),
+        hs(C / NH_),
+        block_bytes(KvBlockBytes(t, C, NH_, bs_)) {}
+  char* Block(int block) const { return base + static_cast<size_t>(block) * block_bytes; }
+  float* Scale(int block, int h, int slot) const {
+    return reinterpret_cast<float*>(Block(block) + static_cast<size_t>(bs) * NH * hs) + h * bs + slot;
   }
-}
-// Where element j of the key / value of (block, head, slot) lives (backend.h: keys [.., NH, hs, bs],
-// values [.., NH, bs, hs]).
-size_t KeyIndex(int block, int h, int slot, int j, int NH, int bs, int hs) {
-  return ((static_cast<size_t>(block) * NH + h) * hs + j) * bs + slot;
-}
-size_t ValueIndex(int block, int h, int slot, int j, int NH, int bs, int hs) {
-  return ((static_cast<size_t>(block) * NH + h) * bs + slot) * hs + j;
-}
+  // Element e of the block (keys: e = (h * hs + j) * bs + slot; values: e = (h * bs + slot) * hs + j).
+  float Load(int block, size_t e, int h, int slot) const {
+    const char* b = Block(block);
+    if (dtype == DType::kBF16) return BF16ToF32(reinterpret_cast<const uint16_t*>(b)[e]);
+    if (dtype == DType::kI8) return reinterpret_cast<const int8_t*>(b)[e] * *Scale(block, h, slot);
+    return reinterpret_cast<const float*>(b)[e];
+  }
+  float Key(int block, int h, int slot, int j) const {
+    return Load(block, (static_cast<size_t>(h) * hs + j) * bs + slot, h, slot);
+  }
+  float Value(int block, int h, int slot, int j) const {
+    return Load(block, (static_cast<size_t>(h) * bs + slot) * hs + j, h, slot);
+  }
+  // Stores x[hs], one head's key (transposed = true) or value at (block, slot).
+  void Store(int block, int h, int slot, const float* x, bool transposed) const {
+    float inv = 1.0f;
+    if (dtype == DType::kI8) {
+      float m = 0.0f;
+      for (int j = 0; j < hs; j++) m = std::max(m, std::fabs(x[j]));
+      inv = m > 0.0f ? 127.0f / m : 0.0f;
+      *Scale(block, h, slot) = m / 127.0f;
+    }
+    for (int j = 0; j < hs; j++) {
+      const size_t e = transposed ? (static_cast<size_t>(h) * hs + j) * bs + slot
+                                  : (static_cast<size_t>(h) * bs + slot) * hs + j;
+      char* b = Block(block);
+      if (dtype == DType::kBF16) {
+        reinterpret_cast<uint16_t*>(b)[e] = F32ToBF16(x[j]);
+      } else if (dtype == DType::kI8) {
+        reinterpret_cast<int8_t*>(b)[e] = static_cast<int8_t>(std::nearbyint(x[j] * inv));
+      } else {
+        reinterpret_cast<float*>(b)[e] = x[j];
+      }
+    }
+  }
+};
 
 // Byte of w(o, k) in the packed int8 layout (backend.h, MatmulInt8).
 size_t PackedInt8Index(int o, int k, int K) {
@@ -51,15 +86,14 @@ void CpuReferenceBackend::EmbedTokens(float* out, const int32_t* tokens, const i
 void CpuReferenceBackend::KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv,
                                        const int32_t* slots, int N, int C, int NH, int bs) {
   const int hs = C / NH;
+  const KvCache keys(k_cache, kv_dtype, C, NH, bs), values(v_cache, kv_dtype, C, NH, bs);
   for (int n = 0; n < N; n++) {
     const int block = slots[n] / bs, slot = slots[n] % bs;
     const float* k = qkv + static_cast<size_t>(n) * 3 * C + C;
     const float* v = k + C;
     for (int h = 0; h < NH; h++) {
-      for (int j = 0; j < hs; j++) {
-        KvStore(k_cache, kv_dtype, KeyIndex(block, h, slot, j, NH, bs, hs), k[h * hs + j]);
-        KvStore(v_cache, kv_dtype, ValueIndex(block, h, slot, j, NH, bs, hs), v[h * hs + j]);
-      }
+      keys.Store(block, h, slot, k + h * hs, /*transposed=*/true);
+      values.Store(block, h, slot, v + h * hs, /*transposed=*/false);
     }
   }
 }
@@ -72,6 +106,7 @@ void CpuReferenceBackend::PagedAttentionForward(float* out, const float* qkv, co
                                                 int C, int NH, int bs) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const KvCache keys(k_cache, kv_dtype, C, NH, bs), values(v_cache, kv_dtype, C, NH, bs);
   std::vector<float> att;
   for (int s = 0; s < S; s++) {
     const int q_start = seqs[3 * s], q_len = seqs[3 * s + 1], ctx_len = seqs[3 * s + 2];
@@ -84,8 +119,7 @@ void CpuReferenceBackend::PagedAttentionForward(float* out, const float* qkv, co
         float maxval = -INFINITY;
         for (int p = 0; p <= pos; p++) {
           float dot = 0.0f;
-          for (int j = 0; j < hs; j++)
-            dot += q[j] * KvLoad(k_cache, kv_dtype, KeyIndex(table[p / bs], h, p % bs, j, NH, bs, hs));
+          for (int j = 0; j < hs; j++) dot += q[j] * keys.Key(table[p / bs], h, p % bs, j);
           dot *= scale;
           att[p] = dot;
           if (dot > maxval) maxval = dot;
@@ -100,8 +134,7 @@ void CpuReferenceBackend::PagedAttentionForward(float* out, const float* qkv, co
         for (int j = 0; j < hs; j++) o[j] = 0.0f;
         for (int p = 0; p <= pos; p++) {
           const float a = att[p] * inv;
-          for (int j = 0; j < hs; j++)
-            o[j] += a * KvLoad(v_cache, kv_dtype, ValueIndex(table[p / bs], h, p % bs, j, NH, bs, hs));
+          for (int j = 0; j < hs; j++) o[j] += a * values.Value(table[p / bs], h, p % bs, j);
         }
       }
     }
