@@ -5,7 +5,9 @@
 // of the cache and by the work per key. Keys are stored transposed within a block ([hs, bs]): the scores
 // of 16 positions are then hs vector multiply-adds with the query element broadcast, with no horizontal
 // sum per position; the output row stays in registers while the values stream past. bf16 caches halve
-// the bytes and widen to fp32 exactly on load (one shift), so all arithmetic is fp32.
+// the bytes and widen to fp32 exactly on load (one shift); int8 caches convert on load and apply their
+// per-(head, slot) scales to the 16 scores of a chunk and to each value's softmax weight. All arithmetic is
+// fp32.
 //
 // Row independence is the point of the design: the serving engine batches requests together and must decode
 // the same tokens as when each runs alone. Every (row, head) of the attention is computed by one thread with
