@@ -221,7 +221,28 @@ int RunLoad(const Options& o) {
                   phase_text.c_str());
     std::fflush(stdout);
   }
-  if (o.json_out) std::printf("%s\n", rows.dump(2).c_str());
+  // Per level, the median aggregate rate over its runs and its ratio to one stream's: on a machine whose
+  // speed drifts, interleaved levels (--streams 1,16,1,16,1,16) make these ratios comparable.
+  std::map<int, std::vector<double>> rates;
+  for (const auto& row : rows)
+    rates[row["streams"].get<int>()].push_back(row["agg_tokens_per_s"].get<double>());
+  json summary = json::array();
+  std::string text;
+  const double one = rates.count(1) ? Percentile(rates[1], 0.5) : 0.0;
+  for (auto& [n, r] : rates) {
+    const double median = Percentile(r, 0.5);
+    json level = {{"streams", n}, {"runs", r.size()}, {"median_agg_tokens_per_s", median}};
+    if (one > 0) level["vs_one_stream"] = median / one;
+    summary.push_back(level);
+    text += fmt::format("{}{} stream{} {:.1f} tok/s", text.empty() ? "" : "; ", n, n == 1 ? "" : "s", median);
+    if (one > 0 && n != 1) text += fmt::format(" ({:.2f}x one stream)", median / one);
+    if (r.size() > 1) text += fmt::format(" (median of {})", r.size());
+  }
+  if (o.json_out) {
+    std::printf("%s\n", json{{"levels", rows}, {"summary", summary}}.dump(2).c_str());
+  } else {
+    std::printf("\nmedian aggregate: %s\n", text.c_str());
+  }
   return 0;
 }
 
@@ -439,7 +460,7 @@ int main(int argc, char** argv) {
   app.add_option("--requests-per-stream", o.requests_per_stream, "requests each client sends")
       ->capture_default_str();
   app.add_option("--vocab", o.vocab, "prompt token ids are drawn from [3, vocab)")->capture_default_str();
-  app.add_flag("--json", o.json_out, "JSON rows instead of a markdown table");
+  app.add_flag("--json", o.json_out, "JSON {levels: rows, summary: median per level} instead of markdown");
   std::string shape, tokenizer, out;
   auto* make = app.add_subcommand("make-run", "write a run directory with random weights (for speed tests)");
   make->add_option("--shape", shape, "L,H,C,V,T")->required();
