@@ -1,5 +1,6 @@
 #include "serve/api.h"
 
+#include <charconv>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -133,15 +134,30 @@ std::optional<ApiError> ParseMessages(const json& body, std::vector<ChatMessage>
   return std::nullopt;
 }
 
+// presence_penalty, frequency_penalty (-2..2) and logit_bias ({"token id": -100..100}), as OpenAI's.
+std::optional<ApiError> ParseLogitAdjustments(const json& body, int vocab, GenerationRequest* g) {
+  if (auto e = GetNumber(body, "presence_penalty", -2, 2, &g->presence_penalty)) return e;
+  if (auto e = GetNumber(body, "frequency_penalty", -2, 2, &g->frequency_penalty)) return e;
+  if (!body.contains("logit_bias") || body["logit_bias"].is_null()) return std::nullopt;
+  const json& bias = body["logit_bias"];
+  if (!bias.is_object()) return WrongType("logit_bias", "an object of token ids to numbers", bias);
+  for (const auto& [key, value] : bias.items()) {
+    int32_t token = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), token);
+    if (ec != std::errc() || end != key.data() + key.size() || token < 0 || token >= vocab)
+      return Bad("logit_bias",
+                 fmt::format("'logit_bias' keys are token ids between 0 and {}, got '{}'", vocab - 1, key));
+    if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100))
+      return Bad("logit_bias", fmt::format("'logit_bias' values are numbers between -100 and 100, got {} for "
+                                           "token {}",
+                                           value.dump(), key));
+    g->logit_bias.emplace_back(token, value.get<float>());
+  }
+  return std::nullopt;
+}
+
 // Fields of the OpenAI API that tern does not implement: accepted at their neutral value, refused otherwise.
 std::optional<ApiError> CheckUnsupported(const json& body) {
-  for (const char* f : {"presence_penalty", "frequency_penalty"}) {
-    float x = 0;
-    if (auto e = GetNumber(body, f, -2, 2, &x)) return e;
-    if (x != 0) return Bad(f, fmt::format("'{}' is not supported (use 0)", f));
-  }
-  if (body.contains("logit_bias") && !body["logit_bias"].is_null() && !body["logit_bias"].empty())
-    return Bad("logit_bias", "'logit_bias' is not supported");
   if (body.contains("suffix") && !body["suffix"].is_null() && body["suffix"] != "")
     return Bad("suffix", "'suffix' is not supported");
   if (body.contains("tools") && !body["tools"].is_null() && !body["tools"].empty())
@@ -288,6 +304,7 @@ std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body_text, b
   int64_t top_k = 0;
   if (auto e = GetInt(body, "top_k", 0, INT32_MAX, &top_k)) return *e;
   g.sampling.top_k = static_cast<int>(top_k);
+  if (auto e = ParseLogitAdjustments(body, ctx.tokenizer->vocab_size(), &g)) return *e;
   int64_t seed = 0;
   if (body.contains("seed") && !body["seed"].is_null()) {
     if (auto e = GetInt(body, "seed", INT64_MIN, INT64_MAX, &seed)) return *e;

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "serve/response_builder.h"
@@ -49,6 +51,14 @@ TEST_F(ApiTest, CompletionFieldsAndDefaults) {
   EXPECT_EQ(d.gen.max_tokens, 16);  // OpenAI's default for completions
   EXPECT_FLOAT_EQ(d.gen.sampling.temperature, 1.0f);
   EXPECT_EQ(Ok(R"({"prompt":["one"]})").gen.prompt, run_->tok->Encode("one"));
+  EXPECT_FALSE(d.gen.AdjustsLogits());  // no penalties, no bias by default
+  ParsedRequest p = Ok(R"({"prompt":"x","presence_penalty":0.5,"frequency_penalty":-1,
+                           "logit_bias":{"7":-100,"12":2.5}})");
+  EXPECT_FLOAT_EQ(p.gen.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(p.gen.frequency_penalty, -1.0f);
+  auto bias = p.gen.logit_bias;
+  std::sort(bias.begin(), bias.end());
+  EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{7, -100.0f}, {12, 2.5f}}));
 }
 
 TEST_F(ApiTest, ChatUsesTheTemplateAndStopsAtTheNextUserTurn) {
@@ -352,6 +362,14 @@ TEST_F(ApiTest, BadRequestsNameTheField) {
            {R"({"prompt":"x","stop":["a","b","c","d","e"]})", 400, "stop"},
            {R"({"prompt":"x","stream":"yes"})", 400, "stream"},
            {R"({"prompt":"x","seed":"abc"})", 400, "seed"},
+           {R"({"prompt":"x","presence_penalty":2.5})", 400, "presence_penalty"},
+           {R"({"prompt":"x","frequency_penalty":"high"})", 400, "frequency_penalty"},
+           {R"({"prompt":"x","logit_bias":[1,2]})", 400, "logit_bias"},
+           {R"({"prompt":"x","logit_bias":{"abc":1}})", 400, "logit_bias"},
+           {R"({"prompt":"x","logit_bias":{"99999":1}})", 400, "logit_bias"},
+           {R"({"prompt":"x","logit_bias":{"-1":1}})", 400, "logit_bias"},
+           {R"({"prompt":"x","logit_bias":{"5":101}})", 400, "logit_bias"},
+           {R"({"prompt":"x","logit_bias":{"5":"up"}})", 400, "logit_bias"},
        }) {
     ApiError e = Error(c.body);
     EXPECT_EQ(e.status, c.status) << c.body;

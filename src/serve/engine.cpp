@@ -134,6 +134,9 @@ Result<std::shared_ptr<RequestHandle>> Engine::Submit(GenerationRequest request)
   for (int32_t t : request.prompt)
     if (t < 0 || t >= V)
       return Status::InvalidArgument(fmt::format("prompt token {} is outside [0, {})", t, V));
+  for (const auto& [t, bias] : request.logit_bias)
+    if (t < 0 || t >= V)
+      return Status::InvalidArgument(fmt::format("logit_bias token {} is outside [0, {})", t, V));
   if (request.max_tokens < 0) return Status::InvalidArgument("max_tokens must not be negative");
   if (P + request.max_tokens > max_seq_len_)
     return Status::InvalidArgument(

@@ -51,7 +51,18 @@ struct GenerationRequest {
   int n = 1;                      // choices sampled from the prompt, 1..kMaxChoices
   int logprobs = -1;              // -1 = off; k in 0..kMaxTopLogprobs: each token's logprob and the k best
   bool prompt_logprobs = false;   // also score prompt tokens 1..P-1 (echo); needs logprobs >= 0
+  // OpenAI's logit adjustments before sampling, over the tokens this choice generated so far (not the
+  // prompt, as vLLM): logit -= frequency_penalty * count + presence_penalty * (count > 0), then
+  // logit_bias[token] is added. Logprobs stay the model's (before them), as vLLM's default.
+  float presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token, bias); tokens within the vocabulary
+  bool AdjustsLogits() const {
+    return presence_penalty != 0.0f || frequency_penalty != 0.0f || !logit_bias.empty();
+  }
 };
+
+// Applies req's penalties (over the n tokens generated so far) and logit bias to logits[V] in place.
+void AdjustLogits(const GenerationRequest& req, const int32_t* generated, int n, float* logits);
 
 // What flows back to the client, in order per choice. The last event of a choice has finish != kNone. With
 // max_tokens = 0 a choice has one event: no tokens, kLength, and the prompt logprobs when asked.

@@ -1,9 +1,17 @@
 // The engine's output side: sampling and logprobs over a step's logits, then text and events per sequence.
 #include <algorithm>
+#include <unordered_map>
 
 #include "serve/engine_sequence.h"
 
 namespace tern {
+
+void AdjustLogits(const GenerationRequest& req, const int32_t* generated, int n, float* logits) {
+  std::unordered_map<int32_t, int> count;
+  for (int i = 0; i < n; i++) count[generated[i]]++;
+  for (const auto& [token, c] : count) logits[token] -= req.frequency_penalty * c + req.presence_penalty;
+  for (const auto& [token, bias] : req.logit_bias) logits[token] += bias;
+}
 
 void Engine::AfterForward(const std::vector<Sequence*>& in_batch, const float* logits,
                           std::chrono::steady_clock::time_point* t) {
@@ -33,7 +41,14 @@ void Engine::AfterForward(const std::vector<Sequence*>& in_batch, const float* l
     next[i] = -1;
     if (s->req.max_tokens == 0) continue;  // the prompt only: nothing to draw
     const float* l = row(s->logit_begin + s->logit_rows - 1);
-    next[i] = SampleToken(l, V, s->req.sampling, s->rng);
+    if (s->req.AdjustsLogits()) {
+      std::vector<float> adjusted(l, l + V);
+      AdjustLogits(s->req, s->tokens.data() + s->prompt_len,
+                   static_cast<int>(s->tokens.size()) - s->prompt_len, adjusted.data());
+      next[i] = SampleToken(adjusted.data(), V, s->req.sampling, s->rng);
+    } else {
+      next[i] = SampleToken(l, V, s->req.sampling, s->rng);
+    }
     if (s->req.logprobs >= 0) lps[i] = ComputeLogprob(l, V, next[i], s->req.logprobs);
   }
 #pragma omp parallel for schedule(dynamic, 1) if (np > 1)

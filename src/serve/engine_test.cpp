@@ -126,6 +126,60 @@ TEST_F(EngineTest, GreedyIsTheSameAloneOrBatchedWithSevenOthers) {
   }
 }
 
+// OpenAI's arithmetic: logit -= frequency_penalty * count + presence_penalty * (count > 0), plus the bias.
+TEST(AdjustLogits, PenaltiesCountGeneratedTokensAndBiasAdds) {
+  GenerationRequest r;
+  r.frequency_penalty = 0.5f;
+  r.presence_penalty = 1.0f;
+  r.logit_bias = {{5, 3.0f}, {1, -100.0f}};
+  std::vector<float> logits(8, 10.0f);
+  const std::vector<int32_t> generated = {3, 5, 3, 3};
+  AdjustLogits(r, generated.data(), static_cast<int>(generated.size()), logits.data());
+  EXPECT_EQ(logits, (std::vector<float>{10.0f, -90.0f, 10.0f, 10.0f - 1.5f - 1.0f, 10.0f,
+                                        10.0f - 0.5f - 1.0f + 3.0f, 10.0f, 10.0f}));
+}
+
+TEST_F(EngineTest, LogitBiasAndPenaltiesSteerSamplingNotLogprobs) {
+  auto be = MakeCpuFastBackend();
+  auto engine = MakeEngine(be.get());
+  GenerationRequest plain = Greedy(Prompt(12, 4), 24);
+  plain.logprobs = 0;
+  const Outcome base = RunToEnd(*engine, {Submit(*engine, plain)})[0];
+  // +100 on one token: greedy picks it every time; the logprobs reported are still the model's own
+  GenerationRequest forced = plain;
+  const int32_t x = base.tokens[0] == 7 ? 8 : 7;
+  forced.logit_bias = {{x, 100.0f}};
+  auto h = Submit(*engine, forced);
+  std::vector<GenerationEvent> events;
+  while (events.empty() || events.back().finish == FinishReason::kNone) {
+    engine->Step();
+    h->Wait(&events, std::chrono::milliseconds(0));
+  }
+  int generated = 0;
+  for (const auto& e : events)
+    for (size_t i = 0; i < e.tokens.size(); i++, generated++) {
+      EXPECT_EQ(e.tokens[i], x);
+      EXPECT_LT(e.logprobs[i].logprob, -0.1f) << "the model's logprob, not the biased one (about 0)";
+    }
+  EXPECT_EQ(generated, plain.max_tokens);
+  // -100 on greedy's first choice: another token comes first
+  GenerationRequest avoid = plain;
+  avoid.logit_bias = {{base.tokens[0], -100.0f}};
+  EXPECT_NE(RunToEnd(*engine, {Submit(*engine, avoid)})[0].tokens[0], base.tokens[0]);
+  // a frequency penalty changes a greedy text that repeats tokens
+  std::vector<int32_t> sorted = base.tokens;
+  std::sort(sorted.begin(), sorted.end());
+  ASSERT_NE(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << "greedy output repeats";
+  GenerationRequest penalised = plain;
+  penalised.frequency_penalty = 2.0f;
+  penalised.presence_penalty = 2.0f;
+  EXPECT_NE(RunToEnd(*engine, {Submit(*engine, penalised)})[0].tokens, base.tokens);
+  // a bias on a token outside the vocabulary is refused
+  GenerationRequest bad = plain;
+  bad.logit_bias = {{run_->cfg.vocab_size, 1.0f}};
+  EXPECT_FALSE(engine->Submit(bad).ok());
+}
+
 TEST_F(EngineTest, SeededSamplingIsReproducible) {
   auto be = MakeCpuFastBackend();
   GenerationRequest r = Greedy(Prompt(10, 3), 30);
