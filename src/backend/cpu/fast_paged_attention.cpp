@@ -120,11 +120,6 @@ struct KvLayout {
   }
 };
 
-template <typename T>
-constexpr DType KvDTypeOf() {
-  return std::is_same_v<T, float> ? DType::kF32 : std::is_same_v<T, uint16_t> ? DType::kBF16 : DType::kI8;
-}
-
 // Stores x[hs] (one head's key or value) at element `at` with `stride` between elements: int8 as
 // backend.h states, with the same arithmetic as the reference (so both caches hold the same bytes).
 template <typename T>
@@ -145,10 +140,9 @@ void StoreHead(T* at, size_t stride, const float* x, int hs, float* scale) {
 constexpr size_t kKvWriteParallelMin = kParallelMin / 8;
 
 template <typename T>
-void WriteKv(void* k_cache, void* v_cache, const float* qkv, const int32_t* slots, int N, int C, int NH,
-             int bs) {
-  const KvLayout kv(KvDTypeOf<T>(), C, NH, bs);
-  const int hs = C / NH;
+void WriteKv(const KvLayout& kv, void* k_cache, void* v_cache, const float* qkv, const int32_t* slots,
+             int N) {
+  const int NH = kv.NH, bs = kv.bs, hs = kv.hs, C = NH * hs;
 #pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * C >= kKvWriteParallelMin)
   for (int n = 0; n < N; n++) {
     const int block = slots[n] / bs, slot = slots[n] % bs;
@@ -171,7 +165,7 @@ struct AttendArgs {
   const void* v_cache;
   const KvLayout* kv;
   const int32_t* table;
-  int pos, h, bs, hs;
+  int pos, h;
   float scale;
   // head h's keys (or values) in the sequence's b-th block, and (int8) their scales
   template <typename T>
@@ -214,7 +208,7 @@ template <typename T, int HV>
 void AttendVector(float* o, const float* q, const AttendArgs& a, float* att) {
   constexpr int hs = HV * 16;
   constexpr bool kScaled = std::is_same_v<T, int8_t>;
-  const int bs = a.bs, n = a.pos + 1;
+  const int bs = a.kv->bs, n = a.pos + 1;
   const size_t head_bytes = static_cast<size_t>(hs) * bs * sizeof(T);  // one head in one block
   const int blocks = (n + bs - 1) / bs;
   for (int p0 = 0; p0 < n; p0 += bs) {
@@ -252,7 +246,7 @@ void AttendVector(float* o, const float* q, const AttendArgs& a, float* att) {
 template <typename T>
 void AttendScalar(float* o, const float* q, const AttendArgs& a, float* att) {
   constexpr bool kScaled = std::is_same_v<T, int8_t>;
-  const int bs = a.bs, hs = a.hs, n = a.pos + 1;
+  const int bs = a.kv->bs, hs = a.kv->hs, n = a.pos + 1;
   for (int p = 0; p < n; p++) {
     const T* kb = a.Head<T>(a.k_cache, p / bs) + p % bs;
     float dot = 0.0f;
@@ -297,12 +291,13 @@ void CpuFastBackend::EmbedTokens(float* out, const int32_t* tokens, const int32_
 
 void CpuFastBackend::KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv,
                                   const int32_t* slots, int N, int C, int NH, int bs) {
+  const KvLayout kv(kv_dtype, C, NH, bs);
   if (kv_dtype == DType::kBF16) {
-    WriteKv<uint16_t>(k_cache, v_cache, qkv, slots, N, C, NH, bs);
+    WriteKv<uint16_t>(kv, k_cache, v_cache, qkv, slots, N);
   } else if (kv_dtype == DType::kI8) {
-    WriteKv<int8_t>(k_cache, v_cache, qkv, slots, N, C, NH, bs);
+    WriteKv<int8_t>(kv, k_cache, v_cache, qkv, slots, N);
   } else {
-    WriteKv<float>(k_cache, v_cache, qkv, slots, N, C, NH, bs);
+    WriteKv<float>(kv, k_cache, v_cache, qkv, slots, N);
   }
 }
 
@@ -346,8 +341,6 @@ void CpuFastBackend::PagedAttentionForward(float* out, const float* qkv, const v
                             block_tables + static_cast<size_t>(s) * max_blocks,
                             ctx_len - q_len + (row - seqs[3 * s]),
                             h,
-                            bs,
-                            hs,
                             scale};
       attend(out + static_cast<size_t>(row) * C + h * hs, qkv + static_cast<size_t>(row) * 3 * C + h * hs,
              args, scores);
