@@ -7,6 +7,9 @@
 //    (SumSquares over one buffer), the bandwidth a memory-bound kernel could reach.
 //  - MatmulInt8: the decode matmuls of GPT-2 124M at 1, 16 and 32 rows. `GMACs` is multiply-adds per second;
 //    `x_fp32` is how many times faster than the fp32 matmul (oneDNN) of the same shape.
+//  - MatmulInt8Layers: the four matmuls of all 12 layers of GPT-2 124M in a decode step's order, each layer
+//    with its own weights (85 MB: they stream from DRAM, as in the model, where MatmulInt8 above finds them
+//    in cache). `GMACs` as above; `pct_hot` compares it with the same 48 calls on one layer's weights.
 // Run: OMP_NUM_THREADS=2 build/bench/serve_ops_bench [--benchmark_filter=Paged]
 #include <benchmark/benchmark.h>
 
@@ -147,6 +150,41 @@ void MatmulInt8(benchmark::State& state, int OC, int K) {
   state.counters["x_fp32"] = fp32_s / per_call;
 }
 
+void MatmulInt8Layers(benchmark::State& state) {
+  const int N = static_cast<int>(state.range(0)), C = 768, layers = 12;
+  const int shapes[4][2] = {{3 * C, C}, {C, C}, {4 * C, C}, {C, 4 * C}};  // qkv, attproj, fc, fcproj: OC, K
+  auto be = MakeCpuFastBackend();
+  const auto x = Random(static_cast<size_t>(N) * 4 * C, 1.0f, 6);
+  DeviceBuffer x_d(be.get(), x.size() * 4), out(be.get(), static_cast<size_t>(N) * 4 * C * 4);
+  be->Upload(x_d.data(), x.data(), x.size() * 4);
+  std::vector<DeviceBuffer> w_d, s_d;  // [layer * 4 + matmul]
+  size_t macs = 0;
+  for (int l = 0; l < layers; l++) {
+    for (const auto& shape : shapes) {
+      const Int8Matrix q = QuantizeInt8(Random(static_cast<size_t>(shape[0]) * shape[1], 0.05f, 7 + l).data(),
+                                        shape[0], shape[1]);
+      w_d.emplace_back(be.get(), q.packed.size());
+      s_d.emplace_back(be.get(), q.scale.size() * 4);
+      be->Upload(w_d.back().data(), q.packed.data(), q.packed.size());
+      be->Upload(s_d.back().data(), q.scale.data(), q.scale.size() * 4);
+      macs += static_cast<size_t>(N) * shape[0] * shape[1];
+    }
+  }
+  // One step's 48 matmuls; weights of layer `only` every time when only >= 0 (they stay in cache).
+  auto step = [&](int only) {
+    for (int l = 0; l < layers; l++)
+      for (int i = 0; i < 4; i++) {
+        const int at = 4 * (only >= 0 ? only : l) + i;
+        be->MatmulInt8(out.as<float>(), x_d.as<float>(), w_d[at].as<int8_t>(), s_d[at].as<float>(), nullptr,
+                       N, shapes[i][0], shapes[i][1]);
+      }
+  };
+  const double hot_s = MedianSeconds([&] { step(0); }, 9);
+  const double per_call = SecondsPerCall(state, [&] { step(-1); });
+  state.counters["GMACs"] = static_cast<double>(macs) / per_call / 1e9;
+  state.counters["pct_hot"] = 100.0 * hot_s / per_call;
+}
+
 void RegisterAll() {
   for (DType kv : {DType::kF32, DType::kBF16}) {
     const std::string name = std::string("PagedAttention/") + DTypeName(kv);
@@ -173,6 +211,12 @@ void RegisterAll() {
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
   }
+  benchmark::RegisterBenchmark("MatmulInt8Layers/124M", MatmulInt8Layers)
+      ->ArgName("rows")
+      ->Arg(1)
+      ->Arg(16)
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
 }
 
 }  // namespace
