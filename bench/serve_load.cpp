@@ -313,7 +313,7 @@ tern::Result<double> ValLoss(tern::Backend* be, const tern::ServeWeights& w, ter
 
 // Decode steps of S sequences (one row each) over a KV cache already holding `context` tokens of each.
 int ForwardBench(const std::string& run, const std::string& quantize, const std::string& kv_dtype,
-                 const std::vector<int>& rows, int context, int steps) {
+                 const std::vector<int>& rows, int context, int steps, int top_ops) {
   auto w = tern::LoadServeWeights(run);
   auto q = tern::ParseQuantize(quantize);
   auto kv = q.ok() ? tern::ParseKvDtype(kv_dtype, *q) : tern::Result<tern::DType>(q.status());
@@ -394,7 +394,7 @@ int ForwardBench(const std::string& run, const std::string& quantize, const std:
     for (const auto& [op, sec] : ops) sorted.emplace_back(sec, op);
     std::sort(sorted.rbegin(), sorted.rend());
     std::string top;
-    for (size_t i = 0; i < std::min<size_t>(5, sorted.size()); i++)
+    for (size_t i = 0; i < std::min<size_t>(top_ops, sorted.size()); i++)
       top += fmt::format("{}{} {:.2f}", top.empty() ? "" : ", ", sorted[i].second,
                          1000 * sorted[i].first / steps);
     const double rate = S * steps / total;
@@ -475,17 +475,19 @@ int main(int argc, char** argv) {
   quality->add_option("--windows", windows, "at most this many windows")->capture_default_str();
   std::string fwd_run, fwd_quantize = "none", fwd_kv = "fp32";
   std::vector<int> fwd_rows = {1, 4, 16, 32};
-  int fwd_context = 64, fwd_steps = 20;
+  int fwd_context = 64, fwd_steps = 20, fwd_ops = 5;
   auto* forward = app.add_subcommand("forward", "time the engine's decode forward alone (no HTTP), per op");
   forward->add_option("--run", fwd_run, "run directory")->required();
   forward->add_option("--quantize", fwd_quantize, "none | int8")->capture_default_str();
-  forward->add_option("--kv-dtype", fwd_kv, "auto | fp32 | bf16")->capture_default_str();
+  forward->add_option("--kv-dtype", fwd_kv, "auto | fp32 | bf16 | int8")->capture_default_str();
   forward->add_option("--rows", fwd_rows, "sequences per step")->delimiter(',')->capture_default_str();
   forward->add_option("--context", fwd_context, "tokens already in each sequence's cache")
       ->capture_default_str();
   forward->add_option("--steps", fwd_steps, "decode steps timed per row count")->capture_default_str();
+  forward->add_option("--ops", fwd_ops, "the most expensive ops listed per row count")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  if (forward->parsed()) return ForwardBench(fwd_run, fwd_quantize, fwd_kv, fwd_rows, fwd_context, fwd_steps);
+  if (forward->parsed())
+    return ForwardBench(fwd_run, fwd_quantize, fwd_kv, fwd_rows, fwd_context, fwd_steps, fwd_ops);
   if (make->parsed()) return MakeRun(shape, tokenizer, out);
   if (quality->parsed()) return Quality(run, data, windows);
   return RunLoad(o);
