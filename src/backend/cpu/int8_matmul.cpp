@@ -32,9 +32,10 @@ namespace tern {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 namespace {
 
-// a[0..K) = nearbyint(x * 127 / max|x|) (the current rounding mode: nearest even, as the reference);
-// returns the row sum of a and sets *row_scale = max|x| / 127.
-int32_t QuantizeRow(const float* x, int K, int8_t* a, float* row_scale) {
+// a(k) = nearbyint(x[k] * 127 / max|x|) (the current rounding mode: nearest even, as the reference), stored
+// as groups of 4 bytes: a(4 j .. 4 j + 3) is the int32 groups[j * stride] (K % 4 == 0). Returns the row sum
+// of a and sets *row_scale = max|x| / 127.
+int32_t QuantizeRow(const float* x, int K, int32_t* groups, int stride, float* row_scale) {
   __m512 vmax = _mm512_setzero_ps();
   int k = 0;
   for (; k + 16 <= K; k += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
@@ -47,13 +48,19 @@ int32_t QuantizeRow(const float* x, int K, int8_t* a, float* row_scale) {
   for (k = 0; k + 16 <= K; k += 16) {
     __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + k), vinv));
     vsum = _mm512_add_epi32(vsum, q);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(a + k), _mm512_cvtsepi32_epi8(q));
+    alignas(16) int32_t four[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(four), _mm512_cvtsepi32_epi8(q));
+    for (int j = 0; j < 4; j++) groups[static_cast<size_t>(k / 4 + j) * stride] = four[j];
   }
   int32_t sum = _mm512_reduce_add_epi32(vsum);
-  for (; k < K; k++) {
-    int32_t q = static_cast<int32_t>(std::nearbyint(x[k] * inv));
-    a[k] = static_cast<int8_t>(q);
-    sum += q;
+  for (; k < K; k += 4) {
+    int8_t bytes[4];
+    for (int j = 0; j < 4; j++) {
+      const int32_t q = static_cast<int32_t>(std::nearbyint(x[k + j] * inv));
+      bytes[j] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    std::memcpy(&groups[static_cast<size_t>(k / 4) * stride], bytes, 4);
   }
   return sum;
 }
@@ -168,27 +175,21 @@ constexpr auto kNarrowTiles = MakeNarrowTiles(std::make_integer_sequence<int, kM
 void CpuFastBackend::MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale,
                                 const float* bias, int N, int OC, int K) {
   if (N <= 0 || OC <= 0) return;
-  // Scratch: the quantised rows [N, K]; the same bytes in panels of 16 rows (the last one R = N % 16 rows),
-  // [K / 4][R] int32 each, the panel of row 16 p at int32 16 p * K / 4; the row scales and sums.
+  // Scratch: the quantised rows in panels of 16 rows (the last one R = N % 16 rows), [K / 4][R] int32 each,
+  // the panel of row 16 p at int32 16 p * K / 4; then the row scales and sums.
   const int K4 = K / 4, panels = (N + 15) / 16;
-  const size_t a_bytes = fast::RoundUp(static_cast<size_t>(N) * K, 64);
   const size_t panel_bytes = fast::RoundUp(static_cast<size_t>(N) * K, 64);
-  char* scratch = int8_acts_.As<char>(a_bytes + panel_bytes + 8 * static_cast<size_t>(N));
-  int8_t* a = reinterpret_cast<int8_t*>(scratch);
-  int32_t* a_panels = reinterpret_cast<int32_t*>(scratch + a_bytes);
-  float* row_scale = reinterpret_cast<float*>(scratch + a_bytes + panel_bytes);
+  char* scratch = int8_acts_.As<char>(panel_bytes + 8 * static_cast<size_t>(N));
+  int32_t* a_panels = reinterpret_cast<int32_t*>(scratch);
+  float* row_scale = reinterpret_cast<float*>(scratch + panel_bytes);
   int32_t* row_sum = reinterpret_cast<int32_t*>(row_scale + N);
 #pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * K >= (1 << 16))
   for (int pn = 0; pn < panels; pn++) {
-    const int r_end = std::min(N, 16 * pn + 16);
-    for (int n = 16 * pn; n < r_end; n++)
-      row_sum[n] =
-          QuantizeRow(inp + static_cast<size_t>(n) * K, K, a + static_cast<size_t>(n) * K, &row_scale[n]);
-    const int rows = r_end - 16 * pn;
+    const int rows = std::min(16, N - 16 * pn);
     int32_t* panel = a_panels + static_cast<size_t>(pn) * 16 * K4;
     for (int r = 0; r < rows; r++) {
-      const int8_t* row = a + static_cast<size_t>(16 * pn + r) * K;
-      for (int k4 = 0; k4 < K4; k4++) std::memcpy(panel + k4 * rows + r, row + 4 * k4, 4);
+      const int n = 16 * pn + r;
+      row_sum[n] = QuantizeRow(inp + static_cast<size_t>(n) * K, K, panel + r, rows, &row_scale[n]);
     }
   }
 
