@@ -43,8 +43,9 @@
 #include "data/loader.h"
 #include "model/init.h"
 #include "model/safetensors.h"
-#include "serve/inference_model.h"
-#include "serve/setup.h"
+#include "infer/inference_model.h"
+#include "infer/setup.h"
+#include "infer/weights.h"
 
 namespace {
 
@@ -270,7 +271,7 @@ int MakeRun(const std::string& shape, const std::string& tokenizer, const std::s
 }
 
 // Mean next-token cross-entropy over up to max_windows validation windows of T tokens.
-tern::Result<double> ValLoss(tern::Backend* be, const tern::ServeWeights& w, tern::Quantize q,
+tern::Result<double> ValLoss(tern::Backend* be, const tern::ModelWeights& w, tern::Quantize q,
                              tern::DType kv_dtype, const std::vector<std::string>& shards, int max_windows) {
   const int T = w.config.block_size, V = w.config.vocab_size, bs = 16;
   tern::InferenceModelOptions mo;
@@ -314,7 +315,7 @@ tern::Result<double> ValLoss(tern::Backend* be, const tern::ServeWeights& w, ter
 // Decode steps of S sequences (one row each) over a KV cache already holding `context` tokens of each.
 int ForwardBench(const std::string& run, const std::string& quantize, const std::string& kv_dtype,
                  const std::vector<int>& rows, int context, int steps, int top_ops) {
-  auto w = tern::LoadServeWeights(run);
+  auto w = tern::LoadModelWeights(run);
   auto q = tern::ParseQuantize(quantize);
   auto kv = q.ok() ? tern::ParseKvDtype(kv_dtype, *q) : tern::Result<tern::DType>(q.status());
   if (!w.ok() || !q.ok() || !kv.ok()) {
@@ -406,7 +407,7 @@ int ForwardBench(const std::string& run, const std::string& quantize, const std:
 }
 
 int Quality(const std::string& run, const std::string& data, int windows) {
-  auto w = tern::LoadServeWeights(run);
+  auto w = tern::LoadModelWeights(run);
   auto shards = tern::FindShards(data, "val");
   if (!w.ok() || !shards.ok()) {
     std::fprintf(stderr, "serve_load quality: %s\n",

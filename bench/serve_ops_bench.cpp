@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "serve/quantize.h"
+#include "infer/quantize.h"
 
 namespace tern {
 namespace {

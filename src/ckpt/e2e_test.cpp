@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/test_support.h"
+#include "testing/processes.h"
 
 namespace tern::ckpt {
 namespace {

@@ -7,9 +7,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/http.h"
+#include "net/http.h"
 
 namespace tern::ckpt {
+
+using net::HttpFetch;
+using net::HttpRequest;
+using net::HttpResponse;
 
 namespace {
 

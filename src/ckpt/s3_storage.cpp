@@ -9,9 +9,13 @@
 #include <random>
 #include <thread>
 
-#include "ckpt/http.h"
+#include "net/http.h"
 
 namespace tern::ckpt {
+
+using net::HttpFetch;
+using net::HttpRequest;
+using net::UriEncode;
 
 namespace {
 

@@ -13,7 +13,7 @@
 
 #include "ckpt/format.h"
 #include "ckpt/s3_storage.h"
-#include "ckpt/test_support.h"
+#include "testing/processes.h"
 
 namespace tern::ckpt {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "ckpt/format.h"
 #include "ckpt/local_storage.h"
-#include "ckpt/test_support.h"
+#include "testing/processes.h"
 
 namespace tern::ckpt {
 namespace {

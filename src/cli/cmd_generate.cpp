@@ -5,9 +5,10 @@
 
 #include "backend/registry.h"
 #include "cli/command.h"
-#include "serve/engine.h"
-#include "serve/generate.h"
-#include "serve/setup.h"
+#include "infer/engine.h"
+#include "infer/generate.h"
+#include "infer/setup.h"
+#include "infer/weights.h"
 
 namespace tern::cli {
 namespace {
@@ -25,7 +26,7 @@ int Fail(const Status& st, const char* hint = "") {
 }
 
 int RunGenerate(const GenerateOptions& o) {
-  auto weights = LoadServeWeights(o.run_dir);
+  auto weights = LoadModelWeights(o.run_dir);
   if (!weights.ok())
     return Fail(weights.status(), "\n  (RUN_DIR must hold model.safetensors: the output of `tern train`)");
   auto tok = Tokenizer::Load(weights->tokenizer_path);

@@ -13,7 +13,8 @@
 #include "backend/registry.h"
 #include "cli/command.h"
 #include "serve/server.h"
-#include "serve/setup.h"
+#include "infer/setup.h"
+#include "infer/weights.h"
 
 namespace tern::cli {
 namespace {
@@ -110,7 +111,7 @@ int RunServe(const ServeCliOptions& o) {
   so.max_body_bytes = static_cast<size_t>(o.max_body_kb) * 1024;
   so.request_timeout_s = o.timeout_s;
   so.log_requests = o.log_requests;
-  auto weights = LoadServeWeights(o.model_path, o.tokenizer);  // cheap to fail early on a wrong path
+  auto weights = LoadModelWeights(o.model_path, o.tokenizer);  // cheap to fail early on a wrong path
   if (!weights.ok()) return Fail(weights.status());
   so.model_name = o.model_name.empty() ? weights->name : o.model_name;
   Server server(so, &metrics);

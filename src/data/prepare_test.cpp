@@ -11,7 +11,7 @@
 
 #include "data/loader.h"
 #include "data/shard.h"
-#include "data/test_util.h"
+#include "testing/files.h"
 #include "data/tokenizer.h"
 
 namespace tern {

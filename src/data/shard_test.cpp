@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "data/test_util.h"
+#include "testing/files.h"
 
 namespace tern {
 namespace {

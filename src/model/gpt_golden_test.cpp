@@ -9,15 +9,15 @@
 #include <string>
 #include <vector>
 
-#include "model/golden_testing.h"
+#include "testing/golden.h"
 #include "model/gpt.h"
 
 namespace tern {
 namespace {
 
-using golden::Golden;
-using golden::LoadGolden;
-using golden::RelMaxError;
+using testing::Golden;
+using testing::LoadGolden;
+using testing::RelMaxError;
 
 struct Bounds {
   double logits, loss, grads, step_loss;

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "plan/test_support.h"
+#include "testing/tern_binary.h"
 
 namespace tern::plan {
 namespace {

@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_util.h"
-#include "plan/test_support.h"
+#include "testing/tern_binary.h"
 
 namespace tern::plan {
 namespace {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "data/tokenizer.h"
-#include "serve/engine.h"
+#include "infer/engine.h"
 
 namespace tern {
 

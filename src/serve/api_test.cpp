@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "serve/response_builder.h"
-#include "serve/test_util.h"
+#include "testing/test_run.h"
 
 namespace tern {
 namespace {

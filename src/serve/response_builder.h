@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "serve/api.h"
-#include "serve/engine.h"
+#include "infer/engine.h"
 
 namespace tern {
 

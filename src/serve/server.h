@@ -14,8 +14,8 @@
 
 #include "core/status.h"
 #include "serve/api.h"
-#include "serve/engine.h"
-#include "serve/metrics.h"
+#include "infer/engine.h"
+#include "infer/metrics.h"
 
 namespace tern {
 

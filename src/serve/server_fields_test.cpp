@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
-#include "serve/server_test_fixture.h"
+#include "testing/server_fixture.h"
 
 namespace tern {
 namespace {

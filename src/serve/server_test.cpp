@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "serve/server_test_fixture.h"
-#include "serve/setup.h"
-#include "serve/test_util.h"
+#include "testing/server_fixture.h"
+#include "infer/setup.h"
+#include "testing/test_run.h"
 
 namespace tern {
 namespace {

@@ -19,7 +19,7 @@
 #include "metrics/nvml_sampler.h"
 #include "model/gpt.h"
 #include "model/safetensors.h"
-#include "serve/generate.h"
+#include "infer/generate.h"
 #include "train/train_checkpoint.h"
 
 namespace tern {

@@ -16,15 +16,15 @@
 #include <vector>
 
 #include "backend/loss_scaler.h"
-#include "model/golden_testing.h"
+#include "testing/golden.h"
 #include "model/gpt.h"
 
 namespace tern {
 namespace {
 
-using golden::Golden;
-using golden::LoadGolden;
-using golden::RelMaxError;
+using testing::Golden;
+using testing::LoadGolden;
+using testing::RelMaxError;
 
 void CheckFp16(Backend* backend) {
   Golden g = LoadGolden();

@@ -13,9 +13,9 @@
 
 #include "ckpt/fault_storage.h"
 #include "ckpt/local_storage.h"
-#include "ckpt/test_support.h"
+#include "testing/processes.h"
 #include "data/prepare.h"
-#include "train/test_data.h"
+#include "testing/prepared_data.h"
 #include "train/trainer.h"
 
 namespace tern {

@@ -13,7 +13,7 @@
 #include "core/progress.h"
 #include "metrics/gpu_sampler_thread.h"
 #include "model/safetensors.h"
-#include "serve/generate.h"
+#include "infer/generate.h"
 
 namespace tern {
 namespace {

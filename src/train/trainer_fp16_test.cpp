@@ -11,10 +11,10 @@
 #include <fstream>
 #include <limits>
 
-#include "ckpt/test_support.h"
+#include "testing/processes.h"
 #include "data/prepare.h"
 #include "metrics/fake_gpu_sampler.h"
-#include "train/test_data.h"
+#include "testing/prepared_data.h"
 #include "train/trainer.h"
 
 namespace tern {

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "ckpt/test_support.h"
+#include "testing/processes.h"
 #include "data/prepare.h"
 #include "model/safetensors.h"
 #include "train/lr_schedule.h"
@@ -28,7 +28,7 @@ class TrainerTest : public ::testing::Test {
     root_ = fs::temp_directory_path() / ("tern_trainer_test_" + std::to_string(::getpid()));
     fs::remove_all(root_);
     fs::create_directories(root_);
-    std::ofstream(root_ / "corpus.txt") << ckpt::testing::SmallCorpus();
+    std::ofstream(root_ / "corpus.txt") << testing::SmallCorpus();
     PrepareOptions p;
     p.inputs = {(root_ / "corpus.txt").string()};
     p.out_dir = (root_ / "data").string();

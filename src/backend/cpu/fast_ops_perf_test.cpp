@@ -12,7 +12,7 @@
 
 #include "backend/cpu/dnnl_matmul.h"
 #include "backend/cpu/fast_ops.h"
-#include "backend/cpu/ops_test_util.h"
+#include "testing/ops.h"
 
 namespace tern {
 namespace {

@@ -16,7 +16,7 @@
 #include "backend/bf16.h"
 #include "backend/cpu/dnnl_matmul.h"
 #include "backend/cpu/fast_ops.h"
-#include "backend/cpu/ops_test_util.h"
+#include "testing/ops.h"
 
 namespace tern {
 namespace {

@@ -8,7 +8,7 @@
 #include <functional>
 
 #include "backend/bf16.h"
-#include "backend/cpu/ops_test_util.h"
+#include "testing/ops.h"
 
 namespace tern {
 namespace {

@@ -7,9 +7,9 @@
 // att beyond its first B*NH*T floats is written (no T x T matrix), and the backward repeats bit for bit.
 #include <cmath>
 
-#include "backend/cuda/cuda_test_util.h"
+#include "testing/cuda.h"
 
-namespace tern::cudatest {
+namespace tern::testing {
 namespace {
 
 void SelectCompute(Backend* be, Compute compute) {  // attention follows the most recent Matmul's compute
@@ -84,4 +84,4 @@ TEST_F(CudaVsReference, FlashAttentionMatchesTheReference) {
 }
 
 }  // namespace
-}  // namespace tern::cudatest
+}  // namespace tern::testing

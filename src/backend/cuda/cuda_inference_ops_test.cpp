@@ -10,9 +10,9 @@
 #include <utility>
 
 #include "backend/bf16.h"
-#include "backend/cuda/cuda_test_util.h"
+#include "testing/cuda.h"
 
-namespace tern::cudatest {
+namespace tern::testing {
 namespace {
 
 // The cache's shape and element type, and how many blocks its pool and a block table have.
@@ -218,4 +218,4 @@ TEST_F(CudaInferenceOps, MatmulInt8MatchesTheReferenceAndIsRowIndependent) {
 }
 
 }  // namespace
-}  // namespace tern::cudatest
+}  // namespace tern::testing

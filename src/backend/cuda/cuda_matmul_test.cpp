@@ -9,9 +9,9 @@
 //   Attention fp16  out / dqkv     1e-2 / 2e-2; probabilities 1e-2 absolute (fp16 q, k, v, dout, att)
 #include <cmath>
 
-#include "backend/cuda/cuda_test_util.h"
+#include "testing/cuda.h"
 
-namespace tern::cudatest {
+namespace tern::testing {
 namespace {
 
 TEST_F(CudaVsReference, MatmulAllLayoutsAndPrecisions) {
@@ -109,4 +109,4 @@ TEST_F(CudaVsReference, CausalAttentionForwardBackward) {
 }
 
 }  // namespace
-}  // namespace tern::cudatest
+}  // namespace tern::testing

@@ -14,9 +14,9 @@
 #include <limits>
 
 #include "backend/bf16.h"
-#include "backend/cuda/cuda_test_util.h"
+#include "testing/cuda.h"
 
-namespace tern::cudatest {
+namespace tern::testing {
 namespace {
 
 TEST_F(CudaVsReference, MemoryAllocIsZeroAndCopiesRoundTrip) {
@@ -203,4 +203,4 @@ TEST_F(CudaVsReference, CastF32ToBF16RoundsToNearestEven) {
 }
 
 }  // namespace
-}  // namespace tern::cudatest
+}  // namespace tern::testing

@@ -1,0 +1,376 @@
+#include "infer/engine.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include <omp.h>
+
+#include "infer/engine_sequence.h"
+
+namespace tern {
+
+namespace {
+GenerationEvent Cancelled(int index) {
+  GenerationEvent e;
+  e.index = index;
+  e.finish = FinishReason::kCancelled;
+  return e;
+}
+}  // namespace
+
+const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kNone:
+      break;
+  }
+  return "none";
+}
+
+bool RequestHandle::Wait(std::vector<GenerationEvent>* out, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return false;
+  while (!events_.empty()) {
+    out->push_back(std::move(events_.front()));
+    events_.pop_front();
+  }
+  return true;
+}
+
+void RequestHandle::Push(GenerationEvent e) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(e));
+  }
+  cv_.notify_all();
+}
+
+namespace {
+// Seeds of choices 1..n-1 (splitmix64 of the request's seed and the index): choice 0 keeps the request's
+// seed, so n = 1 and the first of n choices give the same text.
+uint64_t ChoiceSeed(uint64_t seed, int index) {
+  if (index == 0) return seed;
+  uint64_t z = seed + static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Tokens whose keys and values a request ever computes: the prompt and every generated token but the last.
+// max_tokens = 0 still computes the whole prompt (its last row ends the prefill).
+int KvTokens(const GenerationRequest& r) {
+  return static_cast<int>(r.prompt.size()) + std::max(r.max_tokens, 1) - 1;
+}
+}  // namespace
+
+Engine::Engine(std::unique_ptr<InferenceModel> model, const Tokenizer* tokenizer,
+               const EngineOptions& options, ServeMetrics* metrics)
+    : model_(std::move(model)),
+      tokenizer_(tokenizer),
+      opt_(options),
+      metrics_(metrics),
+      max_seq_len_(options.max_seq_len > 0 ? std::min(options.max_seq_len, model_->config().block_size)
+                                           : model_->config().block_size),
+      blocks_(model_->options().num_blocks, model_->options().block_size) {
+  assert(opt_.max_batch <= model_->options().max_seqs && opt_.max_batch_tokens <= model_->options().max_rows);
+  assert(opt_.max_batch <= opt_.max_batch_tokens);
+  assert(model_->options().max_logit_rows >= opt_.max_batch);
+  PublishGauges();
+}
+
+Engine::~Engine() {
+  Stop();
+}
+
+void Engine::Start() {
+  thread_ = std::thread([this] {
+    if (opt_.threads > 0) omp_set_num_threads(opt_.threads);  // per thread: must be set on the engine thread
+    model_->backend()->PrepareThread();  // the engine thread's OpenMP team is not the constructor's
+    Run();
+  });
+}
+
+void Engine::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // Whatever is left ends now: its clients get a final event instead of waiting forever.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& s : submitted_) waiting_.push_back(std::move(s));
+  submitted_.clear();
+  for (auto& s : waiting_) s->handle->Push(Cancelled(s->index));
+  for (auto& s : running_) s->handle->Push(Cancelled(s->index));
+  waiting_.clear();
+  running_.clear();
+}
+
+void Engine::Run() {
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+    }
+    if (Step()) {
+      if (opt_.debug_step_delay_s > 0)
+        std::this_thread::sleep_for(std::chrono::duration<double>(opt_.debug_step_delay_s));
+      continue;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stop_ || !submitted_.empty(); });
+  }
+}
+
+Result<std::shared_ptr<RequestHandle>> Engine::Submit(GenerationRequest request) {
+  const int P = static_cast<int>(request.prompt.size()), V = model_->config().vocab_size;
+  if (P == 0) return Status::InvalidArgument("the prompt is empty");
+  for (int32_t t : request.prompt)
+    if (t < 0 || t >= V)
+      return Status::InvalidArgument(fmt::format("prompt token {} is outside [0, {})", t, V));
+  for (const auto& [t, bias] : request.logit_bias)
+    if (t < 0 || t >= V)
+      return Status::InvalidArgument(fmt::format("logit_bias token {} is outside [0, {})", t, V));
+  if (request.max_tokens < 0) return Status::InvalidArgument("max_tokens must not be negative");
+  if (P + request.max_tokens > max_seq_len_)
+    return Status::InvalidArgument(
+        fmt::format("this model's maximum context length is {} tokens, but {} were requested ({} in the "
+                    "prompt, {} for the completion)",
+                    max_seq_len_, P + request.max_tokens, P, request.max_tokens));
+  if (request.n < 1 || request.n > kMaxChoices)
+    return Status::InvalidArgument(fmt::format("n must be between 1 and {}", kMaxChoices));
+  if (request.n > opt_.max_queue)
+    return Status::InvalidArgument(
+        fmt::format("n = {} is more than the server queues ({}); lower n or raise --max-queue", request.n,
+                    opt_.max_queue));
+  if (request.logprobs < -1 || request.logprobs > kMaxTopLogprobs)
+    return Status::InvalidArgument(fmt::format("logprobs must be -1 (off) or 0..{}", kMaxTopLogprobs));
+  if (request.prompt_logprobs && request.logprobs < 0)
+    return Status::InvalidArgument("prompt logprobs need logprobs >= 0");
+  const int bs = blocks_.block_size();
+  const int need = (KvTokens(request) + bs - 1) / bs;
+  if (need > blocks_.num_blocks())
+    return Status::InvalidArgument(
+        fmt::format("the request needs {} KV-cache blocks but the cache has {}; "
+                    "lower max_tokens or start the server with a larger --kv-cache-mb",
+                    need, blocks_.num_blocks()));
+  auto handle = std::make_shared<RequestHandle>();
+  const auto now = Clock::now();
+  auto make = [&](int index) {
+    auto seq = std::make_unique<Sequence>();
+    seq->req = request;
+    seq->handle = handle;
+    seq->index = index;
+    seq->tokens = request.prompt;
+    seq->prompt_len = P;
+    seq->rng.seed(ChoiceSeed(request.seed, index));
+    seq->text = std::make_unique<TextStream>(tokenizer_, request.prompt, request.stop);
+    seq->arrival = now;
+    return seq;
+  };
+  auto seq = make(0);
+  if (request.prompt_logprobs) seq->prompt_lp = std::make_shared<std::vector<TokenLogprob>>(P - 1);
+  for (int i = 1; i < request.n; i++) {
+    seq->forks.push_back(make(i));
+    seq->forks.back()->req.prompt_logprobs = false;  // choice 0 scores the prompt for all
+  }
+  const int n = request.n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t queued = metrics_->queue_length.load();
+    if (queued + n > opt_.max_queue)
+      return Status::Unavailable(
+          fmt::format("the server is at capacity ({} requests waiting); retry later", queued));
+    submitted_.push_back(std::move(seq));
+    active_count_ += n;
+    metrics_->queue_length += n;
+  }
+  cv_.notify_all();
+  return handle;
+}
+
+int Engine::active() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return active_count_;
+}
+
+int Engine::kv_blocks_used() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return kv_used_;
+}
+
+bool Engine::Admit(Sequence* seq) {
+  const int bs = blocks_.block_size(), P = seq->prompt_len;
+  const int total = (KvTokens(seq->req) + bs - 1) / bs;
+  // At least the last prompt token is always computed: its logits give the first generated token. A prompt
+  // being scored computes every token (cached blocks hold keys and values, not logits).
+  const int max_prefix = seq->req.prompt_logprobs ? 0 : (P - 1) / bs;
+  std::vector<uint64_t> hashes;
+  const uint64_t q0 = blocks_.prefix_queries(), h0 = blocks_.prefix_hits();
+  std::vector<int32_t> prefix = blocks_.AcquirePrefix(seq->tokens.data(), P, max_prefix, &hashes);
+  const int n = static_cast<int>(prefix.size());
+  if (!blocks_.Reserve(total - n)) {
+    for (int32_t b : prefix) blocks_.Release(b);
+    return false;  // not enough KV memory yet: stays first in line
+  }
+  metrics_->prefix_cache_queries += blocks_.prefix_queries() - q0;
+  metrics_->prefix_cache_hits += blocks_.prefix_hits() - h0;
+  seq->blocks = std::move(prefix);
+  seq->reserved = total - n;
+  seq->computed = seq->cached = n * bs;
+  seq->published = n;
+  seq->last_hash = n ? hashes.back() : 0;
+  if (seq->index == 0) metrics_->prompt_tokens += P;  // the choices of a request share one prompt
+  metrics_->prefix_cache_hit_tokens += seq->cached;
+  return true;
+}
+
+// Rows of the sequence's prompt to run this step, at most `budget`. A prompt being scored needs the logits
+// of every row; one logit row stays free for each sequence that may still join the batch.
+int Engine::PrefillRows(const Sequence& seq, int budget) const {
+  int n = std::min(static_cast<int>(seq.tokens.size()) - seq.computed, budget);
+  if (seq.scores_prompt()) {
+    const int room = model_->options().max_logit_rows - static_cast<int>(batch_.logit_rows.size()) -
+                     (opt_.max_batch - batch_.S() - 1);
+    n = std::min(n, room);
+  }
+  return std::max(n, 0);
+}
+
+void Engine::AddRows(Sequence* seq, int n) {
+  const int bs = blocks_.block_size(), row0 = batch_.N();
+  const bool scoring = seq->scores_prompt();
+  for (int p = seq->computed; p < seq->computed + n; p++) {
+    if (p / bs == static_cast<int>(seq->blocks.size())) {
+      assert(seq->reserved > 0);
+      seq->blocks.push_back(blocks_.AllocateReserved());
+      seq->reserved--;
+    }
+    batch_.tokens.push_back(seq->tokens[p]);
+    batch_.positions.push_back(p);
+    batch_.slots.push_back(seq->blocks[p / bs] * bs + p % bs);
+  }
+  if (seq->computed < seq->prompt_len)
+    metrics_->prefill_tokens += std::min(n, seq->prompt_len - seq->computed);
+  batch_.seqs.insert(batch_.seqs.end(), {row0, n, seq->computed + n});
+  const size_t table0 = batch_.block_tables.size();
+  batch_.block_tables.resize(table0 + model_->max_blocks_per_seq(), 0);
+  std::copy(seq->blocks.begin(), seq->blocks.end(), batch_.block_tables.begin() + table0);
+  seq->rows = n;
+  seq->samples = seq->computed + n == static_cast<int>(seq->tokens.size());
+  // Logits wanted: every row of a prompt being scored, else only the row that samples.
+  const int first = scoring ? 0 : (seq->samples ? n - 1 : n);
+  seq->logit_begin = first < n ? static_cast<int>(batch_.logit_rows.size()) : -1;
+  seq->logit_rows = n - first;
+  for (int r = first; r < n; r++) batch_.logit_rows.push_back(row0 + r);
+}
+
+bool Engine::Step() {
+  auto t = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& s : submitted_) waiting_.push_back(std::move(s));
+    submitted_.clear();
+  }
+  // Clients that went away: their slots and blocks are freed before anything else is scheduled.
+  for (auto& s : running_)
+    if (s->handle->cancelled()) Finish(s.get(), FinishReason::kCancelled);
+  for (auto& s : waiting_) {
+    if (s->handle->cancelled()) {
+      metrics_->queue_length--;
+      Finish(s.get(), FinishReason::kCancelled);
+    }
+  }
+  auto is_done = [](const std::unique_ptr<Sequence>& s) { return s->done; };
+  running_.erase(std::remove_if(running_.begin(), running_.end(), is_done), running_.end());
+  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), is_done), waiting_.end());
+
+  // Decodes first (one row each), then prompt chunks, then new requests: a long prompt never stalls streams.
+  batch_.Clear();
+  std::vector<Sequence*> in_batch;
+  int budget = opt_.max_batch_tokens;
+  for (auto& s : running_) {
+    if (static_cast<int>(s->tokens.size()) - s->computed == 1) {
+      AddRows(s.get(), 1);
+      in_batch.push_back(s.get());
+      budget--;
+    }
+  }
+  for (auto& s : running_) {
+    const int remaining = static_cast<int>(s->tokens.size()) - s->computed;
+    const int n = remaining > 1 ? PrefillRows(*s, budget) : 0;
+    if (n > 0) {
+      AddRows(s.get(), n);
+      in_batch.push_back(s.get());
+      budget -= n;
+    }
+  }
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < opt_.max_batch && budget > 0) {
+    Sequence* s = waiting_.front().get();
+    if (PrefillRows(*s, budget) == 0 || !Admit(s)) break;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    metrics_->queue_length--;
+    const int n = PrefillRows(*s, budget);
+    AddRows(s, n);
+    in_batch.push_back(s);
+    budget -= n;
+  }
+  if (batch_.N() == 0) {
+    PublishGauges();
+    return false;
+  }
+  Lap(metrics_, ServeMetrics::kSchedule, &t);
+  const float* logits = model_->Forward(batch_);
+  Lap(metrics_, ServeMetrics::kForward, &t);
+  metrics_->forward_steps++;
+  metrics_->batch_size.Observe(batch_.S());
+  metrics_->batch_tokens.Observe(batch_.N());
+  AfterForward(in_batch, logits, &t);
+  running_.erase(std::remove_if(running_.begin(), running_.end(), is_done), running_.end());
+  PublishGauges();
+  Lap(metrics_, ServeMetrics::kEmit, &t);
+  return true;
+}
+
+// Releases everything the sequence holds and counts how it ended. The caller removes it from its list.
+void Engine::Finish(Sequence* s, FinishReason reason) {
+  // Choices still held by it (its prompt was not finished) end with it: their request was cancelled.
+  for (auto& f : s->forks) {
+    metrics_->queue_length--;
+    Finish(f.get(), FinishReason::kCancelled);
+  }
+  s->forks.clear();
+  for (int32_t b : s->blocks) blocks_.Release(b);
+  s->blocks.clear();
+  blocks_.Unreserve(s->reserved);
+  s->reserved = 0;
+  s->done = true;
+  if (reason == FinishReason::kCancelled) {
+    s->handle->Push(Cancelled(s->index));
+    metrics_->finished_cancelled++;
+  } else {
+    (reason == FinishReason::kStop ? metrics_->finished_stop : metrics_->finished_length)++;
+    metrics_->request_duration.Observe(std::chrono::duration<double>(Clock::now() - s->arrival).count());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  active_count_--;
+}
+
+void Engine::PublishGauges() {
+  metrics_->running_sequences = static_cast<int64_t>(running_.size());
+  metrics_->kv_blocks_used = blocks_.used();
+  metrics_->kv_blocks_free = blocks_.free();
+  metrics_->kv_blocks_cached = blocks_.cached_free();
+  metrics_->kv_blocks_reserved = blocks_.reserved();
+  std::lock_guard<std::mutex> lock(mu_);
+  kv_used_ = blocks_.used();
+}
+
+}  // namespace tern

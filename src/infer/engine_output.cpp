@@ -1,0 +1,134 @@
+// The engine's output side: sampling and logprobs over a step's logits, then text and events per sequence.
+#include <algorithm>
+#include <unordered_map>
+
+#include "infer/engine_sequence.h"
+
+namespace tern {
+
+void AdjustLogits(const GenerationRequest& req, const int32_t* generated, int n, float* logits) {
+  std::unordered_map<int32_t, int> count;
+  for (int i = 0; i < n; i++) count[generated[i]]++;
+  for (const auto& [token, c] : count) logits[token] -= req.frequency_penalty * c + req.presence_penalty;
+  for (const auto& [token, bias] : req.logit_bias) logits[token] += bias;
+}
+
+void Engine::AfterForward(const std::vector<Sequence*>& in_batch, const float* logits,
+                          std::chrono::steady_clock::time_point* t) {
+  const int V = model_->config().vocab_size, bs = blocks_.block_size();
+  auto row = [&](int r) { return logits + static_cast<size_t>(r) * V; };
+  // Sampling and logprobs are independent per sequence (each has its own generator) and per row, so they
+  // run in parallel; at V = 50257 a logprob is a full pass over the vocabulary.
+  std::vector<Sequence*> sampling;
+  struct PromptRow {
+    Sequence* seq;
+    int logit_row, position;  // the logits at `position` score prompt token position + 1
+  };
+  std::vector<PromptRow> prompt_rows;
+  for (Sequence* s : in_batch) {
+    if (s->samples) sampling.push_back(s);
+    if (s->scores_prompt())
+      for (int r = 0; r < s->logit_rows; r++)
+        if (s->computed + r + 1 < s->prompt_len)
+          prompt_rows.push_back({s, s->logit_begin + r, s->computed + r});
+  }
+  const int n = static_cast<int>(sampling.size()), np = static_cast<int>(prompt_rows.size());
+  std::vector<int32_t> next(n);
+  std::vector<TokenLogprob> lps(n);
+#pragma omp parallel for schedule(dynamic, 1) if (n > 1 && static_cast <size_t>(n) * V > 65536)
+  for (int i = 0; i < n; i++) {
+    Sequence* s = sampling[i];
+    next[i] = -1;
+    if (s->req.max_tokens == 0) continue;  // the prompt only: nothing to draw
+    const float* l = row(s->logit_begin + s->logit_rows - 1);
+    if (s->req.AdjustsLogits()) {
+      thread_local std::vector<float> adjusted;  // reused: a fresh 200 KB per sequence and step was mmap'd
+      adjusted.assign(l, l + V);
+      AdjustLogits(s->req, s->tokens.data() + s->prompt_len,
+                   static_cast<int>(s->tokens.size()) - s->prompt_len, adjusted.data());
+      next[i] = SampleToken(adjusted.data(), V, s->req.sampling, s->rng);
+    } else {
+      next[i] = SampleToken(l, V, s->req.sampling, s->rng);
+    }
+    if (s->req.logprobs >= 0) lps[i] = ComputeLogprob(l, V, next[i], s->req.logprobs);
+  }
+#pragma omp parallel for schedule(dynamic, 1) if (np > 1)
+  for (int i = 0; i < np; i++) {
+    const PromptRow& p = prompt_rows[i];
+    (*p.seq->prompt_lp)[p.position] =
+        ComputeLogprob(row(p.logit_row), V, p.seq->tokens[p.position + 1], p.seq->req.logprobs);
+  }
+  Lap(metrics_, ServeMetrics::kSample, t);
+
+  for (Sequence* s : in_batch) {
+    s->computed += s->rows;
+    // Newly completed blocks become findable by later prompts with the same prefix.
+    for (; s->published < s->computed / bs; s->published++)
+      s->last_hash =
+          blocks_.Publish(s->blocks[s->published], s->last_hash, s->tokens.data() + s->published * bs);
+    // The prompt is in the cache: the other choices go first in line and find its blocks there.
+    if (!s->forks.empty() && s->computed >= s->prompt_len) {
+      for (auto& f : s->forks) f->prompt_lp = s->prompt_lp;
+      waiting_.insert(waiting_.begin(), std::make_move_iterator(s->forks.begin()),
+                      std::make_move_iterator(s->forks.end()));
+      s->forks.clear();
+    }
+  }
+  for (int i = 0; i < n; i++) Emit(sampling[i], next[i], sampling[i]->req.logprobs >= 0 ? &lps[i] : nullptr);
+}
+
+// Appends the sampled token, turns it into text and sends the event (the last one when the sequence ends).
+// tok < 0: a max_tokens = 0 sequence finished its prompt and ends with a single event without tokens.
+void Engine::Emit(Sequence* s, int32_t tok, TokenLogprob* logprob) {
+  if (tok < 0) {
+    GenerationEvent e;
+    e.index = s->index;
+    e.prompt_logprobs = s->prompt_lp;
+    e.finish = FinishReason::kLength;
+    e.prompt_tokens = s->prompt_len;
+    e.cached_tokens = s->cached;
+    s->handle->Push(std::move(e));
+    Finish(s, FinishReason::kLength);
+    return;
+  }
+  const auto now = Clock::now();
+  s->tokens.push_back(tok);
+  const int completion = static_cast<int>(s->tokens.size()) - s->prompt_len;
+  metrics_->generation_tokens++;
+  if (completion == 1) {
+    metrics_->time_to_first_token.Observe(std::chrono::duration<double>(now - s->arrival).count());
+  } else {
+    metrics_->time_per_output_token.Observe(std::chrono::duration<double>(now - s->last_token).count());
+  }
+  s->last_token = now;
+  GenerationEvent e;
+  e.index = s->index;
+  e.tokens.push_back(tok);
+  if (logprob) e.logprobs.push_back(std::move(*logprob));
+  if (completion == 1) e.prompt_logprobs = s->prompt_lp;
+  FinishReason finish = FinishReason::kNone;
+  if (!s->req.ignore_eos && tok == tokenizer_->eos_id()) {
+    finish = FinishReason::kStop;
+    e.text = s->text->Flush();
+  } else {
+    bool stopped = false;
+    e.text = s->text->Add(tok, &stopped);
+    if (stopped) finish = FinishReason::kStop;
+  }
+  if (finish == FinishReason::kNone && completion >= s->req.max_tokens) {
+    finish = FinishReason::kLength;
+    e.text += s->text->Flush();
+  }
+  if (finish == FinishReason::kNone) {
+    s->handle->Push(std::move(e));
+    return;
+  }
+  e.finish = finish;
+  e.prompt_tokens = s->prompt_len;
+  e.completion_tokens = completion;
+  e.cached_tokens = s->cached;
+  s->handle->Push(std::move(e));
+  Finish(s, finish);
+}
+
+}  // namespace tern

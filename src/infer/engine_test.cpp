@@ -1,0 +1,297 @@
+// The inference model against the training model (an independent forward), and the engine's promises:
+// batching invariance, seeded reproducibility, the prefix cache, cancellation, admission control, stop
+// strings.
+#include <gtest/gtest.h>
+
+#include "testing/ops.h"
+#include "model/gpt.h"
+#include "testing/test_run.h"
+#include "infer/text_stream.h"
+
+namespace tern {
+namespace {
+
+using testing::MakeTestRun;
+using testing::Outcome;
+using testing::RunToEnd;
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { run_ = MakeTestRun().release(); }
+  static void TearDownTestSuite() { delete run_; }
+
+  std::unique_ptr<Engine> MakeEngine(Backend* be, Quantize q = Quantize::kNone, int max_batch_tokens = 64,
+                                     int num_blocks = 128, int max_queue = 64, DType kv_dtype = DType::kF32) {
+    InferenceModelOptions mo;
+    mo.quantize = q;
+    mo.kv_dtype = kv_dtype;
+    mo.num_blocks = num_blocks;
+    mo.max_rows = max_batch_tokens;
+    mo.max_seqs = 8;
+    auto model = InferenceModel::Create(be, run_->cfg, run_->params, mo);
+    EXPECT_TRUE(model.ok()) << model.status().ToString();
+    EngineOptions eo;
+    eo.max_batch = 8;
+    eo.max_batch_tokens = max_batch_tokens;
+    eo.max_queue = max_queue;
+    return std::make_unique<Engine>(std::move(model).value(), run_->tok.get(), eo, &metrics_);
+  }
+  std::vector<int32_t> Prompt(int n, int salt) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < n; i++) p.push_back(3 + (i * 7 + salt * 13) % (run_->cfg.vocab_size - 3));
+    return p;
+  }
+  static GenerationRequest Greedy(std::vector<int32_t> prompt, int max_tokens) {
+    GenerationRequest r;
+    r.prompt = std::move(prompt);
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = 0.0f;
+    r.ignore_eos = true;
+    return r;
+  }
+  static std::shared_ptr<RequestHandle> Submit(Engine& e, GenerationRequest r) {
+    auto h = e.Submit(std::move(r));
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    return h.ok() ? h.value() : nullptr;
+  }
+
+  static testing::TestRun* run_;
+  ServeMetrics metrics_;
+};
+testing::TestRun* EngineTest::run_ = nullptr;
+
+// Chunked prefill plus decode steps give the logits of a full-context forward of the training model.
+TEST_F(EngineTest, LogitsMatchTheTrainingModel) {
+  auto be = MakeCpuFastBackend();
+  const GptConfig& cfg = run_->cfg;
+  const int V = cfg.vocab_size, bs = 16;
+  InferenceModelOptions mo;
+  mo.num_blocks = 8;
+  mo.max_rows = 32;
+  mo.max_seqs = 2;
+  auto model = InferenceModel::Create(be.get(), cfg, run_->params, mo).value();
+  Gpt gpt(be.get(), cfg, 1, cfg.block_size, Compute::kF32);
+  gpt.SetParameters(run_->params);
+  std::vector<int32_t> tokens = Prompt(40, 1);
+  std::vector<int32_t> table = {5, 2, 7};  // any blocks, in any order
+  std::vector<float> got(V), want(V);
+  ForwardBatch b;
+  // prompt in chunks of 30 and 7, then 3 single-token steps
+  int done = 0;
+  for (int n : {30, 7, 1, 1, 1}) {
+    b.Clear();
+    for (int p = done; p < done + n; p++) {
+      b.tokens.push_back(tokens[p]);
+      b.positions.push_back(p);
+      b.slots.push_back(table[p / bs] * bs + p % bs);
+    }
+    b.seqs = {0, n, done + n};
+    b.block_tables.assign(model->max_blocks_per_seq(), 0);
+    std::copy(table.begin(), table.end(), b.block_tables.begin());
+    b.logit_rows = {n - 1};
+    const float* logits = model->Forward(b);
+    got.assign(logits, logits + got.size());
+    done += n;
+    gpt.Forward(tokens.data(), nullptr, 1, done);
+    gpt.GetLogits(0, done - 1, want.data());
+    testing::ExpectClose(got, want, 1e-4, 1e-5, "logits after " + std::to_string(done) + " tokens");
+  }
+}
+
+TEST_F(EngineTest, GreedyIsTheSameAloneOrBatchedWithSevenOthers) {
+  for (auto [q, kv] : {std::pair{Quantize::kNone, DType::kF32}, std::pair{Quantize::kNone, DType::kBF16},
+                       std::pair{Quantize::kInt8, DType::kBF16}, std::pair{Quantize::kInt8, DType::kI8}}) {
+    auto be = MakeCpuFastBackend();
+    std::vector<GenerationRequest> reqs;
+    for (int i = 0; i < 8; i++) reqs.push_back(Greedy(Prompt(3 + 11 * i, i), 20 + 3 * i));
+    std::vector<Outcome> alone;
+    for (const auto& r : reqs) {
+      auto engine = MakeEngine(be.get(), q, 64, 128, 64, kv);
+      alone.push_back(RunToEnd(*engine, {Submit(*engine, r)})[0]);
+    }
+    // Batched: small token budget, so prompts are chunked and mixed with other sequences' decode rows.
+    auto engine = MakeEngine(be.get(), q, /*max_batch_tokens=*/24, 128, 64, kv);
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (const auto& r : reqs) handles.push_back(Submit(*engine, r));
+    auto batched = RunToEnd(*engine, handles);
+    for (int i = 0; i < 8; i++) {
+      EXPECT_EQ(batched[i].tokens, alone[i].tokens)
+          << QuantizeName(q) << " KV " << KvDtypeName(kv) << " request " << i;
+      EXPECT_EQ(batched[i].text, alone[i].text);
+      EXPECT_EQ(batched[i].finish, FinishReason::kLength);
+      EXPECT_EQ(batched[i].completion_tokens, reqs[i].max_tokens);
+    }
+    EXPECT_EQ(engine->kv_blocks_used(), 0);
+    EXPECT_EQ(engine->active(), 0);
+  }
+}
+
+// OpenAI's arithmetic: logit -= frequency_penalty * count + presence_penalty * (count > 0), plus the bias.
+TEST(AdjustLogits, PenaltiesCountGeneratedTokensAndBiasAdds) {
+  GenerationRequest r;
+  r.frequency_penalty = 0.5f;
+  r.presence_penalty = 1.0f;
+  r.logit_bias = {{5, 3.0f}, {1, -100.0f}};
+  std::vector<float> logits(8, 10.0f);
+  const std::vector<int32_t> generated = {3, 5, 3, 3};
+  AdjustLogits(r, generated.data(), static_cast<int>(generated.size()), logits.data());
+  EXPECT_EQ(logits, (std::vector<float>{10.0f, -90.0f, 10.0f, 10.0f - 1.5f - 1.0f, 10.0f,
+                                        10.0f - 0.5f - 1.0f + 3.0f, 10.0f, 10.0f}));
+}
+
+TEST_F(EngineTest, LogitBiasAndPenaltiesSteerSamplingNotLogprobs) {
+  auto be = MakeCpuFastBackend();
+  auto engine = MakeEngine(be.get());
+  GenerationRequest plain = Greedy(Prompt(12, 4), 24);
+  plain.logprobs = 0;
+  const Outcome base = RunToEnd(*engine, {Submit(*engine, plain)})[0];
+  // +100 on one token: greedy picks it every time; the logprobs reported are still the model's own
+  GenerationRequest forced = plain;
+  const int32_t x = base.tokens[0] == 7 ? 8 : 7;
+  forced.logit_bias = {{x, 100.0f}};
+  auto h = Submit(*engine, forced);
+  std::vector<GenerationEvent> events;
+  while (events.empty() || events.back().finish == FinishReason::kNone) {
+    engine->Step();
+    h->Wait(&events, std::chrono::milliseconds(0));
+  }
+  int generated = 0;
+  for (const auto& e : events)
+    for (size_t i = 0; i < e.tokens.size(); i++, generated++) {
+      EXPECT_EQ(e.tokens[i], x);
+      EXPECT_LT(e.logprobs[i].logprob, -0.1f) << "the model's logprob, not the biased one (about 0)";
+    }
+  EXPECT_EQ(generated, plain.max_tokens);
+  // -100 on greedy's first choice: another token comes first
+  GenerationRequest avoid = plain;
+  avoid.logit_bias = {{base.tokens[0], -100.0f}};
+  EXPECT_NE(RunToEnd(*engine, {Submit(*engine, avoid)})[0].tokens[0], base.tokens[0]);
+  // a frequency penalty changes a greedy text that repeats tokens
+  std::vector<int32_t> sorted = base.tokens;
+  std::sort(sorted.begin(), sorted.end());
+  ASSERT_NE(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << "greedy output repeats";
+  GenerationRequest penalised = plain;
+  penalised.frequency_penalty = 2.0f;
+  penalised.presence_penalty = 2.0f;
+  EXPECT_NE(RunToEnd(*engine, {Submit(*engine, penalised)})[0].tokens, base.tokens);
+  // a bias on a token outside the vocabulary is refused
+  GenerationRequest bad = plain;
+  bad.logit_bias = {{run_->cfg.vocab_size, 1.0f}};
+  EXPECT_FALSE(engine->Submit(bad).ok());
+}
+
+TEST_F(EngineTest, SeededSamplingIsReproducible) {
+  auto be = MakeCpuFastBackend();
+  GenerationRequest r = Greedy(Prompt(10, 3), 30);
+  r.sampling = {1.0f, 50, 0.95f};
+  r.seed = 1234;
+  auto engine = MakeEngine(be.get());
+  auto a = RunToEnd(*engine, {Submit(*engine, r)})[0];
+  // again, now sharing the batch with other requests
+  GenerationRequest other = r;
+  other.seed = 99;
+  auto both = RunToEnd(
+      *engine, {Submit(*engine, other), Submit(*engine, r), Submit(*engine, Greedy(Prompt(5, 9), 9))});
+  EXPECT_EQ(both[1].tokens, a.tokens);
+  EXPECT_NE(both[0].tokens, a.tokens);
+}
+
+TEST_F(EngineTest, PrefixCacheSkipsTheSharedPrefillAndKeepsTheOutput) {
+  auto be = MakeCpuFastBackend();
+  auto engine = MakeEngine(be.get());
+  auto prompt = Prompt(50, 4);  // 3 full blocks of 16
+  auto first = RunToEnd(*engine, {Submit(*engine, Greedy(prompt, 12))})[0];
+  const uint64_t prefill_before = metrics_.prefill_tokens, hits_before = metrics_.prefix_cache_hits;
+  auto second = RunToEnd(*engine, {Submit(*engine, Greedy(prompt, 12))})[0];
+  EXPECT_EQ(second.tokens, first.tokens);
+  EXPECT_EQ(second.cached_tokens, 48);
+  EXPECT_EQ(metrics_.prefill_tokens - prefill_before, 2u);
+  EXPECT_EQ(metrics_.prefix_cache_hits - hits_before, 3u);
+  // A prompt that is exactly whole blocks still computes its last block (its last token gives the logits).
+  auto exact = RunToEnd(
+      *engine, {Submit(*engine, Greedy(std::vector<int32_t>(prompt.begin(), prompt.begin() + 32), 4))})[0];
+  EXPECT_EQ(exact.cached_tokens, 16);
+  EXPECT_EQ(engine->kv_blocks_used(), 0);
+}
+
+TEST_F(EngineTest, CancelledRequestsFreeTheirBlocksAtOnce) {
+  auto be = MakeCpuFastBackend();
+  auto engine = MakeEngine(be.get());
+  auto keep = Submit(*engine, Greedy(Prompt(20, 5), 40));
+  auto gone = Submit(*engine, Greedy(Prompt(30, 6), 40));
+  auto queued = Submit(*engine, Greedy(Prompt(30, 7), 40));
+  for (int i = 0; i < 5; i++) engine->Step();
+  EXPECT_GT(engine->kv_blocks_used(), 0);
+  gone->Cancel();
+  queued->Cancel();
+  engine->Step();
+  std::vector<GenerationEvent> events;
+  gone->Wait(&events, std::chrono::milliseconds(0));
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().finish, FinishReason::kCancelled);
+  auto rest = RunToEnd(*engine, {keep});
+  EXPECT_EQ(rest[0].finish, FinishReason::kLength);
+  EXPECT_EQ(engine->kv_blocks_used(), 0);
+  EXPECT_EQ(engine->active(), 0);
+}
+
+TEST_F(EngineTest, AdmissionWaitsForKvBlocksAndRefusesWhatNeverFits) {
+  auto be = MakeCpuFastBackend();
+  auto engine = MakeEngine(be.get(), Quantize::kNone, 64, /*num_blocks=*/6, /*max_queue=*/2);
+  // Each needs 4 blocks of 16 (20 + 44 - 1 positions): only one runs at a time.
+  auto a = Submit(*engine, Greedy(Prompt(20, 1), 44));
+  auto b = Submit(*engine, Greedy(Prompt(20, 2), 44));
+  auto full = engine->Submit(Greedy(Prompt(5, 3), 4));
+  EXPECT_EQ(full.status().code(), Status::Code::kUnavailable);
+  auto too_big = engine->Submit(Greedy(Prompt(60, 3), 60));
+  EXPECT_EQ(too_big.status().code(), Status::Code::kInvalidArgument);
+  auto too_long = engine->Submit(Greedy(Prompt(100, 3), 29));
+  EXPECT_EQ(too_long.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(too_long.status().message().find("maximum context length is 128"), std::string::npos);
+  auto out = RunToEnd(*engine, {a, b});
+  EXPECT_EQ(out[0].completion_tokens, 44);
+  EXPECT_EQ(out[1].completion_tokens, 44);
+  EXPECT_EQ(engine->kv_blocks_used(), 0);
+}
+
+TEST_F(EngineTest, StopStringsCutTheTextAndEndTheRequest) {
+  auto be = MakeCpuFastBackend();
+  auto engine = MakeEngine(be.get());
+  GenerationRequest r = Greedy(run_->tok->Encode("And God said"), 40);
+  auto full = RunToEnd(*engine, {Submit(*engine, r)})[0];
+  ASSERT_GT(full.text.size(), 12u);
+  const std::string stop = full.text.substr(full.text.size() / 2, 3);
+  const size_t cut = full.text.find(stop);
+  r.stop = {"never-appears", stop};
+  auto stopped = RunToEnd(*engine, {Submit(*engine, r)})[0];
+  EXPECT_EQ(stopped.text, full.text.substr(0, cut));
+  EXPECT_EQ(stopped.finish, FinishReason::kStop);
+  EXPECT_LT(stopped.completion_tokens, 40);
+}
+
+TEST_F(EngineTest, TextStreamHoldsBackPossibleStopStringsAndSplitCharacters) {
+  const Tokenizer& tok = *run_->tok;
+  const std::string text = "caf\xc3\xa9 and the light";
+  std::vector<int32_t> ids = tok.Encode(text);
+  TextStream plain(&tok, {}, {});
+  std::string got;
+  bool stopped = false;
+  for (int32_t id : ids) {
+    std::string piece = plain.Add(id, &stopped);
+    EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos) << "a split character was sent";
+    got += piece;
+  }
+  got += plain.Flush();
+  EXPECT_EQ(got, text);
+  TextStream with_stop(&tok, {}, {"the li"});
+  got.clear();
+  for (int32_t id : ids) {
+    got += with_stop.Add(id, &stopped);
+    if (stopped) break;
+  }
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(got, "caf\xc3\xa9 and ");
+}
+
+}  // namespace
+}  // namespace tern

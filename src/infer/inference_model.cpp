@@ -1,0 +1,258 @@
+#include "infer/inference_model.h"
+
+#include <algorithm>
+#include <cassert>
+#include <chrono>
+#include <cstring>
+
+#include "infer/quantize.h"
+
+namespace tern {
+
+Result<Quantize> ParseQuantize(const std::string& name) {
+  if (name == "none") return Quantize::kNone;
+  if (name == "int8") return Quantize::kInt8;
+  return Status::InvalidArgument("unknown --quantize '" + name + "'; use none or int8");
+}
+
+const char* QuantizeName(Quantize q) {
+  return q == Quantize::kInt8 ? "int8" : "none";
+}
+
+Result<DType> ParseKvDtype(const std::string& name, Quantize weights) {
+  if (name == "auto") return weights == Quantize::kInt8 ? DType::kBF16 : DType::kF32;
+  if (name == "fp32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  if (name == "int8") return DType::kI8;
+  return Status::InvalidArgument("unknown --kv-dtype '" + name + "'; use auto, fp32, bf16 or int8");
+}
+
+const char* KvDtypeName(DType t) {
+  return t == DType::kBF16 ? "bf16" : t == DType::kI8 ? "int8" : "fp32";
+}
+
+void ForwardBatch::Clear() {
+  tokens.clear();
+  positions.clear();
+  slots.clear();
+  seqs.clear();
+  block_tables.clear();
+  logit_rows.clear();
+}
+
+// Activation buffers for R rows (S sequences for the head), shapes in the comments.
+namespace {
+struct Acts {          // S = rows that feed the head
+  float *x, *x2;       // [R, C] residual stream (ping-pong: ops never alias their inputs)
+  float* ln;           // [R, C]
+  float *mean, *rstd;  // [R]
+  float* qkv;          // [R, 3C]
+  float* atty;         // [R, C]
+  float* proj;         // [R, C]
+  float *fch, *fcg;    // [R, 4C]
+  float* last;         // [S, C] rows that feed the head
+  float* logits;       // [S, V]
+  size_t total;
+  Acts(float* base, size_t R, size_t S, size_t C, size_t V) {
+    size_t off = 0;
+    auto take = [&](size_t n) {
+      float* p = base ? base + off : nullptr;
+      off += (n + 15) / 16 * 16;
+      return p;
+    };
+    x = take(R * C);
+    x2 = take(R * C);
+    ln = take(R * C);
+    mean = take(R);
+    rstd = take(R);
+    qkv = take(R * 3 * C);
+    atty = take(R * C);
+    proj = take(R * C);
+    fch = take(R * 4 * C);
+    fcg = take(R * 4 * C);
+    last = take(S * C);
+    logits = take(S * V);
+    total = off;
+  }
+};
+}  // namespace
+
+size_t InferenceModel::KvBytesPerBlock(const GptConfig& cfg, int block_size, DType kv_dtype) {
+  return 2ull * cfg.n_layer * KvBlockBytes(kv_dtype, cfg.n_embd, cfg.n_head, block_size);
+}
+
+InferenceModel::InferenceModel(Backend* backend, const GptConfig& cfg, const InferenceModelOptions& options)
+    : backend_(backend), cfg_(cfg), opt_(options) {}
+
+Result<std::unique_ptr<InferenceModel>> InferenceModel::Create(Backend* backend, const GptConfig& cfg,
+                                                               const std::vector<float>& params,
+                                                               const InferenceModelOptions& options) {
+  TERN_RETURN_IF_ERROR(cfg.Validate());
+  if (params.size() != GptParamCount(cfg))
+    return Status::InvalidArgument(fmt::format("expected {} parameters for {}, got {}", GptParamCount(cfg),
+                                               cfg.ToString(), params.size()));
+  if (options.kv_dtype != DType::kF32 && options.kv_dtype != DType::kBF16 && options.kv_dtype != DType::kI8)
+    return Status::InvalidArgument("the KV cache holds fp32, bf16 or int8 elements");
+  if (options.kv_dtype == DType::kI8 && backend->IsGpu())
+    return Status::InvalidArgument(
+        "the int8 KV cache runs on the CPU backends only so far; use --kv-dtype bf16");
+  if (options.kv_dtype == DType::kI8 && cfg.n_embd % 4 != 0)
+    return Status::InvalidArgument(
+        "an int8 KV cache needs n_embd divisible by 4 (its fp32 scales follow the "
+        "int8 elements of a block); use --kv-dtype bf16");
+  if (options.block_size < 1 || options.num_blocks < 1 || options.max_rows < 1 || options.max_seqs < 1)
+    return Status::InvalidArgument("block size, KV blocks, rows and sequences per batch must be positive");
+  if (options.quantize == Quantize::kInt8 && cfg.n_embd % 4 != 0)
+    return Status::InvalidArgument("int8 needs n_embd divisible by 4 (int8 dot products take 4 at a time)");
+  std::unique_ptr<InferenceModel> m(new InferenceModel(backend, cfg, options));
+  m->Init(params);
+  return m;
+}
+
+void InferenceModel::Init(const std::vector<float>& params) {
+  const int L = cfg_.n_layer, C = cfg_.n_embd, V = cfg_.vocab_size, bs = opt_.block_size;
+  max_blocks_ = (cfg_.block_size + bs - 1) / bs;
+  layout_ = GptParamLayout(cfg_);
+  params_ = DeviceBuffer(backend_, params.size() * sizeof(float));
+  backend_->Upload(params_.data(), params.data(), params.size() * sizeof(float));
+
+  // Matmul weights: [OC, K] slices of the stacked per-layer tensors, quantised on the host if asked.
+  weight_bytes_ = 0;
+  auto make = [&](const char* name, int layer, int OC, int K) {
+    Linear w;
+    const size_t n = static_cast<size_t>(OC) * K;
+    if (opt_.quantize == Quantize::kNone) {
+      w.f32 = P(name, layer);
+      weight_bytes_ += n * sizeof(float);
+      return w;
+    }
+    size_t host_off = 0;
+    for (const auto& t : layout_)
+      if (t.name == name) host_off = t.offset + (name == std::string("wte") ? 0 : layer * (t.numel / L));
+    Int8Matrix q = QuantizeInt8(params.data() + host_off, OC, K);
+    int8_buffers_.emplace_back(backend_, q.packed.size());
+    backend_->Upload(int8_buffers_.back().data(), q.packed.data(), q.packed.size());
+    w.q = int8_buffers_.back().as<int8_t>();
+    int8_buffers_.emplace_back(backend_, q.scale.size() * sizeof(float));
+    backend_->Upload(int8_buffers_.back().data(), q.scale.data(), q.scale.size() * sizeof(float));
+    w.scale = int8_buffers_.back().as<float>();
+    weight_bytes_ += q.packed.size() + q.scale.size() * sizeof(float);
+    return w;
+  };
+  int8_buffers_.reserve(2 * (4 * L + 1));  // no reallocation: Linear keeps raw pointers into them
+  for (int l = 0; l < L; l++) {
+    qkvw_.push_back(make("qkvw", l, 3 * C, C));
+    attprojw_.push_back(make("attprojw", l, C, C));
+    fcw_.push_back(make("fcw", l, 4 * C, C));
+    fcprojw_.push_back(make("fcprojw", l, C, 4 * C));
+  }
+  head_ = std::make_unique<Linear>(make("wte", 0, V, C));
+  for (int l = 0; l < L; l++)
+    layer_params_.push_back({P("ln1w", l), P("ln1b", l), P("qkvb", l), P("attprojb", l), P("ln2w", l),
+                             P("ln2b", l), P("fcb", l), P("fcprojb", l)});
+
+  const size_t layer_bytes = opt_.num_blocks * KvBlockBytes(opt_.kv_dtype, C, cfg_.n_head, bs);
+  k_cache_ = DeviceBuffer(backend_, L * layer_bytes);
+  v_cache_ = DeviceBuffer(backend_, L * layer_bytes);
+  // Beyond one row per sequence, room for prompt rows being scored (echo with logprobs): 64 per step.
+  if (opt_.max_logit_rows <= 0) opt_.max_logit_rows = opt_.max_seqs + std::min(opt_.max_rows, 64);
+  acts_ =
+      DeviceBuffer(backend_, Acts(nullptr, opt_.max_rows, opt_.max_logit_rows, C, V).total * sizeof(float));
+  const size_t ints =
+      3 * static_cast<size_t>(opt_.max_rows) + static_cast<size_t>(opt_.max_seqs) * (3 + max_blocks_);
+  ints_ = DeviceBuffer(backend_, ints * sizeof(int32_t));
+}
+
+const float* InferenceModel::P(const char* name, int layer) const {
+  for (const auto& t : layout_)
+    if (t.name == name) return params_.as<float>() + t.offset + layer * (t.numel / t.shape[0]);
+  assert(false && "unknown parameter");
+  return nullptr;
+}
+
+void InferenceModel::RunLinear(float* out, const float* inp, const Linear& w, const float* bias, int N,
+                               int OC, int K) {
+  if (w.q) {
+    backend_->MatmulInt8(out, inp, w.q, w.scale, bias, N, OC, K);
+  } else {
+    backend_->Matmul(out, F32(inp), F32(w.f32), bias, N, OC, K, false, true, 0.0f, Compute::kF32);
+  }
+}
+
+const float* InferenceModel::Forward(const ForwardBatch& batch) {
+  const int L = cfg_.n_layer, C = cfg_.n_embd, V = cfg_.vocab_size, NH = cfg_.n_head, bs = opt_.block_size;
+  const int N = batch.N(), S = batch.S(), R = static_cast<int>(batch.logit_rows.size());
+  assert(N >= 1 && N <= opt_.max_rows && S <= opt_.max_seqs && R <= opt_.max_logit_rows);
+  assert(batch.block_tables.size() == static_cast<size_t>(S) * max_blocks_);
+  Acts a(acts_.as<float>(), opt_.max_rows, opt_.max_logit_rows, C, V);
+
+  // Batch metadata to the device: tokens, positions, slots [N], seqs [S,3], block tables [S, max_blocks].
+  int32_t* d_tokens = ints_.as<int32_t>();
+  int32_t* d_positions = d_tokens + N;
+  int32_t* d_slots = d_positions + N;
+  int32_t* d_seqs = d_slots + N;
+  int32_t* d_tables = d_seqs + 3 * S;
+  backend_->Upload(d_tokens, batch.tokens.data(), N * sizeof(int32_t));
+  backend_->Upload(d_positions, batch.positions.data(), N * sizeof(int32_t));
+  backend_->Upload(d_slots, batch.slots.data(), N * sizeof(int32_t));
+  backend_->Upload(d_seqs, batch.seqs.data(), 3 * S * sizeof(int32_t));
+  backend_->Upload(d_tables, batch.block_tables.data(), batch.block_tables.size() * sizeof(int32_t));
+
+  auto t = std::chrono::steady_clock::now();
+  auto lap = [&](const char* op) {
+    if (!profile_) return;
+    backend_->Synchronize();
+    const auto now = std::chrono::steady_clock::now();
+    (*profile_)[op] += std::chrono::duration<double>(now - t).count();
+    t = now;
+  };
+  lap("upload");
+  const size_t layer_bytes = opt_.num_blocks * KvBlockBytes(opt_.kv_dtype, C, cfg_.n_head, bs);
+  backend_->EmbedTokens(a.x, d_tokens, d_positions, P("wte"), P("wpe"), N, C);
+  lap("embed");
+  for (int l = 0; l < L; l++) {
+    const LayerParams& p = layer_params_[l];
+    char* k_cache = k_cache_.as<char>() + l * layer_bytes;
+    char* v_cache = v_cache_.as<char>() + l * layer_bytes;
+    backend_->LayerNormForward(a.ln, a.mean, a.rstd, a.x, p.ln1w, p.ln1b, N, C);
+    lap("layernorm");
+    RunLinear(a.qkv, a.ln, qkvw_[l], p.qkvb, N, 3 * C, C);
+    lap("matmul qkv");
+    backend_->KvCacheWrite(k_cache, v_cache, opt_.kv_dtype, a.qkv, d_slots, N, C, NH, bs);
+    lap("kv write");
+    backend_->PagedAttentionForward(a.atty, a.qkv, k_cache, v_cache, opt_.kv_dtype, d_seqs, d_tables, S,
+                                    max_blocks_, N, C, NH, bs);
+    lap("attention");
+    RunLinear(a.proj, a.atty, attprojw_[l], p.attprojb, N, C, C);
+    lap("matmul attproj");
+    backend_->Add(a.x2, a.x, a.proj, static_cast<size_t>(N) * C);
+    lap("residual");
+    backend_->LayerNormForward(a.ln, a.mean, a.rstd, a.x2, p.ln2w, p.ln2b, N, C);
+    lap("layernorm");
+    RunLinear(a.fch, a.ln, fcw_[l], p.fcb, N, 4 * C, C);
+    lap("matmul fc");
+    backend_->GeluForward(a.fcg, a.fch, static_cast<size_t>(N) * 4 * C);
+    lap("gelu");
+    RunLinear(a.proj, a.fcg, fcprojw_[l], p.fcprojb, N, C, 4 * C);
+    lap("matmul fcproj");
+    backend_->Add(a.x, a.x2, a.proj, static_cast<size_t>(N) * C);
+    lap("residual");
+  }
+  if (R == 0) return nullptr;
+  // Only the rows that sample a token go through the head (layernorm is per row, so gathering first is
+  // exact).
+  for (int r = 0; r < R; r++)
+    backend_->Copy(a.last + static_cast<size_t>(r) * C, a.x + static_cast<size_t>(batch.logit_rows[r]) * C,
+                   C * sizeof(float));
+  backend_->LayerNormForward(a.ln, a.mean, a.rstd, a.last, P("lnfw"), P("lnfb"), R, C);
+  lap("layernorm");
+  RunLinear(a.logits, a.ln, *head_, nullptr, R, V, C);
+  lap("matmul head");
+  if (!backend_->IsGpu()) return a.logits;  // host memory already
+  host_logits_.resize(static_cast<size_t>(opt_.max_logit_rows) * V);
+  backend_->Download(host_logits_.data(), a.logits, static_cast<size_t>(R) * V * sizeof(float));
+  lap("logits download");
+  return host_logits_.data();
+}
+
+}  // namespace tern

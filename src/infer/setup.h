@@ -1,0 +1,26 @@
+// From loaded weights (infer/weights.h) to a running engine, the same for `tern serve` and `tern generate`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/gpt_config.h"
+#include "infer/engine.h"
+
+namespace tern {
+
+// The KV pool sized in MB, the model and the engine. InvalidArgument when the pool cannot hold even one
+// sequence of max_seq_len tokens.
+struct EngineSetup {
+  Quantize quantize = Quantize::kNone;
+  DType kv_dtype = DType::kF32;
+  double kv_cache_mb = 1024;
+  int block_size = 16;
+  EngineOptions engine;
+};
+Result<std::unique_ptr<Engine>> MakeEngine(Backend* backend, const GptConfig& cfg,
+                                           const std::vector<float>& params, const Tokenizer* tokenizer,
+                                           const EngineSetup& setup, ServeMetrics* metrics);
+
+}  // namespace tern

@@ -1,0 +1,28 @@
+// Model weights from where a trained model lives, for everything that runs one (`tern serve`, `tern generate`,
+// and the model registry, which resolves a name to one of these paths):
+//
+//  * a run directory: model.safetensors (written by `tern train` / `tern export`) plus tokenizer.model;
+//  * a checkpoint (docs/checkpoints.md): a step directory such as RUN/checkpoints/step_00001200, local or
+//    s3://, whose tensors.safetensors holds tern's tensors.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/gpt_config.h"
+
+namespace tern {
+
+struct ModelWeights {
+  GptConfig config;
+  std::vector<float> params;   // GptParamLayout order
+  std::string tokenizer_path;  // the tokenizer.model that goes with them
+  std::string name;            // a model name for the API: the run directory's (or checkpoint's) base name
+};
+
+// tokenizer: a tokenizer.model to use instead of the one found next to the weights (needed for a checkpoint
+// outside its run directory, e.g. on S3).
+Result<ModelWeights> LoadModelWeights(const std::string& path, const std::string& tokenizer = "");
+
+}  // namespace tern

@@ -1,0 +1,78 @@
+// Helpers for the serve tests: a run directory (tokenizer trained on a small corpus, GPT-2 with random
+// weights written as model.safetensors) and an engine stepped by hand until its requests finish.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "testing/files.h"
+#include "model/init.h"
+#include "model/safetensors.h"
+#include "infer/engine.h"
+
+namespace tern::testing {
+
+struct TestRun {
+  TempDir dir;
+  GptConfig cfg;
+  std::vector<float> params;
+  std::unique_ptr<Tokenizer> tok;
+};
+
+// Random weights are enough for the mechanics: every op is exercised and greedy decoding is as sensitive
+// to the last bit of the logits as it gets.
+inline std::unique_ptr<TestRun> MakeTestRun(int n_layer = 2, int n_embd = 64, int n_head = 2,
+                                            int block_size = 128, uint64_t seed = 7) {
+  auto run = std::make_unique<TestRun>();
+  WriteFile(run->dir / "corpus.txt", MakeCorpus(60 * 1000));
+  Status st = Tokenizer::Train({run->dir / "corpus.txt"}, run->dir / "tokenizer", 400);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  auto tok = Tokenizer::Load(run->dir / "tokenizer.model");
+  EXPECT_TRUE(tok.ok()) << tok.status().ToString();
+  run->tok = std::make_unique<Tokenizer>(std::move(tok).value());
+  run->cfg = GptConfig{n_layer, n_head, n_embd, run->tok->vocab_size(), block_size};
+  run->params = GptInitialWeights(run->cfg, seed);
+  st = WriteGptSafetensors(run->dir / "model.safetensors", run->cfg, run->params);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return run;
+}
+
+// What one request produced.
+struct Outcome {
+  std::vector<int32_t> tokens;
+  std::string text;
+  FinishReason finish = FinishReason::kNone;
+  int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+};
+
+// Steps the engine (no thread) until every handle has its final event.
+inline std::vector<Outcome> RunToEnd(Engine& engine,
+                                     const std::vector<std::shared_ptr<RequestHandle>>& handles) {
+  std::vector<Outcome> out(handles.size());
+  size_t finished = 0;
+  for (int guard = 0; finished < handles.size() && guard < 100000; guard++) {
+    engine.Step();
+    for (size_t i = 0; i < handles.size(); i++) {
+      std::vector<GenerationEvent> events;
+      handles[i]->Wait(&events, std::chrono::milliseconds(0));
+      for (auto& e : events) {
+        out[i].tokens.insert(out[i].tokens.end(), e.tokens.begin(), e.tokens.end());
+        out[i].text += e.text;
+        if (e.finish != FinishReason::kNone) {
+          out[i].finish = e.finish;
+          out[i].prompt_tokens = e.prompt_tokens;
+          out[i].completion_tokens = e.completion_tokens;
+          out[i].cached_tokens = e.cached_tokens;
+          finished++;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(finished, handles.size());
+  return out;
+}
+
+}  // namespace tern::testing
