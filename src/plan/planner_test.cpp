@@ -18,7 +18,7 @@ namespace tern::plan {
 namespace {
 
 namespace fs = std::filesystem;
-fs::path TestData(const std::string& name) { return fs::path(__FILE__).parent_path() / "testdata" / name; }
+fs::path TestData(const std::string& name) { return fs::path(TERN_TEST_SOURCE_DIR) / "src/plan/testdata" / name; }
 
 Catalog SmallCatalog() {
   Result<Catalog> c = LoadCatalog({TestData("gpus.csv").string(), TestData("instances.csv").string(),
@@ -225,8 +225,7 @@ TEST(Planner, JsonHasTheSameData) {
 }
 
 TEST(Defaults, EveryDefaultIsDocumented) {
-  const char* src = std::getenv("TERN_SOURCE_DIR");
-  fs::path root = src ? fs::path(src) : fs::path(__FILE__).parent_path().parent_path().parent_path();
+  const fs::path root = TERN_TEST_SOURCE_DIR;
   const std::string doc = ReadText(root / "docs" / "planning.md");
   ASSERT_FALSE(doc.empty()) << "docs/planning.md missing";
   for (const auto& e : DescribeDefaults(PlanDefaults())) {
