@@ -1,6 +1,7 @@
 #include "backend/cpu/dnnl_matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -112,8 +113,17 @@ DnnlMatmul::Entry* DnnlMatmul::Lookup(DType dtype, bool has_bias, int M, int N, 
     }
     entry->ok = true;
   } catch (const dnnl::error& e) {
-    std::fprintf(stderr, "tern: oneDNN matmul %s M=%d N=%d K=%d unavailable (%s); using the fallback\n",
-                 DTypeName(dtype), M, N, K, e.what());
+    if (dtype == DType::kBF16) {
+      // A CPU without AVX512-BF16 or AMX has no bf16 matmul at all: say so once, not once per shape.
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true))
+        std::fprintf(stderr,
+                     "tern: oneDNN has no bf16 matmul on this CPU (it needs AVX512-BF16 or AMX); bf16 matmuls run "
+                     "in fp32 on bf16-rounded operands\n");
+    } else {
+      std::fprintf(stderr, "tern: oneDNN matmul %s M=%d N=%d K=%d unavailable (%s); using the fallback\n",
+                   DTypeName(dtype), M, N, K, e.what());
+    }
     entry->ok = false;
   }
   return impl_->cache.emplace(key, std::move(entry)).first->second.get();

@@ -219,9 +219,25 @@ void CpuFastBackend::Matmul(float* c, Operand a, Operand b, const float* bias, i
     pa = convert(a, static_cast<size_t>(M) * K, operand_a_);
   }
   const void* pb = convert(b, static_cast<size_t>(K) * N, operand_b_);
-  if (!dnnl_->Run(c, pa, pb, want, bias, M, N, K, ta, trans_b, beta)) {
-    CpuReferenceBackend::Matmul(c, a, b, bias, M, N, K, trans_a, trans_b, beta, compute);
+  if (dnnl_->Run(c, pa, pb, want, bias, M, N, K, ta, trans_b, beta)) return;
+  if (want == DType::kBF16) {
+    // No bf16 kernel on this CPU (no AVX512-BF16 or AMX, e.g. an AVX2-only AMD Zen 3): the same arithmetic
+    // in fp32. A product of two bf16 values is exact in fp32, so fp32 accumulation of the widened operands is
+    // what a bf16 kernel computes, up to the order of the sums.
+    auto widen = [&](const void* src, size_t n, fast::Scratch& scratch) {
+      float* dst = scratch.As<float>(n);
+      const uint16_t* h = static_cast<const uint16_t*>(src);
+      fast::ParallelRange(n, kParallelMin, [&](size_t b, size_t e) {
+#pragma omp simd
+        for (size_t i = b; i < e; i++) dst[i] = fast::FromBF16(h[i]);
+      });
+      return dst;
+    };
+    const float* wa = widen(pa, static_cast<size_t>(M) * K, widened_a_);
+    const float* wb = widen(pb, static_cast<size_t>(K) * N, widened_b_);
+    if (dnnl_->Run(c, wa, wb, DType::kF32, bias, M, N, K, ta, trans_b, beta)) return;
   }
+  CpuReferenceBackend::Matmul(c, a, b, bias, M, N, K, trans_a, trans_b, beta, compute);
 }
 
 // Columns are split into blocks of 32; each block sums all rows in order in double (as the reference does),
