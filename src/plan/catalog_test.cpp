@@ -100,7 +100,7 @@ TEST(Catalog, UserGpuSpecOverridesShippedOne) {
 
 TEST(Catalog, ShippedCatalogLoads) {
   const char* src = std::getenv("TERN_SOURCE_DIR");
-  std::filesystem::path root = src ? src : std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+  std::filesystem::path root = src ? src : TERN_TEST_SOURCE_DIR;
   auto files = ShippedCatalogFiles((root / "data" / "catalog").string());
   ASSERT_EQ(files.size(), 3u);
   Result<Catalog> c = LoadCatalog(files, PlanDefaults());

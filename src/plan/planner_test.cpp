@@ -19,7 +19,11 @@ namespace tern::plan {
 namespace {
 
 namespace fs = std::filesystem;
-fs::path TestData(const std::string& name) { return fs::path(__FILE__).parent_path() / "testdata" / name; }
+// TERN_TEST_SOURCE_DIR (tern_test), not __FILE__: ccache with CCACHE_BASEDIR makes __FILE__ relative to the
+// build directory, and ctest runs the tests in the source root.
+fs::path TestData(const std::string& name) {
+  return fs::path(TERN_TEST_SOURCE_DIR) / "src/plan/testdata" / name;
+}
 
 Catalog SmallCatalog() {
   Result<Catalog> c = LoadCatalog({TestData("gpus.csv").string(), TestData("instances.csv").string(),
@@ -227,7 +231,7 @@ TEST(Planner, JsonHasTheSameData) {
 
 TEST(Defaults, EveryDefaultIsDocumented) {
   const char* src = std::getenv("TERN_SOURCE_DIR");
-  fs::path root = src ? fs::path(src) : fs::path(__FILE__).parent_path().parent_path().parent_path();
+  fs::path root = src ? fs::path(src) : fs::path(TERN_TEST_SOURCE_DIR);
   const std::string doc = ReadText(root / "docs" / "planning.md");
   ASSERT_FALSE(doc.empty()) << "docs/planning.md missing";
   for (const auto& e : DescribeDefaults(PlanDefaults())) {
