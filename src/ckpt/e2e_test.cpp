@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "testing/processes.h"
+#include "testing/skip.h"
 
 namespace tern::ckpt {
 namespace {
@@ -154,7 +155,7 @@ TEST_F(E2eTest, SigtermSavesAndExits75) {
 
 TEST_F(E2eTest, DurableS3TierSurvivesLosingTheLocalDisk) {
   auto moto = testing::StartMoto("ckpt");
-  if (!moto->skip_reason.empty()) GTEST_SKIP() << "SKIPPED (no S3 server): " << moto->skip_reason;
+  if (!moto->skip_reason.empty()) TERN_SKIP_OR_FAIL_IN_CI("no S3 server: " << moto->skip_reason);
   const std::string creds = "AWS_ACCESS_KEY_ID=" + moto->key_id + " AWS_SECRET_ACCESS_KEY=" + moto->secret +
                             " AWS_REGION=us-east-1";
   const std::string s3 = "--set ckpt.durable=s3://ckpt/e2e --set ckpt.durable_every=5 --set ckpt.s3_endpoint=" +

@@ -7,14 +7,17 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 
 namespace {
 
 struct CmdResult {
-  int code;
+  int code;  // exit status; -1 when tern died of a signal (also a test failure)
   std::string output;
 };
 
@@ -31,6 +34,15 @@ CmdResult RunTern(const std::string& args) {
   size_t n;
   while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
   int status = pclose(p);
+  // A crash is never the expected "non-zero exit" (the shell may report it as 128 + the signal).
+  const int sig = WIFSIGNALED(status)                              ? WTERMSIG(status)
+                  : WIFEXITED(status) && WEXITSTATUS(status) > 128 ? WEXITSTATUS(status) - 128
+                                                                   : 0;
+  if (sig != 0) {
+    ADD_FAILURE() << "`tern " << args << "` crashed (signal " << sig << " " << strsignal(sig) << "):\n"
+                  << out;
+    return {-1, out};
+  }
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
@@ -42,12 +54,31 @@ std::string WriteConfig(const std::string& name, const std::string& yaml) {
   return path.string();
 }
 
+// Every subcommand main.cpp registers is listed under "Subcommands:" (the root description alone names most
+// of them, so the list is parsed) and has a --help of its own (`tern nosuch --help` prints the root's help
+// with exit 0, so the usage line is checked).
 TEST(Cli, HelpTeachesTheCommands) {
   CmdResult r = RunTern("--help");
   EXPECT_EQ(r.code, 0);
-  for (const char* cmd : {"prepare", "train", "generate", "bench", "export", "plan"}) {
-    EXPECT_NE(r.output.find(cmd), std::string::npos) << cmd;
+  const size_t list = r.output.find("\nSubcommands:\n");
+  ASSERT_NE(list, std::string::npos) << r.output;
+  std::set<std::string> listed;
+  std::istringstream lines(r.output.substr(list + 14));
+  for (std::string line; std::getline(lines, line) && line.starts_with("  ");) {
+    std::istringstream words(line);
+    std::string name;
+    words >> name;
+    listed.insert(name);
   }
+  for (const char* cmd : {"prepare", "train", "generate", "bench", "export", "plan", "serve", "ckpt"}) {
+    SCOPED_TRACE(cmd);
+    EXPECT_TRUE(listed.count(cmd)) << "not under Subcommands:\n" << r.output;
+    CmdResult h = RunTern(std::string(cmd) + " --help");
+    EXPECT_EQ(h.code, 0) << h.output;
+    EXPECT_NE(h.output.find("Usage: tern " + std::string(cmd) + " "), std::string::npos) << h.output;
+  }
+  CmdResult unknown = RunTern("nosuch");
+  EXPECT_NE(unknown.code, 0) << unknown.output;
 }
 
 TEST(Cli, UnknownConfigKeyIsNamedWithTheAllowedOnes) {

@@ -2,11 +2,16 @@
 // every parameter gradient, and the losses of 10 AdamW steps, on both CPU backends.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "testing/golden.h"
@@ -16,7 +21,7 @@ namespace tern {
 namespace {
 
 using testing::Golden;
-using testing::LoadGolden;
+using testing::ReadGolden;
 using testing::RelMaxError;
 
 struct Bounds {
@@ -24,7 +29,9 @@ struct Bounds {
 };
 
 void CheckAgainstGolden(Backend* backend, Compute compute, Bounds bounds) {
-  Golden g = LoadGolden();
+  Result<Golden> golden = ReadGolden();
+  ASSERT_TRUE(golden.ok()) << golden.status().ToString();
+  const Golden& g = *golden;
   Gpt model(backend, g.cfg, g.B, g.T, compute);
   model.SetParameters(g.params);
   const size_t N = static_cast<size_t>(g.B) * g.T;
@@ -76,6 +83,37 @@ TEST(GptGolden, FastBackendBf16) {
 TEST(GptGolden, ReferenceBackendBf16) {
   auto backend = MakeCpuReferenceBackend();
   CheckAgainstGolden(backend.get(), Compute::kBF16, {2e-2, 2e-2, 6e-2, 2e-2});
+}
+
+// A damaged golden file is an error that names it (ReadGolden) or an exception that ends the test
+// (LoadGolden), never a half-read Golden the checks go on with.
+TEST(GoldenFile, ADamagedFileStopsTheTest) {
+  const char* src = std::getenv("TERN_SOURCE_DIR");
+  const std::string real = std::string(src ? src : TERN_TEST_SOURCE_DIR) + "/tests/golden/gpt_tiny.bin";
+  std::ifstream in(real, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 1000u);
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("tern_golden_" + std::to_string(::getpid()));
+  fs::create_directories(root / "tests/golden");
+  ::setenv("TERN_SOURCE_DIR", root.c_str(), 1);
+  for (const auto& [damage, want] : std::vector<std::pair<std::string, std::string>>{
+           {bytes.substr(0, 1000), "1000 bytes, its header says"},
+           {bytes + "x", "its header says"},
+           {"XXXX" + bytes.substr(4), "magic"},
+           {bytes.substr(0, 20), "shorter than a header"}}) {
+    std::ofstream(root / "tests/golden/gpt_tiny.bin", std::ios::binary) << damage;
+    Result<Golden> g = ReadGolden();
+    ASSERT_FALSE(g.ok()) << want;
+    EXPECT_NE(g.status().message().find(want), std::string::npos) << g.status().ToString();
+    EXPECT_NE(g.status().message().find("make_golden.py"), std::string::npos) << g.status().ToString();
+    EXPECT_THROW(testing::LoadGolden(), std::runtime_error) << want;
+  }
+  fs::remove_all(root);
+  EXPECT_FALSE(ReadGolden().ok()) << "a missing file";
+  if (src) ::setenv("TERN_SOURCE_DIR", src, 1);
+  else ::unsetenv("TERN_SOURCE_DIR");
+  EXPECT_TRUE(ReadGolden().ok()) << ReadGolden().status().ToString();
 }
 
 // k micro-batches with dloss = 1/(k*B*T) accumulate the same gradient as one batch k times larger.

@@ -1,10 +1,14 @@
 // `tern plan` as a user runs it: flags, exit codes, JSON, errors. Runs the built binary
-// ($TERN_BINARY_DIR/tern, else found above the test executable); skips if it has not been built.
+// ($TERN_BINARY_DIR/tern, else found above the test executable; plan_test depends on the tern target). A
+// missing binary or a `tern plan` that crashes (dies of a signal) fails the test.
 #include <gtest/gtest.h>
+
+#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -21,28 +25,45 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Output {
-  int code = -1;
+  int code = -1;  // exit status; -1 when the binary is missing or it died of a signal
   std::string text;
 };
 
+// Runs `tern <args>`; a missing binary or a crash is a failure of the calling test (and code stays -1).
 Output Tern(const std::string& args) {
   const fs::path tern = testing::FindTernBinary();
   Output out;
-  if (tern.empty()) return out;
+  if (tern.empty()) {
+    ADD_FAILURE() << "the tern binary is not built (build the tern target, or set TERN_BINARY_DIR)";
+    return out;
+  }
   FILE* p = popen((tern.string() + " " + args + " 2>&1").c_str(), "r");
+  if (!p) {
+    ADD_FAILURE() << "popen failed for `tern " << args << "`";
+    return out;
+  }
   std::array<char, 4096> buf;
   while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.text.append(buf.data(), n);
   const int status = pclose(p);
+  // The shell may run tern as a child and exit with 128 + the signal instead of dying of it.
+  const int sig = WIFSIGNALED(status)                              ? WTERMSIG(status)
+                  : WIFEXITED(status) && WEXITSTATUS(status) > 128 ? WEXITSTATUS(status) - 128
+                                                                   : 0;
+  if (sig != 0) {
+    ADD_FAILURE() << "`tern " << args << "` crashed (signal " << sig << " " << strsignal(sig) << "):\n"
+                  << out.text;
+    return out;
+  }
   out.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return out;
 }
 
-#define SKIP_IF_NO_BINARY(out) \
-  if ((out).code == -1) GTEST_SKIP() << "the tern binary is not built"
+// Stops the test when `tern` did not run to an exit status (the failure is already reported).
+#define ASSERT_RAN(out) ASSERT_NE((out).code, -1) << "tern did not run to an exit status"
 
 TEST(PlanCli, HelpTeachesWithExamples) {
   Output o = Tern("plan --help");
-  SKIP_IF_NO_BINARY(o);
+  ASSERT_RAN(o);
   EXPECT_EQ(o.code, 0);
   for (const char* s : {"Examples:", "--tokens 10B", "--explain", "--calibrate", "--show-excluded", "Exit status"}) {
     EXPECT_NE(o.text.find(s), std::string::npos) << s;
@@ -51,7 +72,7 @@ TEST(PlanCli, HelpTeachesWithExamples) {
 
 TEST(PlanCli, TableJsonAndExplain) {
   Output o = Tern("plan --model gpt2-124m --tokens 10B --top 5");
-  SKIP_IF_NO_BINARY(o);
+  ASSERT_RAN(o);
   EXPECT_EQ(o.code, 0) << o.text;
   for (const char* s : {"Plans (5 of", "Pareto frontier", "Recommendation:", "Excluded"}) {
     EXPECT_NE(o.text.find(s), std::string::npos) << s << "\n" << o.text;
@@ -69,7 +90,7 @@ TEST(PlanCli, TableJsonAndExplain) {
 
 TEST(PlanCli, ConstraintsAndFilters) {
   Output none = Tern("plan --model gpt2-124m --tokens 10B --budget 1");
-  SKIP_IF_NO_BINARY(none);
+  ASSERT_RAN(none);
   EXPECT_EQ(none.code, 3) << none.text;  // no option meets the constraints
   EXPECT_NE(none.text.find("Cheapest:"), std::string::npos) << none.text;
   Output some = Tern("plan --model gpt2-350m --tokens 5B --deadline 2h --max-gpus 16 --providers aws,gcp "
@@ -86,10 +107,11 @@ TEST(PlanCli, ConstraintsAndFilters) {
 }
 
 TEST(PlanCli, ConfigPlansTheWholeTrainingRun) {
-  const std::string bench = (fs::path(TERN_TEST_SOURCE_DIR) / "src/plan/testdata" / "bench_demo_run.json").string();
+  // TERN_TEST_SOURCE_DIR, not __FILE__ (see planner_test.cpp).
+  const std::string bench = (fs::path(TERN_TEST_SOURCE_DIR) / "src/plan/testdata/bench_demo_run.json").string();
   const std::string args = "plan --config configs/demo.yaml --set train.steps=150 --calibrate " + bench + " --instance local";
   Output j = Tern(args + " --json");
-  SKIP_IF_NO_BINARY(j);
+  ASSERT_RAN(j);
   ASSERT_EQ(j.code, 0) << j.text;
   const auto doc = nlohmann::json::parse(j.text, nullptr, false);
   ASSERT_TRUE(doc.is_object()) << j.text.substr(0, 500);
@@ -126,7 +148,7 @@ TEST(PlanCli, ConfigPlansTheWholeTrainingRun) {
 
 TEST(PlanCli, ErrorsNameTheProblem) {
   Output o = Tern("plan --model gpt2-124m --tokens 10Q");
-  SKIP_IF_NO_BINARY(o);
+  ASSERT_RAN(o);
   EXPECT_EQ(o.code, 1);
   EXPECT_NE(o.text.find("--tokens"), std::string::npos) << o.text;
   const fs::path bad = fs::temp_directory_path() / "tern_plan_cli_bad.csv";

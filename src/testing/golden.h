@@ -9,9 +9,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "core/status.h"
 #include "model/gpt.h"
 #include "model/gpt_config.h"
 
@@ -26,27 +31,51 @@ struct Golden {
   float loss = 0;
 };
 
-inline Golden LoadGolden() {
-  Golden g;
-  const char* dir = std::getenv("TERN_SOURCE_DIR");
-  std::ifstream in(std::string(dir ? dir : ".") + "/tests/golden/gpt_tiny.bin", std::ios::binary);
-  EXPECT_TRUE(in.good()) << "missing tests/golden/gpt_tiny.bin; regenerate with tests/golden/make_golden.py";
-  int32_t hdr[10];
+// Reads the golden file; an error names the file and what is wrong with it (missing, bad magic or version,
+// an invalid config, a size other than its header implies, a failed read). Callers ASSERT on it:
+//   Result<Golden> g = ReadGolden();
+//   ASSERT_TRUE(g.ok()) << g.status().ToString();
+inline Result<Golden> ReadGolden() {
+  const char* dir = std::getenv("TERN_SOURCE_DIR");  // set by ctest; else the tree the test was built from
+  const std::string path = std::string(dir ? dir : TERN_TEST_SOURCE_DIR) + "/tests/golden/gpt_tiny.bin";
+  const std::string regenerate = " (regenerate it with tests/golden/make_golden.py)";
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return Status::NotFound("cannot open " + path + regenerate);
+  const auto file_bytes = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  int32_t hdr[10] = {};
+  float hp[5] = {};
   in.read(reinterpret_cast<char*>(hdr), sizeof(hdr));
-  EXPECT_EQ(hdr[0], 0x7465726E);
-  EXPECT_EQ(hdr[1], 1);
+  in.read(reinterpret_cast<char*>(hp), sizeof(hp));
+  if (!in) {
+    return Status::Corruption(fmt::format("{}: {} bytes, shorter than a header{}", path, file_bytes, regenerate));
+  }
+  if (hdr[0] != 0x7465726E || hdr[1] != 1) {
+    return Status::Corruption(fmt::format("{}: magic {:#x} version {}, want 0x7465726e version 1{}", path,
+                                          hdr[0], hdr[1], regenerate));
+  }
+  Golden g;
   g.cfg = {hdr[2], hdr[3], hdr[4], hdr[5], hdr[6]};
   g.B = hdr[7];
   g.T = hdr[8];
   g.steps = hdr[9];
-  float hp[5];
-  in.read(reinterpret_cast<char*>(hp), sizeof(hp));
+  if (Status st = g.cfg.Validate(); !st.ok()) return st.WithContext(path + regenerate);
+  if (g.B <= 0 || g.T <= 0 || g.T > g.cfg.block_size || g.steps < 0) {
+    return Status::Corruption(fmt::format("{}: B={} T={} steps={}{}", path, g.B, g.T, g.steps, regenerate));
+  }
   g.lr = hp[0], g.beta1 = hp[1], g.beta2 = hp[2], g.eps = hp[3], g.wd = hp[4];
+  const uint64_t P = GptParamCount(g.cfg), N = static_cast<uint64_t>(g.B) * g.T;
+  // params, inputs, targets, logits, loss, grads, the step losses: 4 bytes each.
+  const uint64_t values = 2 * P + 2 * N + N * g.cfg.vocab_size + 1 + g.steps;
+  const uint64_t want_bytes = sizeof(hdr) + sizeof(hp) + 4 * values;
+  if (file_bytes != want_bytes) {
+    return Status::Corruption(
+        fmt::format("{}: {} bytes, its header says {}{}", path, file_bytes, want_bytes, regenerate));
+  }
   auto read = [&](auto& v, size_t n) {
     v.resize(n);
-    in.read(reinterpret_cast<char*>(v.data()), n * sizeof(v[0]));
+    in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(v[0])));
   };
-  const size_t P = GptParamCount(g.cfg), N = static_cast<size_t>(g.B) * g.T;
   read(g.params, P);
   read(g.inputs, N);
   read(g.targets, N);
@@ -54,8 +83,17 @@ inline Golden LoadGolden() {
   in.read(reinterpret_cast<char*>(&g.loss), 4);
   read(g.grads, P);
   read(g.losses, g.steps);
-  EXPECT_TRUE(in.good());
+  if (!in) return Status::IoError("reading " + path + " failed");
   return g;
+}
+
+// ReadGolden for a caller that cannot ASSERT on a Result (src/backend/cuda/cuda_golden_test.cpp, until it
+// moves to ReadGolden): a failed read throws, which fails the test and stops it (gtest catches the exception)
+// rather than let it go on with an empty or half-read Golden.
+inline Golden LoadGolden() {
+  Result<Golden> g = ReadGolden();
+  if (!g.ok()) throw std::runtime_error(g.status().ToString());
+  return std::move(g).value();
 }
 
 // max |a*scale_a - b| / max |b|: one bound per tensor, relative to its largest element.

@@ -152,12 +152,25 @@ std::string Moto::AwsCli() const {
          " --endpoint-url " + endpoint;
 }
 
+std::string MissingS3Tools(bool no_moto, bool no_aws) {
+  std::string text = no_moto && no_aws ? "moto_server and the aws CLI are"
+                     : no_moto         ? "moto_server is"
+                                       : "the aws CLI is";
+  text += " not on PATH (the S3 tests run moto_server and read back with the aws CLI).";
+  if (no_moto) {
+    text += " moto_server: Debian has no package; `sudo apt-get install pipx && pipx install 'moto[server]'` "
+            "(`pipx ensurepath` puts ~/.local/bin on PATH).";
+  }
+  if (no_aws) text += " aws: Debian's awscli, which scripts/install-deps installs.";
+  return text + " scripts/install-deps checks for both.";
+}
+
 std::unique_ptr<Moto> StartMoto(const std::string& bucket) {
   auto m = std::make_unique<Moto>();
   const std::string moto = FindProgram("moto_server");
   m->aws = FindProgram("aws");
   if (moto.empty() || m->aws.empty()) {
-    m->skip_reason = "moto_server or the aws CLI is not on PATH (see docs/DEPENDENCIES section 3)";
+    m->skip_reason = MissingS3Tools(moto.empty(), m->aws.empty());
     return m;
   }
   const int port = FreePort();

@@ -56,10 +56,14 @@ class Child {
 struct Moto {
   std::unique_ptr<Child> child;
   std::string endpoint, key_id, secret, aws;  // aws: the CLI path
-  std::string skip_reason;                    // non-empty when moto_server or aws is unavailable
+  // Non-empty when the S3 tests cannot run here: what is missing (or did not start) and how to get it. The
+  // tests skip with it, or fail with it when CI is set (testing/skip.h).
+  std::string skip_reason;
   // "AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... AWS_DEFAULT_REGION=us-east-1 aws --endpoint-url E"
   std::string AwsCli() const;
 };
 std::unique_ptr<Moto> StartMoto(const std::string& bucket);
+// The message for a missing moto_server and/or aws CLI: which is missing and how to get it.
+std::string MissingS3Tools(bool no_moto, bool no_aws);
 
 }  // namespace tern::testing

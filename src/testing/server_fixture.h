@@ -1,6 +1,6 @@
 // The fixture of the HTTP end-to-end tests (server_test.cpp, server_fields_test.cpp): one server over a tiny
-// random-weights model on loopback, with the real curl binary as the client (tests skip, visibly, without
-// curl).
+// random-weights model on loopback, with the real curl binary as the client (without curl the tests skip,
+// or fail under CI).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "serve/server.h"
+#include "testing/skip.h"
 #include "testing/test_run.h"
 
 namespace tern::testing {
@@ -90,7 +91,9 @@ class ServerTest : public ::testing::Test {
     delete run_;
   }
   void SetUp() override {
-    if (!server_) GTEST_SKIP() << "curl is not installed: the HTTP end-to-end tests need it";
+    if (!server_) {
+      TERN_SKIP_OR_FAIL_IN_CI("curl is not installed: the HTTP end-to-end tests need it (scripts/install-deps)");
+    }
   }
 
   static std::string Url(const std::string& path) {

@@ -23,11 +23,13 @@ namespace tern {
 namespace {
 
 using testing::Golden;
-using testing::LoadGolden;
+using testing::ReadGolden;
 using testing::RelMaxError;
 
 void CheckFp16(Backend* backend) {
-  Golden g = LoadGolden();
+  Result<Golden> golden = ReadGolden();
+  ASSERT_TRUE(golden.ok()) << golden.status().ToString();
+  const Golden& g = *golden;
   Gpt model(backend, g.cfg, g.B, g.T, Compute::kF16);
   model.SetParameters(g.params);
   const int N = g.B * g.T;

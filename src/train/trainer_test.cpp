@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "testing/processes.h"
+#include "testing/skip.h"
 #include "data/prepare.h"
 #include "model/safetensors.h"
 #include "train/lr_schedule.h"
@@ -149,7 +150,8 @@ TEST_F(TrainerTest, Bf16TrainsToo) {
 
 // The exported file read by a reader we did not write (a few lines of Python's json + struct).
 TEST_F(TrainerTest, SafetensorsReadBackIndependently) {
-  if (std::system("/usr/bin/python3 -c 'import json,struct' 2>/dev/null") != 0) GTEST_SKIP() << "no /usr/bin/python3";
+  if (std::system("/usr/bin/python3 -c 'import json,struct' 2>/dev/null") != 0)
+    TERN_SKIP_OR_FAIL_IN_CI("no /usr/bin/python3 (scripts/install-deps)");
   GptConfig cfg{2, 2, 8, 11, 5};
   std::vector<float> params(GptParamCount(cfg));
   for (size_t i = 0; i < params.size(); i++) params[i] = static_cast<float>(i) * 0.5f;
