@@ -46,12 +46,12 @@ const float* F16EmulationBackend::Rounded(Operand op, size_t elems, std::vector<
 void F16EmulationBackend::Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K,
                                  bool trans_a, bool trans_b, float beta, Compute compute) {
   if (compute != Compute::kF16 || M <= 0 || N <= 0) {
-    inner_->Matmul(c, a, b, bias, M, N, K, trans_a, trans_b, beta, compute);
+    inner()->Matmul(c, a, b, bias, M, N, K, trans_a, trans_b, beta, compute);
     return;
   }
   const float* ra = Rounded(a, static_cast<size_t>(M) * K, &scratch_a_);
   const float* rb = Rounded(b, static_cast<size_t>(K) * N, &scratch_b_);
-  inner_->Matmul(c, F32(ra), F32(rb), bias, M, N, K, trans_a, trans_b, beta, Compute::kF32);
+  inner()->Matmul(c, F32(ra), F32(rb), bias, M, N, K, trans_a, trans_b, beta, Compute::kF32);
 }
 
 std::unique_ptr<Backend> WithF16Emulation(std::unique_ptr<Backend> inner) {
