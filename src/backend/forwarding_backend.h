@@ -3,7 +3,8 @@
 // from it and overrides only the calls it changes, calling inner() for the rest of the work.
 //
 // This is the one place that restates the interface: a virtual added to Backend gets its forwarding line
-// here (a pure one is a compile error until it has it; forwarding_backend_test.cpp checks the defaulted ones).
+// here (a pure one is a compile error until it has it; forwarding_backend_test.cpp checks the defaulted
+// ones).
 #pragma once
 
 #include <cstddef>
@@ -22,8 +23,7 @@ class ForwardingBackend : public Backend {
   Backend* inner() const { return inner_.get(); }
 
   std::string name() const override { return inner_->name(); }
-  bool NativeF16Matmul() const override { return inner_->NativeF16Matmul(); }
-  bool IsGpu() const override { return inner_->IsGpu(); }
+  Capabilities capabilities() const override { return inner_->capabilities(); }
   std::string PciBusId() const override { return inner_->PciBusId(); }
   bool SetAttentionKernel(const std::string& kind) override { return inner_->SetAttentionKernel(kind); }
 

@@ -25,6 +25,11 @@ using testing::Uniform;
 class SpyBackend : public CpuReferenceBackend {
  public:
   std::string name() const override { return "spy"; }
+  Capabilities capabilities() const override {
+    Capabilities c = CpuReferenceBackend::capabilities();
+    c.attention_kinds = {"naive", "spy"};
+    return c;
+  }
   std::string PciBusId() const override { return "0000:00:00.0"; }
   bool SetAttentionKernel(const std::string& kind) override {
     calls["SetAttentionKernel"]++;
@@ -63,6 +68,7 @@ TEST(ForwardingBackend, DefaultedVirtualsReachTheInnerBackend) {
   EXPECT_EQ(deco.inner(), spy);
   EXPECT_EQ(deco.name(), "spy");
   EXPECT_EQ(deco.PciBusId(), "0000:00:00.0");
+  EXPECT_EQ(deco.capabilities().attention_kinds, (std::vector<std::string>{"naive", "spy"}));
   EXPECT_TRUE(deco.SetAttentionKernel("spy"));  // a kind only the spy has
   EXPECT_FALSE(deco.SetAttentionKernel("bogus"));
   deco.Synchronize();
@@ -81,8 +87,9 @@ TEST(ForwardingBackend, DefaultedVirtualsReachTheInnerBackend) {
   deco.Add(out, a, a, N * C);
   const float* wte = ar.In(Uniform(rng, 5 * C));
   const float* wpe = ar.In(Uniform(rng, 4 * C));
-  deco.EmbedTokens(out, ar.In(std::vector<int32_t>{4, 0, 2}), ar.In(std::vector<int32_t>{0, 1, 3}), wte, wpe, N,
-                   C);
+  const int32_t* tokens = ar.In(std::vector<int32_t>{4, 0, 2});
+  const int32_t* positions = ar.In(std::vector<int32_t>{0, 1, 3});
+  deco.EmbedTokens(out, tokens, positions, wte, wpe, N, C);
   EXPECT_EQ(deco.adds, 1);
   EXPECT_EQ(spy->calls["Add"], 1);
   EXPECT_EQ(spy->calls["EmbedTokens"], 1);
@@ -135,9 +142,9 @@ TEST(ForwardingBackend, OpsGiveTheInnerBackendsResults) {
                              ar.In(table), 1, blocks, N, C, NH, bs);
     const std::vector<float> sums = {static_cast<float>(be.Sum(losses, N)),
                                      static_cast<float>(be.SumSquares(g, static_cast<size_t>(N) * OC))};
-    return std::vector<std::vector<float>>{ar.Out(x, N * C), ar.Out(ln, N * C),       ar.Out(g, N * OC),
-                                           ar.Out(logits, N * V), ar.Out(losses, N), ar.Out(q, N * OC), ar.Out(att, N * C),
-                                           sums};
+    return std::vector<std::vector<float>>{ar.Out(x, N * C),  ar.Out(ln, N * C),       ar.Out(g, N * OC),
+                                           ar.Out(logits, N * V), ar.Out(losses, N), ar.Out(q, N * OC),
+                                           ar.Out(att, N * C),    sums};
   };
 
   auto inner = MakeCpuReferenceBackend();

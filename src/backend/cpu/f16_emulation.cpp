@@ -3,6 +3,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "backend/bf16.h"
 #include "backend/fp16.h"
@@ -55,7 +57,14 @@ void F16EmulationBackend::Matmul(float* c, Operand a, Operand b, const float* bi
 }
 
 std::unique_ptr<Backend> WithF16Emulation(std::unique_ptr<Backend> inner) {
-  if (!inner || inner->NativeF16Matmul()) return inner;
+  if (!inner) return inner;
+  const Capabilities caps = inner->capabilities();
+  if (caps.fp16_matmul) return inner;
+  if (!caps.host_addressable_memory) {  // Rounded() reads the operands on the host
+    std::fprintf(stderr, "tern: WithF16Emulation needs a backend with host memory, not %s\n",
+                 inner->name().c_str());
+    std::abort();
+  }
   return std::make_unique<F16EmulationBackend>(std::move(inner));
 }
 

@@ -23,7 +23,12 @@ class F16EmulationBackend : public ForwardingBackend {
   explicit F16EmulationBackend(std::unique_ptr<Backend> inner) : ForwardingBackend(std::move(inner)) {}
 
   std::string name() const override { return inner()->name() + " (fp16 emulated)"; }
-  bool NativeF16Matmul() const override { return true; }
+  // The inner backend's, plus fp16_matmul (emulated: native_fp16 stays false).
+  Capabilities capabilities() const override {
+    Capabilities c = inner()->capabilities();
+    c.fp16_matmul = true;
+    return c;
+  }
 
   void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
               bool trans_b, float beta, Compute compute) override;
