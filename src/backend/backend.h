@@ -13,12 +13,18 @@
 //  * Compute = kF16 (fp16 mixed precision, used with dynamic loss scaling, loss_scaler.h) rounds fp32
 //    operands to IEEE fp16 (round-to-nearest-even; above 65504 -> inf) and accumulates in fp32. Backends
 //    with fp16 GEMMs (CUDA) run them natively; the others are wrapped by WithF16Emulation().
+//  * What differs between backends (host-readable buffers, fp16, KV cache dtypes, attention kernels) is
+//    asked through capabilities(), never inferred from name() or from the backend being a GPU.
+//  * A decorator (a backend wrapping another: fp16 emulation, later a profiler or a fault injector) derives
+//    from ForwardingBackend (forwarding_backend.h) and overrides only what it changes.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tern {
 
@@ -44,20 +50,44 @@ inline Operand BF16(const uint16_t* p) {
   return {p, DType::kBF16};
 }
 
+// What a backend has, asked where a caller would otherwise guess from "is it a GPU" or from its name.
+struct Capabilities {
+  // Alloc() returns host pointers: the caller may read and write a buffer directly once Synchronize() has
+  // returned (the CPU backends; Upload/Download are then memcpy).
+  bool host_addressable_memory = false;
+  // Matmul accepts Compute::kF16, natively or emulated (WithF16Emulation); false: it must be wrapped first.
+  bool fp16_matmul = false;
+  // fp16 GEMMs run on fp16 hardware (tensor cores, at the bf16 peak); false where there are none or they are
+  // emulated (at the fp32 matmul's speed).
+  bool native_fp16 = false;
+  // The kv_dtype values KvCacheWrite and PagedAttentionForward accept (empty: no inference ops).
+  std::vector<DType> kv_dtypes;
+  // The kinds SetAttentionKernel accepts; "naive" (the default) is always one of them.
+  std::vector<std::string> attention_kinds = {"naive"};
+  // A GPU: NVML can sample it through PciBusId(), and names and messages may say so.
+  bool is_gpu = false;
+
+  bool HasKvDType(DType t) const {
+    return std::find(kv_dtypes.begin(), kv_dtypes.end(), t) != kv_dtypes.end();
+  }
+  bool HasAttentionKind(const std::string& kind) const {
+    return std::find(attention_kinds.begin(), attention_kinds.end(), kind) != attention_kinds.end();
+  }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
 
-  // ---- capabilities (optional; the defaults describe a CPU backend) ---------------------------------
-  // True when Matmul handles Compute::kF16 itself; false: the fp16 trainer wraps it (WithF16Emulation).
-  virtual bool NativeF16Matmul() const { return false; }
-  // True for a GPU backend: the trainer then samples the GPU's utilisation, memory and power (NVML).
-  virtual bool IsGpu() const { return false; }
+  // What this backend has (see Capabilities). Each backend states its own; a decorator (forwarding_backend.h)
+  // passes on its inner backend's, changed where the decorator changes them.
+  virtual Capabilities capabilities() const = 0;
   // The GPU's PCI bus id ("0000:3B:00.0") so NVML reads the same GPU CUDA uses; empty when not a GPU.
   virtual std::string PciBusId() const { return {}; }
-  // Selects the causal-attention kernel family ("naive": the interface's materialised att[B,NH,T,T];
-  // "flash": a fused online-softmax kernel). Returns false for a name this backend does not have.
+  // Selects the causal-attention kernel family, one of capabilities().attention_kinds ("naive": the
+  // interface's materialised att[B,NH,T,T]; "flash": a fused online-softmax kernel). Returns false for a name
+  // this backend does not have.
   virtual bool SetAttentionKernel(const std::string& kind) { return kind == "naive"; }
 
   // ---- memory ----------------------------------------------------------------------------------
@@ -177,9 +207,10 @@ class Backend {
 std::unique_ptr<Backend> MakeCpuReferenceBackend();
 std::unique_ptr<Backend> MakeCpuFastBackend();
 // fp16 matmuls for a CPU backend without them (cpu/f16_emulation.cpp): returns `inner` itself when
-// inner->NativeF16Matmul(), otherwise a wrapper whose Matmul with Compute::kF16 rounds the operands to fp16
-// (F16C / AVX-512 conversions) and multiplies them in fp32; every other call goes to `inner` unchanged.
-// Only for backends whose device memory is host memory (the CPU ones).
+// inner->capabilities().fp16_matmul, otherwise a wrapper whose Matmul with Compute::kF16 rounds the operands
+// to fp16 (F16C / AVX-512 conversions) and multiplies them in fp32; every other call goes to `inner`
+// unchanged.
+// Only for backends with host_addressable_memory (the CPU ones); aborts for any other (a bug).
 std::unique_ptr<Backend> WithF16Emulation(std::unique_ptr<Backend> inner);
 
 // Device memory owned by a backend, freed on destruction. Move-only.

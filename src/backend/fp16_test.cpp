@@ -92,7 +92,7 @@ TEST(Fp16, EmulatedFastMatmulMatchesTheReference) {
     for (float& x : *v) x = nd(rng);
   auto ref = MakeCpuReferenceBackend();
   auto fast = WithF16Emulation(MakeCpuFastBackend());
-  EXPECT_TRUE(fast->NativeF16Matmul());
+  EXPECT_TRUE(fast->capabilities().fp16_matmul);
   Backend* raw = fast.get();
   fast = WithF16Emulation(std::move(fast));  // already fp16-capable: returned as is, not wrapped twice
   EXPECT_EQ(fast.get(), raw);

@@ -93,9 +93,10 @@ Result<std::unique_ptr<InferenceModel>> InferenceModel::Create(Backend* backend,
                                                cfg.ToString(), params.size()));
   if (options.kv_dtype != DType::kF32 && options.kv_dtype != DType::kBF16 && options.kv_dtype != DType::kI8)
     return Status::InvalidArgument("the KV cache holds fp32, bf16 or int8 elements");
-  if (options.kv_dtype == DType::kI8 && backend->IsGpu())
-    return Status::InvalidArgument(
-        "the int8 KV cache runs on the CPU backends only so far; use --kv-dtype bf16");
+  if (!backend->capabilities().HasKvDType(options.kv_dtype))
+    return Status::InvalidArgument(fmt::format("the {} KV cache does not run on backend {} so far; use "
+                                               "--kv-dtype bf16",
+                                               KvDtypeName(options.kv_dtype), backend->name()));
   if (options.kv_dtype == DType::kI8 && cfg.n_embd % 4 != 0)
     return Status::InvalidArgument(
         "an int8 KV cache needs n_embd divisible by 4 (its fp32 scales follow the "
@@ -248,7 +249,7 @@ const float* InferenceModel::Forward(const ForwardBatch& batch) {
   lap("layernorm");
   RunLinear(a.logits, a.ln, *head_, nullptr, R, V, C);
   lap("matmul head");
-  if (!backend_->IsGpu()) return a.logits;  // host memory already
+  if (backend_->capabilities().host_addressable_memory) return a.logits;
   host_logits_.resize(static_cast<size_t>(opt_.max_logit_rows) * V);
   backend_->Download(host_logits_.data(), a.logits, static_cast<size_t>(R) * V * sizeof(float));
   lap("logits download");

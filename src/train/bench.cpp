@@ -212,7 +212,7 @@ Result<BenchResult> RunBench(const BenchOptions& o) {
   // and fp32 on the CPU (what the emulation runs at).
   if (compute == Compute::kF16) backend = WithF16Emulation(std::move(backend));
   const Compute peak_compute =
-      compute != Compute::kF16 ? compute : backend->IsGpu() ? Compute::kBF16 : Compute::kF32;
+      compute != Compute::kF16 ? compute : backend->capabilities().native_fp16 ? Compute::kBF16 : Compute::kF32;
   r.backend = backend->name();
   r.gpu_name = GpuNameFromBackendName(r.backend);
   r.threads = omp_get_max_threads();
@@ -229,7 +229,7 @@ Result<BenchResult> RunBench(const BenchOptions& o) {
   // On a GPU, NVML's memory in use before the model and after the steps: the model plus the backend's scratch.
   std::unique_ptr<NvmlSampler> nvml;
   GpuSample mem_before;
-  if (backend->IsGpu()) {
+  if (backend->capabilities().is_gpu) {
     backend->Synchronize();
     nvml = std::make_unique<NvmlSampler>(backend->PciBusId());
     mem_before = nvml->Sample();

@@ -72,7 +72,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   // The fast CPU path has no fp16 matmul: emulate it (operands rounded to fp16, fp32 products) so the fp16
   // trainer runs, and is tested, on every backend.
   if (compute == Compute::kF16) t->backend_ = WithF16Emulation(std::move(t->backend_));
-  if (t->backend_->IsGpu() && !t->backend_->SetAttentionKernel(cfg.cuda_attention)) {
+  if (t->backend_->capabilities().is_gpu && !t->backend_->SetAttentionKernel(cfg.cuda_attention)) {
     return Status::InvalidArgument(fmt::format("cuda.attention={} is not available on {}; use cuda.attention=naive",
                                                cfg.cuda_attention, t->backend_->name()));
   }
@@ -90,11 +90,11 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   t->flops_per_token_ = GptFlopsPerToken(cfg.model, cfg.seq_len);
   // fp16 and bf16 tensor cores have the same peak on every supported GPU, and the probe's bf16 path is the one
   // that pre-casts its operands; on the CPU fp16 runs at the fp32 matmul's speed (emulated).
-  const Compute probe = compute != Compute::kF16 ? compute : t->backend_->IsGpu() ? Compute::kBF16 : Compute::kF32;
+  const Compute probe = compute != Compute::kF16 ? compute : t->backend_->capabilities().native_fp16 ? Compute::kBF16 : Compute::kF32;
   t->peak_gflops_ = cfg.peak_gflops > 0 ? cfg.peak_gflops : MeasurePeakGflops(t->backend_.get(), probe, 0.5);
   if (t->env_.gpu_sampler) {
     t->gpu_ = t->env_.gpu_sampler;
-  } else if (t->backend_->IsGpu()) {
+  } else if (t->backend_->capabilities().is_gpu) {
     t->gpu_ = std::make_shared<BackgroundGpuSampler>(std::make_unique<NvmlSampler>(t->backend_->PciBusId()));
   }
   if (t->gpu_ && t->gpu_->available()) t->gpu_meter_ = std::make_unique<GpuStepMeter>(t->gpu_.get());

@@ -3,6 +3,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "backend/bf16.h"
 #include "backend/fp16.h"
@@ -46,16 +48,23 @@ const float* F16EmulationBackend::Rounded(Operand op, size_t elems, std::vector<
 void F16EmulationBackend::Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K,
                                  bool trans_a, bool trans_b, float beta, Compute compute) {
   if (compute != Compute::kF16 || M <= 0 || N <= 0) {
-    inner_->Matmul(c, a, b, bias, M, N, K, trans_a, trans_b, beta, compute);
+    inner()->Matmul(c, a, b, bias, M, N, K, trans_a, trans_b, beta, compute);
     return;
   }
   const float* ra = Rounded(a, static_cast<size_t>(M) * K, &scratch_a_);
   const float* rb = Rounded(b, static_cast<size_t>(K) * N, &scratch_b_);
-  inner_->Matmul(c, F32(ra), F32(rb), bias, M, N, K, trans_a, trans_b, beta, Compute::kF32);
+  inner()->Matmul(c, F32(ra), F32(rb), bias, M, N, K, trans_a, trans_b, beta, Compute::kF32);
 }
 
 std::unique_ptr<Backend> WithF16Emulation(std::unique_ptr<Backend> inner) {
-  if (!inner || inner->NativeF16Matmul()) return inner;
+  if (!inner) return inner;
+  const Capabilities caps = inner->capabilities();
+  if (caps.fp16_matmul) return inner;
+  if (!caps.host_addressable_memory) {  // Rounded() reads the operands on the host
+    std::fprintf(stderr, "tern: WithF16Emulation needs a backend with host memory, not %s\n",
+                 inner->name().c_str());
+    std::abort();
+  }
   return std::make_unique<F16EmulationBackend>(std::move(inner));
 }
 

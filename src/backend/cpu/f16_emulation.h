@@ -1,5 +1,5 @@
 // fp16 mixed precision on a CPU without fp16 matmuls (this Zen 5 has AVX512-BF16 but not AVX512-FP16):
-// a Backend that forwards every call to an inner CPU backend, except that Matmul with Compute::kF16 first
+// a ForwardingBackend over an inner CPU backend that changes one call: that Matmul with Compute::kF16 first
 // rounds both operands to fp16 (into its own scratch, kept as fp32) and then multiplies in fp32. The
 // products of two fp16 values are exact in fp32, so this equals an fp16 x fp16 -> fp32 GEMM up to the
 // summation order, which is what the trainer's fp16 path and its loss scaling need to be tested here.
@@ -11,104 +11,32 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/forwarding_backend.h"
 
 namespace tern {
 
 // dst[i] = fp16(src[i]) widened back to fp32 (round-to-nearest-even; overflow -> inf), vectorised.
 void RoundToF16Array(float* dst, const float* src, size_t n);
 
-class F16EmulationBackend : public Backend {
+class F16EmulationBackend : public ForwardingBackend {
  public:
-  explicit F16EmulationBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  explicit F16EmulationBackend(std::unique_ptr<Backend> inner) : ForwardingBackend(std::move(inner)) {}
 
-  std::string name() const override { return inner_->name() + " (fp16 emulated)"; }
-  bool NativeF16Matmul() const override { return true; }
-  bool IsGpu() const override { return inner_->IsGpu(); }
-  void PrepareThread() override { inner_->PrepareThread(); }
-  std::string PciBusId() const override { return inner_->PciBusId(); }
-  bool SetAttentionKernel(const std::string& kind) override { return inner_->SetAttentionKernel(kind); }
-  Backend* inner() const { return inner_.get(); }
-
-  void* Alloc(size_t bytes) override { return inner_->Alloc(bytes); }
-  void Free(void* ptr) override { inner_->Free(ptr); }
-  void Upload(void* dst, const void* src, size_t bytes) override { inner_->Upload(dst, src, bytes); }
-  void Download(void* dst, const void* src, size_t bytes) override { inner_->Download(dst, src, bytes); }
-  void Copy(void* dst, const void* src, size_t bytes) override { inner_->Copy(dst, src, bytes); }
-  void Zero(void* dst, size_t bytes) override { inner_->Zero(dst, bytes); }
-  void Synchronize() override { inner_->Synchronize(); }
+  std::string name() const override { return inner()->name() + " (fp16 emulated)"; }
+  // The inner backend's, plus fp16_matmul (emulated: native_fp16 stays false).
+  Capabilities capabilities() const override {
+    Capabilities c = inner()->capabilities();
+    c.fp16_matmul = true;
+    return c;
+  }
 
   void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
               bool trans_b, float beta, Compute compute) override;
-
-  void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
-                      int C) override {
-    inner_->EncoderForward(out, inp, wte, wpe, B, T, C);
-  }
-  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
-                       int C) override {
-    inner_->EncoderBackward(dwte, dwpe, dout, inp, B, T, C);
-  }
-  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                        const float* bias, int N, int C) override {
-    inner_->LayerNormForward(out, mean, rstd, inp, weight, bias, N, C);
-  }
-  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                         const float* weight, const float* mean, const float* rstd, int N, int C) override {
-    inner_->LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-  }
-  void BiasBackward(float* dbias, const float* dout, int N, int OC) override {
-    inner_->BiasBackward(dbias, dout, N, OC);
-  }
-  void GeluForward(float* out, const float* inp, size_t n) override { inner_->GeluForward(out, inp, n); }
-  void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override {
-    inner_->GeluBackward(dinp, inp, dout, n);
-  }
-  void Add(float* out, const float* a, const float* b, size_t n) override { inner_->Add(out, a, b, n); }
-  void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override {
-    inner_->AttentionForward(out, att, qkv, B, T, C, NH);
-  }
-  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
-                         int B, int T, int C, int NH) override {
-    inner_->AttentionBackward(dqkv, datt, dout, qkv, att, B, T, C, NH);
-  }
-  void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
-                                   float dloss) override {
-    inner_->CrossEntropyForwardBackward(losses, logits, targets, N, V, dloss);
-  }
-  double SumSquares(const float* x, size_t n) override { return inner_->SumSquares(x, n); }
-  double Sum(const float* x, size_t n) override { return inner_->Sum(x, n); }
-  void AdamW(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v, size_t n, float lr,
-             float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) override {
-    inner_->AdamW(param, param_bf16, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
-  }
-  void CastF32ToBF16(uint16_t* dst, const float* src, size_t n) override {
-    inner_->CastF32ToBF16(dst, src, n);
-  }
-
-  void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
-                   const float* wpe, int N, int C) override {
-    inner_->EmbedTokens(out, tokens, positions, wte, wpe, N, C);
-  }
-  void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots,
-                    int N, int C, int NH, int bs) override {
-    inner_->KvCacheWrite(k_cache, v_cache, kv_dtype, qkv, slots, N, C, NH, bs);
-  }
-  void PagedAttentionForward(float* out, const float* qkv, const void* k_cache, const void* v_cache,
-                             DType kv_dtype, const int32_t* seqs, const int32_t* block_tables, int S,
-                             int max_blocks, int N, int C, int NH, int bs) override {
-    inner_->PagedAttentionForward(out, qkv, k_cache, v_cache, kv_dtype, seqs, block_tables, S, max_blocks, N,
-                                  C, NH, bs);
-  }
-  void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias,
-                  int N, int OC, int K) override {
-    inner_->MatmulInt8(out, inp, w, w_scale, bias, N, OC, K);
-  }
 
  private:
   // Rounds one operand into `scratch` (grown as needed, host memory: the inner backend is a CPU one).
   const float* Rounded(Operand op, size_t elems, std::vector<float>* scratch);
 
-  std::unique_ptr<Backend> inner_;
   std::vector<float> scratch_a_, scratch_b_;
 };
 

@@ -69,6 +69,12 @@ void CpuFastBackend::PrepareThread() {
   FlushSubnormalsOnAllThreads();
 }
 CpuFastBackend::~CpuFastBackend() = default;
+Capabilities CpuFastBackend::capabilities() const {
+  Capabilities c;
+  c.host_addressable_memory = true;
+  c.kv_dtypes = {DType::kF32, DType::kBF16, DType::kI8};  // fast_paged_attention.cpp
+  return c;
+}
 
 // ---- embedding ---------------------------------------------------------------------------------------
 

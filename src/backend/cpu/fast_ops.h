@@ -24,6 +24,8 @@ class CpuFastBackend : public CpuReferenceBackend {
   CpuFastBackend();
   ~CpuFastBackend() override;
   std::string name() const override { return "cpu"; }
+  // The reference's: host memory, every KV cache dtype, the naive attention; no fp16 matmul.
+  Capabilities capabilities() const override;
   void PrepareThread() override;
 
   void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,

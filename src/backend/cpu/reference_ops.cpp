@@ -283,6 +283,13 @@ void CpuReferenceBackend::CastF32ToBF16(uint16_t* dst, const float* src, size_t 
   for (size_t i = 0; i < n; i++) dst[i] = F32ToBF16(src[i]);
 }
 
+Capabilities CpuReferenceBackend::capabilities() const {
+  Capabilities c;
+  c.host_addressable_memory = true;
+  c.kv_dtypes = {DType::kF32, DType::kBF16, DType::kI8};
+  return c;
+}
+
 std::unique_ptr<Backend> MakeCpuReferenceBackend() { return std::make_unique<CpuReferenceBackend>(); }
 
 }  // namespace tern

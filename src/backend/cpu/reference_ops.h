@@ -9,6 +9,8 @@ namespace tern {
 class CpuReferenceBackend : public CpuMemoryBackend {
  public:
   std::string name() const override { return "cpu-ref"; }
+  // Host memory, every KV cache dtype, the naive attention; no fp16 matmul (WithF16Emulation adds it).
+  Capabilities capabilities() const override;
 
   void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
                       int C) override;

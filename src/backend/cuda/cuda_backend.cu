@@ -59,8 +59,17 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   force_fp32_attention_ = attn && std::strcmp(attn, "fp32") == 0;
 }
 
+Capabilities CudaBackend::capabilities() const {
+  Capabilities c;
+  c.fp16_matmul = c.native_fp16 = true;
+  c.kv_dtypes = {DType::kF32, DType::kBF16};  // paged_attention.cu has no int8 cache yet
+  c.attention_kinds = {"naive", "flash"};     // attention.cu, attention_flash.cu
+  c.is_gpu = true;
+  return c;
+}
+
 bool CudaBackend::SetAttentionKernel(const std::string& kind) {
-  if (kind != "naive" && kind != "flash") return false;
+  if (!capabilities().HasAttentionKind(kind)) return false;
   flash_attention_ = kind == "flash";
   return true;
 }

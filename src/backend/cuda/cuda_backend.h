@@ -61,8 +61,9 @@ class CudaBackend : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return name_; }
-  bool NativeF16Matmul() const override { return true; }  // CUDA_R_16F GEMMs through cuBLASLt
-  bool IsGpu() const override { return true; }
+  // Device memory; native fp16 (CUDA_R_16F GEMMs through cuBLASLt); fp32 and bf16 KV caches; naive and
+  // flash attention.
+  Capabilities capabilities() const override;
   std::string PciBusId() const override { return pci_bus_id_; }
   bool SetAttentionKernel(const std::string& kind) override;
 

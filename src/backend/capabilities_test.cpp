@@ -1,0 +1,72 @@
+// Backend::capabilities() of the CPU backends and of the fp16 emulation decorator, and, on every backend this
+// machine has (CUDA where a GPU is visible), that the capabilities agree with what the backend accepts.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/registry.h"
+
+namespace tern {
+namespace {
+
+const std::vector<DType> kAllKvDTypes = {DType::kF32, DType::kBF16, DType::kI8};
+
+void ExpectCpuCapabilities(const Capabilities& c, const std::string& what) {
+  EXPECT_TRUE(c.host_addressable_memory) << what;
+  EXPECT_FALSE(c.native_fp16) << what;
+  EXPECT_EQ(c.kv_dtypes, kAllKvDTypes) << what;
+  EXPECT_EQ(c.attention_kinds, std::vector<std::string>{"naive"}) << what;
+  EXPECT_FALSE(c.is_gpu) << what;
+}
+
+TEST(BackendCapabilities, CpuBackends) {
+  for (auto* make : {&MakeCpuReferenceBackend, &MakeCpuFastBackend}) {
+    std::unique_ptr<Backend> be = make();
+    const Capabilities c = be->capabilities();
+    ExpectCpuCapabilities(c, be->name());
+    EXPECT_FALSE(c.fp16_matmul) << be->name();
+    EXPECT_TRUE(c.HasKvDType(DType::kI8)) << be->name();
+    EXPECT_FALSE(c.HasKvDType(DType::kI32)) << be->name();
+    EXPECT_TRUE(c.HasAttentionKind("naive")) << be->name();
+    EXPECT_FALSE(c.HasAttentionKind("flash")) << be->name();
+    EXPECT_EQ(be->PciBusId(), "") << be->name();
+  }
+}
+
+// The decorator passes its inner backend's capabilities on and adds an (emulated, so not native) fp16 matmul.
+TEST(BackendCapabilities, Fp16EmulationAddsOnlyTheFp16Matmul) {
+  for (auto* make : {&MakeCpuReferenceBackend, &MakeCpuFastBackend}) {
+    std::unique_ptr<Backend> be = WithF16Emulation(make());
+    EXPECT_NE(be->name().find("(fp16 emulated)"), std::string::npos) << be->name();
+    const Capabilities c = be->capabilities();
+    ExpectCpuCapabilities(c, be->name());
+    EXPECT_TRUE(c.fp16_matmul) << be->name();
+  }
+}
+
+// Every backend here: SetAttentionKernel takes exactly the listed kinds, "naive" is one of them, and a
+// backend with fp16 hardware has the fp16 matmul.
+TEST(BackendCapabilities, AgreeWithWhatTheBackendAccepts) {
+  std::vector<std::string> devices = {"cpu-ref", "cpu"};
+  if (CudaAvailable()) devices.push_back("cuda");
+  for (const std::string& device : devices) {
+    auto made = MakeBackend(device);
+    ASSERT_TRUE(made.ok()) << device;
+    std::unique_ptr<Backend> be = std::move(made).value();
+    const Capabilities c = be->capabilities();
+    EXPECT_TRUE(c.HasAttentionKind("naive")) << device;
+    for (const std::string& kind : c.attention_kinds) EXPECT_TRUE(be->SetAttentionKernel(kind)) << device;
+    EXPECT_TRUE(be->SetAttentionKernel("naive")) << device;
+    EXPECT_FALSE(be->SetAttentionKernel("bogus")) << device;
+    EXPECT_FALSE(c.kv_dtypes.empty()) << device;  // every backend here serves
+    if (c.native_fp16) EXPECT_TRUE(c.fp16_matmul) << device;
+    EXPECT_EQ(c.is_gpu, device == "cuda") << device;
+    EXPECT_EQ(c.host_addressable_memory, !c.is_gpu) << device;  // true of the backends so far
+  }
+}
+
+}  // namespace
+}  // namespace tern
