@@ -85,8 +85,7 @@ TEST(GptGolden, ReferenceBackendBf16) {
   CheckAgainstGolden(backend.get(), Compute::kBF16, {2e-2, 2e-2, 6e-2, 2e-2});
 }
 
-// A damaged golden file is an error that names it (ReadGolden) or an exception that ends the test
-// (LoadGolden), never a half-read Golden the checks go on with.
+// A damaged golden file is an error that names it (ReadGolden), never a half-read Golden the checks go on with.
 TEST(GoldenFile, ADamagedFileStopsTheTest) {
   const char* src = std::getenv("TERN_SOURCE_DIR");
   const std::string real = std::string(src ? src : TERN_TEST_SOURCE_DIR) + "/tests/golden/gpt_tiny.bin";
@@ -107,7 +106,6 @@ TEST(GoldenFile, ADamagedFileStopsTheTest) {
     ASSERT_FALSE(g.ok()) << want;
     EXPECT_NE(g.status().message().find(want), std::string::npos) << g.status().ToString();
     EXPECT_NE(g.status().message().find("make_golden.py"), std::string::npos) << g.status().ToString();
-    EXPECT_THROW(testing::LoadGolden(), std::runtime_error) << want;
   }
   fs::remove_all(root);
   EXPECT_FALSE(ReadGolden().ok()) << "a missing file";

@@ -13,14 +13,10 @@ namespace tern::plan {
 namespace {
 
 namespace fs = std::filesystem;
-<<<<<<< HEAD
-std::string TestData(const std::string& name) { return (fs::path(TERN_TEST_SOURCE_DIR) / "src/plan/testdata" / name).string(); }
-=======
 // TERN_TEST_SOURCE_DIR, not __FILE__ (see planner_test.cpp).
 std::string TestData(const std::string& name) {
   return (fs::path(TERN_TEST_SOURCE_DIR) / "src/plan/testdata" / name).string();
 }
->>>>>>> tests
 
 Catalog SmallCatalog() {
   return LoadCatalog({TestData("gpus.csv"), TestData("instances.csv"), TestData("network.csv")}, PlanDefaults()).value();

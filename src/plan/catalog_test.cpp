@@ -99,12 +99,8 @@ TEST(Catalog, UserGpuSpecOverridesShippedOne) {
 }
 
 TEST(Catalog, ShippedCatalogLoads) {
-<<<<<<< HEAD
-  const std::filesystem::path root = TERN_TEST_SOURCE_DIR;
-=======
   const char* src = std::getenv("TERN_SOURCE_DIR");
   std::filesystem::path root = src ? src : TERN_TEST_SOURCE_DIR;
->>>>>>> tests
   auto files = ShippedCatalogFiles((root / "data" / "catalog").string());
   ASSERT_EQ(files.size(), 3u);
   Result<Catalog> c = LoadCatalog(files, PlanDefaults());

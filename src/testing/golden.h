@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -85,15 +84,6 @@ inline Result<Golden> ReadGolden() {
   read(g.losses, g.steps);
   if (!in) return Status::IoError("reading " + path + " failed");
   return g;
-}
-
-// ReadGolden for a caller that cannot ASSERT on a Result (src/backend/cuda/cuda_golden_test.cpp, until it
-// moves to ReadGolden): a failed read throws, which fails the test and stops it (gtest catches the exception)
-// rather than let it go on with an empty or half-read Golden.
-inline Golden LoadGolden() {
-  Result<Golden> g = ReadGolden();
-  if (!g.ok()) throw std::runtime_error(g.status().ToString());
-  return std::move(g).value();
 }
 
 // max |a*scale_a - b| / max |b|: one bound per tensor, relative to its largest element.

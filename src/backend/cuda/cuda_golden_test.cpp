@@ -28,7 +28,7 @@ namespace tern {
 namespace {
 
 using testing::Golden;
-using testing::LoadGolden;
+using testing::ReadGolden;
 using testing::RelMaxError;
 
 struct Bounds {
@@ -39,7 +39,9 @@ struct Bounds {
 void CheckAgainstGolden(Compute compute, Bounds bounds, float loss_scale = 1.0f, const char* attention = "naive") {
   auto backend = MakeCudaBackend();
   ASSERT_TRUE(backend->SetAttentionKernel(attention)) << attention;
-  Golden g = LoadGolden();
+  Result<Golden> golden = ReadGolden();
+  ASSERT_TRUE(golden.ok()) << golden.status().ToString();
+  const Golden& g = *golden;
   Gpt model(backend.get(), g.cfg, g.B, g.T, compute);
   model.SetParameters(g.params);
   const size_t N = static_cast<size_t>(g.B) * g.T;
@@ -101,7 +103,9 @@ TEST_F(CudaGolden, FlashAttentionBf16) { CheckAgainstGolden(Compute::kBF16, {3e-
 // Two identical steps from the same state give bitwise identical gradients and parameters.
 TEST_F(CudaGolden, TrainingStepIsBitwiseReproducible) {
   auto backend = MakeCudaBackend();
-  Golden g = LoadGolden();
+  Result<Golden> golden = ReadGolden();
+  ASSERT_TRUE(golden.ok()) << golden.status().ToString();
+  const Golden& g = *golden;
   for (Compute compute : {Compute::kF32, Compute::kBF16, Compute::kF16}) {
     Gpt model(backend.get(), g.cfg, g.B, g.T, compute);
     std::vector<float> grads[2], params[2];
@@ -124,7 +128,9 @@ TEST_F(CudaGolden, TrainingStepIsBitwiseReproducible) {
 // the same gradients and parameters bit for bit as keeping them (model/gpt_recompute_test.cpp on the CPU).
 TEST_F(CudaGolden, GeluRecomputeIsBitwiseTheSame) {
   auto backend = MakeCudaBackend();
-  Golden g = LoadGolden();
+  Result<Golden> golden = ReadGolden();
+  ASSERT_TRUE(golden.ok()) << golden.status().ToString();
+  const Golden& g = *golden;
   for (Compute compute : {Compute::kF32, Compute::kBF16, Compute::kF16}) {
     std::vector<float> grads[2], params[2];
     for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
