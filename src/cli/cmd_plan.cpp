@@ -72,8 +72,7 @@ Status ApplyTrainConfig(const PlanFlags& f, const std::optional<BenchProfile>& b
   w.model_label = f.config;
   w.seq = cfg.seq_len;
   w.micro_batch = cfg.batch_size;
-  TERN_ASSIGN_OR_RETURN(const Recompute recompute, ParseRecompute(cfg.recompute));
-  w.recompute = recompute == Recompute::kGelu ? ActRecompute::kGelu : ActRecompute::kNone;  // --recompute may override
+  w.recompute = cfg.recompute == Recompute::kGelu ? ActRecompute::kGelu : ActRecompute::kNone;  // --recompute may override
   const double step_tokens = static_cast<double>(cfg.batch_size) * cfg.seq_len * cfg.grad_accum_steps();
   w.global_batch_tokens = step_tokens;
   if (f.tokens.empty()) {

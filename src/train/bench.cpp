@@ -142,7 +142,7 @@ nlohmann::json BenchResult::ToJson() const {
       {"batch", options.batch},
       {"seq", options.seq},
       {"grad_accum", options.grad_accum},
-      {"precision", options.precision},
+      {"precision", PrecisionName(options.precision)},
       {"device", backend.rfind("cuda", 0) == 0 ? "cuda" : "cpu"},
       {"backend", backend},
       {"gpu", gpu.empty() ? nlohmann::json(nullptr) : nlohmann::json(gpu)},
@@ -162,7 +162,7 @@ nlohmann::json BenchResult::ToJson() const {
                                      static_cast<double>(a.adam_state), static_cast<double>(a.activations + a.scratch)});
   alloc["saved_activations"] = a.activations;
   alloc["backward_scratch"] = a.scratch;
-  j["memory"] = {{"recompute", options.recompute},
+  j["memory"] = {{"recompute", RecomputeName(options.recompute)},
                  {"allocated", alloc},
                  {"planned", planned ? MemoryJson(*planned) : nlohmann::json(nullptr)},
                  {"peak_rss_bytes", or_null(peak_rss_bytes)},
@@ -192,22 +192,18 @@ Result<BenchResult> RunBench(const BenchOptions& o) {
   if (o.seq > o.model.block_size) {
     return Status::InvalidArgument(fmt::format("--seq {} exceeds the model's block_size {}", o.seq, o.model.block_size));
   }
-  if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "fp16") {
-    return Status::InvalidArgument("--precision '" + o.precision + "' is not allowed; use fp32, bf16 or fp16");
-  }
   if (o.steps < 1 || o.warmup < 0 || o.grad_accum < 1) {
     return Status::InvalidArgument("--steps and --accum must be at least 1 and --warmup at least 0");
   }
-  TERN_ASSIGN_OR_RETURN(const Recompute recompute, ParseRecompute(o.recompute));
   BenchResult r;
   r.options = o;
   r.has_run = o.measure_run;
   r.run.process_start_s = ProcessAgeSeconds();
   auto t0 = Clock::now();
-  TERN_ASSIGN_OR_RETURN(auto backend, MakeBackend(o.device));
+  TERN_ASSIGN_OR_RETURN(auto backend, MakeBackend(DeviceName(o.device)));
   r.run.backend_init_s = Since(t0);
   const Compute compute =
-      o.precision == "bf16" ? Compute::kBF16 : o.precision == "fp16" ? Compute::kF16 : Compute::kF32;
+      o.precision == TrainPrecision::kBf16 ? Compute::kBF16 : o.precision == TrainPrecision::kFp16 ? Compute::kF16 : Compute::kF32;
   // As the trainer: fp16 matmuls emulated on the CPU; the probe measures bf16 on a GPU (same tensor-core peak)
   // and fp32 on the CPU (what the emulation runs at).
   if (compute == Compute::kF16) backend = WithF16Emulation(std::move(backend));
@@ -235,7 +231,7 @@ Result<BenchResult> RunBench(const BenchOptions& o) {
     mem_before = nvml->Sample();
   }
   t0 = Clock::now();
-  Gpt model(backend.get(), o.model, o.batch, o.seq, compute, recompute);
+  Gpt model(backend.get(), o.model, o.batch, o.seq, compute, o.recompute);
   r.allocated = model.memory();
   model.InitWeights(1);
   backend->Synchronize();

@@ -22,15 +22,16 @@
 
 #include "core/status.h"
 #include "model/gpt_config.h"
+#include "train/train_config.h"
 
 namespace tern {
 
 struct BenchOptions {
   GptConfig model;
   int batch = 4, seq = 64, grad_accum = 1;
-  std::string precision = "fp32";
-  std::string device = "cpu";
-  std::string recompute = "none";  // train.recompute: none | gelu
+  TrainPrecision precision = TrainPrecision::kFp32;
+  TrainDevice device = TrainDevice::kCpu;
+  Recompute recompute = Recompute::kNone;
   int steps = 20, warmup = 3;
   bool measure_peak = true;
   double peak_gflops = 0;   // used when !measure_peak

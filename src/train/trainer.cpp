@@ -35,9 +35,9 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-Compute PrecisionCompute(const std::string& precision) {
-  if (precision == "bf16") return Compute::kBF16;
-  if (precision == "fp16") return Compute::kF16;
+Compute PrecisionCompute(TrainPrecision precision) {
+  if (precision == TrainPrecision::kBf16) return Compute::kBF16;
+  if (precision == TrainPrecision::kFp16) return Compute::kF16;
   return Compute::kF32;
 }
 
@@ -66,26 +66,25 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   TERN_ASSIGN_OR_RETURN(t->train_loader_, DataLoader::Open(train_shards, cfg.batch_size, cfg.seq_len, cfg.seed, true));
   TERN_ASSIGN_OR_RETURN(t->val_loader_, DataLoader::Open(val_shards, cfg.batch_size, cfg.seq_len, cfg.seed, false));
 
-  TERN_ASSIGN_OR_RETURN(t->backend_, MakeBackend(cfg.device));
+  TERN_ASSIGN_OR_RETURN(t->backend_, MakeBackend(DeviceName(cfg.device)));
   const Compute compute = PrecisionCompute(cfg.precision);
   t->compute_ = compute;
   // The fast CPU path has no fp16 matmul: emulate it (operands rounded to fp16, fp32 products) so the fp16
   // trainer runs, and is tested, on every backend.
   if (compute == Compute::kF16) t->backend_ = WithF16Emulation(std::move(t->backend_));
-  if (t->backend_->IsGpu() && !t->backend_->SetAttentionKernel(cfg.cuda_attention)) {
+  if (t->backend_->IsGpu() && !t->backend_->SetAttentionKernel(AttentionName(cfg.cuda_attention))) {
     return Status::InvalidArgument(fmt::format("cuda.attention={} is not available on {}; use cuda.attention=naive",
-                                               cfg.cuda_attention, t->backend_->name()));
+                                               AttentionName(cfg.cuda_attention), t->backend_->name()));
   }
   LossScaler::Options scaling;
   scaling.initial_scale = cfg.loss_scale_init;
   scaling.growth_interval = cfg.loss_scale_growth_interval;
   t->scaler_ = LossScaler(scaling);
-  TERN_ASSIGN_OR_RETURN(const Recompute recompute, ParseRecompute(cfg.recompute));
-  t->model_ = std::make_unique<Gpt>(t->backend_.get(), cfg.model, cfg.batch_size, cfg.seq_len, compute, recompute);
+  t->model_ = std::make_unique<Gpt>(t->backend_.get(), cfg.model, cfg.batch_size, cfg.seq_len, compute, cfg.recompute);
   // InitWeights waits until we know whether a checkpoint replaces the weights (OpenCheckpoints below):
   // initialising 124M parameters only to overwrite them is a second of the time to the first resumed step.
 
-  t->schedule_ = {cfg.lr, cfg.min_lr_ratio, cfg.warmup_steps, cfg.steps, cfg.schedule == "cosine"};
+  t->schedule_ = {cfg.lr, cfg.min_lr_ratio, cfg.warmup_steps, cfg.steps, cfg.schedule == LrScheduleKind::kCosine};
   t->cost_.price_per_hour = cfg.price_per_hour;
   t->flops_per_token_ = GptFlopsPerToken(cfg.model, cfg.seq_len);
   // fp16 and bf16 tensor cores have the same peak on every supported GPU, and the probe's bf16 path is the one
@@ -118,11 +117,11 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
                               {"params", t->model_->num_params()},
                               {"device", t->backend_->name()},
                               {"threads", omp_get_max_threads()},
-                              {"precision", cfg.precision},
+                              {"precision", PrecisionName(cfg.precision)},
                               {"batch_size", cfg.batch_size},
                               {"seq_len", cfg.seq_len},
                               {"grad_accum_steps", cfg.grad_accum_steps()},
-                              {"recompute", cfg.recompute},
+                              {"recompute", RecomputeName(cfg.recompute)},
                               {"flops_per_token", t->flops_per_token_},
                               {"peak_gflops", t->peak_gflops_},
                               {"memory_bytes", mem.total()},
@@ -256,10 +255,10 @@ Result<TrainSummary> Trainer::Run() {
     std::fprintf(stderr,
                  "tern train: %s, %.2fM params, %s on %s (%d threads), B=%d T=%d x%d accum = %llu tokens/step, "
                  "%d steps\n  peak %.0f GFLOP/s (%s), %.1f MFLOP/token; run dir %s\n",
-                 cfg_.model.ToString().c_str(), model_->num_params() / 1e6, cfg_.precision.c_str(),
+                 cfg_.model.ToString().c_str(), model_->num_params() / 1e6, PrecisionName(cfg_.precision),
                  backend_->name().c_str(), omp_get_max_threads(), cfg_.batch_size, cfg_.seq_len,
                  cfg_.grad_accum_steps(), static_cast<unsigned long long>(tokens_per_step), cfg_.steps, peak_gflops_,
-                 cfg_.precision.c_str(), flops_per_token_ / 1e6, cfg_.run_dir.c_str());
+                 PrecisionName(cfg_.precision), flops_per_token_ / 1e6, cfg_.run_dir.c_str());
   }
   sum.resumed_from = resumed_from_;
   ProgressBar bar("train", cfg_.steps, "step", quiet_ ? nullptr : stderr);
@@ -279,7 +278,7 @@ Result<TrainSummary> Trainer::Run() {
                           {"lr", s.lr},               {"grad_norm", s.grad_norm},
                           {"tokens", tokens_seen_},   {"tokens_per_s", s.tokens_per_s},
                           {"mfu", s.mfu},             {"step_ms", s.step_s * 1e3},
-                          {"data_wait_ms", s.data_wait_s * 1e3}, {"precision", cfg_.precision},
+                          {"data_wait_ms", s.data_wait_s * 1e3}, {"precision", PrecisionName(cfg_.precision)},
                           {"elapsed_s", elapsed}};
     if (compute_ == Compute::kF16) {
       row["loss_scale"] = s.loss_scale;
@@ -336,7 +335,7 @@ Result<TrainSummary> Trainer::Run() {
   ckpt_->WaitIdle();  // the last save is published before the run reports success
   Status save_failure;
   TERN_RETURN_IF_ERROR(DrainCheckpointEvents(&bar, &save_failure));
-  if (!save_failure.ok() && cfg_.ckpt.on_error == "stop") {
+  if (!save_failure.ok() && cfg_.ckpt.on_error == OnSaveError::kStop) {
     return save_failure.WithContext("the final checkpoint failed and ckpt.on_error=stop");
   }
   if (steps_here == 0) {  // resumed a finished run: nothing to train, still report where it stands
