@@ -13,7 +13,10 @@ namespace tern::plan {
 namespace {
 
 namespace fs = std::filesystem;
-std::string TestData(const std::string& name) { return (fs::path(__FILE__).parent_path() / "testdata" / name).string(); }
+// From the source directory CMake names, not __FILE__ (ccache's base_dir makes that relative to the object).
+std::string TestData(const std::string& name) {
+  return (fs::path(TERN_TEST_SOURCE_DIR) / "src/plan/testdata" / name).string();
+}
 
 Catalog SmallCatalog() {
   return LoadCatalog({TestData("gpus.csv"), TestData("instances.csv"), TestData("network.csv")}, PlanDefaults()).value();

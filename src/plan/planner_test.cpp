@@ -18,7 +18,8 @@ namespace tern::plan {
 namespace {
 
 namespace fs = std::filesystem;
-fs::path TestData(const std::string& name) { return fs::path(__FILE__).parent_path() / "testdata" / name; }
+// From the source directory CMake names, not __FILE__ (ccache's base_dir makes that relative to the object).
+fs::path TestData(const std::string& name) { return fs::path(TERN_TEST_SOURCE_DIR) / "src/plan/testdata" / name; }
 
 Catalog SmallCatalog() {
   Result<Catalog> c = LoadCatalog({TestData("gpus.csv").string(), TestData("instances.csv").string(),
