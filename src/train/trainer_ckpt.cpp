@@ -22,7 +22,7 @@ DataIdentity Trainer::data_identity() const {
 
 Status Trainer::CaptureSnapshotMeta(ckpt::Snapshot& snap) {
   TrainProgress p{step_, tokens_seen_, train_seconds_, train_loader_->position(), adam_t_, std::nullopt};
-  if (compute_ == Compute::kF16) p.loss_scale = scaler_.state();
+  if (setup_.compute == Compute::kF16) p.loss_scale = scaler_.state();
   return CaptureTrainMeta(*model_, cfg_, data_identity(), p, &snap);
 }
 
@@ -81,7 +81,7 @@ Status Trainer::OpenCheckpoints(nlohmann::json* resume_row) {
   adam_t_ = r.progress.adam_t >= 0 ? r.progress.adam_t : step_;
   // The scale is training state: a resumed fp16 run continues with the saved one, whatever fp16.initial_scale
   // says (that key only starts fresh runs). A checkpoint of another precision has none: start from the config.
-  if (compute_ == Compute::kF16 && r.progress.loss_scale) scaler_.set_state(*r.progress.loss_scale);
+  if (setup_.compute == Compute::kF16 && r.progress.loss_scale) scaler_.set_state(*r.progress.loss_scale);
   TERN_RETURN_IF_ERROR(train_loader_->Restore(r.progress.loader).WithContext("restoring the data position"));
   resumed_from_ = step_;
   last_saved_step_ = step_;
