@@ -42,7 +42,8 @@ std::string ExistingAncestor(std::filesystem::path p) {
   return p.string();
 }
 
-// Takes the run's shape, precision, device, data and checkpoint directory from a training config.
+// Takes the run from a training config: its optimizer and loss scaling (the step the trainer will run), shape,
+// precision, device, data and checkpoint directory; the shape flags given override the config's.
 Status ApplyConfig(BenchCliOptions* o) {
   TrainConfig cfg;
   TERN_RETURN_IF_ERROR(LoadTrainConfigFile(o->config_path, &cfg));
@@ -52,6 +53,7 @@ Status ApplyConfig(BenchCliOptions* o) {
     cfg.model.vocab_size = tok.ok() ? tok->vocab_size() : 4096;
   }
   BenchOptions& b = o->bench;
+  b.train = cfg;
   b.model = cfg.model;
   if (!o->batch_given) b.batch = cfg.batch_size;
   if (!o->seq_given) b.seq = cfg.seq_len;
