@@ -195,7 +195,7 @@ void AddBenchCommand(CLI::App& root, CommandTable& table) {
               "memory in use (GPU). Examples:\n"
               "  tern bench --model gpt2-124m --batch 4 --seq 64 --precision bf16\n"
               "  tern bench --config configs/demo.yaml --json > bench.json   # for tern plan --calibrate");
-  sub->add_option("--model", o->model, "preset: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m");
+  sub->add_option("--model", o->model, "preset: " + GptPresetList());
   sub->add_option("--n-layer", o->n_layer, "override the preset's layers");
   sub->add_option("--n-head", o->n_head, "override the preset's heads");
   sub->add_option("--n-embd", o->n_embd, "override the preset's channels");

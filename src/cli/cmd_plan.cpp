@@ -238,7 +238,7 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
       "expected preemptions.\n"
       "Every default: `tern plan --show-defaults`; models and sources: docs/planning.md.\n"
       "Exit status: 0 plans found, 3 no option meets the constraints, 1 error.");
-  sub->add_option("--model", flags->model, "gpt2-124m | gpt2-350m | gpt2-774m | gpt2-1.5b | CONFIG.yaml (its model: block)");
+  sub->add_option("--model", flags->model, "preset (" + GptPresetList() + ") or CONFIG.yaml (its model: block)");
   sub->add_option("--params", flags->params, "instead of --model: a GPT-2-shaped model of about this size, e.g. 1.3B");
   sub->add_option("--tokens", flags->tokens, "training tokens, e.g. 10B, 500M");
   sub->add_option("--seq", flags->seq, "sequence length (default: the model's block_size)");
