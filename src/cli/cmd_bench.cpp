@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <memory>
 
+#include <fmt/ranges.h>
+
 #include "cli/command.h"
 #include "data/tokenizer.h"
 #include "plan/gpu_specs.h"
@@ -154,6 +156,9 @@ int RunBenchCommand(BenchCliOptions o) {
   const BenchOptions& b = o.bench;
   std::printf("model      %s, B=%d T=%d x%d accum, %s on %s (%d threads)\n", b.model.ToString().c_str(), b.batch, b.seq,
               b.grad_accum, PrecisionName(b.precision), r->backend.c_str(), r->threads);
+  std::printf("cpu        %s (%s), %d of %d logical CPUs\n", r->cpu.model.c_str(),
+              r->cpu.isa.empty() ? "no AVX2" : fmt::format("{}", fmt::join(r->cpu.isa, ", ")).c_str(), r->threads,
+              r->cpu.logical_cpus);
   if (!r->gpu_name.empty()) std::printf("gpu        %s (catalog: %s)\n", r->gpu_name.c_str(), r->gpu.empty() ? "?" : r->gpu.c_str());
   std::printf("step       %.1f ms (median of %d after %d warm-up; min %.1f, max %.1f)\n", r->step_ms, b.steps, b.warmup,
               *std::min_element(r->steps_ms.begin(), r->steps_ms.end()),

@@ -126,6 +126,7 @@ nlohmann::json BenchResult::ToJson() const {
       {"gpu", gpu.empty() ? nlohmann::json(nullptr) : nlohmann::json(gpu)},
       {"gpu_name", gpu_name.empty() ? nlohmann::json(nullptr) : nlohmann::json(gpu_name)},
       {"threads", threads},
+      {"machine", {{"cpu", cpu.model}, {"isa", cpu.isa}, {"threads", threads}, {"logical_cpus", cpu.logical_cpus}}},
       {"steps", options.steps},
       {"warmup", options.warmup},
       {"step_ms", step_ms},
@@ -230,6 +231,7 @@ Result<BenchResult> RunBench(const BenchOptions& o) {
   r.backend = backend->name();
   r.gpu_name = GpuNameFromBackendName(r.backend);
   r.threads = omp_get_max_threads();
+  r.cpu = ReadCpuInfo();
   // The bench's own peak: a longer probe and, on a GPU, a larger one (launch and sync overheads hide the peak
   // at 1024^3). The trainer's probe call, which every `tern train` pays at start, is timed on its own.
   const int probe = backend->IsGpu() ? 8192 : 1024;

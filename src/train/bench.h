@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/cpu_info.h"
 #include "core/status.h"
 #include "model/gpt_config.h"
 #include "train/train_config.h"
@@ -81,6 +82,7 @@ struct BenchResult {
   double peak_gflops = 0;
   double mfu = 0;
   int threads = 0;
+  CpuInfo cpu;  // the host's, on a GPU run too (JSON "machine")
   std::string backend;
   std::string gpu_name;  // the device's own name ("NVIDIA H200"); empty on a CPU
   std::string gpu;       // the catalog's id for it ("H200"), set by the caller (plan/gpu_specs.h); empty = unknown

@@ -48,6 +48,16 @@ TEST(Bench, MedianOfTimedStepsWithAccumulation) {
   EXPECT_EQ(j["steps_ms"].size(), 5u);
   EXPECT_TRUE(j["gpu"].is_null());  // a CPU
   EXPECT_FALSE(j.contains("run"));
+  // The machine: the CPU's name, its ISA as names tern knows, the threads the bench ran with.
+  ASSERT_TRUE(j.contains("machine"));
+  EXPECT_TRUE(j["machine"]["cpu"].is_string());
+  EXPECT_FALSE(j["machine"]["cpu"].get<std::string>().empty());
+  ASSERT_TRUE(j["machine"]["isa"].is_array());
+  for (const auto& isa : j["machine"]["isa"]) {
+    const auto& known = KnownIsaNames();
+    EXPECT_NE(std::find(known.begin(), known.end(), isa.get<std::string>()), known.end()) << isa;
+  }
+  EXPECT_EQ(j["machine"]["threads"], r->threads);
 }
 
 TEST(Bench, RunBlockTimesStartupEvalSampleAndSaves) {
