@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
     cat = std::move(c).value();
   });
   PlanRequest req;
-  req.workload.cfg = ModelPreset("gpt2-124m").value();
+  req.workload.cfg = tern::GptPreset("gpt2-124m").value();
   req.workload.model_label = "gpt2-124m";
   req.workload.tokens = 10e9;
   size_t rows = 0, excluded = 0;

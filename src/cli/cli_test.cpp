@@ -124,6 +124,24 @@ TEST(Cli, GenerateOnMissingRunDir) {
   EXPECT_NE(r.output.find("/nonexistent/run"), std::string::npos) << r.output;
 }
 
+// `tern bench --model` and `tern plan --model` read the model layer's one preset table, aliases included. The
+// bench keeps gpt2-1.5b's 48 layers but shrinks their width, so that it runs in a second.
+TEST(Cli, BenchAndPlanTakeThePresetAliases) {
+  CmdResult b = RunTern("bench --model gpt2-1.5b --n-embd 64 --n-head 1 --vocab-size 256 --batch 1 --seq 8 "
+                        "--steps 1 --warmup 0 --json");
+  ASSERT_EQ(b.code, 0) << b.output;
+  const size_t n_layer = b.output.find("\"n_layer\": 48");
+  EXPECT_NE(n_layer, std::string::npos) << b.output;
+  CmdResult p = RunTern("plan --model gpt2-1.5b --tokens 1B --top 1");
+  EXPECT_EQ(p.code, 0) << p.output;
+  CmdResult bad = RunTern("bench --model gpt3");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.output.find("gpt2-1558m (gpt2-1.5b)"), std::string::npos) << bad.output;
+  CmdResult bad_plan = RunTern("plan --model gpt3 --tokens 1B");
+  EXPECT_NE(bad_plan.code, 0);
+  EXPECT_NE(bad_plan.output.find("gpt2-1558m (gpt2-1.5b)"), std::string::npos) << bad_plan.output;
+}
+
 TEST(Cli, ListKeysShowsDefaults) {
   CmdResult r = RunTern("train --list-keys");
   EXPECT_EQ(r.code, 0);

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <memory>
 
+#include <fmt/ranges.h>
+
 #include "cli/command.h"
 #include "data/tokenizer.h"
 #include "plan/gpu_specs.h"
@@ -26,6 +28,13 @@ struct BenchCliOptions {
        recompute_given = false;
 };
 
+// A flag's value through the config registry's parser: its error (naming the allowed values) is the flag's.
+template <typename T>
+T Parsed(const std::string& flag, Result<T> r) {
+  if (!r.ok()) throw CLI::ValidationError(flag, r.status().message());
+  return std::move(r).value();
+}
+
 // The checkpoint directory's nearest existing ancestor: the save is timed on the disk the run will use,
 // without creating the run directory.
 std::string ExistingAncestor(std::filesystem::path p) {
@@ -35,7 +44,8 @@ std::string ExistingAncestor(std::filesystem::path p) {
   return p.string();
 }
 
-// Takes the run's shape, precision, device, data and checkpoint directory from a training config.
+// Takes the run from a training config: its optimizer and loss scaling (the step the trainer will run), shape,
+// precision, device, data and checkpoint directory; the shape flags given override the config's.
 Status ApplyConfig(BenchCliOptions* o) {
   TrainConfig cfg;
   TERN_RETURN_IF_ERROR(LoadTrainConfigFile(o->config_path, &cfg));
@@ -45,6 +55,7 @@ Status ApplyConfig(BenchCliOptions* o) {
     cfg.model.vocab_size = tok.ok() ? tok->vocab_size() : 4096;
   }
   BenchOptions& b = o->bench;
+  b.train = cfg;
   b.model = cfg.model;
   if (!o->batch_given) b.batch = cfg.batch_size;
   if (!o->seq_given) b.seq = cfg.seq_len;
@@ -70,8 +81,9 @@ std::optional<BenchMemory> PlannedMemory(const BenchOptions& b) {
   spec.micro_batch = b.batch;
   auto w = plan::Workload::Make(spec, plan::PlanDefaults());
   if (!w.ok()) return std::nullopt;
-  const plan::ActRecompute r = b.recompute == "gelu" ? plan::ActRecompute::kGelu : plan::ActRecompute::kNone;
-  const auto m = w->Memory(b.precision == "bf16" ? plan::Precision::kBf16 : plan::Precision::kFp32, b.batch, false, r, 1);
+  const plan::ActRecompute r = b.recompute == Recompute::kGelu ? plan::ActRecompute::kGelu : plan::ActRecompute::kNone;
+  const plan::Precision p = b.precision == TrainPrecision::kBf16 ? plan::Precision::kBf16 : plan::Precision::kFp32;
+  const auto m = w->Memory(p, b.batch, false, r, 1);
   return BenchMemory{m.weights, m.grads, m.optimizer, m.activations};
 }
 
@@ -81,7 +93,7 @@ void PrintMemory(const BenchResult& r) {
   std::printf("memory     model allocated %.2f GiB = weights %.2f + grads %.2f + AdamW %.2f + activations %.2f + "
               "backward scratch %.2f (recompute %s)\n",
               a.total() / GiB, (a.params + a.params_bf16) / GiB, a.grads / GiB, a.adam_state / GiB,
-              a.activations / GiB, a.scratch / GiB, r.options.recompute.c_str());
+              a.activations / GiB, a.scratch / GiB, RecomputeName(r.options.recompute));
   if (r.planned) {
     const BenchMemory& p = *r.planned;
     std::printf("           tern plan estimate %.2f GiB = weights %.2f + grads %.2f + AdamW %.2f + activations and "
@@ -143,14 +155,17 @@ int RunBenchCommand(BenchCliOptions o) {
   }
   const BenchOptions& b = o.bench;
   std::printf("model      %s, B=%d T=%d x%d accum, %s on %s (%d threads)\n", b.model.ToString().c_str(), b.batch, b.seq,
-              b.grad_accum, b.precision.c_str(), r->backend.c_str(), r->threads);
+              b.grad_accum, PrecisionName(b.precision), r->backend.c_str(), r->threads);
+  std::printf("cpu        %s (%s), %d of %d logical CPUs\n", r->cpu.model.c_str(),
+              r->cpu.isa.empty() ? "no AVX2" : fmt::format("{}", fmt::join(r->cpu.isa, ", ")).c_str(), r->threads,
+              r->cpu.logical_cpus);
   if (!r->gpu_name.empty()) std::printf("gpu        %s (catalog: %s)\n", r->gpu_name.c_str(), r->gpu.empty() ? "?" : r->gpu.c_str());
   std::printf("step       %.1f ms (median of %d after %d warm-up; min %.1f, max %.1f)\n", r->step_ms, b.steps, b.warmup,
               *std::min_element(r->steps_ms.begin(), r->steps_ms.end()),
               *std::max_element(r->steps_ms.begin(), r->steps_ms.end()));
   std::printf("throughput %.1f tokens/s\n", r->tokens_per_s);
   std::printf("achieved   %.1f GFLOP/s (%.1f MFLOP/token)\n", r->achieved_gflops, r->flops_per_token / 1e6);
-  std::printf("peak       %.1f GFLOP/s (matmul probe, %s)\n", r->peak_gflops, b.precision.c_str());
+  std::printf("peak       %.1f GFLOP/s (matmul probe, %s)\n", r->peak_gflops, PrecisionName(b.precision));
   std::printf("MFU        %.1f%%\n", r->mfu * 100);
   PrintMemory(*r);
   if (r->has_run) {
@@ -185,7 +200,7 @@ void AddBenchCommand(CLI::App& root, CommandTable& table) {
               "memory in use (GPU). Examples:\n"
               "  tern bench --model gpt2-124m --batch 4 --seq 64 --precision bf16\n"
               "  tern bench --config configs/demo.yaml --json > bench.json   # for tern plan --calibrate");
-  sub->add_option("--model", o->model, "preset: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m");
+  sub->add_option("--model", o->model, "preset: " + GptPresetList());
   sub->add_option("--n-layer", o->n_layer, "override the preset's layers");
   sub->add_option("--n-head", o->n_head, "override the preset's heads");
   sub->add_option("--n-embd", o->n_embd, "override the preset's channels");
@@ -199,16 +214,17 @@ void AddBenchCommand(CLI::App& root, CommandTable& table) {
   sub->add_option_function<int>("--accum", [o](int v) { o->bench.grad_accum = v, o->accum_given = true; },
                                 "micro-batches per step (gradient accumulation)")
       ->check(CLI::PositiveNumber);
-  sub->add_option_function<std::string>("--precision", [o](const std::string& v) { o->bench.precision = v, o->precision_given = true; },
-                                        "fp32 | bf16 | fp16")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  sub->add_option_function<std::string>("--recompute", [o](const std::string& v) { o->bench.recompute = v, o->recompute_given = true; },
-                                        "none | gelu (train.recompute: recompute the GELU outputs in the backward)")
-      ->check(CLI::IsMember({"none", "gelu"}));
+  sub->add_option_function<std::string>("--precision", [o](const std::string& v) {
+        o->bench.precision = Parsed("--precision", ParsePrecision(v)), o->precision_given = true;
+      }, "fp32 | bf16 | fp16 (train.precision)");
+  sub->add_option_function<std::string>("--recompute", [o](const std::string& v) {
+        o->bench.recompute = Parsed("--recompute", ParseRecompute(v)), o->recompute_given = true;
+      }, "none | gelu (train.recompute: recompute the GELU outputs in the backward)");
   sub->add_option("--steps", o->bench.steps, "timed steps (the median is reported)")->capture_default_str()->check(CLI::PositiveNumber);
   sub->add_option("--warmup", o->bench.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
-  sub->add_option_function<std::string>("--device", [o](const std::string& v) { o->bench.device = v, o->device_given = true; },
-                                        "cpu | cpu-ref | cuda | auto");
+  sub->add_option_function<std::string>("--device", [o](const std::string& v) {
+        o->bench.device = Parsed("--device", ParseDevice(v)), o->device_given = true;
+      }, "cpu | cpu-ref | cuda | auto (train.device)");
   sub->add_option("--io-dir", o->io_dir, "time a checkpoint save here (default with --config: the checkpoint dir's disk)");
   sub->add_flag("--random-tokens", o->bench.random_tokens, "with --config: random tokens instead of data.dir's");
   sub->add_flag("--run", o->run, "also time start-up, eval, a sample (and a save with --io-dir); default with --config");

@@ -72,8 +72,7 @@ Status ApplyTrainConfig(const PlanFlags& f, const std::optional<BenchProfile>& b
   w.model_label = f.config;
   w.seq = cfg.seq_len;
   w.micro_batch = cfg.batch_size;
-  TERN_ASSIGN_OR_RETURN(const Recompute recompute, ParseRecompute(cfg.recompute));
-  w.recompute = recompute == Recompute::kGelu ? ActRecompute::kGelu : ActRecompute::kNone;  // --recompute may override
+  w.recompute = cfg.recompute == Recompute::kGelu ? ActRecompute::kGelu : ActRecompute::kNone;  // --recompute may override
   const double step_tokens = static_cast<double>(cfg.batch_size) * cfg.seq_len * cfg.grad_accum_steps();
   w.global_batch_tokens = step_tokens;
   if (f.tokens.empty()) {
@@ -239,7 +238,7 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
       "expected preemptions.\n"
       "Every default: `tern plan --show-defaults`; models and sources: docs/planning.md.\n"
       "Exit status: 0 plans found, 3 no option meets the constraints, 1 error.");
-  sub->add_option("--model", flags->model, "gpt2-124m | gpt2-350m | gpt2-774m | gpt2-1.5b | CONFIG.yaml (its model: block)");
+  sub->add_option("--model", flags->model, "preset (" + GptPresetList() + ") or CONFIG.yaml (its model: block)");
   sub->add_option("--params", flags->params, "instead of --model: a GPT-2-shaped model of about this size, e.g. 1.3B");
   sub->add_option("--tokens", flags->tokens, "training tokens, e.g. 10B, 500M");
   sub->add_option("--seq", flags->seq, "sequence length (default: the model's block_size)");

@@ -27,7 +27,7 @@ void PrintSummary(const TrainSummary& s, const TrainConfig& cfg) {
   std::printf("  wall time        %s (training %s)\n", ProgressBar::FormatDuration(s.wall_s).c_str(),
               ProgressBar::FormatDuration(s.train_s).c_str());
   std::printf("  throughput       %.0f tokens/s, MFU %.1f%% of %.0f GFLOP/s (%s)\n", s.tokens_per_s, s.mfu * 100,
-              s.peak_gflops, cfg.precision.c_str());
+              s.peak_gflops, PrecisionName(cfg.precision));
   if (cfg.price_per_hour > 0) {
     std::printf("  cost             $%.4f at $%.2f/h = $%.2f per 1M tokens\n", s.cost_usd, cfg.price_per_hour,
                 cfg.price_per_hour / 3600.0 / std::max(1e-9, s.tokens_per_s) * 1e6);
@@ -54,7 +54,14 @@ int RunTrain(const TrainOptions& o) {
     }
   }
   if (o.price_per_hour >= 0) cfg.price_per_hour = o.price_per_hour;
-  if (!o.resume.empty()) cfg.ckpt.resume = o.resume;
+  if (!o.resume.empty()) {  // an empty --resume is the config's ckpt.resume
+    auto from = ParseResume(o.resume);
+    if (!from.ok()) {
+      std::fprintf(stderr, "tern train: --resume: %s\n", from.status().message().c_str());
+      return 2;
+    }
+    cfg.ckpt.resume = *from;
+  }
   if (o.list_keys) {
     std::printf("%s", DescribeTrainConfigKeys(cfg).c_str());
     return 0;

@@ -1,6 +1,9 @@
 #include "model/gpt_config.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace tern {
 
@@ -26,30 +29,39 @@ std::string GptConfig::ToString() const {
   return fmt::format("L{} H{} C{} V{} T{}", n_layer, n_head, n_embd, vocab_size, block_size);
 }
 
-namespace {
-struct Preset {
-  const char* name;
-  GptConfig cfg;
-};
-const Preset kPresets[] = {
-    {"gpt2-124m", {12, 12, 768, 50257, 1024}},
-    {"gpt2-350m", {24, 16, 1024, 50257, 1024}},
-    {"gpt2-774m", {36, 20, 1280, 50257, 1024}},
-    {"gpt2-1558m", {48, 25, 1600, 50257, 1024}},
-};
-}  // namespace
+const std::vector<GptPresetEntry>& GptPresets() {
+  // The names by parameter count (tern's); the aliases are what people and the docs also say.
+  static const std::vector<GptPresetEntry> presets = {
+      {"gpt2-124m", {"gpt2"}, {12, 12, 768, 50257, 1024}},
+      {"gpt2-350m", {}, {24, 16, 1024, 50257, 1024}},
+      {"gpt2-774m", {}, {36, 20, 1280, 50257, 1024}},
+      {"gpt2-1558m", {"gpt2-1.5b"}, {48, 25, 1600, 50257, 1024}},
+  };
+  return presets;
+}
 
 std::vector<std::string> GptPresetNames() {
   std::vector<std::string> names;
-  for (const auto& p : kPresets) names.push_back(p.name);
+  for (const auto& p : GptPresets()) {
+    names.push_back(p.name);
+    names.insert(names.end(), p.aliases.begin(), p.aliases.end());
+  }
   return names;
 }
 
+std::string GptPresetList() {
+  std::vector<std::string> items;
+  for (const auto& p : GptPresets()) {
+    items.push_back(p.aliases.empty() ? p.name : fmt::format("{} ({})", p.name, fmt::join(p.aliases, ", ")));
+  }
+  return fmt::format("{}", fmt::join(items, ", "));
+}
+
 Result<GptConfig> GptPreset(const std::string& name) {
-  for (const auto& p : kPresets)
-    if (name == p.name) return p.cfg;
-  return Status::InvalidArgument(
-      fmt::format("unknown model preset '{}'; use one of: {}", name, fmt::join(GptPresetNames(), ", ")));
+  for (const auto& p : GptPresets()) {
+    if (name == p.name || std::find(p.aliases.begin(), p.aliases.end(), name) != p.aliases.end()) return p.cfg;
+  }
+  return Status::InvalidArgument(fmt::format("unknown model preset '{}'; use one of: {}", name, GptPresetList()));
 }
 
 std::vector<ParamTensor> GptParamLayout(const GptConfig& cfg) {

@@ -30,9 +30,20 @@ struct GptConfig {
   std::string ToString() const;  // "L12 H12 C768 V50257 T1024"
 };
 
-// Named shapes: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m (OpenAI's GPT-2 family, V=50257, T=1024).
+// Named shapes, OpenAI's GPT-2 family (V=50257, T=1024): the one table `tern bench --model` and `tern plan
+// --model` read. Each has a name and may have aliases ("gpt2-1.5b" is gpt2-1558m).
+struct GptPresetEntry {
+  std::string name;                  // "gpt2-1558m"
+  std::vector<std::string> aliases;  // {"gpt2-1.5b"}
+  GptConfig cfg;
+};
+const std::vector<GptPresetEntry>& GptPresets();
+// By name or alias; InvalidArgument listing them all otherwise.
 Result<GptConfig> GptPreset(const std::string& name);
+// Names and aliases, in table order: gpt2-124m, gpt2, gpt2-350m, ...
 std::vector<std::string> GptPresetNames();
+// For help texts and errors: "gpt2-124m (gpt2), gpt2-350m, gpt2-774m, gpt2-1558m (gpt2-1.5b)".
+std::string GptPresetList();
 
 // One parameter tensor in the flat parameter buffer (llm.c order; per-layer tensors are stacked [L,...]).
 struct ParamTensor {

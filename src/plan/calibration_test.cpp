@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "core/file_util.h"
 #include "plan/calibration.h"
 #include "plan/catalog.h"
 #include "plan/planner.h"
@@ -13,7 +14,7 @@ namespace tern::plan {
 namespace {
 
 namespace fs = std::filesystem;
-// TERN_TEST_SOURCE_DIR, not __FILE__ (see planner_test.cpp).
+// From the source directory CMake names, not __FILE__ (ccache's base_dir makes that relative to the object).
 std::string TestData(const std::string& name) {
   return (fs::path(TERN_TEST_SOURCE_DIR) / "src/plan/testdata" / name).string();
 }
@@ -31,6 +32,24 @@ TEST(Calibration, ParsesBenchJson) {
   EXPECT_EQ(b->model.ToString(), "L4 H4 C128 V4096 T64");
   EXPECT_DOUBLE_EQ(b->mfu, 0.30);
   EXPECT_EQ(b->threads, 2);
+}
+
+// Benches since the "machine" block name the CPU; the planner reads them as it reads the older ones.
+TEST(Calibration, AcceptsBenchJsonWithAndWithoutTheMachineBlock) {
+  const std::string text = ReadFileToString(TestData("bench_cpu.json")).value();
+  ASSERT_EQ(text.find("\"machine\""), std::string::npos);
+  const size_t brace = text.find('{');
+  ASSERT_NE(brace, std::string::npos);
+  const std::string with = text.substr(0, brace + 1) +
+                           R"("machine": {"cpu": "AMD EPYC 9R45", "isa": ["AVX2", "AVX-512F", "AVX512-BF16"],
+                               "threads": 2, "logical_cpus": 2},)" +
+                           text.substr(brace + 1);
+  Result<BenchProfile> a = ParseBenchJson(text, "old.json"), b = ParseBenchJson(with, "new.json");
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(a->model.ToString(), b->model.ToString());
+  EXPECT_DOUBLE_EQ(a->mfu, b->mfu);
+  EXPECT_EQ(a->threads, b->threads);
 }
 
 TEST(Calibration, BadBenchJsonNamesTheKey) {

@@ -17,7 +17,7 @@ constexpr double kP124 = 124439808;  // wte 38,597,376 + wpe 786,432 + 12 x 7,08
 
 Workload Gpt2Small(double tokens = 10e9) {
   WorkloadSpec spec;
-  spec.cfg = ModelPreset("gpt2-124m").value();
+  spec.cfg = GptPreset("gpt2-124m").value();
   spec.tokens = tokens;
   return Workload::Make(spec, PlanDefaults()).value();
 }
@@ -39,11 +39,11 @@ TEST(Units, ParsesCountsDurationsAndMoney) {
 }
 
 TEST(ModelSpec, PresetsAndParamBudget) {
-  GptConfig small = ModelPreset("gpt2-124m").value();
+  GptConfig small = GptPreset("gpt2-124m").value();
   EXPECT_EQ(small.ToString(), "L12 H12 C768 V50257 T1024");
   EXPECT_EQ(static_cast<double>(GptParamCount(small)), kP124);
-  EXPECT_EQ(ModelPreset("gpt2-1.5b").value().n_embd, 1600);
-  EXPECT_FALSE(ModelPreset("gpt3").ok());
+  EXPECT_EQ(GptPreset("gpt2-1.5b").value().n_embd, 1600);
+  EXPECT_FALSE(GptPreset("gpt3").ok());
   // --params 124M reproduces GPT-2 small; --params 1.3B lands within 5% with 64-wide heads.
   EXPECT_EQ(GptConfigForParams(124e6).value().ToString(), small.ToString());
   GptConfig big = GptConfigForParams(1.3e9).value();
@@ -74,7 +74,7 @@ TEST(Workload, MemoryOfGpt2SmallWithAdamWFp32) {
   EXPECT_DOUBLE_EQ(m.activations, 1495818240.0 + 94371840.0);
   EXPECT_DOUBLE_EQ(m.total(), 3581227008.0);
   // Activations scale linearly with the micro-batch: the planner relies on it.
-  const GptMemory direct = GptMemoryEstimate(ModelPreset("gpt2-124m").value(), 8, 1024, false);
+  const GptMemory direct = GptMemoryEstimate(GptPreset("gpt2-124m").value(), 8, 1024, false);
   EXPECT_DOUBLE_EQ(w.Memory(Precision::kFp32, 8, false, ActRecompute::kNone, 1).activations,
                    static_cast<double>(direct.activations + direct.scratch));
 }
@@ -113,7 +113,7 @@ TEST(Workload, FitPicksLargestMicroBatchAndAccumulation) {
   // GPT-2 1.5B in bf16 needs 18 x 1.56B = 28 GB of states: no fit on a 16 GB T4 even with recompute alone,
   // but ZeRO-1 over 8 GPUs brings the states to 7.5P = 11.7 GB.
   WorkloadSpec spec;
-  spec.cfg = ModelPreset("gpt2-1.5b").value();
+  spec.cfg = GptPreset("gpt2-1.5b").value();
   spec.tokens = 1e9;
   Workload xl = Workload::Make(spec, PlanDefaults()).value();
   EXPECT_FALSE(xl.Fit(Precision::kBf16, 16, 1, PlanDefaults()).fits);

@@ -9,36 +9,6 @@
 #include "plan/units.h"
 
 namespace tern::plan {
-namespace {
-
-// The planner's names for the model layer's presets (GptPreset): the issue and the docs say
-// "gpt2-1.5b"; the model layer says "gpt2-1558m". Both work.
-struct Alias {
-  const char* alias;
-  const char* preset;
-};
-constexpr Alias kAliases[] = {{"gpt2-1.5b", "gpt2-1558m"}, {"gpt2", "gpt2-124m"}};
-
-}  // namespace
-
-std::vector<std::string> ModelPresetNames() {
-  std::vector<std::string> names = GptPresetNames();
-  for (const auto& a : kAliases) names.emplace_back(a.alias);
-  return names;
-}
-
-Result<GptConfig> ModelPreset(const std::string& name) {
-  std::string preset = name;
-  for (const auto& a : kAliases) {
-    if (name == a.alias) preset = a.preset;
-  }
-  Result<GptConfig> cfg = GptPreset(preset);
-  if (cfg.ok()) return cfg;
-  std::string known;
-  for (const auto& n : ModelPresetNames()) known += (known.empty() ? "" : ", ") + n;
-  return Status::InvalidArgument(fmt::format(
-      "unknown model '{}': use one of {}, a YAML config path, or --params 1.3B", name, known));
-}
 
 Result<GptConfig> GptConfigForParams(double params, int vocab_size, int block_size) {
   if (!(params >= 1e6 && params <= 1e12)) {
@@ -109,7 +79,12 @@ Result<ModelChoice> ResolveModel(const std::string& model_arg, const std::string
   if (looks_like_file) {
     TERN_ASSIGN_OR_RETURN(choice.cfg, LoadModelYaml(model_arg));
   } else {
-    TERN_ASSIGN_OR_RETURN(choice.cfg, ModelPreset(model_arg));
+    Result<GptConfig> preset = GptPreset(model_arg);
+    if (!preset.ok()) {
+      return Status::InvalidArgument(fmt::format(
+          "unknown model '{}': use one of {}, a YAML config path, or --params 1.3B", model_arg, GptPresetList()));
+    }
+    choice.cfg = *preset;
   }
   choice.label = model_arg;
   return choice;

@@ -15,10 +15,6 @@ struct ModelChoice {
   std::string label;  // "gpt2-124m", "~1.3B (L44 H24 C1536 ...)", "configs/demo.yaml"
 };
 
-// gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m (alias gpt2-1.5b): the model layer's GPT-2 presets.
-Result<GptConfig> ModelPreset(const std::string& name);
-std::vector<std::string> ModelPresetNames();
-
 // A GPT-2-shaped config with about `params` parameters. Depth follows the GPT-2 family's own growth
 // (L = 12 * (P / 124M)^0.55, fitted to 12/24/36/48 layers at 124M..1.5B), width is the multiple of 64
 // (head size 64) whose parameter count is closest to the target.
@@ -30,7 +26,8 @@ inline constexpr int kAssumedTokenizerVocab = 4096;
 // missing keys keep the gpt2-124m values; vocab_size 0 ("the tokenizer's") becomes 4096.
 Result<GptConfig> LoadModelYaml(const std::string& path);
 
-// --model (preset name or YAML path) and --params are alternatives; exactly one must be given.
+// --model (a preset of the model layer's table, GptPreset, or a YAML path) and --params are alternatives;
+// exactly one must be given.
 Result<ModelChoice> ResolveModel(const std::string& model_arg, const std::string& params_arg);
 
 }  // namespace tern::plan

@@ -35,7 +35,7 @@ Catalog SmallCatalog() {
 
 PlanRequest Request(const std::string& model, double tokens) {
   PlanRequest req;
-  req.workload.cfg = ModelPreset(model).value();
+  req.workload.cfg = GptPreset(model).value();
   req.workload.model_label = model;
   req.workload.tokens = tokens;
   return req;

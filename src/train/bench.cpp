@@ -12,15 +12,14 @@
 #include <vector>
 
 #include "backend/peak_probe.h"
-#include "backend/registry.h"
 #include "ckpt/manager.h"
-#include "data/loader.h"
-#include "data/tokenizer.h"
+#include "data/shard.h"
+#include "infer/generate.h"
 #include "metrics/nvml_sampler.h"
 #include "model/gpt.h"
 #include "model/safetensors.h"
-#include "infer/generate.h"
 #include "train/train_checkpoint.h"
+#include "train/trainer.h"
 
 namespace tern {
 namespace {
@@ -43,51 +42,30 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// What the trainer does before its first step besides the model: the tokenizer and both splits.
-Status TimeDataOpen(const std::string& dir, int B, int T, std::optional<Tokenizer>* tok, double* seconds) {
-  const auto t0 = Clock::now();
-  TERN_ASSIGN_OR_RETURN(Tokenizer loaded, Tokenizer::Load(dir + "/tokenizer.model"));
-  TERN_ASSIGN_OR_RETURN(auto train_shards, FindShards(dir, "train"));
-  TERN_ASSIGN_OR_RETURN(auto val_shards, FindShards(dir, "val"));
-  TERN_ASSIGN_OR_RETURN(auto train, DataLoader::Open(train_shards, B, T, 1, true));
-  TERN_ASSIGN_OR_RETURN(auto val, DataLoader::Open(val_shards, B, T, 1, false));
-  *seconds = Since(t0);
-  tok->emplace(std::move(loaded));
+// A token shard of random tokens as DIR/train_000.bin and DIR/val_000.bin: `windows` windows of T+1 tokens,
+// what a step of B x accum sequences reads. The trainer's loaders read them like prepared data (their prefetch
+// thread included); the files can go once the loaders have mapped them.
+Status WriteRandomShards(const std::string& dir, const GptConfig& model, int windows, int T) {
+  std::vector<int32_t> tokens(static_cast<size_t>(windows) * T + 1);
+  std::mt19937_64 rng(42);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng() % model.vocab_size);
+  for (const char* split : {"train", "val"}) {
+    TERN_ASSIGN_OR_RETURN(auto w, ShardWriter::Create(dir + "/" + split + "_000.bin", model.vocab_size));
+    TERN_RETURN_IF_ERROR(w->Append(tokens));
+    TERN_RETURN_IF_ERROR(w->Finish());
+  }
   return Status::Ok();
-}
-
-// One call of the trainer's samples (Trainer::Samples): the live weights copied to the host and decoded on
-// a one-off serving engine, n choices together. End-of-text is ignored so the call runs its full length.
-Result<double> TimeSampleCall(const Gpt& model, const BenchOptions& o, const Tokenizer& tok, int* tokens) {
-  const auto t0 = Clock::now();
-  GenerationRequest r;
-  r.prompt = tok.Encode(o.sample_prompt);
-  if (r.prompt.empty()) r.prompt.push_back(tok.eos_id());
-  const int context = std::min(o.seq, o.model.block_size);
-  if (static_cast<int>(r.prompt.size()) >= context) r.prompt.erase(r.prompt.begin(), r.prompt.end() - (context - 1));
-  r.max_tokens = std::min<int>(o.sample_tokens, context - static_cast<int>(r.prompt.size()));
-  *tokens = r.max_tokens;
-  r.sampling = {0.8f, 40, 1.0f};
-  r.seed = 1;
-  r.n = std::max(1, std::min(o.sample_choices, kMaxChoices));
-  r.ignore_eos = true;
-  TERN_ASSIGN_OR_RETURN(auto gen, GenerateOnce(o.model, model.GetParameters(), tok, r, context));
-  return Since(t0);
 }
 
 // One checkpoint save through the trainer's own path (capture, copy, persist with fsync) to a fresh
 // manager, as the first save of a run is, and the final model.safetensors write.
-Status TimeSaves(const Gpt& model, const BenchOptions& o, BenchRunTimes* r) {
+Status TimeSaves(const Gpt& model, const TrainConfig& cfg, const BenchOptions& o, BenchRunTimes* r) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(o.io_dir) / ("tern_bench_io." + std::to_string(::getpid()));
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Status::IoError("--io-dir " + o.io_dir + ": cannot create " + dir.string() + ": " + ec.message());
   r->io_dir = o.io_dir;
-  TrainConfig cfg;
-  cfg.model = o.model;
-  cfg.batch_size = o.batch;
-  cfg.seq_len = o.seq;
   ckpt::ManagerOptions mo;
   mo.tiers = {{"fast", (dir / "ckpt").string(), 0, {1, 0, 0}}};
   mo.async = false;
@@ -142,12 +120,13 @@ nlohmann::json BenchResult::ToJson() const {
       {"batch", options.batch},
       {"seq", options.seq},
       {"grad_accum", options.grad_accum},
-      {"precision", options.precision},
+      {"precision", PrecisionName(options.precision)},
       {"device", backend.rfind("cuda", 0) == 0 ? "cuda" : "cpu"},
       {"backend", backend},
       {"gpu", gpu.empty() ? nlohmann::json(nullptr) : nlohmann::json(gpu)},
       {"gpu_name", gpu_name.empty() ? nlohmann::json(nullptr) : nlohmann::json(gpu_name)},
       {"threads", threads},
+      {"machine", {{"cpu", cpu.model}, {"isa", cpu.isa}, {"threads", threads}, {"logical_cpus", cpu.logical_cpus}}},
       {"steps", options.steps},
       {"warmup", options.warmup},
       {"step_ms", step_ms},
@@ -162,7 +141,7 @@ nlohmann::json BenchResult::ToJson() const {
                                      static_cast<double>(a.adam_state), static_cast<double>(a.activations + a.scratch)});
   alloc["saved_activations"] = a.activations;
   alloc["backward_scratch"] = a.scratch;
-  j["memory"] = {{"recompute", options.recompute},
+  j["memory"] = {{"recompute", RecomputeName(options.recompute)},
                  {"allocated", alloc},
                  {"planned", planned ? MemoryJson(*planned) : nlohmann::json(nullptr)},
                  {"peak_rss_bytes", or_null(peak_rss_bytes)},
@@ -187,44 +166,82 @@ nlohmann::json BenchResult::ToJson() const {
   return j;
 }
 
+// The trainer's config for the bench: the run's (o.train) with the bench's shape, precision and device.
+TrainConfig BenchTrainConfig(const BenchOptions& o) {
+  TrainConfig c = o.train;
+  c.model = o.model;
+  c.batch_size = o.batch;
+  c.seq_len = o.seq;
+  c.total_batch_tokens = static_cast<int64_t>(o.batch) * o.seq * o.grad_accum;
+  c.precision = o.precision;
+  c.device = o.device;
+  c.recompute = o.recompute;
+  c.eval_batches = 1;  // forward_ms is one forward-only micro-batch
+  c.sample_prompt = o.sample_prompt;
+  if (!o.measure_peak) c.peak_gflops = o.peak_gflops;
+  return c;
+}
+
 Result<BenchResult> RunBench(const BenchOptions& o) {
+  namespace fs = std::filesystem;
   TERN_RETURN_IF_ERROR(o.model.Validate());
   if (o.seq > o.model.block_size) {
     return Status::InvalidArgument(fmt::format("--seq {} exceeds the model's block_size {}", o.seq, o.model.block_size));
   }
-  if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "fp16") {
-    return Status::InvalidArgument("--precision '" + o.precision + "' is not allowed; use fp32, bf16 or fp16");
-  }
   if (o.steps < 1 || o.warmup < 0 || o.grad_accum < 1) {
     return Status::InvalidArgument("--steps and --accum must be at least 1 and --warmup at least 0");
   }
-  TERN_ASSIGN_OR_RETURN(const Recompute recompute, ParseRecompute(o.recompute));
   BenchResult r;
   r.options = o;
   r.has_run = o.measure_run;
   r.run.process_start_s = ProcessAgeSeconds();
+  // The trainer itself, built stage by stage (Trainer::Create's stages, without its run directory): each stage
+  // timed, then its own Step, Evaluate and Samples.
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->cfg_ = BenchTrainConfig(o);
+  t->quiet_ = true;
+  TrainConfig& cfg = t->cfg_;
+
+  // Data: the training split's tokens when there is one, else random ones through the same loaders.
+  const bool real_data = !o.data_dir.empty();
   auto t0 = Clock::now();
-  TERN_ASSIGN_OR_RETURN(auto backend, MakeBackend(o.device));
+  if (real_data) {
+    cfg.data_dir = o.data_dir;
+    TERN_RETURN_IF_ERROR(t->OpenTokenizer());  // the tokenizer's vocabulary must fit the model's
+    TERN_RETURN_IF_ERROR(t->OpenLoaders(o.data_dir));
+    if (o.measure_run) r.run.data_open_s = Since(t0);
+  }
+  if (!real_data || o.random_tokens) {
+    const fs::path dir = fs::temp_directory_path() / ("tern_bench_tokens." + std::to_string(::getpid()));
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    Status st = ec ? Status::IoError("cannot create " + dir.string() + ": " + ec.message())
+                   : WriteRandomShards(dir.string(), o.model, o.batch * o.grad_accum, o.seq);
+    if (st.ok()) st = t->OpenLoaders(dir.string());
+    fs::remove_all(dir, ec);  // the loaders keep their mappings
+    TERN_RETURN_IF_ERROR(st.WithContext("random tokens for the bench"));
+    if (!real_data) cfg.data_dir = dir.string();
+  }
+  TERN_RETURN_IF_ERROR(cfg.Validate());
+
+  t0 = Clock::now();
+  TERN_RETURN_IF_ERROR(t->OpenDevice());
   r.run.backend_init_s = Since(t0);
-  const Compute compute =
-      o.precision == "bf16" ? Compute::kBF16 : o.precision == "fp16" ? Compute::kF16 : Compute::kF32;
-  // As the trainer: fp16 matmuls emulated on the CPU; the probe measures bf16 on a GPU (same tensor-core peak)
-  // and fp32 on the CPU (what the emulation runs at).
-  if (compute == Compute::kF16) backend = WithF16Emulation(std::move(backend));
-  const Compute peak_compute =
-      compute != Compute::kF16 ? compute : backend->capabilities().native_fp16 ? Compute::kBF16 : Compute::kF32;
+  Backend* backend = t->setup_.backend.get();
   r.backend = backend->name();
   r.gpu_name = GpuNameFromBackendName(r.backend);
   r.threads = omp_get_max_threads();
-  // A GPU needs a large probe to reach its peak (launch and sync overheads hide it at 1024^3).
-  const bool gpu = r.backend.rfind("cuda", 0) == 0;
-  const int probe = gpu ? 8192 : 1024;
-  r.peak_gflops = o.measure_peak ? MeasurePeakGflops(backend.get(), peak_compute, 1.0, probe) : o.peak_gflops;
-  if (o.measure_run) {  // the trainer's own probe call, which every `tern train` pays at start
+  r.cpu = ReadCpuInfo();
+  // The bench's own peak: a longer probe and, on a GPU, a larger one (launch and sync overheads hide the peak
+  // at 1024^3). The trainer's probe call, which every `tern train` pays at start, is timed on its own.
+  const int probe = backend->capabilities().is_gpu ? 8192 : 1024;
+  r.peak_gflops = o.measure_peak ? MeasurePeakGflops(backend, t->setup_.probe, 1.0, probe) : o.peak_gflops;
+  if (o.measure_run) {
     t0 = Clock::now();
-    MeasurePeakGflops(backend.get(), peak_compute, 0.5);
+    ProbeRunPeak(t->setup_);
     r.run.peak_probe_s = Since(t0);
   }
+  t->peak_gflops_ = r.peak_gflops;
 
   // On a GPU, NVML's memory in use before the model and after the steps: the model plus the backend's scratch.
   std::unique_ptr<NvmlSampler> nvml;
@@ -235,47 +252,15 @@ Result<BenchResult> RunBench(const BenchOptions& o) {
     mem_before = nvml->Sample();
   }
   t0 = Clock::now();
-  Gpt model(backend.get(), o.model, o.batch, o.seq, compute, recompute);
-  r.allocated = model.memory();
-  model.InitWeights(1);
+  t->BuildModel();
+  t->model_->InitWeights(cfg.seed);
   backend->Synchronize();
   r.run.model_init_s = Since(t0);
-  std::optional<Tokenizer> tok;
-  if (o.measure_run && !o.data_dir.empty()) {
-    TERN_RETURN_IF_ERROR(TimeDataOpen(o.data_dir, o.batch, o.seq, &tok, &r.run.data_open_s));
-  }
+  r.allocated = t->model_->memory();
 
-  const size_t N = static_cast<size_t>(o.batch) * o.seq;
-  // Each micro-batch its own tokens: the training split's when there is one (the trainer's loader, its
-  // prefetch thread included), else random ones.
-  std::vector<int32_t> tokens(N * o.grad_accum + 1);
-  std::mt19937_64 rng(42);
-  for (auto& t : tokens) t = static_cast<int32_t>(rng() % o.model.vocab_size);
-  std::unique_ptr<DataLoader> loader;
-  if (!o.data_dir.empty() && !o.random_tokens) {
-    TERN_ASSIGN_OR_RETURN(auto shards, FindShards(o.data_dir, "train"));
-    TERN_ASSIGN_OR_RETURN(loader, DataLoader::Open(shards, o.batch, o.seq, 1, true));
-  }
-  Batch batch;
-  const float dloss = 1.0f / static_cast<float>(N * o.grad_accum);
   for (int i = 0; i < o.warmup + o.steps; i++) {
-    t0 = Clock::now();
-    model.ZeroGrad();
-    for (int micro = 0; micro < o.grad_accum; micro++) {
-      const int32_t* x = tokens.data() + micro * N;
-      const int32_t* y = x + 1;
-      if (loader) {
-        TERN_RETURN_IF_ERROR(loader->Next(&batch));
-        x = batch.inputs.data();
-        y = batch.targets.data();
-      }
-      model.Forward(x, y, o.batch, o.seq, dloss);
-      model.Backward();
-    }
-    double norm = model.GradNorm();
-    model.AdamWStep(1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, norm > 1.0 ? static_cast<float>(1.0 / norm) : 1.0f, i + 1);
-    backend->Synchronize();
-    if (i >= o.warmup) r.steps_ms.push_back(Since(t0) * 1e3);
+    TERN_ASSIGN_OR_RETURN(const StepStats s, t->Step());
+    if (i >= o.warmup) r.steps_ms.push_back(s.step_s * 1e3);
   }
   if (nvml) {
     const GpuSample after = nvml->Sample();
@@ -284,27 +269,32 @@ Result<BenchResult> RunBench(const BenchOptions& o) {
     r.peak_rss_bytes = PeakRssBytes();
   }
   r.step_ms = Median(r.steps_ms);
-  r.tokens_per_s = static_cast<double>(N) * o.grad_accum / (r.step_ms / 1e3);
+  r.tokens_per_s = static_cast<double>(o.batch) * o.seq * o.grad_accum / (r.step_ms / 1e3);
   r.flops_per_token = GptFlopsPerToken(o.model, o.seq);
   r.achieved_gflops = r.flops_per_token * r.tokens_per_s / 1e9;
   r.mfu = r.peak_gflops > 0 ? r.achieved_gflops / r.peak_gflops : 0;
   if (!o.measure_run) return r;
 
-  // Evaluation: forward-only micro-batches with the loss, as Trainer::Evaluate runs them.
+  // Evaluation: Trainer::Evaluate over one micro-batch (its reset of the validation split included), the
+  // first call untimed.
   std::vector<double> fwd;
   for (int i = 0; i < 6; i++) {
     t0 = Clock::now();
-    model.Forward(tokens.data(), tokens.data() + 1, o.batch, o.seq);
+    TERN_RETURN_IF_ERROR(t->Evaluate().status());
     backend->Synchronize();
     if (i > 0) fwd.push_back(Since(t0) * 1e3);
   }
   r.run.forward_ms = Median(fwd);
-  if (tok && o.sample_tokens > 0 && o.sample_choices > 0) {
-    r.run.sample_choices = o.sample_choices;
-    TERN_ASSIGN_OR_RETURN(double sample_s, TimeSampleCall(model, o, *tok, &r.run.sample_tokens));
-    r.run.sample_ms = sample_s * 1e3;
+  // One Trainer::Samples call, to full length (end-of-text ignored); needs the data's tokenizer.
+  if (t->tokenizer_ && o.sample_tokens > 0 && o.sample_choices > 0) {
+    const int choices = std::min(o.sample_choices, kMaxChoices);
+    r.run.sample_choices = choices;
+    r.run.sample_tokens = t->SampleRequest(choices, o.sample_tokens, true).max_tokens;
+    t0 = Clock::now();
+    TERN_RETURN_IF_ERROR(t->Samples(choices, o.sample_tokens, /*full_length=*/true).status());
+    r.run.sample_ms = Since(t0) * 1e3;
   }
-  if (!o.io_dir.empty()) TERN_RETURN_IF_ERROR(TimeSaves(model, o, &r.run));
+  if (!o.io_dir.empty()) TERN_RETURN_IF_ERROR(TimeSaves(*t->model_, cfg, o, &r.run));
   return r;
 }
 

@@ -1,13 +1,16 @@
 // `tern bench`: training steps on synthetic tokens, timed, with the peak FLOP/s of the same device and
 // precision measured in the same process, so MFU = achieved / measured peak.
 //
-// A bench step is the trainer's step (Trainer::Step): grad_accum micro-batches of forward + backward, the
-// gradient norm, the AdamW update, a device sync. The step time is the median over the timed steps, after
-// `warmup` untimed ones (the first steps fault in every buffer and build the oneDNN primitives).
+// The bench drives the trainer itself: it builds a Trainer through Trainer::Create's stages (the backend from
+// run_setup.h, the data loaders, the model), timing each, and calls its Step, Evaluate and Samples. A bench step
+// is Trainer::Step with the run's config: grad_accum micro-batches of forward + backward, the gradient norm,
+// clipping, fp16 loss scaling, the AdamW update at the schedule's learning rate, a device sync. The step time is
+// the median over the timed steps, after `warmup` untimed ones (the first steps fault in every buffer and build
+// the oneDNN primitives). Without data the loaders read a shard of random tokens written for the purpose.
 //
 // For `tern plan --config`, the bench also times the rest of a `tern train` run on this device (the "run"
-// block of the JSON): start-up, a forward-only pass (evaluation), a generated sample, and, with an io_dir,
-// one real checkpoint save and the model.safetensors write.
+// block of the JSON): start-up, a forward-only pass (Trainer::Evaluate), a generated sample (Trainer::Samples),
+// and, with an io_dir, one real checkpoint save and the model.safetensors write.
 //
 // Memory: the bytes the model allocated (Gpt::memory()), next to tern plan's estimate for the same config
 // (filled in by the caller, which links the planner) and what the device measured: the process's peak resident
@@ -20,17 +23,22 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/cpu_info.h"
 #include "core/status.h"
 #include "model/gpt_config.h"
+#include "train/train_config.h"
 
 namespace tern {
 
 struct BenchOptions {
+  // The run whose step is timed (`tern bench --config`; the defaults otherwise): its optimizer, clipping, LR
+  // schedule, loss scaling, cuda.attention and seed. The fields below replace its shape, precision and device.
+  TrainConfig train;
   GptConfig model;
   int batch = 4, seq = 64, grad_accum = 1;
-  std::string precision = "fp32";
-  std::string device = "cpu";
-  std::string recompute = "none";  // train.recompute: none | gelu
+  TrainPrecision precision = TrainPrecision::kFp32;
+  TrainDevice device = TrainDevice::kCpu;
+  Recompute recompute = Recompute::kNone;
   int steps = 20, warmup = 3;
   bool measure_peak = true;
   double peak_gflops = 0;   // used when !measure_peak
@@ -38,7 +46,7 @@ struct BenchOptions {
   std::string data_dir;     // prepared data: train on its tokens, time opening it; empty = random tokens
   bool random_tokens = false;  // random tokens even with a data_dir
   std::string io_dir;       // time a checkpoint save and a safetensors write here; empty = skip
-  // One call of the trainer's samples (serve/generate.h: n choices decoded together); needs data_dir's tokenizer.
+  // One call of Trainer::Samples (n choices decoded together, to full length); needs data_dir's tokenizer.
   int sample_tokens = 64, sample_choices = 3;
   std::string sample_prompt;
 };
@@ -46,11 +54,11 @@ struct BenchOptions {
 // The non-step parts of a `tern train` run, measured on this device (seconds / milliseconds / bytes).
 struct BenchRunTimes {
   double process_start_s = 0;  // exec + shared libraries + CLI, until the bench began
-  double backend_init_s = 0;   // MakeBackend (a CUDA context on a GPU)
-  double peak_probe_s = 0;     // one MeasurePeakGflops(0.5 s), as the trainer calls it
+  double backend_init_s = 0;   // MakeRunSetup (a CUDA context on a GPU)
+  double peak_probe_s = 0;     // one ProbeRunPeak (run_setup.h), the trainer's own start-up probe
   double model_init_s = 0;     // Gpt buffers + InitWeights
   double data_open_s = -1;     // tokenizer + train/val shards; -1 = not measured
-  double forward_ms = 0;       // one forward-only micro-batch (evaluation), median
+  double forward_ms = 0;       // one Trainer::Evaluate of one micro-batch (forward only), median
   int sample_tokens = 0, sample_choices = 0;
   double sample_ms = -1;       // one Trainer::Samples call: choices x tokens, to full length; -1 = no tokenizer
   double checkpoint_bytes = 0, checkpoint_copy_ms = -1, checkpoint_persist_ms = -1;  // one tier; -1 = skipped
@@ -74,6 +82,7 @@ struct BenchResult {
   double peak_gflops = 0;
   double mfu = 0;
   int threads = 0;
+  CpuInfo cpu;  // the host's, on a GPU run too (JSON "machine")
   std::string backend;
   std::string gpu_name;  // the device's own name ("NVIDIA H200"); empty on a CPU
   std::string gpu;       // the catalog's id for it ("H200"), set by the caller (plan/gpu_specs.h); empty = unknown

@@ -1,11 +1,13 @@
-// `tern bench` on a tiny model: the step is the trainer's (with accumulation), the median of the timed
-// steps is reported, and the run block times what else a `tern train` run does.
+// `tern bench` on a tiny model: the step is the trainer's (with accumulation, its config's optimizer and fp16
+// loss scaling), the median of the timed steps is reported, and the run block times what else a `tern train`
+// run does (evaluation and samples through the trainer's own calls).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
 
+#include "testing/prepared_data.h"
 #include "train/bench.h"
 
 namespace tern {
@@ -46,6 +48,16 @@ TEST(Bench, MedianOfTimedStepsWithAccumulation) {
   EXPECT_EQ(j["steps_ms"].size(), 5u);
   EXPECT_TRUE(j["gpu"].is_null());  // a CPU
   EXPECT_FALSE(j.contains("run"));
+  // The machine: the CPU's name, its ISA as names tern knows, the threads the bench ran with.
+  ASSERT_TRUE(j.contains("machine"));
+  EXPECT_TRUE(j["machine"]["cpu"].is_string());
+  EXPECT_FALSE(j["machine"]["cpu"].get<std::string>().empty());
+  ASSERT_TRUE(j["machine"]["isa"].is_array());
+  for (const auto& isa : j["machine"]["isa"]) {
+    const auto& known = KnownIsaNames();
+    EXPECT_NE(std::find(known.begin(), known.end(), isa.get<std::string>()), known.end()) << isa;
+  }
+  EXPECT_EQ(j["machine"]["threads"], r->threads);
 }
 
 TEST(Bench, RunBlockTimesStartupEvalSampleAndSaves) {
@@ -84,7 +96,7 @@ TEST(Bench, MemoryBlockReportsTheAllocationAndTheMeasurement) {
   o.steps = 1;
   std::map<std::string, nlohmann::json> mem;
   for (const char* recompute : {"none", "gelu"}) {
-    o.recompute = recompute;
+    o.recompute = ParseRecompute(recompute).value();
     Result<BenchResult> r = RunBench(o);
     ASSERT_TRUE(r.ok()) << r.status().message();
     const GptMemory est = GptMemoryEstimate(o.model, o.batch, o.seq, false, ParseRecompute(recompute).value());
@@ -103,8 +115,51 @@ TEST(Bench, MemoryBlockReportsTheAllocationAndTheMeasurement) {
   EXPECT_EQ(mem["none"]["allocated"]["saved_activations"].get<double>() -
                 mem["gelu"]["allocated"]["saved_activations"].get<double>(),
             32.0 * 128 * 4);
-  o.recompute = "full";
-  EXPECT_NE(RunBench(o).status().message().find("none or gelu"), std::string::npos);
+  // A bad name is refused where it is parsed (the CLI's --recompute, the config's train.recompute).
+  EXPECT_NE(ParseRecompute("full").status().message().find("none or gelu"), std::string::npos);
+}
+
+// The step is Trainer::Step with the run's config: an absurd learning rate without clipping makes the trainer's
+// own check fail (a copy of the step with its own hyperparameters would not notice), and fp16 runs with the
+// trainer's loss scaling.
+TEST(Bench, StepIsTheTrainersStepWithTheRunsConfig) {
+  BenchOptions o = Tiny();
+  o.measure_run = false;
+  o.train.lr = 1e12;
+  o.train.warmup_steps = 0;
+  o.train.grad_clip = 0;
+  Result<BenchResult> bad = RunBench(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("lower train.lr"), std::string::npos) << bad.status().message();
+
+  o = Tiny();
+  o.measure_run = false;
+  o.precision = TrainPrecision::kFp16;
+  Result<BenchResult> fp16 = RunBench(o);
+  ASSERT_TRUE(fp16.ok()) << fp16.status().message();
+  EXPECT_EQ(fp16->ToJson()["precision"], "fp16");
+  EXPECT_EQ(fp16->steps_ms.size(), 5u);
+}
+
+// With prepared data: the trainer's tokenizer and loaders are opened (and timed), and a sample is one
+// Trainer::Samples call of full length.
+TEST(Bench, RunBlockWithDataTimesTheDataAndASample) {
+  const std::string data = testing::SharedSmallPreparedData();
+  ASSERT_FALSE(data.empty());
+  BenchOptions o = Tiny();
+  o.model.vocab_size = 300;  // the prepared tokenizer's
+  o.data_dir = data;
+  o.sample_tokens = 8;
+  o.sample_choices = 2;
+  Result<BenchResult> r = RunBench(o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_GT(r->run.data_open_s, 0);
+  EXPECT_GT(r->run.sample_ms, 0);
+  EXPECT_EQ(r->run.sample_tokens, 8);  // all of them: end-of-text does not end a timed sample
+  EXPECT_EQ(r->run.sample_choices, 2);
+  // The tokenizer's vocabulary must fit the model's, as in `tern train`.
+  o.model.vocab_size = 64;
+  EXPECT_NE(RunBench(o).status().message().find("smaller than the tokenizer's"), std::string::npos);
 }
 
 TEST(Bench, BadOptionsAreErrors) {

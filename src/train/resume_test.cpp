@@ -113,7 +113,7 @@ class BitExact : public ResumeTest, public ::testing::WithParamInterface<Variant
 TEST_P(BitExact, ResumedLossesAndWeightsEqualAnUninterruptedRun) {
   const Variant v = GetParam();
   TrainConfig a = Config(std::string("exact_a_") + v.name);
-  a.precision = v.precision;
+  a.precision = ParsePrecision(v.precision).value();
   a.total_batch_tokens = v.batch_tokens;
   a.ckpt.every = 6;
   a.ckpt.async = v.async;
@@ -124,9 +124,9 @@ TEST_P(BitExact, ResumedLossesAndWeightsEqualAnUninterruptedRun) {
   for (const char* k : {"stall_ms", "persist_ms", "tier"}) EXPECT_TRUE(saves[0].contains(k)) << k;
 
   TrainConfig b = Config(std::string("exact_b_") + v.name);
-  b.precision = v.precision;
+  b.precision = ParsePrecision(v.precision).value();
   b.total_batch_tokens = v.batch_tokens;
-  b.ckpt.resume = a.run_dir + "/checkpoints/step_00000006";
+  b.ckpt.resume = ResumeFrom::Path(a.run_dir + "/checkpoints/step_00000006");
   auto t = Trainer::Create(b, true);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ((*t)->resumed_from(), 6);
@@ -158,7 +158,7 @@ TEST_F(ResumeTest, AutoSkipsADamagedNewestCheckpointAndStaysExact) {
   bytes[bytes.size() / 2] ^= 0x40;
   std::ofstream(victim, std::ios::binary) << bytes;
   TrainConfig b = a;
-  b.ckpt.resume = "auto";
+  b.ckpt.resume = ResumeFrom::Auto();
   auto t = Trainer::Create(b, true);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ((*t)->resumed_from(), 8) << "falls back to the previous valid checkpoint";
@@ -175,7 +175,7 @@ TEST_F(ResumeTest, ShapeAndSeedChangesAreRefusedSafeChangesAreLogged) {
   a.ckpt.every = 4;
   RunAll(a);
   TrainConfig shape = a;
-  shape.ckpt.resume = "auto";
+  shape.ckpt.resume = ResumeFrom::Auto();
   shape.model.n_embd = 64;
   shape.seed = 7;
   auto bad = Trainer::Create(shape, true);
@@ -183,7 +183,7 @@ TEST_F(ResumeTest, ShapeAndSeedChangesAreRefusedSafeChangesAreLogged) {
   EXPECT_NE(bad.status().message().find("model.n_embd: 32 -> 64"), std::string::npos) << bad.status().message();
   EXPECT_NE(bad.status().message().find("train.seed"), std::string::npos) << bad.status().message();
   TrainConfig safe = a;
-  safe.ckpt.resume = "auto";
+  safe.ckpt.resume = ResumeFrom::Auto();
   safe.steps = 6;
   safe.eval_every = 3;
   auto ok = Trainer::Create(safe, true);
@@ -198,7 +198,7 @@ TEST_F(ResumeTest, DiskFullContinuesOrStopsByPolicyAndKeepsThePreviousCheckpoint
     TrainConfig c = Config(std::string("full_") + policy, 8);
     c.ckpt.every = 4;
     c.ckpt.async = false;
-    c.ckpt.on_error = policy;
+    ASSERT_TRUE(ApplyOverride(std::string("ckpt.on_error=") + policy, &c).ok());
     std::vector<std::unique_ptr<ckpt::Storage>> keep_alive;
     TrainerEnv env;
     env.open_storage = [&](const std::string& uri) -> Result<std::unique_ptr<ckpt::Storage>> {
@@ -269,7 +269,7 @@ TEST_F(ResumeTest, SignalSavesAndStopsUnderBothPoliciesThenResumesExactly) {
   const auto reference = Losses(ref.run_dir);
   for (const char* policy : {"finish", "abandon"}) {
     TrainConfig c = Config(std::string("signal_") + policy, 6);
-    c.ckpt.on_notice = policy;
+    ASSERT_TRUE(ApplyOverride(std::string("ckpt.on_notice=") + policy, &c).ok());
     auto t = Trainer::Create(c, true);
     ASSERT_TRUE(t.ok());
     std::raise(SIGUSR1);  // as Slurm's --signal=USR1@60 would
@@ -285,7 +285,7 @@ TEST_F(ResumeTest, SignalSavesAndStopsUnderBothPoliciesThenResumesExactly) {
     EXPECT_GT(pre[0]["margin_s"].get<double>(), 0.0) << "saved inside the assumed 30 s window";
     t->reset();  // restores the signal handlers
     TrainConfig r = c;
-    r.ckpt.resume = "auto";
+    r.ckpt.resume = ResumeFrom::Auto();
     auto t2 = Trainer::Create(r, true);
     ASSERT_TRUE(t2.ok()) << t2.status().ToString();
     EXPECT_EQ((*t2)->resumed_from(), saved);

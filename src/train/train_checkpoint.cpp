@@ -79,7 +79,7 @@ Status CaptureTrainMeta(const Gpt& model, const TrainConfig& cfg, const DataIden
                         const TrainProgress& p, ckpt::Snapshot* snap) {
   nlohmann::ordered_json config = nlohmann::ordered_json::object();
   for (const auto& [k, v] : TrainConfigValues(cfg)) config[k] = v;
-  const LrSchedule sched{cfg.lr, cfg.min_lr_ratio, cfg.warmup_steps, cfg.steps, cfg.schedule == "cosine"};
+  const LrSchedule sched{cfg.lr, cfg.min_lr_ratio, cfg.warmup_steps, cfg.steps, cfg.schedule == LrScheduleKind::kCosine};
   nlohmann::ordered_json j;
   j["format"] = "tern-trainer-state";
   j["version"] = 1;
@@ -95,7 +95,7 @@ Status CaptureTrainMeta(const Gpt& model, const TrainConfig& cfg, const DataIden
               {"weights", "GptInitialWeights(seed); used only before step 1"},
               {"data_order", "mt19937_64 per epoch from (seed, epoch); position = loader.epoch/index"},
               {"sampling", "seed + 1000 + i for the i-th sample of each call"}};
-  j["lr_schedule"] = {{"step", p.step}, {"next_lr", sched.At(p.step)}, {"kind", cfg.schedule},
+  j["lr_schedule"] = {{"step", p.step}, {"next_lr", sched.At(p.step)}, {"kind", LrScheduleName(cfg.schedule)},
                       {"warmup_steps", cfg.warmup_steps}, {"total_steps", cfg.steps}};
   if (p.loss_scale) {
     j["loss_scale"] = {{"scale", p.loss_scale->scale},
@@ -104,7 +104,7 @@ Status CaptureTrainMeta(const Gpt& model, const TrainConfig& cfg, const DataIden
   } else {
     j["loss_scale"] = nullptr;
   }
-  j["precision"] = cfg.precision;
+  j["precision"] = PrecisionName(cfg.precision);
   j["tokenizer"] = data.tokenizer;
   j["config_fingerprint"] = ResumeFingerprint(cfg, data);
   j["config"] = config;
@@ -113,7 +113,7 @@ Status CaptureTrainMeta(const Gpt& model, const TrainConfig& cfg, const DataIden
 
   snap->manifest.config_fingerprint = ResumeFingerprint(cfg, data);
   snap->manifest.tokenizer = data.tokenizer;
-  snap->manifest.extra = {{"model", cfg.model.ToString()}, {"precision", cfg.precision},
+  snap->manifest.extra = {{"model", cfg.model.ToString()}, {"precision", PrecisionName(cfg.precision)},
                           {"params", model.num_params()}, {"tokens_seen", p.tokens_seen}};
   return Status::Ok();
 }
@@ -212,7 +212,7 @@ ckpt::ManagerOptions CheckpointManagerOptions(const TrainConfig& cfg) {
     o.tiers.push_back({"best", c.best_dir.empty() ? cfg.run_dir + "/best" : c.best_dir, 0, {1, 0, c.best_k}});
   }
   o.async = c.async;
-  o.skip_when_busy = c.when_busy == "skip";
+  o.skip_when_busy = c.when_busy == WhenBusy::kSkip;
   o.s3.endpoint = c.s3_endpoint;
   o.s3.region = c.s3_region;
   o.s3.part_size = static_cast<uint64_t>(c.s3_part_mb) << 20;

@@ -61,14 +61,9 @@ Key CkptNumber(std::string name, T CheckpointConfig::*field, T min_value, std::s
           [field](const TrainConfig& c) { return fmt::format("{}", c.ckpt.*field); }};
 }
 
-Key CkptString(std::string name, std::string CheckpointConfig::*field, std::vector<std::string> allowed,
-               std::string help) {
-  return {name, std::move(help), allowed,
-          [name, field, allowed](TrainConfig& c, const std::string& s) {
-            if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
-              return Status::InvalidArgument(
-                  fmt::format("{}: '{}' is not allowed; use one of: {}", name, s, fmt::join(allowed, ", ")));
-            }
+Key CkptString(std::string name, std::string CheckpointConfig::*field, std::string help) {
+  return {name, std::move(help), {},
+          [field](TrainConfig& c, const std::string& s) {
             c.ckpt.*field = s;
             return Status::Ok();
           },
@@ -86,17 +81,84 @@ Key CkptBool(std::string name, bool CheckpointConfig::*field, std::string help) 
           [field](const TrainConfig& c) { return std::string(c.ckpt.*field ? "true" : "false"); }};
 }
 
-Key String(std::string name, std::string TrainConfig::*field, std::vector<std::string> allowed, std::string help) {
-  return {name, std::move(help), allowed,
-          [name, field, allowed](TrainConfig& c, const std::string& s) {
-            if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
-              return Status::InvalidArgument(
-                  fmt::format("{}: '{}' is not allowed; use one of: {}", name, s, fmt::join(allowed, ", ")));
-            }
+Key String(std::string name, std::string TrainConfig::*field, std::string help) {
+  return {name, std::move(help), {},
+          [field](TrainConfig& c, const std::string& s) {
             c.*field = s;
             return Status::Ok();
           },
           [field](const TrainConfig& c) { return c.*field; }};
+}
+
+// The names of an enum-valued key, in the enum's order.
+template <typename E>
+struct Choice {
+  E value;
+  const char* name;
+};
+
+template <typename E, size_t N>
+std::vector<std::string> NamesOf(const Choice<E> (&choices)[N]) {
+  std::vector<std::string> names;
+  for (const auto& c : choices) names.emplace_back(c.name);
+  return names;
+}
+
+template <typename E, size_t N>
+const char* NameOf(const Choice<E> (&choices)[N], E v) {
+  for (const auto& c : choices)
+    if (c.value == v) return c.name;
+  return "?";  // unreachable: every enumerator has a name
+}
+
+template <typename E, size_t N>
+Result<E> ParseChoice(const std::string& key, const Choice<E> (&choices)[N], const std::string& text) {
+  for (const auto& c : choices)
+    if (text == c.name) return c.value;
+  return Status::InvalidArgument(fmt::format("{}: '{}' is not one of {}", key, text, fmt::join(NamesOf(choices), ", ")));
+}
+
+const Choice<TrainPrecision> kPrecisions[] = {
+    {TrainPrecision::kFp32, "fp32"}, {TrainPrecision::kBf16, "bf16"}, {TrainPrecision::kFp16, "fp16"}};
+const Choice<TrainDevice> kDevices[] = {
+    {TrainDevice::kCpu, "cpu"}, {TrainDevice::kCpuRef, "cpu-ref"}, {TrainDevice::kCuda, "cuda"}, {TrainDevice::kAuto, "auto"}};
+const Choice<Recompute> kRecomputes[] = {{Recompute::kNone, RecomputeName(Recompute::kNone)},
+                                         {Recompute::kGelu, RecomputeName(Recompute::kGelu)}};
+const Choice<LrScheduleKind> kSchedules[] = {{LrScheduleKind::kCosine, "cosine"}, {LrScheduleKind::kConstant, "constant"}};
+const Choice<AttentionKernel> kAttentions[] = {{AttentionKernel::kNaive, "naive"}, {AttentionKernel::kFlash, "flash"}};
+const Choice<WhenBusy> kWhenBusy[] = {{WhenBusy::kWait, "wait"}, {WhenBusy::kSkip, "skip"}};
+const Choice<OnSaveError> kOnError[] = {{OnSaveError::kContinue, "continue"}, {OnSaveError::kStop, "stop"}};
+const Choice<OnNotice> kOnNotice[] = {{OnNotice::kFinish, "finish"}, {OnNotice::kAbandon, "abandon"}};
+const Choice<NoticeKind> kNoticeKinds[] = {{NoticeKind::kAws, "aws"}, {NoticeKind::kGcp, "gcp"}};
+
+// A key whose value is one of `choices`, parsed into the enum when it is set.
+template <typename E, size_t N>
+Key Enum(std::string name, E TrainConfig::*field, const Choice<E> (&choices)[N], std::string help) {
+  return {name, std::move(help), NamesOf(choices),
+          [name, field, &choices](TrainConfig& c, const std::string& s) -> Status {
+            TERN_ASSIGN_OR_RETURN(c.*field, ParseChoice(name, choices, s));
+            return Status::Ok();
+          },
+          [field, &choices](const TrainConfig& c) { return std::string(NameOf(choices, c.*field)); }};
+}
+
+template <typename E, size_t N>
+Key CkptEnum(std::string name, E CheckpointConfig::*field, const Choice<E> (&choices)[N], std::string help) {
+  return {name, std::move(help), NamesOf(choices),
+          [name, field, &choices](TrainConfig& c, const std::string& s) -> Status {
+            TERN_ASSIGN_OR_RETURN(c.ckpt.*field, ParseChoice(name, choices, s));
+            return Status::Ok();
+          },
+          [field, &choices](const TrainConfig& c) { return std::string(NameOf(choices, c.ckpt.*field)); }};
+}
+
+Key Resume(std::string help) {
+  return {"ckpt.resume", std::move(help), {},
+          [](TrainConfig& c, const std::string& s) -> Status {
+            TERN_ASSIGN_OR_RETURN(c.ckpt.resume, ParseResume(s));
+            return Status::Ok();
+          },
+          [](const TrainConfig& c) { return c.ckpt.resume.ToString(); }};
 }
 
 const std::vector<Key>& Registry() {
@@ -107,7 +169,7 @@ const std::vector<Key>& Registry() {
       ModelNumber("model.n_embd", &GptConfig::n_embd, 1, "channels"),
       ModelNumber("model.vocab_size", &GptConfig::vocab_size, 0, "vocabulary; 0 = the tokenizer's"),
       ModelNumber("model.block_size", &GptConfig::block_size, 1, "maximum sequence length (positions)"),
-      String("data.dir", &C::data_dir, {}, "directory written by `tern prepare` (tokenizer.model, *_NNN.bin)"),
+      String("data.dir", &C::data_dir, "directory written by `tern prepare` (tokenizer.model, *_NNN.bin)"),
       Number("train.batch_size", &C::batch_size, 1, "micro-batch size B in sequences"),
       Number("train.seq_len", &C::seq_len, 1, "sequence length T (<= model.block_size)"),
       Number<int64_t>("train.total_batch_tokens", &C::total_batch_tokens, 0,
@@ -116,68 +178,67 @@ const std::vector<Key>& Registry() {
       Number("train.lr", &C::lr, 0.0, "peak learning rate"),
       Number("train.min_lr_ratio", &C::min_lr_ratio, 0.0, "cosine floor as a fraction of lr"),
       Number("train.warmup_steps", &C::warmup_steps, 0, "linear warmup steps"),
-      String("train.schedule", &C::schedule, {"cosine", "constant"}, "learning-rate schedule after warmup"),
+      Enum("train.schedule", &C::schedule, kSchedules, "learning-rate schedule after warmup"),
       Number("train.weight_decay", &C::weight_decay, 0.0, "AdamW decoupled weight decay (matrices only)"),
       Number("train.beta1", &C::beta1, 0.0, "AdamW beta1"),
       Number("train.beta2", &C::beta2, 0.0, "AdamW beta2"),
       Number("train.eps", &C::eps, 0.0, "AdamW epsilon"),
       Number("train.grad_clip", &C::grad_clip, 0.0, "clip the global gradient norm to this; 0 = off"),
       Number<uint64_t>("train.seed", &C::seed, 0, "seed for weights, data order and sampling"),
-      String("train.precision", &C::precision, {"fp32", "bf16", "fp16"},
+      Enum("train.precision", &C::precision, kPrecisions,
              "fp32, or bf16/fp16 mixed precision (16-bit matmul operands, fp32 master weights and accumulation; "
              "fp16 adds dynamic loss scaling)"),
-      String("train.device", &C::device, {"cpu", "cpu-ref", "cuda", "auto"},
+      Enum("train.device", &C::device, kDevices,
              "cpu (fast path), cpu-ref (plain reference ops), cuda, auto"),
-      String("train.recompute", &C::recompute, {"none", "gelu"},
+      Enum("train.recompute", &C::recompute, kRecomputes,
              "activation recomputation: gelu keeps one layer's GELU output instead of all L and recomputes it in "
              "the backward (saves (L-1) x B*T x 4C floats for L-1 extra GELU forwards; same gradients)"),
       Number("fp16.initial_scale", &C::loss_scale_init, 1.0,
              "fp16: first loss scale (halved on overflow, doubled after growth_interval good steps)"),
       Number("fp16.growth_interval", &C::loss_scale_growth_interval, 1,
              "fp16: good steps in a row before the loss scale doubles"),
-      String("cuda.attention", &C::cuda_attention, {"naive", "flash"},
+      Enum("cuda.attention", &C::cuda_attention, kAttentions,
              "CUDA attention kernels: naive (saves att[B,NH,T,T]) or flash (fused, online softmax); CPU ignores it"),
       Number("eval.every", &C::eval_every, 0, "validate every N steps; 0 = only at the end"),
       Number("eval.batches", &C::eval_batches, 1, "validation micro-batches per evaluation"),
       Number("sample.every", &C::sample_every, 0, "print samples every N steps; 0 = only at the end"),
       Number("sample.tokens", &C::sample_tokens, 0, "tokens per sample"),
-      String("sample.prompt", &C::sample_prompt, {}, "prompt for the samples (empty = start of text)"),
+      String("sample.prompt", &C::sample_prompt, "prompt for the samples (empty = start of text)"),
       Number("sample.count", &C::num_samples, 0, "samples printed at the end"),
-      String("run.dir", &C::run_dir, {}, "run directory (metrics.jsonl, config.yaml, model.safetensors)"),
+      String("run.dir", &C::run_dir, "run directory (metrics.jsonl, config.yaml, model.safetensors)"),
       Number("run.price_per_hour", &C::price_per_hour, 0.0, "USD per hour of this machine, for cost metrics"),
       Number("run.peak_gflops", &C::peak_gflops, 0.0, "peak GFLOP/s for MFU; 0 = measure with a matmul probe"),
       Number("run.log_every", &C::log_every, 1, "write a console line every N steps"),
-      CkptString("ckpt.resume", &CheckpointConfig::resume, {},
-                 "auto (newest valid checkpoint across tiers, else start fresh) | none | PATH (step dir or tier)"),
-      CkptString("ckpt.dir", &CheckpointConfig::dir, {}, "fast tier directory; empty = RUN_DIR/checkpoints"),
+      Resume("auto (newest valid checkpoint across tiers, else start fresh) | none | PATH (step dir or tier)"),
+      CkptString("ckpt.dir", &CheckpointConfig::dir, "fast tier directory; empty = RUN_DIR/checkpoints"),
       CkptNumber("ckpt.every", &CheckpointConfig::every, 0, "fast-tier save every N steps; 0 = off"),
       CkptNumber("ckpt.keep_last", &CheckpointConfig::keep_last, 0, "fast tier keeps the newest N; 0 = all"),
       CkptNumber("ckpt.keep_every", &CheckpointConfig::keep_every, 0,
                  "fast and durable tiers also keep steps that are multiples of N (milestones); 0 = none"),
-      CkptString("ckpt.durable", &CheckpointConfig::durable, {},
+      CkptString("ckpt.durable", &CheckpointConfig::durable,
                  "durable tier: a directory (shared FS) or s3://bucket/prefix; empty = off"),
       CkptNumber("ckpt.durable_every", &CheckpointConfig::durable_every, 0, "durable-tier save every N steps; 0 = off"),
       CkptNumber("ckpt.durable_keep_last", &CheckpointConfig::durable_keep_last, 0, "durable tier keeps the newest N; 0 = all"),
       CkptNumber("ckpt.best_k", &CheckpointConfig::best_k, 0, "best tier keeps the K lowest validation losses; 0 = off"),
-      CkptString("ckpt.best_dir", &CheckpointConfig::best_dir, {}, "best tier directory or s3:// URI; empty = RUN_DIR/best"),
+      CkptString("ckpt.best_dir", &CheckpointConfig::best_dir, "best tier directory or s3:// URI; empty = RUN_DIR/best"),
       CkptBool("ckpt.async", &CheckpointConfig::async, "persist on a writer thread while training goes on"),
-      CkptString("ckpt.when_busy", &CheckpointConfig::when_busy, {"wait", "skip"},
+      CkptEnum("ckpt.when_busy", &CheckpointConfig::when_busy, kWhenBusy,
                  "a save due while the previous one is still being written"),
-      CkptString("ckpt.on_error", &CheckpointConfig::on_error, {"continue", "stop"},
+      CkptEnum("ckpt.on_error", &CheckpointConfig::on_error, kOnError,
                  "after a failed save (disk full, store unreachable)"),
-      CkptString("ckpt.on_notice", &CheckpointConfig::on_notice, {"finish", "abandon"},
+      CkptEnum("ckpt.on_notice", &CheckpointConfig::on_notice, kOnNotice,
                  "on a preemption notice: finish the current step or abandon it, then save and exit 75"),
       CkptBool("ckpt.fast_survives", &CheckpointConfig::fast_survives,
                "the fast tier outlives the instance; false sends emergency saves to the durable tier"),
-      CkptString("ckpt.notice_url", &CheckpointConfig::notice_url, {},
+      CkptString("ckpt.notice_url", &CheckpointConfig::notice_url,
                  "metadata base URL to poll for spot notices, e.g. http://169.254.169.254; empty = off"),
-      CkptString("ckpt.notice_kind", &CheckpointConfig::notice_kind, {"aws", "gcp"}, "metadata protocol"),
+      CkptEnum("ckpt.notice_kind", &CheckpointConfig::notice_kind, kNoticeKinds, "metadata protocol"),
       CkptNumber("ckpt.notice_poll_s", &CheckpointConfig::notice_poll_s, 0.05, "seconds between polls"),
       CkptNumber("ckpt.notice_window_s", &CheckpointConfig::notice_window_s, 0.0,
                  "warning time assumed for SIGTERM/SIGUSR1 and GCP notices"),
-      CkptString("ckpt.s3_endpoint", &CheckpointConfig::s3_endpoint, {},
+      CkptString("ckpt.s3_endpoint", &CheckpointConfig::s3_endpoint,
                  "S3-compatible endpoint URL; empty = $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL or AWS"),
-      CkptString("ckpt.s3_region", &CheckpointConfig::s3_region, {}, "S3 region; empty = $AWS_REGION or us-east-1"),
+      CkptString("ckpt.s3_region", &CheckpointConfig::s3_region, "S3 region; empty = $AWS_REGION or us-east-1"),
       CkptNumber("ckpt.s3_part_mb", &CheckpointConfig::s3_part_mb, 5, "S3 multipart part size and threshold, MiB"),
   };
   return keys;
@@ -226,6 +287,25 @@ Status WalkYaml(const YAML::Node& node, const std::string& prefix, TrainConfig* 
 
 }  // namespace
 
+const char* PrecisionName(TrainPrecision v) { return NameOf(kPrecisions, v); }
+const char* DeviceName(TrainDevice v) { return NameOf(kDevices, v); }
+const char* LrScheduleName(LrScheduleKind v) { return NameOf(kSchedules, v); }
+const char* AttentionName(AttentionKernel v) { return NameOf(kAttentions, v); }
+const char* NoticeKindName(NoticeKind v) { return NameOf(kNoticeKinds, v); }
+Result<TrainPrecision> ParsePrecision(const std::string& text) { return ParseChoice("train.precision", kPrecisions, text); }
+Result<TrainDevice> ParseDevice(const std::string& text) { return ParseChoice("train.device", kDevices, text); }
+
+std::string ResumeFrom::ToString() const {
+  return mode == Mode::kAuto ? "auto" : mode == Mode::kNone ? "none" : path;
+}
+
+Result<ResumeFrom> ParseResume(const std::string& text) {
+  if (text == "auto") return ResumeFrom::Auto();
+  if (text == "none") return ResumeFrom::None();
+  if (text.empty()) return Status::InvalidArgument("ckpt.resume is empty: use auto, none or a path");
+  return ResumeFrom::Path(text);
+}
+
 int TrainConfig::grad_accum_steps() const {
   int64_t micro = static_cast<int64_t>(batch_size) * seq_len;
   return total_batch_tokens == 0 ? 1 : static_cast<int>(total_batch_tokens / micro);
@@ -251,7 +331,9 @@ Status TrainConfig::Validate() const {
     return Status::InvalidArgument("ckpt.durable_every is set but ckpt.durable is empty: give a directory or "
                                    "s3://bucket/prefix");
   }
-  if (ckpt.resume.empty()) return Status::InvalidArgument("ckpt.resume is empty: use auto, none or a path");
+  if (ckpt.resume.mode == ResumeFrom::Mode::kPath && ckpt.resume.path.empty()) {
+    return Status::InvalidArgument("ckpt.resume is empty: use auto, none or a path");
+  }
   return Status::Ok();
 }
 

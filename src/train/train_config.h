@@ -12,9 +12,46 @@
 
 namespace tern {
 
+// The keys whose value is one of a fixed set of names are parsed into these enums once, by the registry
+// (train_config.cpp); a bad value is an error naming the key and the allowed names. Code downstream compares
+// enums, never names.
+enum class TrainPrecision { kFp32, kBf16, kFp16 };       // train.precision: fp32 | bf16 | fp16
+enum class TrainDevice { kCpu, kCpuRef, kCuda, kAuto };  // train.device: cpu | cpu-ref | cuda | auto
+enum class LrScheduleKind { kCosine, kConstant };        // train.schedule: cosine | constant
+enum class AttentionKernel { kNaive, kFlash };           // cuda.attention: naive | flash
+enum class WhenBusy { kWait, kSkip };                    // ckpt.when_busy: wait | skip
+enum class OnSaveError { kContinue, kStop };             // ckpt.on_error: continue | stop
+enum class OnNotice { kFinish, kAbandon };               // ckpt.on_notice: finish | abandon
+enum class NoticeKind { kAws, kGcp };                    // ckpt.notice_kind: aws | gcp
+// train.recompute is the model layer's Recompute (model/gpt_config.h): none | gelu.
+
+// The name a config writes for each value ("bf16", "cpu-ref", ...), as TrainConfigToYaml and the logs print it.
+const char* PrecisionName(TrainPrecision v);
+const char* DeviceName(TrainDevice v);
+const char* LrScheduleName(LrScheduleKind v);
+const char* AttentionName(AttentionKernel v);
+const char* NoticeKindName(NoticeKind v);
+// The registry's parsers, for flags that take the same values (`tern bench --precision`, `--device`): the error
+// names the key, "train.precision: 'bf61' is not one of fp32, bf16, fp16".
+Result<TrainPrecision> ParsePrecision(const std::string& text);
+Result<TrainDevice> ParseDevice(const std::string& text);
+
+// ckpt.resume: auto (the newest valid checkpoint across tiers, else a fresh start), none, or a path.
+struct ResumeFrom {
+  enum class Mode { kNone, kAuto, kPath };
+  Mode mode = Mode::kNone;
+  std::string path;  // kPath: a step directory or a tier root, local or s3://
+  static ResumeFrom None() { return {}; }
+  static ResumeFrom Auto() { return {Mode::kAuto, ""}; }
+  static ResumeFrom Path(std::string p) { return {Mode::kPath, std::move(p)}; }
+  std::string ToString() const;  // "none", "auto" or the path
+};
+// "auto", "none" or a path; an empty value is an error (`tern train --resume` takes the same values).
+Result<ResumeFrom> ParseResume(const std::string& text);
+
 // Checkpoints (docs/checkpoints.md): tiers, cadence, retention, resume and preemption. Keys ckpt.*.
 struct CheckpointConfig {
-  std::string resume = "none";  // auto | none | PATH (a step directory or a tier root, local or s3://)
+  ResumeFrom resume;            // ckpt.resume: auto | none | PATH
   // fast tier: frequent, local (instance NVMe). Also where emergency saves go unless fast_survives=false.
   std::string dir;              // empty = RUN_DIR/checkpoints
   int every = 0;                // steps between saves; 0 = no periodic saves
@@ -29,13 +66,13 @@ struct CheckpointConfig {
   std::string best_dir;         // empty = RUN_DIR/best
   // how saves run
   bool async = true;                 // snapshot to host memory, persist on a writer thread
-  std::string when_busy = "wait";    // a save due while one is in flight: wait | skip
-  std::string on_error = "continue"; // a failed save (disk full, store down): continue | stop
+  WhenBusy when_busy = WhenBusy::kWait;          // a save due while one is in flight
+  OnSaveError on_error = OnSaveError::kContinue;  // a failed save (disk full, store down)
   // preemption
-  std::string on_notice = "finish";  // finish the current step, or abandon it (keeps the last update)
+  OnNotice on_notice = OnNotice::kFinish;  // finish the current step, or abandon it (keeps the last update)
   bool fast_survives = true;         // false: the instance's disk dies with it; emergency saves go durable
   std::string notice_url;            // cloud metadata base URL polled for a spot notice; empty = off
-  std::string notice_kind = "aws";   // aws | gcp
+  NoticeKind notice_kind = NoticeKind::kAws;
   double notice_poll_s = 5;
   double notice_window_s = 30;       // assumed warning time for SIGTERM/SIGUSR1 and GCP
   // S3-compatible stores (credentials come from the AWS environment variables or ~/.aws, never here)
@@ -58,18 +95,18 @@ struct TrainConfig {
   double lr = 6e-4;
   double min_lr_ratio = 0.1;    // cosine floor = lr * min_lr_ratio
   int warmup_steps = 100;
-  std::string schedule = "cosine";  // cosine | constant
+  LrScheduleKind schedule = LrScheduleKind::kCosine;
   double weight_decay = 0.1;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double grad_clip = 1.0;       // global norm; 0 disables
   uint64_t seed = 1337;
-  std::string precision = "fp32";  // fp32 | bf16 | fp16
-  std::string device = "cpu";       // cpu | cpu-ref | cuda | auto
-  std::string recompute = "none";   // none | gelu: recompute the GELU outputs in the backward (gpt_config.h)
+  TrainPrecision precision = TrainPrecision::kFp32;
+  TrainDevice device = TrainDevice::kCpu;
+  Recompute recompute = Recompute::kNone;  // recompute the GELU outputs in the backward (gpt_config.h)
   // fp16 dynamic loss scaling (precision fp16 only; backend/loss_scaler.h, docs/gpu.md). Keys fp16.*.
   double loss_scale_init = 65536;        // the first scale (2^16); a resumed run continues its saved scale
   int loss_scale_growth_interval = 2000; // good steps in a row before the scale doubles
-  std::string cuda_attention = "naive";  // cuda.attention: naive | flash (ignored on the CPU)
+  AttentionKernel cuda_attention = AttentionKernel::kNaive;  // ignored on the CPU
 
   // evaluation and samples
   int eval_every = 100;     // steps; 0 = only at the end

@@ -7,8 +7,6 @@
 #include <cmath>
 #include <filesystem>
 
-#include "backend/peak_probe.h"
-#include "backend/registry.h"
 #include "core/file_util.h"
 #include "core/progress.h"
 #include "metrics/gpu_sampler_thread.h"
@@ -35,70 +33,71 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-Compute PrecisionCompute(const std::string& precision) {
-  if (precision == "bf16") return Compute::kBF16;
-  if (precision == "fp16") return Compute::kF16;
-  return Compute::kF32;
+}  // namespace
+
+Status Trainer::OpenTokenizer() {
+  const std::string tok_path = cfg_.data_dir + "/tokenizer.model";
+  TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(tok_path));
+  tokenizer_ = std::make_unique<Tokenizer>(std::move(tok));
+  if (cfg_.model.vocab_size == 0) cfg_.model.vocab_size = tokenizer_->vocab_size();
+  if (cfg_.model.vocab_size < tokenizer_->vocab_size()) {
+    return Status::InvalidArgument(fmt::format("model.vocab_size ({}) is smaller than the tokenizer's ({}) in {}",
+                                               cfg_.model.vocab_size, tokenizer_->vocab_size(), tok_path));
+  }
+  return Status::Ok();
 }
 
-}  // namespace
+Status Trainer::OpenLoaders(const std::string& dir) {
+  TERN_ASSIGN_OR_RETURN(auto train_shards, FindShards(dir, "train"));
+  TERN_ASSIGN_OR_RETURN(auto val_shards, FindShards(dir, "val"));
+  TERN_ASSIGN_OR_RETURN(train_loader_, DataLoader::Open(train_shards, cfg_.batch_size, cfg_.seq_len, cfg_.seed, true));
+  TERN_ASSIGN_OR_RETURN(val_loader_, DataLoader::Open(val_shards, cfg_.batch_size, cfg_.seq_len, cfg_.seed, false));
+  return Status::Ok();
+}
+
+Status Trainer::OpenDevice() {
+  TERN_ASSIGN_OR_RETURN(setup_, MakeRunSetup(cfg_));
+  LossScaler::Options scaling;
+  scaling.initial_scale = cfg_.loss_scale_init;
+  scaling.growth_interval = cfg_.loss_scale_growth_interval;
+  scaler_ = LossScaler(scaling);
+  return Status::Ok();
+}
+
+void Trainer::BuildModel() {
+  model_ = std::make_unique<Gpt>(setup_.backend.get(), cfg_.model, cfg_.batch_size, cfg_.seq_len, setup_.compute,
+                                 cfg_.recompute);
+  schedule_ = {cfg_.lr, cfg_.min_lr_ratio, cfg_.warmup_steps, cfg_.steps, cfg_.schedule == LrScheduleKind::kCosine};
+  flops_per_token_ = GptFlopsPerToken(cfg_.model, cfg_.seq_len);
+}
 
 Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool quiet, TrainerEnv env) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->cfg_ = config;
   t->quiet_ = quiet;
   t->env_ = std::move(env);
-  TrainConfig& cfg = t->cfg_;
+  const TrainConfig& cfg = t->cfg_;
 
-  const std::string tok_path = cfg.data_dir + "/tokenizer.model";
-  TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(tok_path));
-  t->tokenizer_ = std::make_unique<Tokenizer>(std::move(tok));
-  if (cfg.model.vocab_size == 0) cfg.model.vocab_size = t->tokenizer_->vocab_size();
-  if (cfg.model.vocab_size < t->tokenizer_->vocab_size()) {
-    return Status::InvalidArgument(fmt::format("model.vocab_size ({}) is smaller than the tokenizer's ({}) in {}",
-                                               cfg.model.vocab_size, t->tokenizer_->vocab_size(), tok_path));
-  }
+  TERN_RETURN_IF_ERROR(t->OpenTokenizer());
   TERN_RETURN_IF_ERROR(cfg.model.Validate());
   TERN_RETURN_IF_ERROR(cfg.Validate());
-
-  TERN_ASSIGN_OR_RETURN(auto train_shards, FindShards(cfg.data_dir, "train"));
-  TERN_ASSIGN_OR_RETURN(auto val_shards, FindShards(cfg.data_dir, "val"));
-  TERN_ASSIGN_OR_RETURN(t->train_loader_, DataLoader::Open(train_shards, cfg.batch_size, cfg.seq_len, cfg.seed, true));
-  TERN_ASSIGN_OR_RETURN(t->val_loader_, DataLoader::Open(val_shards, cfg.batch_size, cfg.seq_len, cfg.seed, false));
-
-  TERN_ASSIGN_OR_RETURN(t->backend_, MakeBackend(cfg.device));
-  const Compute compute = PrecisionCompute(cfg.precision);
-  t->compute_ = compute;
-  // The fast CPU path has no fp16 matmul: emulate it (operands rounded to fp16, fp32 products) so the fp16
-  // trainer runs, and is tested, on every backend.
-  if (compute == Compute::kF16) t->backend_ = WithF16Emulation(std::move(t->backend_));
-  if (t->backend_->capabilities().is_gpu && !t->backend_->SetAttentionKernel(cfg.cuda_attention)) {
-    return Status::InvalidArgument(fmt::format("cuda.attention={} is not available on {}; use cuda.attention=naive",
-                                               cfg.cuda_attention, t->backend_->name()));
-  }
-  LossScaler::Options scaling;
-  scaling.initial_scale = cfg.loss_scale_init;
-  scaling.growth_interval = cfg.loss_scale_growth_interval;
-  t->scaler_ = LossScaler(scaling);
-  TERN_ASSIGN_OR_RETURN(const Recompute recompute, ParseRecompute(cfg.recompute));
-  t->model_ = std::make_unique<Gpt>(t->backend_.get(), cfg.model, cfg.batch_size, cfg.seq_len, compute, recompute);
-  // InitWeights waits until we know whether a checkpoint replaces the weights (OpenCheckpoints below):
-  // initialising 124M parameters only to overwrite them is a second of the time to the first resumed step.
-
-  t->schedule_ = {cfg.lr, cfg.min_lr_ratio, cfg.warmup_steps, cfg.steps, cfg.schedule == "cosine"};
+  TERN_RETURN_IF_ERROR(t->OpenLoaders(cfg.data_dir));
+  TERN_RETURN_IF_ERROR(t->OpenDevice());
+  // The model's buffers; InitWeights waits until we know whether a checkpoint replaces the weights
+  // (OpenCheckpoints below): initialising 124M parameters only to overwrite them is a second of the time to the
+  // first resumed step.
+  t->BuildModel();
   t->cost_.price_per_hour = cfg.price_per_hour;
-  t->flops_per_token_ = GptFlopsPerToken(cfg.model, cfg.seq_len);
-  // fp16 and bf16 tensor cores have the same peak on every supported GPU, and the probe's bf16 path is the one
-  // that pre-casts its operands; on the CPU fp16 runs at the fp32 matmul's speed (emulated).
-  const Compute probe = compute != Compute::kF16 ? compute : t->backend_->capabilities().native_fp16 ? Compute::kBF16 : Compute::kF32;
-  t->peak_gflops_ = cfg.peak_gflops > 0 ? cfg.peak_gflops : MeasurePeakGflops(t->backend_.get(), probe, 0.5);
+  t->peak_gflops_ = cfg.peak_gflops > 0 ? cfg.peak_gflops : ProbeRunPeak(t->setup_);
+  Backend* backend = t->setup_.backend.get();
   if (t->env_.gpu_sampler) {
     t->gpu_ = t->env_.gpu_sampler;
-  } else if (t->backend_->capabilities().is_gpu) {
-    t->gpu_ = std::make_shared<BackgroundGpuSampler>(std::make_unique<NvmlSampler>(t->backend_->PciBusId()));
+  } else if (backend->capabilities().is_gpu) {
+    t->gpu_ = std::make_shared<BackgroundGpuSampler>(std::make_unique<NvmlSampler>(backend->PciBusId()));
   }
   if (t->gpu_ && t->gpu_->available()) t->gpu_meter_ = std::make_unique<GpuStepMeter>(t->gpu_.get());
 
+  const std::string tok_path = cfg.data_dir + "/tokenizer.model";
   TERN_RETURN_IF_ERROR(MakeDirs(cfg.run_dir));
   TERN_RETURN_IF_ERROR(WriteFileAtomic(cfg.run_dir + "/config.yaml", TrainConfigToYaml(cfg)));
   std::error_code ec;
@@ -116,20 +115,20 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   nlohmann::json start_row = {{"event", "start"},
                               {"model", cfg.model.ToString()},
                               {"params", t->model_->num_params()},
-                              {"device", t->backend_->name()},
+                              {"device", backend->name()},
                               {"threads", omp_get_max_threads()},
-                              {"precision", cfg.precision},
+                              {"precision", PrecisionName(cfg.precision)},
                               {"batch_size", cfg.batch_size},
                               {"seq_len", cfg.seq_len},
                               {"grad_accum_steps", cfg.grad_accum_steps()},
-                              {"recompute", cfg.recompute},
+                              {"recompute", RecomputeName(cfg.recompute)},
                               {"flops_per_token", t->flops_per_token_},
                               {"peak_gflops", t->peak_gflops_},
                               {"memory_bytes", mem.total()},
                               {"tokenizer", t->tokenizer_->fingerprint()},
                               {"price_per_hour", cfg.price_per_hour}};
   if (t->gpu_) start_row["gpu_metrics"] = t->gpu_->status();
-  if (compute == Compute::kF16) start_row["loss_scale"] = t->scaler_.scale();
+  if (t->setup_.compute == Compute::kF16) start_row["loss_scale"] = t->scaler_.scale();
   TERN_RETURN_IF_ERROR(t->log_.Write(start_row));
   if (!resume_row.is_null()) TERN_RETURN_IF_ERROR(t->log_.Write(resume_row));
   return t;
@@ -140,7 +139,7 @@ Result<StepStats> Trainer::Step() {
   const int accum = cfg_.grad_accum_steps();
   const int B = cfg_.batch_size, T = cfg_.seq_len;
   const float dloss = 1.0f / (static_cast<float>(B) * T * accum);
-  const bool fp16 = compute_ == Compute::kF16;
+  const bool fp16 = setup_.compute == Compute::kF16;
   // fp16: the loss (so every gradient) is multiplied by the scale, keeping small gradients above fp16's
   // underflow; AdamW divides it out again (with the clipping factor) through grad_scale.
   const float seed = fp16 ? static_cast<float>(dloss * scaler_.scale()) : dloss;
@@ -177,12 +176,12 @@ Result<StepStats> Trainer::Step() {
   if (cfg_.grad_clip > 0 && s.grad_norm > cfg_.grad_clip) grad_scale *= static_cast<float>(cfg_.grad_clip / s.grad_norm);
   s.lr = schedule_.At(step_);
   if (!s.skipped) {
-    ckpt_->WaitForSnapshot();  // a save in flight must finish copying the weights before they change
+    if (ckpt_) ckpt_->WaitForSnapshot();  // a save in flight must finish copying the weights before they change
     adam_t_++;
     model_->AdamWStep(static_cast<float>(s.lr), cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay, grad_scale,
                       adam_t_);
   }
-  backend_->Synchronize();
+  setup_.backend->Synchronize();
   step_++;
   s.step = step_;
   s.step_s = Seconds(start);
@@ -223,11 +222,8 @@ Result<double> Trainer::Evaluate() {
   return sum / cfg_.eval_batches;
 }
 
-// Samples run on the serving engine (serve/generate.h), tern's one decode loop, over a host copy of the
-// live weights; the prompt is cropped and the length capped so that they fit the trained length.
-Result<std::vector<std::string>> Trainer::Samples(int count, int tokens) {
-  std::vector<std::string> out;
-  if (count <= 0 || tokens <= 0) return out;
+// The prompt is cropped and the length capped so that they fit the trained length.
+GenerationRequest Trainer::SampleRequest(int count, int tokens, bool full_length) const {
   GenerationRequest r;
   r.prompt = tokenizer_->Encode(cfg_.sample_prompt);
   if (r.prompt.empty()) r.prompt.push_back(tokenizer_->eos_id());
@@ -237,6 +233,17 @@ Result<std::vector<std::string>> Trainer::Samples(int count, int tokens) {
   r.sampling = {0.8f, 40, 1.0f};
   r.seed = cfg_.seed + 1000;
   r.n = std::min(count, kMaxChoices);
+  r.ignore_eos = full_length;
+  return r;
+}
+
+// Samples run on the serving engine (infer/generate.h), tern's one decode loop, over a host copy of the
+// live weights.
+Result<std::vector<std::string>> Trainer::Samples(int count, int tokens, bool full_length) {
+  std::vector<std::string> out;
+  if (count <= 0 || tokens <= 0) return out;
+  const GenerationRequest r = SampleRequest(count, tokens, full_length);
+  const int context = std::min(cfg_.seq_len, cfg_.model.block_size);
   TERN_ASSIGN_OR_RETURN(auto gen, GenerateOnce(cfg_.model, model_->GetParameters(), *tokenizer_, r, context));
   for (const Generated& g : gen) {
     std::vector<int32_t> ids = r.prompt;
@@ -256,10 +263,10 @@ Result<TrainSummary> Trainer::Run() {
     std::fprintf(stderr,
                  "tern train: %s, %.2fM params, %s on %s (%d threads), B=%d T=%d x%d accum = %llu tokens/step, "
                  "%d steps\n  peak %.0f GFLOP/s (%s), %.1f MFLOP/token; run dir %s\n",
-                 cfg_.model.ToString().c_str(), model_->num_params() / 1e6, cfg_.precision.c_str(),
-                 backend_->name().c_str(), omp_get_max_threads(), cfg_.batch_size, cfg_.seq_len,
+                 cfg_.model.ToString().c_str(), model_->num_params() / 1e6, PrecisionName(cfg_.precision),
+                 setup_.backend->name().c_str(), omp_get_max_threads(), cfg_.batch_size, cfg_.seq_len,
                  cfg_.grad_accum_steps(), static_cast<unsigned long long>(tokens_per_step), cfg_.steps, peak_gflops_,
-                 cfg_.precision.c_str(), flops_per_token_ / 1e6, cfg_.run_dir.c_str());
+                 PrecisionName(cfg_.precision), flops_per_token_ / 1e6, cfg_.run_dir.c_str());
   }
   sum.resumed_from = resumed_from_;
   ProgressBar bar("train", cfg_.steps, "step", quiet_ ? nullptr : stderr);
@@ -279,9 +286,9 @@ Result<TrainSummary> Trainer::Run() {
                           {"lr", s.lr},               {"grad_norm", s.grad_norm},
                           {"tokens", tokens_seen_},   {"tokens_per_s", s.tokens_per_s},
                           {"mfu", s.mfu},             {"step_ms", s.step_s * 1e3},
-                          {"data_wait_ms", s.data_wait_s * 1e3}, {"precision", cfg_.precision},
+                          {"data_wait_ms", s.data_wait_s * 1e3}, {"precision", PrecisionName(cfg_.precision)},
                           {"elapsed_s", elapsed}};
-    if (compute_ == Compute::kF16) {
+    if (setup_.compute == Compute::kF16) {
       row["loss_scale"] = s.loss_scale;
       if (s.skipped) {
         row["skipped"] = true;
@@ -336,7 +343,7 @@ Result<TrainSummary> Trainer::Run() {
   ckpt_->WaitIdle();  // the last save is published before the run reports success
   Status save_failure;
   TERN_RETURN_IF_ERROR(DrainCheckpointEvents(&bar, &save_failure));
-  if (!save_failure.ok() && cfg_.ckpt.on_error == "stop") {
+  if (!save_failure.ok() && cfg_.ckpt.on_error == OnSaveError::kStop) {
     return save_failure.WithContext("the final checkpoint failed and ckpt.on_error=stop");
   }
   if (steps_here == 0) {  // resumed a finished run: nothing to train, still report where it stands
@@ -365,7 +372,7 @@ Status Trainer::WriteRunFiles(const TrainSummary& s) {
                             {"train_s", s.train_s},   {"tokens_per_s", s.tokens_per_s},
                             {"mfu", s.mfu},           {"peak_gflops", s.peak_gflops},
                             {"cost_usd", s.cost_usd}, {"samples", s.samples}};
-  if (compute_ == Compute::kF16) {
+  if (setup_.compute == Compute::kF16) {
     summary["loss_scale"] = scaler_.scale();
     summary["skipped_steps"] = scaler_.state().skipped_steps;
   }

@@ -18,14 +18,19 @@
 #include "core/status.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
+#include "infer/generate.h"
 #include "metrics/nvml_sampler.h"
 #include "metrics/run_log.h"
 #include "model/gpt.h"
 #include "train/lr_schedule.h"
+#include "train/run_setup.h"
 #include "train/train_checkpoint.h"
 #include "train/train_config.h"
 
 namespace tern {
+
+struct BenchOptions;
+struct BenchResult;
 
 struct StepStats {
   int step = 0;  // 1-based, after the update
@@ -81,7 +86,9 @@ class Trainer {
   Result<StepStats> Step();
   // Mean loss over eval_batches validation batches, always starting from the start of the val split.
   Result<double> Evaluate();
-  Result<std::vector<std::string>> Samples(int count, int tokens);
+  // `count` samples of up to `tokens` tokens, decoded together; full_length: past end-of-text too, so that
+  // every call decodes all of them (tern bench times one).
+  Result<std::vector<std::string>> Samples(int count, int tokens, bool full_length = false);
 
   Gpt& model() { return *model_; }
   const TrainConfig& config() const { return cfg_; }
@@ -96,6 +103,14 @@ class Trainer {
 
  private:
   Trainer() = default;
+  // Create's stages. `tern bench` (train/bench.h) runs them one at a time, timing each, and then this trainer's
+  // own Step, Evaluate and Samples; it opens no run directory, metrics log, checkpoints or preemption watcher.
+  friend Result<BenchResult> RunBench(const BenchOptions& options);
+  Status OpenTokenizer();                      // cfg_.data_dir's; model.vocab_size 0 becomes its size
+  Status OpenLoaders(const std::string& dir);  // dir's train and val shards
+  Status OpenDevice();                         // MakeRunSetup (run_setup.h) and the loss scaler
+  void BuildModel();                           // the model's buffers (weights not initialised), LR schedule
+  GenerationRequest SampleRequest(int count, int tokens, bool full_length) const;  // Samples' decode
   Status WriteRunFiles(const TrainSummary& summary);
   // fp16: turns the scaled gradient norm into the step's decision (trainer.cpp).
   Status DecideFp16Step(double scaled_norm, StepStats* s, float* unscale);
@@ -113,12 +128,11 @@ class Trainer {
 
   TrainConfig cfg_;
   bool quiet_ = false;
-  std::unique_ptr<Backend> backend_;
+  RunSetup setup_;  // the backend and compute types (run_setup.h)
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   LrSchedule schedule_;
-  Compute compute_ = Compute::kF32;
   LossScaler scaler_;  // fp16 only: its state is checkpointed (trainer.json "loss_scale")
   int adam_t_ = 0;     // AdamW updates applied so far
   std::shared_ptr<GpuSampler> gpu_;

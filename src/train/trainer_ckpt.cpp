@@ -22,7 +22,7 @@ DataIdentity Trainer::data_identity() const {
 
 Status Trainer::CaptureSnapshotMeta(ckpt::Snapshot& snap) {
   TrainProgress p{step_, tokens_seen_, train_seconds_, train_loader_->position(), adam_t_, std::nullopt};
-  if (compute_ == Compute::kF16) p.loss_scale = scaler_.state();
+  if (setup_.compute == Compute::kF16) p.loss_scale = scaler_.state();
   return CaptureTrainMeta(*model_, cfg_, data_identity(), p, &snap);
 }
 
@@ -37,7 +37,7 @@ Status Trainer::SaveTo(const std::vector<int>& tiers, const std::string& kind, s
 }
 
 bool Trainer::AbandonRequested() const {
-  return watcher_ && cfg_.ckpt.on_notice == "abandon" && watcher_->notified();
+  return watcher_ && cfg_.ckpt.on_notice == OnNotice::kAbandon && watcher_->notified();
 }
 
 Status Trainer::OpenCheckpoints(nlohmann::json* resume_row) {
@@ -47,32 +47,32 @@ Status Trainer::OpenCheckpoints(nlohmann::json* resume_row) {
   ckpt::PreemptionOptions po;
   po.signals = env_.handle_signals;
   po.url = cfg_.ckpt.notice_url;
-  po.kind = cfg_.ckpt.notice_kind;
+  po.kind = NoticeKindName(cfg_.ckpt.notice_kind);
   po.poll_s = cfg_.ckpt.notice_poll_s;
   po.signal_window_s = cfg_.ckpt.notice_window_s;
   TERN_ASSIGN_OR_RETURN(watcher_, ckpt::PreemptionWatcher::Start(po));
 
-  const std::string& mode = cfg_.ckpt.resume;
-  if (mode == "none") return Status::Ok();
+  const ResumeFrom& from = cfg_.ckpt.resume;
+  if (from.mode == ResumeFrom::Mode::kNone) return Status::Ok();
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::string> skipped;
   Result<ckpt::LoadedCheckpoint> loaded = Status::NotFound("");
-  if (mode == "auto") {
+  if (from.mode == ResumeFrom::Mode::kAuto) {
     loaded = ckpt_->LoadNewestValid(&skipped);
   } else {
     ckpt::StorageOpener open = mo.open_storage;
     if (!open) open = [s3 = mo.s3](const std::string& uri) { return ckpt::OpenStorage(uri, s3); };
-    loaded = ckpt::LoadCheckpointAt(mode, open, &skipped);
+    loaded = ckpt::LoadCheckpointAt(from.path, open, &skipped);
   }
   for (const auto& s : skipped)
     if (!quiet_) std::fprintf(stderr, "tern train: skipping a damaged checkpoint: %s\n", s.c_str());
   if (!loaded.ok()) {
-    if (mode == "auto" && loaded.status().code() == Status::Code::kNotFound) {
+    if (from.mode == ResumeFrom::Mode::kAuto && loaded.status().code() == Status::Code::kNotFound) {
       if (!quiet_) std::fprintf(stderr, "tern train: no checkpoint to resume from; starting at step 0\n");
       if (!skipped.empty()) *resume_row = {{"event", "resume"}, {"step", 0}, {"skipped", skipped}};
       return Status::Ok();
     }
-    return loaded.status().WithContext("resuming (ckpt.resume=" + mode + ")");
+    return loaded.status().WithContext("resuming (ckpt.resume=" + from.ToString() + ")");
   }
   TERN_ASSIGN_OR_RETURN(RestoredTrain r, RestoreTrainState(*loaded, cfg_, data_identity(), model_.get()));
   step_ = r.progress.step;
@@ -81,7 +81,7 @@ Status Trainer::OpenCheckpoints(nlohmann::json* resume_row) {
   adam_t_ = r.progress.adam_t >= 0 ? r.progress.adam_t : step_;
   // The scale is training state: a resumed fp16 run continues with the saved one, whatever fp16.initial_scale
   // says (that key only starts fresh runs). A checkpoint of another precision has none: start from the config.
-  if (compute_ == Compute::kF16 && r.progress.loss_scale) scaler_.set_state(*r.progress.loss_scale);
+  if (setup_.compute == Compute::kF16 && r.progress.loss_scale) scaler_.set_state(*r.progress.loss_scale);
   TERN_RETURN_IF_ERROR(train_loader_->Restore(r.progress.loader).WithContext("restoring the data position"));
   resumed_from_ = step_;
   last_saved_step_ = step_;
@@ -122,7 +122,7 @@ Status Trainer::MaybeCheckpoint(int step, bool last, std::optional<double> val_l
   }
   Status failure;
   TERN_RETURN_IF_ERROR(DrainCheckpointEvents(bar, &failure));
-  if (!failure.ok() && cfg_.ckpt.on_error == "stop") {
+  if (!failure.ok() && cfg_.ckpt.on_error == OnSaveError::kStop) {
     return failure.WithContext("checkpoint failed and ckpt.on_error=stop (the previous checkpoint is intact)");
   }
   return Status::Ok();

@@ -48,7 +48,7 @@ class Fp16Trainer : public ::testing::Test {
     c.eval_batches = 2;
     c.num_samples = 0;
     c.peak_gflops = 100;
-    c.precision = precision;
+    c.precision = ParsePrecision(precision).value();
     c.loss_scale_init = 1024;
     c.run_dir = (root_ / run).string();
     fs::remove_all(c.run_dir);
@@ -191,7 +191,7 @@ TEST_F(Fp16Trainer, ResumeRestoresTheScale) {
   TrainConfig b = Config("resume_b", "fp16", 8);
   b.loss_scale_growth_interval = 3;
   b.loss_scale_init = 8;  // ignored on resume: the scale is training state
-  b.ckpt.resume = a.run_dir + "/checkpoints/step_00000004";
+  b.ckpt.resume = ResumeFrom::Path(a.run_dir + "/checkpoints/step_00000004");
   auto tb = Make(b, OverflowAt(2));
   ASSERT_TRUE(tb);
   EXPECT_EQ(tb->loss_scaler().scale(), 512);

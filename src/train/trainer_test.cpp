@@ -113,8 +113,8 @@ TEST_F(TrainerTest, GeluRecomputeSameLossesAndWeightsBitForBit) {
     SCOPED_TRACE(precision);
     auto run = [&](const std::string& recompute, GptMemory* mem) {
       TrainConfig c = SmallConfig(std::string("recompute_") + precision + "_" + recompute);
-      c.precision = precision;
-      c.recompute = recompute;
+      c.precision = ParsePrecision(precision).value();
+      c.recompute = ParseRecompute(recompute).value();
       auto t = Trainer::Create(c, true);
       EXPECT_TRUE(t.ok()) << t.status().ToString();
       std::vector<double> trace;
@@ -140,7 +140,7 @@ TEST_F(TrainerTest, GeluRecomputeSameLossesAndWeightsBitForBit) {
 
 TEST_F(TrainerTest, Bf16TrainsToo) {
   TrainConfig c = SmallConfig("run_bf16");
-  c.precision = "bf16";
+  c.precision = TrainPrecision::kBf16;
   auto t = Trainer::Create(c, true);
   ASSERT_TRUE(t.ok());
   auto s = (*t)->Run();
@@ -193,7 +193,7 @@ TEST(LrSchedule, WarmupThenCosineToFloor) {
 TEST(TrainConfig, OverridesAndValidation) {
   TrainConfig c;
   EXPECT_TRUE(ApplyOverride("train.precision=bf16", &c).ok());
-  EXPECT_EQ(c.precision, "bf16");
+  EXPECT_EQ(c.precision, TrainPrecision::kBf16);
   EXPECT_FALSE(ApplyOverride("train.precision=fp8", &c).ok());
   EXPECT_FALSE(ApplyOverride("nosuch.key=1", &c).ok());
   EXPECT_FALSE(ApplyOverride("train.steps", &c).ok());
