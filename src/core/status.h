@@ -1,5 +1,7 @@
 // Errors as values (leveldb style): every expected failure (bad input, I/O, network) returns a Status
 // or a Result<T> whose message says what was wrong and what to do. Asserts are for our own bugs only.
+// Both are [[nodiscard]] (and the build makes ignoring one an error, -Werror=unused-result): a caller that
+// really means to ignore a failure says so with a (void) cast and a comment saying why.
 #pragma once
 
 #include <cassert>
@@ -11,7 +13,7 @@
 
 namespace tern {
 
-class Status {
+class [[nodiscard]] Status {
  public:
   enum class Code { kOk, kInvalidArgument, kNotFound, kIoError, kCorruption, kUnavailable, kInternal };
 
@@ -43,7 +45,7 @@ class Status {
 
 // A value or the Status explaining why there is none.
 template <typename T>
-class Result {
+class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) { assert(!std::get<Status>(v_).ok()); }  // NOLINT
