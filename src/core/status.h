@@ -48,6 +48,7 @@ template <typename T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  // `status` must be an error: a Result made from an OK Status has neither a value nor a reason (asserted).
   Result(Status status) : v_(std::move(status)) { assert(!std::get<Status>(v_).ok()); }  // NOLINT
 
   bool ok() const { return std::holds_alternative<T>(v_); }
@@ -55,6 +56,7 @@ class [[nodiscard]] Result {
     static const Status kOk;
     return ok() ? kOk : std::get<Status>(v_);
   }
+  // value() (and ->, *) on an error is a bug in the caller, who must check ok() first (asserted).
   T& value() & { assert(ok()); return std::get<T>(v_); }
   const T& value() const& { assert(ok()); return std::get<T>(v_); }
   T&& value() && { assert(ok()); return std::get<T>(std::move(v_)); }
