@@ -13,7 +13,10 @@ namespace tern::plan {
 namespace {
 
 namespace fs = std::filesystem;
-std::string TestData(const std::string& name) { return (fs::path(__FILE__).parent_path() / "testdata" / name).string(); }
+// TERN_TEST_SOURCE_DIR, not __FILE__: __FILE__ is relative to the build folder when ccache rewrites paths.
+std::string TestData(const std::string& name) {
+  return (fs::path(TERN_TEST_SOURCE_DIR) / "src/plan/testdata" / name).string();
+}
 
 Catalog SmallCatalog() {
   return LoadCatalog({TestData("gpus.csv"), TestData("instances.csv"), TestData("network.csv")}, PlanDefaults()).value();

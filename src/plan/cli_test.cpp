@@ -86,7 +86,7 @@ TEST(PlanCli, ConstraintsAndFilters) {
 }
 
 TEST(PlanCli, ConfigPlansTheWholeTrainingRun) {
-  const std::string bench = (fs::path(__FILE__).parent_path() / "testdata" / "bench_demo_run.json").string();
+  const std::string bench = (fs::path(TERN_TEST_SOURCE_DIR) / "src/plan/testdata/bench_demo_run.json").string();
   const std::string args = "plan --config configs/demo.yaml --set train.steps=150 --calibrate " + bench + " --instance local";
   Output j = Tern(args + " --json");
   SKIP_IF_NO_BINARY(j);

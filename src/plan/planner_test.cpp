@@ -18,7 +18,8 @@ namespace tern::plan {
 namespace {
 
 namespace fs = std::filesystem;
-fs::path TestData(const std::string& name) { return fs::path(__FILE__).parent_path() / "testdata" / name; }
+// TERN_TEST_SOURCE_DIR, not __FILE__: __FILE__ is relative to the build folder when ccache rewrites paths.
+fs::path TestData(const std::string& name) { return fs::path(TERN_TEST_SOURCE_DIR) / "src/plan/testdata" / name; }
 
 Catalog SmallCatalog() {
   Result<Catalog> c = LoadCatalog({TestData("gpus.csv").string(), TestData("instances.csv").string(),
