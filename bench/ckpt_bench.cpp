@@ -1,4 +1,4 @@
-// Checkpoint benchmark (issue 3) for the full training state of GPT-2 124M (fp32 weights + AdamW m and v):
+// Checkpoint benchmark for the full training state of GPT-2 124M (fp32 weights + AdamW m and v):
 //   1. this disk's sequential write bandwidth with fsync (the ceiling), written like `dd conv=fsync`;
 //   2. a synchronous save: the training stall is the whole save;
 //   3. an asynchronous save: the stall is the snapshot copy; the writer's persist time gives the throughput,

@@ -11,8 +11,8 @@
 namespace tern::plan {
 namespace {
 
-// The planner's names for the model layer's presets (GptPreset): the issue and the docs say
-// "gpt2-1.5b"; the model layer says "gpt2-1558m". Both work.
+// The planner's names for the model layer's presets (GptPreset): people say "gpt2-1.5b"; the model layer
+// says "gpt2-1558m". Both work.
 struct Alias {
   const char* alias;
   const char* preset;

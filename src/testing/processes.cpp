@@ -157,7 +157,7 @@ std::unique_ptr<Moto> StartMoto(const std::string& bucket) {
   const std::string moto = FindProgram("moto_server");
   m->aws = FindProgram("aws");
   if (moto.empty() || m->aws.empty()) {
-    m->skip_reason = "moto_server or the aws CLI is not on PATH (see docs/DEPENDENCIES section 3)";
+    m->skip_reason = "moto_server or the aws CLI is not on PATH (Python's moto[server] and awscli; src/ckpt/README.md)";
     return m;
   }
   const int port = FreePort();

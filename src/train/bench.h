@@ -38,7 +38,7 @@ struct BenchOptions {
   std::string data_dir;     // prepared data: train on its tokens, time opening it; empty = random tokens
   bool random_tokens = false;  // random tokens even with a data_dir
   std::string io_dir;       // time a checkpoint save and a safetensors write here; empty = skip
-  // One call of the trainer's samples (serve/generate.h: n choices decoded together); needs data_dir's tokenizer.
+  // One call of the trainer's samples (infer/generate.h: n choices decoded together); needs data_dir's tokenizer.
   int sample_tokens = 64, sample_choices = 3;
   std::string sample_prompt;
 };

@@ -223,7 +223,7 @@ Result<double> Trainer::Evaluate() {
   return sum / cfg_.eval_batches;
 }
 
-// Samples run on the serving engine (serve/generate.h), tern's one decode loop, over a host copy of the
+// Samples run on the serving engine (infer/generate.h), tern's one decode loop, over a host copy of the
 // live weights; the prompt is cropped and the length capped so that they fit the trained length.
 Result<std::vector<std::string>> Trainer::Samples(int count, int tokens) {
   std::vector<std::string> out;
