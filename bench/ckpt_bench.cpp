@@ -1,4 +1,4 @@
-// Checkpoint benchmark (issue 3) for the full training state of GPT-2 124M (fp32 weights + AdamW m and v):
+// Checkpoint benchmark for the full training state of GPT-2 124M (fp32 weights + AdamW m and v):
 //   1. this disk's sequential write bandwidth with fsync (the ceiling), written like `dd conv=fsync`;
 //   2. a synchronous save: the training stall is the whole save;
 //   3. an asynchronous save: the stall is the snapshot copy; the writer's persist time gives the throughput,
@@ -182,6 +182,10 @@ int main(int argc, char** argv) {
   so.tiers = {{"fast", dir + "/sync", 0, {1, 0, 0}}};
   so.async = false;
   auto sync_mgr = ckpt::CheckpointManager::Open(so);
+  if (!sync_mgr.ok()) {
+    std::fprintf(stderr, "ckpt_bench: %s\n", sync_mgr.status().ToString().c_str());
+    return 1;
+  }
   double sync_s[2];
   for (int i = 0; i < 2; i++) {
     progress.step = i + 1;
@@ -207,6 +211,10 @@ int main(int argc, char** argv) {
   ao.tiers = {{"fast", dir + "/async", 0, {1, 0, 0}}};
   ao.async = true;
   auto mgr = ckpt::CheckpointManager::Open(ao);
+  if (!mgr.ok()) {
+    std::fprintf(stderr, "ckpt_bench: %s\n", mgr.status().ToString().c_str());
+    return 1;
+  }
   double stall[2] = {0, 0}, persist = 0, copy_s = 0, overlapped_step = 0;
   int overlapped = 0;
   uint64_t bytes = 0;
@@ -214,8 +222,12 @@ int main(int argc, char** argv) {
     progress.step = 10 + i;
     double fence_s = 0;
     const double t0 = Now();
-    (*mgr)->Save(10 + i, {0}, "periodic", std::nullopt, capture, copy);
+    const Status st = (*mgr)->Save(10 + i, {0}, "periodic", std::nullopt, capture, copy);
     stall[i] = Now() - t0;
+    if (!st.ok()) {
+      std::fprintf(stderr, "ckpt_bench: async save failed: %s\n", st.ToString().c_str());
+      return 1;
+    }
     // Training continues while the writer copies and persists; the next update waits for the copy.
     do {
       overlapped_step += i == 1 ? TrainStep(model, B, T, rng, mgr->get(), &fence_s) : 0;
@@ -224,6 +236,10 @@ int main(int argc, char** argv) {
     stall[i] += fence_s;
     (*mgr)->WaitIdle();
     for (const auto& e : (*mgr)->TakeEvents()) {
+      if (!e.status.ok()) {
+        std::fprintf(stderr, "ckpt_bench: async save failed: %s\n", e.status.ToString().c_str());
+        return 1;
+      }
       persist = e.persist_ms / 1e3;
       copy_s = e.copy_ms / 1e3;
       bytes = e.bytes;
@@ -260,6 +276,10 @@ int main(int argc, char** argv) {
     ckpt::ManagerOptions ro = ao;
     ro.async = false;
     auto rm = ckpt::CheckpointManager::Open(ro);
+    if (!rm.ok()) {
+      std::fprintf(stderr, "ckpt_bench: %s\n", rm.status().ToString().c_str());
+      return 1;
+    }
     std::vector<std::string> skipped;
     auto loaded = (*rm)->LoadNewestValid(&skipped);
     const double t_load = Now();

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The PyTorch baseline for bench/vs_pytorch.sh: a nanoGPT-style GPT-2 training step (same model as tern:
 tied head, tanh GELU, AdamW with decay on matrices, grad clipping), on 2 threads. Prints tokens/s as the
-median of 3 timed runs. bf16 = CPU autocast, as the issue specifies.
+median of 3 timed runs. bf16 = CPU autocast.
 
 usage: pytorch_step.py L H C V B T fp32|bf16 [steps]
 """

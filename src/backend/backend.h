@@ -166,7 +166,7 @@ class Backend {
   // dst[n] = bf16(src[n]) with round-to-nearest-even.
   virtual void CastF32ToBF16(uint16_t* dst, const float* src, size_t n) = 0;
 
-  // ---- inference ops (serve/) -----------------------------------------------------------------------
+  // ---- inference ops (infer/) -----------------------------------------------------------------------
   // Optional: the base class aborts with "op X not implemented on backend Y"; training never calls them.
   // A ragged batch has N rows, the new tokens of S sequences concatenated (sequence s owns the rows
   // [q_start, q_start + q_len)). Each layer's KV cache is a pool of fixed-size blocks (bs tokens per block,
@@ -194,7 +194,7 @@ class Backend {
                                      DType kv_dtype, const int32_t* seqs, const int32_t* block_tables, int S,
                                      int max_blocks, int N, int C, int NH, int bs);
   // out[N,OC] = inp[N,K] * W[OC,K]^T + bias (bias may be null) with int8 weights and int8 activations:
-  //   W[o,k] ~= w(o,k) * w_scale[o]   (per-output-channel symmetric, serve/quantize.h makes them)
+  //   W[o,k] ~= w(o,k) * w_scale[o]   (per-output-channel symmetric, infer/quantize.h makes them)
   //   a(n,k) = nearbyint(inp[n,k] * (127 / m_n)), m_n = max_k |inp[n,k]| (a = 0 when m_n = 0)
   //   out[n,o] = float(sum_k a(n,k) * w(o,k)) * (m_n / 127 * w_scale[o]) + bias[o]   (int32 sum: exact)
   // w is packed for int8 dot products (VNNI, dp4a): OC in groups of 16 (zero-padded), K in groups of 4;

@@ -1,4 +1,4 @@
-// tern generate RUN_DIR --prompt TEXT: samples through the serving engine (serve/generate.h), so the command
+// tern generate RUN_DIR --prompt TEXT: samples through the serving engine (infer/generate.h), so the command
 // line, the server and the trainer share one decode loop. Several samples are the n choices of one request.
 #include <cstdio>
 #include <memory>

@@ -1,5 +1,7 @@
 // Errors as values (leveldb style): every expected failure (bad input, I/O, network) returns a Status
 // or a Result<T> whose message says what was wrong and what to do. Asserts are for our own bugs only.
+// Both are [[nodiscard]] (and the build makes ignoring one an error, -Werror=unused-result): a caller that
+// really means to ignore a failure says so with a (void) cast and a comment saying why.
 #pragma once
 
 #include <cassert>
@@ -11,7 +13,7 @@
 
 namespace tern {
 
-class Status {
+class [[nodiscard]] Status {
  public:
   enum class Code { kOk, kInvalidArgument, kNotFound, kIoError, kCorruption, kUnavailable, kInternal };
 
@@ -43,9 +45,10 @@ class Status {
 
 // A value or the Status explaining why there is none.
 template <typename T>
-class Result {
+class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  // `status` must be an error: a Result made from an OK Status has neither a value nor a reason (asserted).
   Result(Status status) : v_(std::move(status)) { assert(!std::get<Status>(v_).ok()); }  // NOLINT
 
   bool ok() const { return std::holds_alternative<T>(v_); }
@@ -53,6 +56,7 @@ class Result {
     static const Status kOk;
     return ok() ? kOk : std::get<Status>(v_);
   }
+  // value() (and ->, *) on an error is a bug in the caller, who must check ok() first (asserted).
   T& value() & { assert(ok()); return std::get<T>(v_); }
   const T& value() const& { assert(ok()); return std::get<T>(v_); }
   T&& value() && { assert(ok()); return std::get<T>(std::move(v_)); }

@@ -125,7 +125,7 @@ Status Tokenizer::Train(const std::vector<std::string>& input_files, const std::
         vocab_size, kMinVocabSize));
   }
   if (max_sentences == 0) return Status::InvalidArgument("max_sentences must be > 0");
-  // The settings that make the tokenizer lossless are explained in DEPENDENCIES.md section 2.
+  // The settings that make the tokenizer lossless, each with its reason (src/data/README.md sums them up).
   std::unordered_map<std::string, std::string> args = {
       {"vocab_size", std::to_string(vocab_size)},
       {"model_type", "bpe"},

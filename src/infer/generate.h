@@ -29,8 +29,9 @@ std::vector<Generated> RunToCompletion(Engine& engine, const std::shared_ptr<Req
 // KV-cache megabytes that hold `sequences` sequences of `seq_len` tokens each.
 double KvCacheMbFor(const GptConfig& cfg, int sequences, int seq_len, int block_size = 16);
 
-// One request on a one-off engine over `params` (fp32, on the fast CPU backend: the inference ops exist
-// only there). max_seq_len caps prompt + completion (e.g. the length the model was trained at). The
+// One request on a one-off engine over `params`, host fp32 weights, on the fast CPU backend (cpu-ref, cpu
+// and cuda all have the inference ops; this one-off engine runs on the host whatever device trained the
+// weights). max_seq_len caps prompt + completion (e.g. the length the model was trained at). The
 // trainer's samples: it copies its live weights to the host for this.
 Result<std::vector<Generated>> GenerateOnce(const GptConfig& cfg, const std::vector<float>& params,
                                             const Tokenizer& tokenizer, const GenerationRequest& request,

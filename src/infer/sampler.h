@@ -1,6 +1,6 @@
 // Turning logits into tokens (greedy, temperature, top-k, top-p) and into log-probabilities.
 //
-// The decode loop that calls these lives in serve/engine.h: `tern serve`, `tern generate` and the trainer's
+// The decode loop that calls these lives in infer/engine.h: `tern serve`, `tern generate` and the trainer's
 // samples all run through it.
 #pragma once
 

@@ -25,7 +25,7 @@ class Gpt {
   Recompute recompute() const { return recompute_; }
 
   // Bytes this model allocated, per part (the token-id buffer counts as activations). GptMemoryEstimate,
-  // the planner's memory model, must give the same figures (gpt_memory_test.cpp).
+  // the planner's memory model, must give the same figures (model/gpt_recompute_test.cpp; plan/memory_agreement_test.cpp for the planner).
   GptMemory memory() const;
   // What the constructor allocates for these arguments, computed by the same sizing code without allocating.
   static GptMemory Allocation(const GptConfig& config, int max_B, int max_T, Compute compute, Recompute recompute);

@@ -46,7 +46,7 @@ std::vector<DefaultEntry> DescribeDefaults(const PlanDefaults& d) {
       {"default_gpu_link_gbps", fmt::format("{:g}", d.default_gpu_link_gbps), "PCIe Gen4 x16 (gpus.csv: L4/A10 rows)"},
       {"default_network_gbps", fmt::format("{:g}", d.default_network_gbps), kAssume},
       {"spot_mtbf_hours", fmt::format("{:g}", d.spot_mtbf_hours),
-       "tern assumption (issue 4's worked case); AWS publishes only monthly buckets"},
+       "tern assumption (the worked checkpoint-interval case, docs/planning.md); AWS publishes only monthly buckets"},
       {"checkpoint_write_gb_per_s", fmt::format("{:g}", d.checkpoint_write_gb_per_s), kAssume},
       {"restart_minutes", fmt::format("{:g}", d.restart_minutes), kAssume},
       {"startup_s", fmt::format("{:g}", d.startup_s), kAssume},

@@ -1,7 +1,7 @@
 // The planner's memory model against what the model really allocates: for each config, precision and
 // recompute mode tern train offers, Workload::Memory (one GPU, no ZeRO-1) must give the bytes of
 // Gpt::Allocation (the sizing code the Gpt constructor runs; model/gpt_recompute_test.cpp checks that a
-// constructed Gpt allocates exactly that). The issue asked for agreement within 10%; both sides describe the
+// constructed Gpt allocates exactly that). Agreement within 10% would do; both sides describe the
 // same buffers, so the test holds them to the byte, and prints the relative error when they drift.
 #include <gtest/gtest.h>
 

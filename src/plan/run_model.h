@@ -8,7 +8,7 @@
 //   evaluations  at every eval_every-th step and the last: eval_batches forward-only micro-batches each
 //   samples      a call at every sample_every-th step (not the last; not with --quiet) for one sample,
 //                and one at the end for num_samples; a call decodes its samples together on the serving
-//                engine (serve/generate.h), so it costs about sample_tokens decode steps whatever n is
+//                engine (infer/generate.h), so it costs about sample_tokens decode steps whatever n is
 //   checkpoints  a save at step s goes to every tier with every > 0 and s % every == 0 or s = last, and
 //                to the best tier at each evaluation (assumed a new best: an upper bound). Async saves
 //                stall training for the state copy, plus any persist time not hidden before the next

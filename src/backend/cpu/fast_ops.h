@@ -53,7 +53,7 @@ class CpuFastBackend : public CpuReferenceBackend {
              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) override;
   void CastF32ToBF16(uint16_t* dst, const float* src, size_t n) override;
 
-  // Inference ops (serve/): fast_paged_attention.cpp and int8_matmul.cpp.
+  // Inference ops (infer/): fast_paged_attention.cpp and int8_matmul.cpp.
   void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
                    const float* wpe, int N, int C) override;
   void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots,

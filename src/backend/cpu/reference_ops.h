@@ -37,7 +37,7 @@ class CpuReferenceBackend : public CpuMemoryBackend {
              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) override;
   void CastF32ToBF16(uint16_t* dst, const float* src, size_t n) override;
 
-  // Inference ops (serve/), in reference_inference_ops.cpp.
+  // Inference ops (infer/), in reference_inference_ops.cpp.
   void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
                    const float* wpe, int N, int C) override;
   void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots,

@@ -102,7 +102,7 @@ class CudaBackend : public Backend {
              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) override;
   void CastF32ToBF16(uint16_t* dst, const float* src, size_t n) override;
 
-  // Inference ops (serve/): EmbedTokens in encoder.cu, KvCacheWrite and PagedAttentionForward in
+  // Inference ops (infer/): EmbedTokens in encoder.cu, KvCacheWrite and PagedAttentionForward in
   // paged_attention.cu, MatmulInt8 in matmul_int8.cu.
   void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe,
                    int N, int C) override;

@@ -1,5 +1,5 @@
 // MatmulInt8 (backend.h, "inference ops"): out[N,OC] = inp[N,K] * W[OC,K]^T + bias with int8 weights (the
-// packed layout serve/quantize.h writes) and int8 activations quantised per row. The oracle is
+// packed layout infer/quantize.h writes) and int8 activations quantised per row. The oracle is
 // cpu/reference_inference_ops.cpp.
 //
 // Two kernels:
