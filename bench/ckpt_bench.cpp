@@ -29,7 +29,9 @@ using namespace tern;
 
 namespace {
 
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 // Sequential write of `bytes` in 8 MiB chunks, then fsync: `dd bs=8M conv=fsync` (buffered, through the page
 // cache) or `dd bs=8M oflag=direct conv=fsync` (direct, as LocalStorage writes snapshot images).
@@ -103,8 +105,9 @@ nlohmann::json ResumeTiming(const std::string& tern, const fs::path& dir, const 
   fs::create_directories(dir);
   {
     std::ofstream corpus(dir / "corpus.txt");
-    const char* words[] = {"the", "king", "walked", "toward", "river", "and", "spoke", "softly", "to", "a",
-                           "stranger", "in", "old", "city", "morning", "sea", "field", "of", "wheat", "gate"};
+    const char* words[] = {"the",     "king", "walked", "toward",   "river", "and", "spoke",
+                           "softly",  "to",   "a",      "stranger", "in",    "old", "city",
+                           "morning", "sea",  "field",  "of",       "wheat", "gate"};
     std::mt19937 rng(3);
     for (int line = 0; line < 20000; line++) {
       for (int w = 0; w < 12; w++) corpus << words[rng() % 20] << (w == 11 ? ".\n" : " ");
@@ -112,13 +115,16 @@ nlohmann::json ResumeTiming(const std::string& tern, const fs::path& dir, const 
   }
   Run(tern + " prepare --input " + (dir / "corpus.txt").string() + " --out " + (dir / "data").string() +
       " --vocab-size 300 --threads 1");
-  const std::string base = tern + " train " + (dir / "bench.yaml").string() + " --quiet --set model.n_layer=" + std::to_string(cfg.n_layer) +
-                           " --set model.n_head=" + std::to_string(cfg.n_head) + " --set model.n_embd=" +
-                           std::to_string(cfg.n_embd) + " --set model.vocab_size=" + std::to_string(cfg.vocab_size) +
-                           " --set model.block_size=" + std::to_string(cfg.block_size) + " --set data.dir=" +
-                           (dir / "data").string() + " --set run.dir=" + (dir / "run").string() +
-                           " --set train.batch_size=1 --set train.seq_len=64 --set eval.batches=1 --set eval.every=0"
-                           " --set sample.count=0 --set run.peak_gflops=100 --set ckpt.every=1";
+  const std::string base =
+      tern + " train " + (dir / "bench.yaml").string() +
+      " --quiet --set model.n_layer=" + std::to_string(cfg.n_layer) +
+      " --set model.n_head=" + std::to_string(cfg.n_head) +
+      " --set model.n_embd=" + std::to_string(cfg.n_embd) +
+      " --set model.vocab_size=" + std::to_string(cfg.vocab_size) +
+      " --set model.block_size=" + std::to_string(cfg.block_size) +
+      " --set data.dir=" + (dir / "data").string() + " --set run.dir=" + (dir / "run").string() +
+      " --set train.batch_size=1 --set train.seq_len=64 --set eval.batches=1 --set eval.every=0"
+      " --set sample.count=0 --set run.peak_gflops=100 --set ckpt.every=1";
   std::ofstream(dir / "bench.yaml") << "train: {steps: 1}\n";
   const std::string first_out = Run(base);
   const double t0 = Now();
@@ -139,10 +145,14 @@ int main(int argc, char** argv) {
   bool json_only = false;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
-    if (a == "--dir" && i + 1 < argc) dir = argv[++i];
-    else if (a == "--tern" && i + 1 < argc) tern = argv[++i];
-    else if (a == "--model" && i + 1 < argc) model_name = argv[++i];
-    else if (a == "--json") json_only = true;
+    if (a == "--dir" && i + 1 < argc)
+      dir = argv[++i];
+    else if (a == "--tern" && i + 1 < argc)
+      tern = argv[++i];
+    else if (a == "--model" && i + 1 < argc)
+      model_name = argv[++i];
+    else if (a == "--json")
+      json_only = true;
   }
   auto preset = GptPreset(model_name);
   if (!preset.ok()) {
@@ -257,13 +267,14 @@ int main(int argc, char** argv) {
               {"train_step_s", base_step},
               {"train_step_during_persist_s", overlapped ? overlapped_step / overlapped : 0.0},
               {"steps_during_persist", overlapped}});
-  say(fmt::format("async save: stall {:.3f} s = {:.1f}% of a synchronous save (copy {:.3f} s overlapped with the "
-                  "next forward/backward); persist {:.3f} s = {:.2f} GB/s = {:.0f}% of buffered, {:.0f}% of direct "
-                  "sequential write",
-                  stall[1], 100 * stall[1] / sync_s[1], copy_s, persist, persist_gbps, 100 * persist_gbps / seq,
-                  100 * persist_gbps / seq_direct));
-  say(fmt::format("training step {:.3f} s alone, {:.3f} s while the writer persists ({} steps overlapped)", base_step,
-                  overlapped ? overlapped_step / overlapped : 0.0, overlapped));
+  say(fmt::format(
+      "async save: stall {:.3f} s = {:.1f}% of a synchronous save (copy {:.3f} s overlapped with the "
+      "next forward/backward); persist {:.3f} s = {:.2f} GB/s = {:.0f}% of buffered, {:.0f}% of direct "
+      "sequential write",
+      stall[1], 100 * stall[1] / sync_s[1], copy_s, persist, persist_gbps, 100 * persist_gbps / seq,
+      100 * persist_gbps / seq_direct));
+  say(fmt::format("training step {:.3f} s alone, {:.3f} s while the writer persists ({} steps overlapped)",
+                  base_step, overlapped ? overlapped_step / overlapped : 0.0, overlapped));
   mgr->reset();
 
   // 4. resume in this process, as `tern train --resume auto` does once its data is open: a fresh model, the
@@ -295,20 +306,25 @@ int main(int argc, char** argv) {
     }
     TrainStep(fresh, B, T, rng);
     const double t_step = Now();
-    out["resume_in_process"] = {{"model_alloc_s", t_alloc - t0},   {"load_verify_s", t_load - t_alloc},
-                                {"restore_s", t_restore - t_load}, {"first_step_s", t_step - t_restore},
+    out["resume_in_process"] = {{"model_alloc_s", t_alloc - t0},
+                                {"load_verify_s", t_load - t_alloc},
+                                {"restore_s", t_restore - t_load},
+                                {"first_step_s", t_step - t_restore},
                                 {"to_first_step_s", t_step - t0}};
-    say(fmt::format("resume in-process: first step done {:.2f} s after start (model alloc {:.2f}, read+verify "
-                    "{:.2f}, restore {:.2f}, step {:.2f})",
-                    t_step - t0, t_alloc - t0, t_load - t_alloc, t_restore - t_load, t_step - t_restore));
+    say(fmt::format(
+        "resume in-process: first step done {:.2f} s after start (model alloc {:.2f}, read+verify "
+        "{:.2f}, restore {:.2f}, step {:.2f})",
+        t_step - t0, t_alloc - t0, t_load - t_alloc, t_restore - t_load, t_step - t_restore));
   }
 
   if (!tern.empty()) {
     out["resume"] = ResumeTiming(tern, fs::path(dir) / "resume", *preset);
-    if (out["resume"].contains("error")) say("resume timing failed:\n" + out["resume"]["error"].get<std::string>());
-    else say(fmt::format("resume: first resumed step {:.2f} s after process start (checkpoint load {:.0f} ms)",
-                    out["resume"]["first_resumed_step_since_process_start_s"].get<double>(),
-                    out["resume"]["checkpoint_load_ms"].get<double>()));
+    if (out["resume"].contains("error"))
+      say("resume timing failed:\n" + out["resume"]["error"].get<std::string>());
+    else
+      say(fmt::format("resume: first resumed step {:.2f} s after process start (checkpoint load {:.0f} ms)",
+                      out["resume"]["first_resumed_step_since_process_start_s"].get<double>(),
+                      out["resume"]["checkpoint_load_ms"].get<double>()));
   }
   std::printf("%s\n", out.dump(2).c_str());
   fs::remove_all(dir);

@@ -27,7 +27,8 @@ std::unique_ptr<Backend> MakeNamed(const std::string& which) {
 
 void Fill(Backend* be, void* dst, size_t n, float scale) {
   std::vector<float> h(n);
-  for (size_t i = 0; i < n; i++) h[i] = scale * (static_cast<float>((i * 2654435761u) % 2001) / 1000.0f - 1.0f);
+  for (size_t i = 0; i < n; i++)
+    h[i] = scale * (static_cast<float>((i * 2654435761u) % 2001) / 1000.0f - 1.0f);
   be->Upload(dst, h.data(), n * sizeof(float));
 }
 
@@ -39,8 +40,8 @@ void AdamW(benchmark::State& state, const std::string& which) {
   Fill(be.get(), g.data(), n, 0.001f);
   int t = 1;
   for (auto _ : state)
-    be->AdamW(p.as<float>(), nullptr, g.as<float>(), m.as<float>(), v.as<float>(), n, 1e-4f, 0.9f, 0.95f, 1e-8f,
-              0.1f, 1.0f, t++);
+    be->AdamW(p.as<float>(), nullptr, g.as<float>(), m.as<float>(), v.as<float>(), n, 1e-4f, 0.9f, 0.95f,
+              1e-8f, 0.1f, 1.0f, t++);
   state.SetBytesProcessed(state.iterations() * n * 28);  // read p g m v, write p m v
 }
 
@@ -71,11 +72,13 @@ void CrossEntropy(benchmark::State& state, const std::string& which) {
   state.SetBytesProcessed(state.iterations() * elems * 8);  // read the logits, write the gradient
 }
 
-// One model matmul shape; kind: 0 = forward (trans_b), 1 = backward dinp (plain), 2 = backward dW (trans_a, beta 1).
+// One model matmul shape; kind: 0 = forward (trans_b), 1 = backward dinp (plain), 2 = backward dW (trans_a,
+// beta 1).
 void Matmul(benchmark::State& state, int M, int N, int K, int kind, Compute compute) {
   auto be = MakeCpuFastBackend();
   const bool ta = kind == 2, tb = kind == 0;
-  const size_t a_n = static_cast<size_t>(M) * K, b_n = static_cast<size_t>(K) * N, c_n = static_cast<size_t>(M) * N;
+  const size_t a_n = static_cast<size_t>(M) * K, b_n = static_cast<size_t>(K) * N,
+               c_n = static_cast<size_t>(M) * N;
   DeviceBuffer a(be.get(), a_n * 4), b(be.get(), b_n * 4), c(be.get(), c_n * 4);
   DeviceBuffer a16(be.get(), a_n * 2), b16(be.get(), b_n * 2);
   Fill(be.get(), a.data(), a_n, 0.5f);
@@ -103,13 +106,17 @@ void Matmul(benchmark::State& state, int M, int N, int K, int kind, Compute comp
 void RegisterAll() {
   for (const char* which : {"fast", "ref"}) {
     benchmark::RegisterBenchmark((std::string("AdamW/") + which).c_str(), AdamW, std::string(which))
-        ->Unit(benchmark::kMillisecond)->UseRealTime();
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
     benchmark::RegisterBenchmark((std::string("SumSquares/") + which).c_str(), SumSquares, std::string(which))
-        ->Unit(benchmark::kMillisecond)->UseRealTime();
-    benchmark::RegisterBenchmark((std::string("CrossEntropy/") + which).c_str(), CrossEntropy, std::string(which))
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark((std::string("CrossEntropy/") + which).c_str(), CrossEntropy,
+                                 std::string(which))
         ->Arg(256)
         ->Arg(2048)
-        ->Unit(benchmark::kMillisecond)->UseRealTime();
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   }
   struct Shape {
     const char* name;
@@ -117,20 +124,21 @@ void RegisterAll() {
   };
   // The per-layer and head matmuls of the two vs_pytorch configs (M = B*T rows).
   const Shape shapes[] = {
-      {"124M_T64/qkv_fwd", 256, 2304, 768, 0},       {"124M_T64/fc_fwd", 256, 3072, 768, 0},
-      {"124M_T64/fcproj_fwd", 256, 768, 3072, 0},    {"124M_T64/fc_dinp", 256, 768, 3072, 1},
-      {"124M_T64/fc_dW", 3072, 768, 256, 2},         {"124M_T64/head_fwd", 256, 50257, 768, 0},
-      {"124M_T64/head_dinp", 256, 768, 50257, 1},    {"124M_T64/head_dW", 50257, 768, 256, 2},
-      {"L6_T256/qkv_fwd", 2048, 1152, 384, 0},       {"L6_T256/fc_fwd", 2048, 1536, 384, 0},
-      {"L6_T256/fcproj_fwd", 2048, 384, 1536, 0},    {"L6_T256/fc_dinp", 2048, 384, 1536, 1},
-      {"L6_T256/fc_dW", 1536, 384, 2048, 2},         {"L6_T256/head_fwd", 2048, 50257, 384, 0},
-      {"L6_T256/head_dinp", 2048, 384, 50257, 1},    {"L6_T256/head_dW", 50257, 384, 2048, 2},
+      {"124M_T64/qkv_fwd", 256, 2304, 768, 0},    {"124M_T64/fc_fwd", 256, 3072, 768, 0},
+      {"124M_T64/fcproj_fwd", 256, 768, 3072, 0}, {"124M_T64/fc_dinp", 256, 768, 3072, 1},
+      {"124M_T64/fc_dW", 3072, 768, 256, 2},      {"124M_T64/head_fwd", 256, 50257, 768, 0},
+      {"124M_T64/head_dinp", 256, 768, 50257, 1}, {"124M_T64/head_dW", 50257, 768, 256, 2},
+      {"L6_T256/qkv_fwd", 2048, 1152, 384, 0},    {"L6_T256/fc_fwd", 2048, 1536, 384, 0},
+      {"L6_T256/fcproj_fwd", 2048, 384, 1536, 0}, {"L6_T256/fc_dinp", 2048, 384, 1536, 1},
+      {"L6_T256/fc_dW", 1536, 384, 2048, 2},      {"L6_T256/head_fwd", 2048, 50257, 384, 0},
+      {"L6_T256/head_dinp", 2048, 384, 50257, 1}, {"L6_T256/head_dW", 50257, 384, 2048, 2},
   };
   for (Compute compute : {Compute::kF32, Compute::kBF16}) {
     for (const Shape& s : shapes) {
       std::string name = std::string("Matmul/") + s.name + "/" + ComputeName(compute);
       benchmark::RegisterBenchmark(name.c_str(), Matmul, s.M, s.N, s.K, s.kind, compute)
-          ->Unit(benchmark::kMillisecond)->UseRealTime();
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
     }
   }
 }

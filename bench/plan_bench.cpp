@@ -69,10 +69,12 @@ int main(int argc, char** argv) {
     rows = r->rows.size();
     excluded = r->excluded.size();
   });
-  std::printf("catalog: %zu offers, %zu GPU specs from %s\n", cat.offers.size(), cat.gpus.size(), dir.c_str());
-  std::printf("load+validate catalog: %8.3f ms median, %8.3f ms min (%d runs)\n", load.median_ms, load.min_ms, reps);
-  std::printf("plan gpt2-124m 10B:    %8.3f ms median, %8.3f ms min: %zu ranked, %zu excluded\n", plan.median_ms,
-              plan.min_ms, rows, excluded);
+  std::printf("catalog: %zu offers, %zu GPU specs from %s\n", cat.offers.size(), cat.gpus.size(),
+              dir.c_str());
+  std::printf("load+validate catalog: %8.3f ms median, %8.3f ms min (%d runs)\n", load.median_ms, load.min_ms,
+              reps);
+  std::printf("plan gpt2-124m 10B:    %8.3f ms median, %8.3f ms min: %zu ranked, %zu excluded\n",
+              plan.median_ms, plan.min_ms, rows, excluded);
   std::printf("plan / load ratio:     %8.2f (medians)\n", plan.median_ms / load.median_ms);
   std::printf("target: planning well under 50 ms -> %s\n", plan.median_ms < 50 ? "ok" : "TOO SLOW");
   return plan.median_ms < 50 ? 0 : 1;

@@ -41,11 +41,11 @@
 
 #include "backend/backend.h"
 #include "data/loader.h"
-#include "model/init.h"
-#include "model/safetensors.h"
 #include "infer/inference_model.h"
 #include "infer/setup.h"
 #include "infer/weights.h"
+#include "model/init.h"
+#include "model/safetensors.h"
 
 namespace {
 

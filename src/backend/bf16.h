@@ -22,6 +22,8 @@ inline float BF16ToF32(uint16_t h) {
 }
 
 // Rounds an fp32 value to the nearest bf16 and back: what a bf16 operand holds.
-inline float RoundToBF16(float f) { return BF16ToF32(F32ToBF16(f)); }
+inline float RoundToBF16(float f) {
+  return BF16ToF32(F32ToBF16(f));
+}
 
 }  // namespace tern

@@ -142,9 +142,9 @@ TEST(ForwardingBackend, OpsGiveTheInnerBackendsResults) {
                              ar.In(table), 1, blocks, N, C, NH, bs);
     const std::vector<float> sums = {static_cast<float>(be.Sum(losses, N)),
                                      static_cast<float>(be.SumSquares(g, static_cast<size_t>(N) * OC))};
-    return std::vector<std::vector<float>>{ar.Out(x, N * C),  ar.Out(ln, N * C),       ar.Out(g, N * OC),
-                                           ar.Out(logits, N * V), ar.Out(losses, N), ar.Out(q, N * OC),
-                                           ar.Out(att, N * C),    sums};
+    return std::vector<std::vector<float>>{
+        ar.Out(x, N * C),  ar.Out(ln, N * C), ar.Out(g, N * OC),  ar.Out(logits, N * V),
+        ar.Out(losses, N), ar.Out(q, N * OC), ar.Out(att, N * C), sums};
   };
 
   auto inner = MakeCpuReferenceBackend();

@@ -15,7 +15,7 @@ inline uint16_t F32ToF16(float f) {
   std::memcpy(&x, &f, 4);
   const uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t ax = x & 0x7fffffffu;
-  if (ax > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (ax > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow (or inf) -> inf
   if (ax < 0x38800000u) {
     // Below the smallest normal fp16 (2^-14): adding 0.5f makes the fp32 adder round the value to a
@@ -52,6 +52,8 @@ inline float F16ToF32(uint16_t h) {
 }
 
 // Rounds an fp32 value to the nearest fp16 and back: what an fp16 operand holds.
-inline float RoundToF16(float f) { return F16ToF32(F32ToF16(f)); }
+inline float RoundToF16(float f) {
+  return F16ToF32(F32ToF16(f));
+}
 
 }  // namespace tern

@@ -25,12 +25,29 @@ uint32_t Bits(float f) {
 }
 
 std::vector<float> Interesting() {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e9f,
-                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                          6.103515625e-05f /* 2^-14 */, 6.1e-05f, 5.9604645e-08f /* 2^-24 */, 2.98e-08f,
-                          2.9802322e-08f /* 2^-25: a tie, rounds to 0 */, 8.9406967e-08f /* 1.5 * 2^-24 */,
-                          1.0009765625f /* 1 + 2^-10 */, 1.00048828125f /* tie, to even: 1 */,
-                          1.00146484375f /* tie, to even: 1 + 2^-9 */, 1e-30f, 3.14159265f, -2.71828f};
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          65504.0f,
+                          65519.99f,
+                          65520.0f,
+                          -65520.0f,
+                          1e9f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          6.103515625e-05f /* 2^-14 */,
+                          6.1e-05f,
+                          5.9604645e-08f /* 2^-24 */,
+                          2.98e-08f,
+                          2.9802322e-08f /* 2^-25: a tie, rounds to 0 */,
+                          8.9406967e-08f /* 1.5 * 2^-24 */,
+                          1.0009765625f /* 1 + 2^-10 */,
+                          1.00048828125f /* tie, to even: 1 */,
+                          1.00146484375f /* tie, to even: 1 + 2^-9 */,
+                          1e-30f,
+                          3.14159265f,
+                          -2.71828f};
   std::mt19937 rng(7);
   std::uniform_int_distribution<uint32_t> any;
   for (int i = 0; i < 200000; i++) {
@@ -76,8 +93,8 @@ std::vector<float> RunMatmul(Backend& be, const std::vector<float>& a, const std
   be.Upload(da.data(), a.data(), a.size() * 4);
   be.Upload(db.data(), b.data(), b.size() * 4);
   be.Upload(dbias.data(), bias.data(), bias.size() * 4);
-  be.Matmul(dc.as<float>(), F32(da.as<float>()), F32(db.as<float>()), dbias.as<float>(), M, N, K, false, true, 0.0f,
-            compute);
+  be.Matmul(dc.as<float>(), F32(da.as<float>()), F32(db.as<float>()), dbias.as<float>(), M, N, K, false, true,
+            0.0f, compute);
   std::vector<float> c(M * N);
   be.Download(c.data(), dc.data(), c.size() * 4);
   return c;

@@ -24,17 +24,17 @@ class LossScaler {
     double growth_factor = 2.0;
     double backoff_factor = 0.5;
     double min_scale = 1.0;
-    double max_scale = 16777216.0;   // 2^24
+    double max_scale = 16777216.0;  // 2^24
   };
   struct State {
     double scale = 65536.0;
-    int good_steps = 0;            // finite steps since the last change of scale
-    int64_t skipped_steps = 0;     // total overflowed (skipped) steps, for the logs
+    int good_steps = 0;         // finite steps since the last change of scale
+    int64_t skipped_steps = 0;  // total overflowed (skipped) steps, for the logs
   };
   struct Decision {
-    bool apply = false;   // false: overflow, skip the optimizer step (gradients are garbage)
-    double grad_norm = 0; // the unscaled global gradient norm (non-finite on overflow)
-    float unscale = 1;    // multiply gradients by this (1 / the scale used for this step)
+    bool apply = false;    // false: overflow, skip the optimizer step (gradients are garbage)
+    double grad_norm = 0;  // the unscaled global gradient norm (non-finite on overflow)
+    float unscale = 1;     // multiply gradients by this (1 / the scale used for this step)
     double scale_used = 1;
   };
 

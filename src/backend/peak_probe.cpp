@@ -30,7 +30,8 @@ double MeasurePeakGflops(Backend* backend, Compute compute, double seconds, int 
   double best = 0;
   auto start = std::chrono::steady_clock::now();
   int reps = 0;
-  while (reps < 3 || std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+  while (reps < 3 ||
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
     auto t0 = std::chrono::steady_clock::now();
     run();
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -5,9 +5,13 @@ namespace tern {
 #ifdef TERN_HAVE_CUDA
 std::unique_ptr<Backend> MakeCudaBackend();  // backend/cuda/
 bool CudaDevicePresent();
-bool CudaAvailable() { return CudaDevicePresent(); }
+bool CudaAvailable() {
+  return CudaDevicePresent();
+}
 #else
-bool CudaAvailable() { return false; }
+bool CudaAvailable() {
+  return false;
+}
 #endif
 
 Result<std::unique_ptr<Backend>> MakeBackend(const std::string& device) {
@@ -17,7 +21,8 @@ Result<std::unique_ptr<Backend>> MakeBackend(const std::string& device) {
 #ifdef TERN_HAVE_CUDA
     if (CudaDevicePresent()) return MakeCudaBackend();
     if (device == "cuda")
-      return Status::Unavailable("device 'cuda' was asked for but no NVIDIA GPU is visible (nvidia-smi?); use device: cpu");
+      return Status::Unavailable(
+          "device 'cuda' was asked for but no NVIDIA GPU is visible (nvidia-smi?); use device: cpu");
 #else
     if (device == "cuda")
       return Status::Unavailable(

@@ -24,9 +24,10 @@ namespace fs = std::filesystem;
 // A tiny state: one tensor whose values depend on the step, and a trainer.json.
 Status FillFor(Snapshot& snap, int64_t step, size_t n = 64) {
   if (snap.images.empty())
-    snap.images.emplace_back("tensors.safetensors", std::make_unique<SafetensorsImage>(
-                                                        std::vector<TensorSpec>{{"w", {static_cast<int64_t>(n)}}},
-                                                        std::map<std::string, std::string>{{"k", "v"}}));
+    snap.images.emplace_back(
+        "tensors.safetensors",
+        std::make_unique<SafetensorsImage>(std::vector<TensorSpec>{{"w", {static_cast<int64_t>(n)}}},
+                                           std::map<std::string, std::string>{{"k", "v"}}));
   for (size_t i = 0; i < n; i++) snap.images[0].second->data()[i] = static_cast<float>(step * 1000 + i);
   snap.small_files["trainer.json"] = fmt::format("{{\"step\": {}}}", step);
   snap.manifest.tokenizer = "tok";
@@ -109,26 +110,28 @@ TEST_P(DamageTest, DetectedNamedAndSkipped) {
 
 INSTANTIATE_TEST_SUITE_P(
     Checkpoints, DamageTest,
-    ::testing::Values(
-        Damage{"truncated",
-               [](MemStorage& s) {
-                 std::string b = V(s.Get("step_00000020/tensors.safetensors"));
-                 s.Put("step_00000020/tensors.safetensors", b.substr(0, b.size() - 10)).ok();
-               },
-               "truncated"},
-        Damage{"flipped_byte",
-               [](MemStorage& s) {
-                 std::string b = V(s.Get("step_00000020/tensors.safetensors"));
-                 b[b.size() - 5] ^= 0x01;
-                 s.Put("step_00000020/tensors.safetensors", b).ok();
-               },
-               "corrupted"},
-        Damage{"missing_manifest", [](MemStorage& s) { s.Delete("step_00000020/manifest.json").ok(); },
-               "manifest.json missing"},
-        Damage{"missing_file", [](MemStorage& s) { s.Delete("step_00000020/trainer.json").ok(); },
-               "trainer.json: missing"},
-        Damage{"garbage_manifest", [](MemStorage& s) { s.Put("step_00000020/manifest.json", "{not json").ok(); },
-               "manifest.json"}),
+    ::testing::Values(Damage{"truncated",
+                             [](MemStorage& s) {
+                               std::string b = V(s.Get("step_00000020/tensors.safetensors"));
+                               s.Put("step_00000020/tensors.safetensors", b.substr(0, b.size() - 10)).ok();
+                             },
+                             "truncated"},
+                      Damage{"flipped_byte",
+                             [](MemStorage& s) {
+                               std::string b = V(s.Get("step_00000020/tensors.safetensors"));
+                               b[b.size() - 5] ^= 0x01;
+                               s.Put("step_00000020/tensors.safetensors", b).ok();
+                             },
+                             "corrupted"},
+                      Damage{"missing_manifest",
+                             [](MemStorage& s) { s.Delete("step_00000020/manifest.json").ok(); },
+                             "manifest.json missing"},
+                      Damage{"missing_file",
+                             [](MemStorage& s) { s.Delete("step_00000020/trainer.json").ok(); },
+                             "trainer.json: missing"},
+                      Damage{"garbage_manifest",
+                             [](MemStorage& s) { s.Put("step_00000020/manifest.json", "{not json").ok(); },
+                             "manifest.json"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Resume, NewestAcrossTiersDurableOnlyWhenNewer) {
@@ -154,9 +157,9 @@ TEST(Resume, NewestAcrossTiersDurableOnlyWhenNewer) {
 TEST(Retention, PlanKeepsLastMilestonesBestAndNewest) {
   std::vector<RetentionEntry> e;
   for (int s = 100; s <= 1000; s += 100) e.push_back({s, true, 5.0 - s / 1000.0});
-  e[2].val_loss = 1.0;                  // step 300 is the best
-  e.push_back({1100, false, {}});       // debris newer than the newest valid: maybe in flight
-  e.push_back({50, false, {}});         // old debris
+  e[2].val_loss = 1.0;             // step 300 is the best
+  e.push_back({1100, false, {}});  // debris newer than the newest valid: maybe in flight
+  e.push_back({50, false, {}});    // old debris
   RetentionPlan p = PlanRetention(e, {2, 500, 1}, /*no_save_in_flight=*/false);
   EXPECT_EQ(p.keep, (std::vector<int64_t>{300, 500, 900, 1000}));
   EXPECT_EQ(p.remove, (std::vector<int64_t>{50, 100, 200, 400, 600, 700, 800}));
@@ -175,7 +178,8 @@ TEST(Retention, GcDeletesManifestFirstSoACrashLeavesDebrisNotLies) {
   EXPECT_FALSE(CollectGarbage(f, {1, 0, 0}, true).ok());
   EXPECT_FALSE(V(mem.Exists("step_00000001/manifest.json")));
   VerifyReport r = VerifyCheckpoint(mem, "step_00000001");
-  EXPECT_NE(r.problems[0].find("manifest.json missing"), std::string::npos) << "debris, never a half checkpoint";
+  EXPECT_NE(r.problems[0].find("manifest.json missing"), std::string::npos)
+      << "debris, never a half checkpoint";
   f.ClearFailures();
   auto gc = CollectGarbage(f, {1, 0, 0}, true);
   ASSERT_TRUE(gc.ok());

@@ -42,22 +42,26 @@ class E2eTest : public ::testing::Test {
     root_ = fs::temp_directory_path() / ("tern_ckpt_e2e_test_" + std::to_string(::getpid()));
     fs::remove_all(root_);
     fs::create_directories(root_);
-    const std::string data = testing::SharedPreparedData([](const std::string& corpus, const std::string& out) {
-      CommandResult r = RunCommand(tern_ + " prepare --input " + corpus + " --out " + out +
-                                   " --vocab-size 300 --val-fraction 0.1 --threads 1");
-      EXPECT_EQ(r.code, 0) << r.output;
-      return r.code == 0;
-    });
+    const std::string data =
+        testing::SharedPreparedData([](const std::string& corpus, const std::string& out) {
+          CommandResult r = RunCommand(tern_ + " prepare --input " + corpus + " --out " + out +
+                                       " --vocab-size 300 --val-fraction 0.1 --threads 1");
+          EXPECT_EQ(r.code, 0) << r.output;
+          return r.code == 0;
+        });
     ASSERT_FALSE(data.empty());
     // Constant LR after warmup, so a run may be extended (train.steps is a safe change) and still match a
     // reference run of the extended length bit for bit.
-    std::ofstream(root_ / "tiny.yaml") << "model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
-                                          "data: {dir: " << data << "}\n"
-                                          "train: {batch_size: 4, seq_len: 32, total_batch_tokens: 256, steps: 10,\n"
-                                          "        lr: 3.0e-3, warmup_steps: 2, schedule: constant}\n"
-                                          "eval: {every: 0, batches: 2}\n"
-                                          "sample: {count: 0}\n"
-                                          "run: {peak_gflops: 100}\n";
+    std::ofstream(root_ / "tiny.yaml")
+        << "model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
+           "data: {dir: "
+        << data
+        << "}\n"
+           "train: {batch_size: 4, seq_len: 32, total_batch_tokens: 256, steps: 10,\n"
+           "        lr: 3.0e-3, warmup_steps: 2, schedule: constant}\n"
+           "eval: {every: 0, batches: 2}\n"
+           "sample: {count: 0}\n"
+           "run: {peak_gflops: 100}\n";
   }
   // `tern train` on the tiny config, single-threaded (bit-exactness holds per thread count; one thread
   // also keeps OpenMP barriers from stalling on a busy machine).
@@ -96,8 +100,10 @@ TEST_F(E2eTest, SpotNoticeSavesExitsWith75ThenResumesBitForBit) {
   // An IMDSv2 stub: token, then 404 for the first polls, then a terminate notice two minutes ahead.
   httplib::Server imds;
   std::atomic<int> polls{0};
-  imds.Put("/latest/api/token", [](const httplib::Request&, httplib::Response& res) { res.set_content("T", "text/plain"); });
-  imds.Get("/latest/meta-data/spot/instance-action", [&](const httplib::Request& req, httplib::Response& res) {
+  imds.Put("/latest/api/token",
+           [](const httplib::Request&, httplib::Response& res) { res.set_content("T", "text/plain"); });
+  imds.Get("/latest/meta-data/spot/instance-action", [&](const httplib::Request& req,
+                                                         httplib::Response& res) {
     if (req.get_header_value("X-aws-ec2-metadata-token") != "T" || ++polls < 3) {
       res.status = 404;
       return;
@@ -110,8 +116,10 @@ TEST_F(E2eTest, SpotNoticeSavesExitsWith75ThenResumesBitForBit) {
   const int port = imds.bind_to_any_port("127.0.0.1");
   std::thread server([&] { imds.listen_after_bind(); });
 
-  CommandResult a = Train("spot", "--set train.steps=100000 --set ckpt.every=50 --set ckpt.notice_poll_s=0.05 "
-                                  "--set ckpt.notice_url=http://127.0.0.1:" + std::to_string(port));
+  CommandResult a = Train("spot",
+                          "--set train.steps=100000 --set ckpt.every=50 --set ckpt.notice_poll_s=0.05 "
+                          "--set ckpt.notice_url=http://127.0.0.1:" +
+                              std::to_string(port));
   imds.stop();
   server.join();
   ASSERT_EQ(a.code, 75) << a.output;
@@ -142,7 +150,8 @@ TEST_F(E2eTest, SigtermSavesAndExits75) {
   // Signal once training runs (a SIGTERM before the handlers are installed just ends the process: there is
   // nothing to save yet).
   const auto t0 = std::chrono::steady_clock::now();
-  while (Losses("term").empty() && c.Running() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+  while (Losses("term").empty() && c.Running() &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   c.Signal(SIGTERM);
   EXPECT_EQ(c.Wait(), 75);
@@ -158,14 +167,15 @@ TEST_F(E2eTest, DurableS3TierSurvivesLosingTheLocalDisk) {
   if (!moto->skip_reason.empty()) TERN_SKIP_OR_FAIL_IN_CI("no S3 server: " << moto->skip_reason);
   const std::string creds = "AWS_ACCESS_KEY_ID=" + moto->key_id + " AWS_SECRET_ACCESS_KEY=" + moto->secret +
                             " AWS_REGION=us-east-1";
-  const std::string s3 = "--set ckpt.durable=s3://ckpt/e2e --set ckpt.durable_every=5 --set ckpt.s3_endpoint=" +
-                         moto->endpoint;
+  const std::string s3 =
+      "--set ckpt.durable=s3://ckpt/e2e --set ckpt.durable_every=5 --set ckpt.s3_endpoint=" + moto->endpoint;
   CommandResult a = Train("s3", s3 + " --set ckpt.every=2", creds);
   ASSERT_EQ(a.code, 0) << a.output;
   // A client we did not write sees the checkpoint, manifest included, and the weights bytes match ours.
   const fs::path dl = root_ / "s3_download";
   // (The whole bucket: moto_server rejects signed list prefixes containing '/', from any client.)
-  CommandResult cp = RunCommand(moto->AwsCli() + " s3 cp --only-show-errors --recursive s3://ckpt/ " + dl.string());
+  CommandResult cp =
+      RunCommand(moto->AwsCli() + " s3 cp --only-show-errors --recursive s3://ckpt/ " + dl.string());
   ASSERT_EQ(cp.code, 0) << cp.output;
   for (const char* f : {"manifest.json", "tensors.safetensors", "optimizer.safetensors", "trainer.json"})
     EXPECT_TRUE(fs::exists(dl / "e2e/step_00000010" / f)) << f;
@@ -179,11 +189,13 @@ TEST_F(E2eTest, DurableS3TierSurvivesLosingTheLocalDisk) {
   CommandResult ref = Train("s3_ref", "--set train.steps=14");
   ASSERT_EQ(ref.code, 0) << ref.output;
   EXPECT_EQ(Losses("s3"), Losses("s3_ref"));
-  CommandResult v = RunCommand(creds + " " + tern_ + " ckpt verify s3://ckpt/e2e --s3-endpoint " + moto->endpoint);
+  CommandResult v =
+      RunCommand(creds + " " + tern_ + " ckpt verify s3://ckpt/e2e --s3-endpoint " + moto->endpoint);
   EXPECT_EQ(v.code, 0) << v.output;
   // A wrong secret: the save fails with a clear 403, and ckpt.on_error=stop ends the run with exit 1.
-  CommandResult bad = Train("s3_denied", s3 + " --set ckpt.on_error=stop",
-                            "AWS_ACCESS_KEY_ID=" + moto->key_id + " AWS_SECRET_ACCESS_KEY=wrong AWS_REGION=us-east-1");
+  CommandResult bad =
+      Train("s3_denied", s3 + " --set ckpt.on_error=stop",
+            "AWS_ACCESS_KEY_ID=" + moto->key_id + " AWS_SECRET_ACCESS_KEY=wrong AWS_REGION=us-east-1");
   EXPECT_EQ(bad.code, 1) << bad.output;
   EXPECT_NE(bad.output.find("HTTP 403"), std::string::npos) << bad.output;
   EXPECT_NE(bad.output.find("check the secret key"), std::string::npos) << bad.output;

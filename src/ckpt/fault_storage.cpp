@@ -92,8 +92,8 @@ Status FaultInjectionStorage::Put(const std::string& key, std::string_view data)
         if (o.key == key) old_size = o.size;
     uint64_t used = UsedBytes() - old_size;
     if (used + data.size() > capacity) {
-      return Status::IoError(fmt::format("writing {} failed: No space left on device ({} of {} bytes used)", key,
-                                         used, capacity));
+      return Status::IoError(fmt::format("writing {} failed: No space left on device ({} of {} bytes used)",
+                                         key, used, capacity));
     }
   }
   TERN_RETURN_IF_ERROR(base_->Put(key, data));

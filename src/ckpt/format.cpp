@@ -32,7 +32,8 @@ void CheckFile(const ManifestFile& f, const std::string& bytes, std::vector<std:
   }
   const std::string sum = Xxh3Hex(bytes);
   if (sum != f.xxh3) {
-    problems->push_back(fmt::format("{}: xxh3 {} but manifest says {} (corrupted: a byte changed)", f.name, sum, f.xxh3));
+    problems->push_back(
+        fmt::format("{}: xxh3 {} but manifest says {} (corrupted: a byte changed)", f.name, sum, f.xxh3));
     return;
   }
   if (f.name.ends_with(".safetensors")) {
@@ -80,7 +81,9 @@ VerifyReport Check(Storage& storage, const std::string& dir, std::map<std::strin
 
 }  // namespace
 
-std::string StepDirName(int64_t step) { return fmt::format("step_{:08d}", step); }
+std::string StepDirName(int64_t step) {
+  return fmt::format("step_{:08d}", step);
+}
 
 std::optional<int64_t> ParseStepDirName(const std::string& name) {
   if (!name.starts_with("step_") || name.size() <= 5 || name.size() > 5 + 18) return std::nullopt;
@@ -92,7 +95,9 @@ std::optional<int64_t> ParseStepDirName(const std::string& name) {
   return v;
 }
 
-std::string Xxh3Hex(std::string_view data) { return fmt::format("{:016x}", XXH3_64bits(data.data(), data.size())); }
+std::string Xxh3Hex(std::string_view data) {
+  return fmt::format("{:016x}", XXH3_64bits(data.data(), data.size()));
+}
 
 uint64_t Manifest::total_bytes() const {
   uint64_t n = 0;
@@ -133,7 +138,8 @@ Result<Manifest> Manifest::Parse(std::string_view json) {
     m.tokenizer = j.value("tokenizer", "");
     if (j.contains("val_loss") && j["val_loss"].is_number()) m.val_loss = j["val_loss"].get<double>();
     for (const auto& f : j.at("files"))
-      m.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<uint64_t>(), f.at("xxh3").get<std::string>()});
+      m.files.push_back(
+          {f.at("name").get<std::string>(), f.at("bytes").get<uint64_t>(), f.at("xxh3").get<std::string>()});
     m.extra = j.value("extra", nlohmann::json::object());
   } catch (const nlohmann::json::exception& e) {
     return Status::Corruption(std::string("missing or mistyped field: ") + e.what());
@@ -210,7 +216,9 @@ Result<std::vector<CheckpointRef>> ListCheckpoints(Storage& storage) {
   return out;
 }
 
-VerifyReport VerifyCheckpoint(Storage& storage, const std::string& dir) { return Check(storage, dir, nullptr); }
+VerifyReport VerifyCheckpoint(Storage& storage, const std::string& dir) {
+  return Check(storage, dir, nullptr);
+}
 
 Result<LoadedCheckpoint> LoadCheckpoint(Storage& storage, const std::string& dir) {
   LoadedCheckpoint out;

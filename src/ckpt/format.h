@@ -27,9 +27,9 @@ inline constexpr char kManifestName[] = "manifest.json";
 inline constexpr char kManifestFormat[] = "tern-checkpoint";
 inline constexpr int kFormatVersion = 1;
 
-std::string StepDirName(int64_t step);                       // "step_00001200"
+std::string StepDirName(int64_t step);  // "step_00001200"
 std::optional<int64_t> ParseStepDirName(const std::string& name);
-std::string Xxh3Hex(std::string_view data);                  // 16 lowercase hex digits
+std::string Xxh3Hex(std::string_view data);  // 16 lowercase hex digits
 
 struct ManifestFile {
   std::string name;
@@ -39,13 +39,13 @@ struct ManifestFile {
 
 struct Manifest {
   int64_t step = 0;
-  std::string kind;                  // periodic | final | emergency | best
-  std::string created_utc;           // ISO 8601
-  std::string config_fingerprint;    // xxh3 of the settings resume depends on
-  std::string tokenizer;             // the tokenizer's fingerprint
-  std::optional<double> val_loss;    // the latest validation loss at this step, when known
+  std::string kind;                // periodic | final | emergency | best
+  std::string created_utc;         // ISO 8601
+  std::string config_fingerprint;  // xxh3 of the settings resume depends on
+  std::string tokenizer;           // the tokenizer's fingerprint
+  std::optional<double> val_loss;  // the latest validation loss at this step, when known
   std::vector<ManifestFile> files;
-  nlohmann::json extra;              // informative fields (model shape, precision, ...)
+  nlohmann::json extra;  // informative fields (model shape, precision, ...)
 
   uint64_t total_bytes() const;
   std::string ToJson() const;
@@ -77,9 +77,9 @@ Result<PersistStats> PersistSnapshot(Snapshot& snap, Storage& storage);
 // A step directory found in a storage.
 struct CheckpointRef {
   int64_t step = 0;
-  std::string dir;          // "step_00001200"
+  std::string dir;  // "step_00001200"
   bool has_manifest = false;
-  uint64_t bytes = 0;       // of the objects present
+  uint64_t bytes = 0;  // of the objects present
 };
 // Every step directory, oldest first. Other keys are ignored.
 Result<std::vector<CheckpointRef>> ListCheckpoints(Storage& storage);

@@ -52,7 +52,9 @@ Result<std::unique_ptr<LocalStorage>> LocalStorage::Open(const std::string& root
   return std::unique_ptr<LocalStorage>(new LocalStorage(abs));
 }
 
-std::string LocalStorage::PathOf(const std::string& key) const { return JoinKey(root_, key); }
+std::string LocalStorage::PathOf(const std::string& key) const {
+  return JoinKey(root_, key);
+}
 
 Status LocalStorage::Put(const std::string& key, std::string_view data) {
   const std::string path = PathOf(key);
@@ -130,7 +132,8 @@ Result<std::string> LocalStorage::Get(const std::string& key) {
   }
   int err = errno;
   ::close(fd);
-  if (done != out.size()) return Status::IoError(fmt::format("reading {} failed: {}", path, std::strerror(err)));
+  if (done != out.size())
+    return Status::IoError(fmt::format("reading {} failed: {}", path, std::strerror(err)));
   return out;
 }
 

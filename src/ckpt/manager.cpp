@@ -89,7 +89,8 @@ std::vector<SaveEvent> CheckpointManager::TakeEvents() {
 }
 
 Status CheckpointManager::Save(int64_t step, const std::vector<int>& tiers, const std::string& kind,
-                               std::optional<double> val_loss, const FillFn& capture, FillFn copy, bool sync) {
+                               std::optional<double> val_loss, const FillFn& capture, FillFn copy,
+                               bool sync) {
   if (tiers.empty()) return Status::Ok();
   const auto t0 = std::chrono::steady_clock::now();
   {
@@ -118,7 +119,8 @@ Status CheckpointManager::Save(int64_t step, const std::vector<int>& tiers, cons
     if (tiers_[t].options.keep.keep_best <= 0 || !val_loss) continue;
     best.emplace_back(step, *val_loss);
     std::sort(best.begin(), best.end(), [](auto& a, auto& b) { return a.second < b.second; });
-    if (best.size() > static_cast<size_t>(tiers_[t].options.keep.keep_best)) best.resize(tiers_[t].options.keep.keep_best);
+    if (best.size() > static_cast<size_t>(tiers_[t].options.keep.keep_best))
+      best.resize(tiers_[t].options.keep.keep_best);
   }
   Job job;
   job.tiers = tiers;
@@ -144,7 +146,8 @@ Status CheckpointManager::Save(int64_t step, const std::vector<int>& tiers, cons
 
 void CheckpointManager::Copy(Job* job) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (job->copy) job->copy_status = job->copy(snapshot_).WithContext(fmt::format("snapshot of step {}", snapshot_.step));
+  if (job->copy)
+    job->copy_status = job->copy(snapshot_).WithContext(fmt::format("snapshot of step {}", snapshot_.step));
   job->copy_ms = MsSince(t0);
 }
 
@@ -181,8 +184,10 @@ std::vector<SaveEvent> CheckpointManager::Persist(const Job& job) {
       // Retention runs here, on the writer: it can never race this tier's save, and it only starts once the
       // new checkpoint is published, so the newest valid one is never the one deleted.
       auto gc = CollectGarbage(*tier.storage, tier.options.keep, /*no_save_in_flight=*/true);
-      if (gc.ok()) e.removed = gc->removed;
-      else e.status = gc.status().WithContext("retention");
+      if (gc.ok())
+        e.removed = gc->removed;
+      else
+        e.status = gc.status().WithContext("retention");
     } else {
       e.status = stats.status();
     }
@@ -245,7 +250,9 @@ Result<LoadedCheckpoint> CheckpointManager::LoadNewestValid(std::vector<std::str
     where.push_back(tiers_[t].storage->uri());
     auto refs = ListCheckpoints(*tiers_[t].storage);
     if (!refs.ok()) {
-      if (skipped) skipped->push_back(fmt::format("tier {} unreadable: {}", tiers_[t].options.name, refs.status().message()));
+      if (skipped)
+        skipped->push_back(
+            fmt::format("tier {} unreadable: {}", tiers_[t].options.name, refs.status().message()));
       continue;
     }
     for (const auto& r : *refs)
@@ -269,7 +276,8 @@ Result<LoadedCheckpoint> LoadCheckpointAt(const std::string& uri, const StorageO
   while (u.size() > 1 && u.back() == '/') u.pop_back();
   const size_t slash = u.rfind('/');
   const std::string base = slash == std::string::npos ? u : u.substr(slash + 1);
-  if (!IsS3Uri(u) && !std::filesystem::exists(u)) return Status::NotFound(fmt::format("{} does not exist", u));
+  if (!IsS3Uri(u) && !std::filesystem::exists(u))
+    return Status::NotFound(fmt::format("{} does not exist", u));
   if (ParseStepDirName(base)) {
     const std::string parent = slash == std::string::npos ? "." : u.substr(0, slash);
     TERN_ASSIGN_OR_RETURN(auto storage, open(parent));

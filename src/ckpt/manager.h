@@ -42,18 +42,18 @@ struct ManagerOptions {
   bool async = true;
   bool skip_when_busy = false;  // a save requested while one is in flight: skip it (true) or wait (false)
   S3Options s3;
-  StorageOpener open_storage;   // empty = OpenStorage(uri, s3); tests inject fault doubles here
+  StorageOpener open_storage;  // empty = OpenStorage(uri, s3); tests inject fault doubles here
 };
 
 // What happened to one save in one tier.
 struct SaveEvent {
   int64_t step = 0;
   std::string tier, kind, location;
-  bool skipped = false;  // a save was in flight (skip policy)
-  double stall_ms = 0;   // training thread blocked: previous save + capture + WaitForSnapshot
-  double wait_ms = 0;    // the part of the stall spent waiting for the previous save
-  double copy_ms = 0;    // writer: the bulk copy into host memory (overlapped with training)
-  double persist_ms = 0; // writer: checksums, writes, fsyncs, manifest
+  bool skipped = false;   // a save was in flight (skip policy)
+  double stall_ms = 0;    // training thread blocked: previous save + capture + WaitForSnapshot
+  double wait_ms = 0;     // the part of the stall spent waiting for the previous save
+  double copy_ms = 0;     // writer: the bulk copy into host memory (overlapped with training)
+  double persist_ms = 0;  // writer: checksums, writes, fsyncs, manifest
   uint64_t bytes = 0;
   std::vector<int64_t> removed;  // steps deleted by retention afterwards
   Status status;
@@ -70,11 +70,11 @@ class CheckpointManager {
   Storage& storage(int i) { return *tiers_[i].storage; }
 
   using FillFn = std::function<Status(Snapshot&)>;
-  // Saves step to `tiers`: `capture` runs here, `copy` (may be empty) on the writer, or here too when the save
-  // is synchronous (`sync`, or async off). Capture errors are returned; copy and persist errors arrive as
-  // SaveEvents (for synchronous saves they are there when Save returns).
-  Status Save(int64_t step, const std::vector<int>& tiers, const std::string& kind, std::optional<double> val_loss,
-              const FillFn& capture, FillFn copy = {}, bool sync = false);
+  // Saves step to `tiers`: `capture` runs here, `copy` (may be empty) on the writer, or here too when the
+  // save is synchronous (`sync`, or async off). Capture errors are returned; copy and persist errors arrive
+  // as SaveEvents (for synchronous saves they are there when Save returns).
+  Status Save(int64_t step, const std::vector<int>& tiers, const std::string& kind,
+              std::optional<double> val_loss, const FillFn& capture, FillFn copy = {}, bool sync = false);
   // Blocks until the save in flight has copied the state; call before changing what `copy` reads.
   void WaitForSnapshot();
   bool busy();

@@ -99,7 +99,8 @@ void PreemptionWatcher::Notify(const std::string& source, double window_s) {
   notice_ = {source, window_s, std::chrono::steady_clock::now()};
 }
 
-Result<bool> PreemptionWatcher::PollOnce(const PreemptionOptions& o, std::string* token, PreemptionNotice* notice) {
+Result<bool> PreemptionWatcher::PollOnce(const PreemptionOptions& o, std::string* token,
+                                         PreemptionNotice* notice) {
   HttpRequest req;
   req.timeout_s = 2;
   req.connect_timeout_s = 1;

@@ -28,15 +28,15 @@ namespace tern::ckpt {
 inline constexpr int kExitPreempted = 75;
 
 struct PreemptionNotice {
-  std::string source;    // "SIGTERM", "SIGUSR1", "aws spot instance-action: terminate", "gcp preempted"
-  double window_s = 0;   // seconds from the notice until the instance goes away (as announced or assumed)
+  std::string source;   // "SIGTERM", "SIGUSR1", "aws spot instance-action: terminate", "gcp preempted"
+  double window_s = 0;  // seconds from the notice until the instance goes away (as announced or assumed)
   std::chrono::steady_clock::time_point at;  // when we learned of it
 };
 
 struct PreemptionOptions {
-  bool signals = true;          // handle SIGTERM and SIGUSR1
-  std::string url;              // metadata base URL; empty = no poller
-  std::string kind = "aws";     // aws | gcp
+  bool signals = true;       // handle SIGTERM and SIGUSR1
+  std::string url;           // metadata base URL; empty = no poller
+  std::string kind = "aws";  // aws | gcp
   double poll_s = 5;
   double signal_window_s = 30;  // assumed window for signals and GCP (which do not announce one)
 };
@@ -49,11 +49,12 @@ class PreemptionWatcher {
   PreemptionWatcher& operator=(const PreemptionWatcher&) = delete;
 
   bool notified() const;
-  PreemptionNotice notice() const;  // valid once notified()
+  PreemptionNotice notice() const;                          // valid once notified()
   void Notify(const std::string& source, double window_s);  // for the poller, and tests
 
   // One poll of the metadata endpoint: true (and *notice filled) when a preemption is announced.
-  static Result<bool> PollOnce(const PreemptionOptions& options, std::string* token, PreemptionNotice* notice);
+  static Result<bool> PollOnce(const PreemptionOptions& options, std::string* token,
+                               PreemptionNotice* notice);
 
  private:
   PreemptionWatcher() = default;

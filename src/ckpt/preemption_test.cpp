@@ -38,28 +38,31 @@ struct MetadataStub {
       }
       res.set_content("TOKEN123", "text/plain");
     });
-    server.Get("/latest/meta-data/spot/instance-action", [&](const httplib::Request& req, httplib::Response& res) {
-      if (req.get_header_value("X-aws-ec2-metadata-token") != "TOKEN123") {
-        unauthorised++;
-        res.status = 401;
-        return;
-      }
-      if (!armed) {
-        res.status = 404;
-        return;
-      }
-      std::time_t when = std::time(nullptr) + 120;
-      char buf[32];
-      std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&when));
-      res.set_content(std::string("{\"action\": \"terminate\", \"time\": \"") + buf + "\"}", "application/json");
-    });
-    server.Get("/computeMetadata/v1/instance/preempted", [&](const httplib::Request& req, httplib::Response& res) {
-      if (req.get_header_value("Metadata-Flavor") != "Google") {
-        res.status = 403;
-        return;
-      }
-      res.set_content(armed ? "TRUE" : "FALSE", "text/plain");
-    });
+    server.Get("/latest/meta-data/spot/instance-action",
+               [&](const httplib::Request& req, httplib::Response& res) {
+                 if (req.get_header_value("X-aws-ec2-metadata-token") != "TOKEN123") {
+                   unauthorised++;
+                   res.status = 401;
+                   return;
+                 }
+                 if (!armed) {
+                   res.status = 404;
+                   return;
+                 }
+                 std::time_t when = std::time(nullptr) + 120;
+                 char buf[32];
+                 std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&when));
+                 res.set_content(std::string("{\"action\": \"terminate\", \"time\": \"") + buf + "\"}",
+                                 "application/json");
+               });
+    server.Get("/computeMetadata/v1/instance/preempted",
+               [&](const httplib::Request& req, httplib::Response& res) {
+                 if (req.get_header_value("Metadata-Flavor") != "Google") {
+                   res.status = 403;
+                   return;
+                 }
+                 res.set_content(armed ? "TRUE" : "FALSE", "text/plain");
+               });
     port = server.bind_to_any_port("127.0.0.1");
     thread = std::thread([this] { server.listen_after_bind(); });
   }

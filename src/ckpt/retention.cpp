@@ -28,7 +28,8 @@ RetentionPlan PlanRetention(const std::vector<RetentionEntry>& entries, const Re
     std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
       return *a.val_loss != *b.val_loss ? *a.val_loss < *b.val_loss : a.step > b.step;
     });
-    for (size_t i = 0; i < scored.size() && i < static_cast<size_t>(policy.keep_best); i++) keep.insert(scored[i].step);
+    for (size_t i = 0; i < scored.size() && i < static_cast<size_t>(policy.keep_best); i++)
+      keep.insert(scored[i].step);
   }
   RetentionPlan plan;
   for (const auto& e : entries) {
@@ -62,8 +63,10 @@ Result<GcReport> CollectGarbage(Storage& storage, const RetentionPolicy& policy,
     if (r.has_manifest && policy.keep_best > 0) {
       auto text = storage.Get(JoinKey(r.dir, kManifestName));
       auto m = text.ok() ? Manifest::Parse(*text) : Result<Manifest>(text.status());
-      if (m.ok()) e.val_loss = m->val_loss;
-      else e.valid = false;  // an unreadable manifest is debris
+      if (m.ok())
+        e.val_loss = m->val_loss;
+      else
+        e.valid = false;  // an unreadable manifest is debris
     }
     entries.push_back(e);
     by_step[r.step] = &r;

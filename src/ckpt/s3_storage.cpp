@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -43,7 +43,8 @@ std::map<std::string, std::string> IniSection(const std::string& path, const std
       continue;
     }
     auto eq = line.find('=');
-    if (current == section && eq != std::string::npos) out[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
+    if (current == section && eq != std::string::npos)
+      out[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
   }
   return out;
 }
@@ -96,10 +97,14 @@ struct S3Storage::Response {
 Result<AwsCredentials> LoadAwsCredentials(const S3Options& o) {
   AwsCredentials c;
   const std::string home = Env("HOME");
-  const std::string profile = !Env("AWS_PROFILE").empty() ? Env("AWS_PROFILE") : !o.profile.empty() ? o.profile : "default";
-  const std::string cred_file =
-      !Env("AWS_SHARED_CREDENTIALS_FILE").empty() ? Env("AWS_SHARED_CREDENTIALS_FILE") : home + "/.aws/credentials";
-  const std::string config_file = !Env("AWS_CONFIG_FILE").empty() ? Env("AWS_CONFIG_FILE") : home + "/.aws/config";
+  const std::string profile = !Env("AWS_PROFILE").empty() ? Env("AWS_PROFILE")
+                              : !o.profile.empty()        ? o.profile
+                                                          : "default";
+  const std::string cred_file = !Env("AWS_SHARED_CREDENTIALS_FILE").empty()
+                                    ? Env("AWS_SHARED_CREDENTIALS_FILE")
+                                    : home + "/.aws/credentials";
+  const std::string config_file =
+      !Env("AWS_CONFIG_FILE").empty() ? Env("AWS_CONFIG_FILE") : home + "/.aws/config";
   if (!Env("AWS_ACCESS_KEY_ID").empty() && !Env("AWS_SECRET_ACCESS_KEY").empty()) {
     c.access_key_id = Env("AWS_ACCESS_KEY_ID");
     c.secret_access_key = Env("AWS_SECRET_ACCESS_KEY");
@@ -120,7 +125,7 @@ Result<AwsCredentials> LoadAwsCredentials(const S3Options& o) {
     }
   }
   for (const std::string& r : {o.region, Env("AWS_REGION"), Env("AWS_DEFAULT_REGION"), c.region,
-                                IniSection(config_file, profile)["region"], std::string("us-east-1")}) {
+                               IniSection(config_file, profile)["region"], std::string("us-east-1")}) {
     if (!r.empty()) {
       c.region = r;
       break;
@@ -130,7 +135,8 @@ Result<AwsCredentials> LoadAwsCredentials(const S3Options& o) {
 }
 
 Result<std::unique_ptr<S3Storage>> S3Storage::Open(const std::string& uri, const S3Options& options) {
-  if (!IsS3Uri(uri)) return Status::InvalidArgument(fmt::format("'{}' is not an s3://bucket/prefix URI", uri));
+  if (!IsS3Uri(uri))
+    return Status::InvalidArgument(fmt::format("'{}' is not an s3://bucket/prefix URI", uri));
   std::unique_ptr<S3Storage> s(new S3Storage());
   s->opt_ = options;
   std::string rest = uri.substr(5);
@@ -140,7 +146,7 @@ Result<std::unique_ptr<S3Storage>> S3Storage::Open(const std::string& uri, const
   s->prefix_ = slash == std::string::npos ? "" : rest.substr(slash + 1);
   if (s->bucket_.empty()) return Status::InvalidArgument(fmt::format("'{}' names no bucket", uri));
   TERN_ASSIGN_OR_RETURN(s->cred_, LoadAwsCredentials(options));
-  s->endpoint_ = !options.endpoint.empty()              ? options.endpoint
+  s->endpoint_ = !options.endpoint.empty()             ? options.endpoint
                  : !Env("AWS_ENDPOINT_URL_S3").empty() ? Env("AWS_ENDPOINT_URL_S3")
                  : !Env("AWS_ENDPOINT_URL").empty()    ? Env("AWS_ENDPOINT_URL")
                                                        : "https://s3." + s->cred_.region + ".amazonaws.com";
@@ -149,7 +155,9 @@ Result<std::unique_ptr<S3Storage>> S3Storage::Open(const std::string& uri, const
   return s;
 }
 
-std::string S3Storage::uri() const { return "s3://" + JoinKey(bucket_, prefix_); }
+std::string S3Storage::uri() const {
+  return "s3://" + JoinKey(bucket_, prefix_);
+}
 
 std::string S3Storage::ObjectPath(const std::string& key) const {
   return "/" + bucket_ + "/" + UriEncode(JoinKey(prefix_, key), /*keep_slash=*/true);
@@ -192,17 +200,19 @@ Result<S3Storage::Response> S3Storage::Call(const std::string& method, const std
       std::string code = XmlValue(r->body, "Code"), msg = XmlValue(r->body, "Message");
       std::string hint;
       if (r->status == 403) {
-        hint = fmt::format(" (credentials from {}, key id {}: check the secret key, the region '{}' and the "
-                           "clock)",
-                           cred_.source, Mask(cred_.access_key_id), cred_.region);
+        hint = fmt::format(
+            " (credentials from {}, key id {}: check the secret key, the region '{}' and the "
+            "clock)",
+            cred_.source, Mask(cred_.access_key_id), cred_.region);
       }
-      const std::string detail = code.empty() ? "(a " + method + " reply carries no error details)" : code + ": " + msg;
+      const std::string detail =
+          code.empty() ? "(a " + method + " reply carries no error details)" : code + ": " + msg;
       return Status::IoError(fmt::format("{}: HTTP {} {}{}", what, r->status, detail, hint));
     }
     return Response{r->status, std::move(r->body), std::move(r->headers)};
   }
-  return Status::Unavailable(
-      fmt::format("{}: gave up after {} attempts, last: {}", what, std::max(1, opt_.max_attempts), last_error));
+  return Status::Unavailable(fmt::format("{}: gave up after {} attempts, last: {}", what,
+                                         std::max(1, opt_.max_attempts), last_error));
 }
 
 Status S3Storage::Put(const std::string& key, std::string_view data) {
@@ -215,7 +225,8 @@ Status S3Storage::Put(const std::string& key, std::string_view data) {
 Status S3Storage::PutMultipart(const std::string& key, std::string_view data) {
   TERN_ASSIGN_OR_RETURN(Response created, Call("POST", key, "uploads=", ""));
   const std::string upload_id = XmlValue(created.body, "UploadId");
-  if (upload_id.empty()) return Status::IoError(fmt::format("S3 multipart upload of {}: no UploadId in reply", key));
+  if (upload_id.empty())
+    return Status::IoError(fmt::format("S3 multipart upload of {}: no UploadId in reply", key));
   const std::string id_q = "uploadId=" + UriEncode(upload_id, false);
   std::string complete = "<CompleteMultipartUpload>";
   Status st;
@@ -227,13 +238,15 @@ Status S3Storage::PutMultipart(const std::string& key, std::string_view data) {
       st = r.status();
       break;
     }
-    complete += fmt::format("<Part><PartNumber>{}</PartNumber><ETag>{}</ETag></Part>", part, r->headers["etag"]);
+    complete +=
+        fmt::format("<Part><PartNumber>{}</PartNumber><ETag>{}</ETag></Part>", part, r->headers["etag"]);
   }
   complete += "</CompleteMultipartUpload>";
   if (st.ok()) {
     auto r = Call("POST", key, id_q, complete);
     // CompleteMultipartUpload can answer 200 with an <Error> body.
-    if (!r.ok()) st = r.status();
+    if (!r.ok())
+      st = r.status();
     else if (r->body.find("<Error>") != std::string::npos)
       st = Status::IoError(fmt::format("S3 complete multipart {}: {}", key, XmlValue(r->body, "Message")));
   }
@@ -243,7 +256,8 @@ Status S3Storage::PutMultipart(const std::string& key, std::string_view data) {
 
 Result<std::string> S3Storage::Get(const std::string& key) {
   TERN_ASSIGN_OR_RETURN(Response r, Call("GET", key, "", ""));
-  if (r.status == 404) return Status::NotFound(fmt::format("s3://{}/{} does not exist", bucket_, JoinKey(prefix_, key)));
+  if (r.status == 404)
+    return Status::NotFound(fmt::format("s3://{}/{} does not exist", bucket_, JoinKey(prefix_, key)));
   return std::move(r.body);
 }
 

@@ -107,7 +107,8 @@ TEST_F(S3Test, RoundTripMultipartCheckpointAwsCliAndWrongSecret) {
   // A client we did not write downloads it all; the bytes match and the multipart upload is one object.
   const fs::path local = fs::temp_directory_path() / ("tern_s3_test_download_" + std::to_string(::getpid()));
   fs::remove_all(local);
-  CommandResult cp = RunCommand(moto_->AwsCli() + " s3 cp --only-show-errors --recursive s3://ckpt/ " + local.string());
+  CommandResult cp =
+      RunCommand(moto_->AwsCli() + " s3 cp --only-show-errors --recursive s3://ckpt/ " + local.string());
   ASSERT_EQ(cp.code, 0) << cp.output;
   EXPECT_TRUE(ReadAll(local / "unit/a/big.bin") == big);
   EXPECT_EQ(ReadAll(local / "unit/a/small.txt"), "hello");
@@ -131,7 +132,8 @@ TEST_F(S3Test, RoundTripMultipartCheckpointAwsCliAndWrongSecret) {
   EXPECT_EQ(no.message().find(moto_->key_id), std::string::npos) << "the key id is masked too";
 }
 
-// A stub that answers 503 twice, then hangs once past the timeout, then succeeds: S3Storage retries through it.
+// A stub that answers 503 twice, then hangs once past the timeout, then succeeds: S3Storage retries through
+// it.
 TEST(S3Retry, BacksOffOn5xxAndTimeouts) {
   ::setenv("AWS_ACCESS_KEY_ID", "AKIDSTUB", 1);
   ::setenv("AWS_SECRET_ACCESS_KEY", "stub", 1);

@@ -15,7 +15,9 @@ size_t TensorSpec::numel() const {
   return n;
 }
 
-void SafetensorsImage::Free::operator()(char* p) const { std::free(p); }
+void SafetensorsImage::Free::operator()(char* p) const {
+  std::free(p);
+}
 
 SafetensorsImage::SafetensorsImage(const std::vector<TensorSpec>& tensors,
                                    const std::map<std::string, std::string>& metadata) {
@@ -46,10 +48,12 @@ SafetensorsImage::SafetensorsImage(const std::vector<TensorSpec>& tensors,
 
 Result<ParsedSafetensors> ParseSafetensors(std::string_view bytes) {
   auto bad = [](const std::string& what) { return Status::Corruption("safetensors: " + what); };
-  if (bytes.size() < 8) return bad(fmt::format("{} bytes is shorter than the 8-byte header length", bytes.size()));
+  if (bytes.size() < 8)
+    return bad(fmt::format("{} bytes is shorter than the 8-byte header length", bytes.size()));
   uint64_t hlen;
   std::memcpy(&hlen, bytes.data(), 8);
-  if (hlen > bytes.size() - 8) return bad(fmt::format("header length {} runs past the end of the file", hlen));
+  if (hlen > bytes.size() - 8)
+    return bad(fmt::format("header length {} runs past the end of the file", hlen));
   auto header = nlohmann::json::parse(bytes.substr(8, hlen), nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) return bad("header is not a JSON object");
   ParsedSafetensors out;
@@ -69,12 +73,16 @@ Result<ParsedSafetensors> ParseSafetensors(std::string_view bytes) {
       v.shape = e["shape"].get<std::vector<int64_t>>();
       const uint64_t begin = e["data_offsets"][0].get<uint64_t>(), end = e["data_offsets"][1].get<uint64_t>();
       if (begin > end || end > data.size())
-        return bad(fmt::format("tensor {} data [{}, {}) outside the {} data bytes", it.key(), begin, end, data.size()));
+        return bad(fmt::format("tensor {} data [{}, {}) outside the {} data bytes", it.key(), begin, end,
+                               data.size()));
       uint64_t numel = 1;
       for (int64_t d : v.shape) numel *= static_cast<uint64_t>(d);
-      const uint64_t elem = v.dtype == "F32" || v.dtype == "I32" ? 4 : v.dtype == "F64" || v.dtype == "I64" ? 8 : 2;
+      const uint64_t elem = v.dtype == "F32" || v.dtype == "I32"   ? 4
+                            : v.dtype == "F64" || v.dtype == "I64" ? 8
+                                                                   : 2;
       if (numel * elem != end - begin)
-        return bad(fmt::format("tensor {} holds {} bytes, its shape needs {}", it.key(), end - begin, numel * elem));
+        return bad(
+            fmt::format("tensor {} holds {} bytes, its shape needs {}", it.key(), end - begin, numel * elem));
       v.data = data.substr(begin, end - begin);
     } catch (const nlohmann::json::exception& ex) {
       return bad("tensor " + it.key() + ": " + ex.what());

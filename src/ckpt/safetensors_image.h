@@ -27,7 +27,8 @@ struct TensorSpec {
 
 class SafetensorsImage {
  public:
-  SafetensorsImage(const std::vector<TensorSpec>& tensors, const std::map<std::string, std::string>& metadata);
+  SafetensorsImage(const std::vector<TensorSpec>& tensors,
+                   const std::map<std::string, std::string>& metadata);
   SafetensorsImage(const SafetensorsImage&) = delete;
   SafetensorsImage& operator=(const SafetensorsImage&) = delete;
 

@@ -5,7 +5,9 @@
 
 namespace tern::ckpt {
 
-bool IsS3Uri(const std::string& uri) { return uri.starts_with("s3://"); }
+bool IsS3Uri(const std::string& uri) {
+  return uri.starts_with("s3://");
+}
 
 std::string JoinKey(const std::string& a, const std::string& b) {
   if (a.empty()) return b;

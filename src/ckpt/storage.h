@@ -48,14 +48,14 @@ class Storage {
 
 // Settings of S3-compatible stores that the URI does not carry.
 struct S3Options {
-  std::string endpoint;          // "http://127.0.0.1:9000"; empty = $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, AWS
-  std::string region;            // empty = $AWS_REGION, $AWS_DEFAULT_REGION, the profile's, "us-east-1"
-  std::string profile;           // ~/.aws/credentials profile; empty = $AWS_PROFILE or "default"
+  std::string endpoint;  // "http://127.0.0.1:9000"; empty = $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, AWS
+  std::string region;    // empty = $AWS_REGION, $AWS_DEFAULT_REGION, the profile's, "us-east-1"
+  std::string profile;   // ~/.aws/credentials profile; empty = $AWS_PROFILE or "default"
   uint64_t multipart_threshold = 64ull << 20;  // objects at least this large upload in parts
   uint64_t part_size = 64ull << 20;            // >= 5 MiB (S3's minimum for all but the last part)
-  int max_attempts = 5;          // per request, on 5xx, 429 and transport errors (timeouts, resets)
-  double backoff_s = 0.2;        // first retry delay; doubles each time, capped at 10 s, with jitter
-  double timeout_s = 300;        // per request
+  int max_attempts = 5;    // per request, on 5xx, 429 and transport errors (timeouts, resets)
+  double backoff_s = 0.2;  // first retry delay; doubles each time, capped at 10 s, with jitter
+  double timeout_s = 300;  // per request
   double connect_timeout_s = 10;
 };
 

@@ -60,7 +60,8 @@ TEST(LocalStorage, PutGetListDelete) {
 }
 
 TEST(LocalStorage, LargeAlignedObjectsGoDirectAndReadBackExactly) {
-  // >= 64 MiB and page-aligned (as snapshot images are): O_DIRECT for the aligned bulk, buffered for the tail.
+  // >= 64 MiB and page-aligned (as snapshot images are): O_DIRECT for the aligned bulk, buffered for the
+  // tail.
   FreshDir dir("direct");
   auto s = LocalStorage::Open(dir.string());
   ASSERT_TRUE(s.ok());

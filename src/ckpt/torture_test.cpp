@@ -56,18 +56,23 @@ TEST(Torture, KillNineTwentyTimesAndStillBitExact) {
   fs::create_directories(root);
   std::ofstream(root / "corpus.txt") << testing::SmallCorpus();
   ASSERT_EQ(RunCommand(tern + " prepare --input " + (root / "corpus.txt").string() + " --out " +
-                       (root / "data").string() + " --vocab-size 300 --val-fraction 0.1 --threads 1").code, 0);
-  std::ofstream(root / "tiny.yaml") << "model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
-                                       "data: {dir: " << (root / "data").string() << "}\n"
-                                       "train: {batch_size: 4, seq_len: 32, total_batch_tokens: 256, steps: 3000,\n"
-                                       "        lr: 3.0e-3, warmup_steps: 20}\n"
-                                       "eval: {every: 1000, batches: 2}\n"
-                                       "sample: {count: 0}\n"
-                                       "run: {peak_gflops: 100}\n"
-                                       "ckpt: {every: 3, keep_last: 2, resume: auto}\n";
+                       (root / "data").string() + " --vocab-size 300 --val-fraction 0.1 --threads 1")
+                .code,
+            0);
+  std::ofstream(root / "tiny.yaml")
+      << "model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
+         "data: {dir: "
+      << (root / "data").string()
+      << "}\n"
+         "train: {batch_size: 4, seq_len: 32, total_batch_tokens: 256, steps: 3000,\n"
+         "        lr: 3.0e-3, warmup_steps: 20}\n"
+         "eval: {every: 1000, batches: 2}\n"
+         "sample: {count: 0}\n"
+         "run: {peak_gflops: 100}\n"
+         "ckpt: {every: 3, keep_last: 2, resume: auto}\n";
   auto argv = [&](const std::string& run) {
-    return std::vector<std::string>{tern, "train", (root / "tiny.yaml").string(), "--quiet", "--set",
-                                    "run.dir=" + (root / run).string()};
+    return std::vector<std::string>{tern,      "train", (root / "tiny.yaml").string(),
+                                    "--quiet", "--set", "run.dir=" + (root / run).string()};
   };
   const std::map<std::string, std::string> env = {{"OMP_NUM_THREADS", "1"}};
   {
@@ -109,7 +114,8 @@ TEST(Torture, KillNineTwentyTimesAndStillBitExact) {
     for (const auto& r : rows)
       if (r.value("event", "") == "resume") resumes.push_back(r);
     if (resumes.size() > resume_rows_seen) {
-      EXPECT_EQ(resumes.back()["step"].get<int64_t>(), std::max<int64_t>(expected_resume, 0)) << "life " << lives;
+      EXPECT_EQ(resumes.back()["step"].get<int64_t>(), std::max<int64_t>(expected_resume, 0))
+          << "life " << lives;
       EXPECT_TRUE(resumes.back()["skipped"].empty()) << resumes.back().dump();
       checked_resumes++;
       resume_rows_seen = resumes.size();
@@ -138,8 +144,8 @@ TEST(Torture, KillNineTwentyTimesAndStillBitExact) {
   ASSERT_EQ(last.Wait(), 0) << "see " << (root / "tortured.log");
   EXPECT_EQ(Losses(run / "metrics.jsonl"), Losses(root / "ref/metrics.jsonl"));
   EXPECT_TRUE(ReadAll(run / "model.safetensors") == ReadAll(root / "ref/model.safetensors"));
-  std::printf("torture: %d kills over %d lives (%d in the middle of a save), %d resumes checked\n", kills, lives,
-              mid_save, checked_resumes);
+  std::printf("torture: %d kills over %d lives (%d in the middle of a save), %d resumes checked\n", kills,
+              lives, mid_save, checked_resumes);
 }
 
 }  // namespace

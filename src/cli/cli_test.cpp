@@ -127,8 +127,9 @@ TEST(Cli, GenerateOnMissingRunDir) {
 // `tern bench --model` and `tern plan --model` read the model layer's one preset table, aliases included. The
 // bench keeps gpt2-1.5b's 48 layers but shrinks their width, so that it runs in a second.
 TEST(Cli, BenchAndPlanTakeThePresetAliases) {
-  CmdResult b = RunTern("bench --model gpt2-1.5b --n-embd 64 --n-head 1 --vocab-size 256 --batch 1 --seq 8 "
-                        "--steps 1 --warmup 0 --json");
+  CmdResult b = RunTern(
+      "bench --model gpt2-1.5b --n-embd 64 --n-head 1 --vocab-size 256 --batch 1 --seq 8 "
+      "--steps 1 --warmup 0 --json");
   ASSERT_EQ(b.code, 0) << b.output;
   const size_t n_layer = b.output.find("\"n_layer\": 48");
   EXPECT_NE(n_layer, std::string::npos) << b.output;

@@ -24,8 +24,8 @@ struct BenchCliOptions {
   bool json = false, run = false, no_run = false;
   int n_layer = 0, n_head = 0, n_embd = 0, vocab_size = 0;  // overrides of the preset's shape
   // Which of the shape flags were given: with --config, the others come from the config.
-  bool batch_given = false, seq_given = false, accum_given = false, precision_given = false, device_given = false,
-       recompute_given = false;
+  bool batch_given = false, seq_given = false, accum_given = false, precision_given = false,
+       device_given = false, recompute_given = false;
 };
 
 // A flag's value through the config registry's parser: its error (naming the allowed values) is the flag's.
@@ -44,8 +44,8 @@ std::string ExistingAncestor(std::filesystem::path p) {
   return p.string();
 }
 
-// Takes the run from a training config: its optimizer and loss scaling (the step the trainer will run), shape,
-// precision, device, data and checkpoint directory; the shape flags given override the config's.
+// Takes the run from a training config: its optimizer and loss scaling (the step the trainer will run),
+// shape, precision, device, data and checkpoint directory; the shape flags given override the config's.
 Status ApplyConfig(BenchCliOptions* o) {
   TrainConfig cfg;
   TERN_RETURN_IF_ERROR(LoadTrainConfigFile(o->config_path, &cfg));
@@ -67,7 +67,8 @@ Status ApplyConfig(BenchCliOptions* o) {
   b.sample_tokens = cfg.sample_tokens;
   b.sample_choices = cfg.num_samples > 0 ? cfg.num_samples : 1;
   b.sample_prompt = cfg.sample_prompt;
-  if (o->io_dir.empty()) o->io_dir = ExistingAncestor(cfg.ckpt.dir.empty() ? cfg.run_dir + "/checkpoints" : cfg.ckpt.dir);
+  if (o->io_dir.empty())
+    o->io_dir = ExistingAncestor(cfg.ckpt.dir.empty() ? cfg.run_dir + "/checkpoints" : cfg.ckpt.dir);
   return Status::Ok();
 }
 
@@ -81,8 +82,10 @@ std::optional<BenchMemory> PlannedMemory(const BenchOptions& b) {
   spec.micro_batch = b.batch;
   auto w = plan::Workload::Make(spec, plan::PlanDefaults());
   if (!w.ok()) return std::nullopt;
-  const plan::ActRecompute r = b.recompute == Recompute::kGelu ? plan::ActRecompute::kGelu : plan::ActRecompute::kNone;
-  const plan::Precision p = b.precision == TrainPrecision::kBf16 ? plan::Precision::kBf16 : plan::Precision::kFp32;
+  const plan::ActRecompute r =
+      b.recompute == Recompute::kGelu ? plan::ActRecompute::kGelu : plan::ActRecompute::kNone;
+  const plan::Precision p =
+      b.precision == TrainPrecision::kBf16 ? plan::Precision::kBf16 : plan::Precision::kFp32;
   const auto m = w->Memory(p, b.batch, false, r, 1);
   return BenchMemory{m.weights, m.grads, m.optimizer, m.activations};
 }
@@ -90,24 +93,29 @@ std::optional<BenchMemory> PlannedMemory(const BenchOptions& b) {
 void PrintMemory(const BenchResult& r) {
   constexpr double GiB = 1024.0 * 1024 * 1024;
   const GptMemory& a = r.allocated;
-  std::printf("memory     model allocated %.2f GiB = weights %.2f + grads %.2f + AdamW %.2f + activations %.2f + "
-              "backward scratch %.2f (recompute %s)\n",
-              a.total() / GiB, (a.params + a.params_bf16) / GiB, a.grads / GiB, a.adam_state / GiB,
-              a.activations / GiB, a.scratch / GiB, RecomputeName(r.options.recompute));
+  std::printf(
+      "memory     model allocated %.2f GiB = weights %.2f + grads %.2f + AdamW %.2f + activations %.2f + "
+      "backward scratch %.2f (recompute %s)\n",
+      a.total() / GiB, (a.params + a.params_bf16) / GiB, a.grads / GiB, a.adam_state / GiB,
+      a.activations / GiB, a.scratch / GiB, RecomputeName(r.options.recompute));
   if (r.planned) {
     const BenchMemory& p = *r.planned;
-    std::printf("           tern plan estimate %.2f GiB = weights %.2f + grads %.2f + AdamW %.2f + activations and "
-                "scratch %.2f (%+.1f%% of allocated)\n",
-                p.total() / GiB, p.weights / GiB, p.grads / GiB, p.optimizer / GiB, p.activations / GiB,
-                100 * (p.total() / static_cast<double>(a.total()) - 1));
+    std::printf(
+        "           tern plan estimate %.2f GiB = weights %.2f + grads %.2f + AdamW %.2f + activations and "
+        "scratch %.2f (%+.1f%% of allocated)\n",
+        p.total() / GiB, p.weights / GiB, p.grads / GiB, p.optimizer / GiB, p.activations / GiB,
+        100 * (p.total() / static_cast<double>(a.total()) - 1));
   }
   if (r.peak_rss_bytes >= 0) {
-    std::printf("           measured peak resident %.2f GiB (the whole process: model, backend, libraries, data)\n",
-                r.peak_rss_bytes / GiB);
+    std::printf(
+        "           measured peak resident %.2f GiB (the whole process: model, backend, libraries, data)\n",
+        r.peak_rss_bytes / GiB);
   }
   if (r.device_mem_bytes >= 0) {
-    std::printf("           measured GPU memory %.2f GiB in use after the steps less before the model (NVML: the "
-                "model plus the backend's scratch)\n", r.device_mem_bytes / GiB);
+    std::printf(
+        "           measured GPU memory %.2f GiB in use after the steps less before the model (NVML: the "
+        "model plus the backend's scratch)\n",
+        r.device_mem_bytes / GiB);
   }
 }
 
@@ -146,22 +154,25 @@ int RunBenchCommand(BenchCliOptions o) {
   r->gpu = plan::CatalogGpuId(r->gpu_name);
   r->planned = PlannedMemory(o.bench);
   if (!r->gpu_name.empty() && r->gpu.empty()) {
-    std::fprintf(stderr, "tern bench: the GPU '%s' matches no catalog GPU; set \"gpu\" in the JSON to its catalog "
-                 "name (data/catalog/gpus.csv) to calibrate `tern plan` for it\n", r->gpu_name.c_str());
+    std::fprintf(stderr,
+                 "tern bench: the GPU '%s' matches no catalog GPU; set \"gpu\" in the JSON to its catalog "
+                 "name (data/catalog/gpus.csv) to calibrate `tern plan` for it\n",
+                 r->gpu_name.c_str());
   }
   if (o.json) {
     std::printf("%s\n", r->ToJson().dump(2).c_str());
     return 0;
   }
   const BenchOptions& b = o.bench;
-  std::printf("model      %s, B=%d T=%d x%d accum, %s on %s (%d threads)\n", b.model.ToString().c_str(), b.batch, b.seq,
-              b.grad_accum, PrecisionName(b.precision), r->backend.c_str(), r->threads);
+  std::printf("model      %s, B=%d T=%d x%d accum, %s on %s (%d threads)\n", b.model.ToString().c_str(),
+              b.batch, b.seq, b.grad_accum, PrecisionName(b.precision), r->backend.c_str(), r->threads);
   std::printf("cpu        %s (%s), %d of %d logical CPUs\n", r->cpu.model.c_str(),
-              r->cpu.isa.empty() ? "no AVX2" : fmt::format("{}", fmt::join(r->cpu.isa, ", ")).c_str(), r->threads,
-              r->cpu.logical_cpus);
-  if (!r->gpu_name.empty()) std::printf("gpu        %s (catalog: %s)\n", r->gpu_name.c_str(), r->gpu.empty() ? "?" : r->gpu.c_str());
-  std::printf("step       %.1f ms (median of %d after %d warm-up; min %.1f, max %.1f)\n", r->step_ms, b.steps, b.warmup,
-              *std::min_element(r->steps_ms.begin(), r->steps_ms.end()),
+              r->cpu.isa.empty() ? "no AVX2" : fmt::format("{}", fmt::join(r->cpu.isa, ", ")).c_str(),
+              r->threads, r->cpu.logical_cpus);
+  if (!r->gpu_name.empty())
+    std::printf("gpu        %s (catalog: %s)\n", r->gpu_name.c_str(), r->gpu.empty() ? "?" : r->gpu.c_str());
+  std::printf("step       %.1f ms (median of %d after %d warm-up; min %.1f, max %.1f)\n", r->step_ms, b.steps,
+              b.warmup, *std::min_element(r->steps_ms.begin(), r->steps_ms.end()),
               *std::max_element(r->steps_ms.begin(), r->steps_ms.end()));
   std::printf("throughput %.1f tokens/s\n", r->tokens_per_s);
   std::printf("achieved   %.1f GFLOP/s (%.1f MFLOP/token)\n", r->achieved_gflops, r->flops_per_token / 1e6);
@@ -173,15 +184,18 @@ int RunBenchCommand(BenchCliOptions o) {
     std::printf("start-up   %.2f s process + %.2f s backend + %.2f s model init + %.2f s peak probe%s\n",
                 t.process_start_s, t.backend_init_s, t.model_init_s, t.peak_probe_s,
                 t.data_open_s >= 0 ? fmt::format(" + {:.3f} s data open", t.data_open_s).c_str() : "");
-    std::printf("eval       %.1f ms per forward-only micro-batch (%.2f of a step's per-token time)\n", t.forward_ms,
-                t.forward_ms * b.grad_accum / r->step_ms);
+    std::printf("eval       %.1f ms per forward-only micro-batch (%.2f of a step's per-token time)\n",
+                t.forward_ms, t.forward_ms * b.grad_accum / r->step_ms);
     if (t.sample_ms >= 0) {
-      std::printf("sample     %.1f ms for %d choices x %d tokens\n", t.sample_ms, t.sample_choices, t.sample_tokens);
+      std::printf("sample     %.1f ms for %d choices x %d tokens\n", t.sample_ms, t.sample_choices,
+                  t.sample_tokens);
     }
     if (t.checkpoint_persist_ms >= 0) {
-      std::printf("save       checkpoint %.0f MB: copy %.0f ms, persist %.0f ms; model.safetensors %.0f MB in %.0f ms (%s)\n",
-                  t.checkpoint_bytes / 1e6, t.checkpoint_copy_ms, t.checkpoint_persist_ms, t.model_bytes / 1e6,
-                  t.model_save_ms, t.io_dir.c_str());
+      std::printf(
+          "save       checkpoint %.0f MB: copy %.0f ms, persist %.0f ms; model.safetensors %.0f MB in %.0f "
+          "ms (%s)\n",
+          t.checkpoint_bytes / 1e6, t.checkpoint_copy_ms, t.checkpoint_persist_ms, t.model_bytes / 1e6,
+          t.model_save_ms, t.io_dir.c_str());
     }
   }
   return 0;
@@ -192,42 +206,66 @@ int RunBenchCommand(BenchCliOptions o) {
 void AddBenchCommand(CLI::App& root, CommandTable& table) {
   auto o = std::make_shared<BenchCliOptions>();
   auto* sub = root.add_subcommand("bench", "Measure training speed and MFU on synthetic tokens");
-  sub->footer("\nMFU = model FLOPs per token x tokens/s / peak FLOP/s, where the peak is measured by a matmul probe\n"
-              "in the same process and precision. With --config, the shape, accumulation, precision and device are the\n"
-              "config's (flags override them) and the bench also times what else the run does (start-up, evaluation,\n"
-              "samples, a checkpoint save in the checkpoint directory's disk) for `tern plan --config`. Memory: the\n"
-              "model's allocation, `tern plan`'s estimate for the same shape, and the measured peak RSS (CPU) or NVML\n"
-              "memory in use (GPU). Examples:\n"
-              "  tern bench --model gpt2-124m --batch 4 --seq 64 --precision bf16\n"
-              "  tern bench --config configs/demo.yaml --json > bench.json   # for tern plan --calibrate");
+  sub->footer(
+      "\nMFU = model FLOPs per token x tokens/s / peak FLOP/s, where the peak is measured by a matmul probe\n"
+      "in the same process and precision. With --config, the shape, accumulation, precision and device are "
+      "the\n"
+      "config's (flags override them) and the bench also times what else the run does (start-up, "
+      "evaluation,\n"
+      "samples, a checkpoint save in the checkpoint directory's disk) for `tern plan --config`. Memory: the\n"
+      "model's allocation, `tern plan`'s estimate for the same shape, and the measured peak RSS (CPU) or "
+      "NVML\n"
+      "memory in use (GPU). Examples:\n"
+      "  tern bench --model gpt2-124m --batch 4 --seq 64 --precision bf16\n"
+      "  tern bench --config configs/demo.yaml --json > bench.json   # for tern plan --calibrate");
   sub->add_option("--model", o->model, "preset: " + GptPresetList());
   sub->add_option("--n-layer", o->n_layer, "override the preset's layers");
   sub->add_option("--n-head", o->n_head, "override the preset's heads");
   sub->add_option("--n-embd", o->n_embd, "override the preset's channels");
   sub->add_option("--vocab-size", o->vocab_size, "override the preset's vocabulary");
-  sub->add_option("--config", o->config_path, "take the model, batch, precision and device from a training config");
+  sub->add_option("--config", o->config_path,
+                  "take the model, batch, precision and device from a training config");
   sub->add_option("--set", o->overrides, "with --config: override a key, as tern train does (repeatable)");
-  sub->add_option_function<int>("--batch", [o](int v) { o->bench.batch = v, o->batch_given = true; }, "micro-batch B")
+  sub->add_option_function<int>(
+         "--batch", [o](int v) { o->bench.batch = v, o->batch_given = true; }, "micro-batch B")
       ->check(CLI::PositiveNumber);
-  sub->add_option_function<int>("--seq", [o](int v) { o->bench.seq = v, o->seq_given = true; }, "sequence length T")
+  sub->add_option_function<int>(
+         "--seq", [o](int v) { o->bench.seq = v, o->seq_given = true; }, "sequence length T")
       ->check(CLI::PositiveNumber);
-  sub->add_option_function<int>("--accum", [o](int v) { o->bench.grad_accum = v, o->accum_given = true; },
-                                "micro-batches per step (gradient accumulation)")
+  sub->add_option_function<int>(
+         "--accum", [o](int v) { o->bench.grad_accum = v, o->accum_given = true; },
+         "micro-batches per step (gradient accumulation)")
       ->check(CLI::PositiveNumber);
-  sub->add_option_function<std::string>("--precision", [o](const std::string& v) {
+  sub->add_option_function<std::string>(
+      "--precision",
+      [o](const std::string& v) {
         o->bench.precision = Parsed("--precision", ParsePrecision(v)), o->precision_given = true;
-      }, "fp32 | bf16 | fp16 (train.precision)");
-  sub->add_option_function<std::string>("--recompute", [o](const std::string& v) {
+      },
+      "fp32 | bf16 | fp16 (train.precision)");
+  sub->add_option_function<std::string>(
+      "--recompute",
+      [o](const std::string& v) {
         o->bench.recompute = Parsed("--recompute", ParseRecompute(v)), o->recompute_given = true;
-      }, "none | gelu (train.recompute: recompute the GELU outputs in the backward)");
-  sub->add_option("--steps", o->bench.steps, "timed steps (the median is reported)")->capture_default_str()->check(CLI::PositiveNumber);
-  sub->add_option("--warmup", o->bench.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
-  sub->add_option_function<std::string>("--device", [o](const std::string& v) {
+      },
+      "none | gelu (train.recompute: recompute the GELU outputs in the backward)");
+  sub->add_option("--steps", o->bench.steps, "timed steps (the median is reported)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--warmup", o->bench.warmup, "untimed steps first")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option_function<std::string>(
+      "--device",
+      [o](const std::string& v) {
         o->bench.device = Parsed("--device", ParseDevice(v)), o->device_given = true;
-      }, "cpu | cpu-ref | cuda | auto (train.device)");
-  sub->add_option("--io-dir", o->io_dir, "time a checkpoint save here (default with --config: the checkpoint dir's disk)");
-  sub->add_flag("--random-tokens", o->bench.random_tokens, "with --config: random tokens instead of data.dir's");
-  sub->add_flag("--run", o->run, "also time start-up, eval, a sample (and a save with --io-dir); default with --config");
+      },
+      "cpu | cpu-ref | cuda | auto (train.device)");
+  sub->add_option("--io-dir", o->io_dir,
+                  "time a checkpoint save here (default with --config: the checkpoint dir's disk)");
+  sub->add_flag("--random-tokens", o->bench.random_tokens,
+                "with --config: random tokens instead of data.dir's");
+  sub->add_flag("--run", o->run,
+                "also time start-up, eval, a sample (and a save with --io-dir); default with --config");
   sub->add_flag("--no-run", o->no_run, "time the steps only, even with --config");
   sub->add_flag("--json", o->json, "print one JSON object (the format tern plan --calibrate reads)");
   table.Add(sub, [o] { return RunBenchCommand(*o); });

@@ -92,10 +92,12 @@ int RunLs(const CkptOptions& o) {
     if (!storage.ok()) return Fail("ls", storage.status());
     auto refs = ckpt::ListCheckpoints(**storage);
     if (!refs.ok()) return Fail("ls", refs.status());
-    nlohmann::json tier = {{"tier", t.name}, {"uri", (*storage)->uri()}, {"checkpoints", nlohmann::json::array()}};
+    nlohmann::json tier = {
+        {"tier", t.name}, {"uri", (*storage)->uri()}, {"checkpoints", nlohmann::json::array()}};
     if (!o.json) std::printf("%s  %s\n", t.name.c_str(), (*storage)->uri().c_str());
     for (const auto& r : *refs) {
-      nlohmann::json row = {{"step", r.step}, {"dir", r.dir}, {"bytes", r.bytes}, {"complete", r.has_manifest}};
+      nlohmann::json row = {
+          {"step", r.step}, {"dir", r.dir}, {"bytes", r.bytes}, {"complete", r.has_manifest}};
       std::string line = fmt::format("  {:>10}  {:>10}  ", r.step, ProgressBar::FormatAmount(r.bytes, "B"));
       if (r.has_manifest) {
         auto text = (*storage)->Get(ckpt::JoinKey(r.dir, ckpt::kManifestName));
@@ -153,8 +155,10 @@ int RunVerify(const CkptOptions& o) {
       for (const auto& p : r.problems) std::printf("           %s\n", p.c_str());
     }
   }
-  if (o.json) std::printf("%s\n", out.dump(2).c_str());
-  else std::printf("%zu checkpoint(s) checked, %d damaged or incomplete\n", todo.size(), bad);
+  if (o.json)
+    std::printf("%s\n", out.dump(2).c_str());
+  else
+    std::printf("%zu checkpoint(s) checked, %d damaged or incomplete\n", todo.size(), bad);
   return bad == 0 ? 0 : 1;
 }
 
@@ -166,7 +170,8 @@ int RunExport(const CkptOptions& o) {
   Result<ckpt::LoadedCheckpoint> loaded = Status::NotFound("no checkpoint");
   if (SplitStepDir(o.target)) {
     s3 = S3For(o, nullptr);
-    loaded = ckpt::LoadCheckpointAt(o.target, [&](const std::string& u) { return ckpt::OpenStorage(u, s3); }, &skipped);
+    loaded = ckpt::LoadCheckpointAt(
+        o.target, [&](const std::string& u) { return ckpt::OpenStorage(u, s3); }, &skipped);
   } else {
     auto tiers = ResolveTiers(o, &s3);
     if (!tiers.ok()) return Fail("export", tiers.status());
@@ -194,20 +199,25 @@ int RunExport(const CkptOptions& o) {
   for (const auto& t : GptParamLayout(cfg)) {
     auto it = tensors->tensors.find(t.name);
     if (it == tensors->tensors.end() || it->second.data.size() != t.numel * 4)
-      return Fail("export", Status::Corruption("tensors.safetensors: tensor " + t.name + " missing or mis-sized"));
+      return Fail("export",
+                  Status::Corruption("tensors.safetensors: tensor " + t.name + " missing or mis-sized"));
     std::memcpy(params.data() + t.offset, it->second.data.data(), t.numel * 4);
   }
-  Status st = WriteGptSafetensors(o.out, cfg, params,
-                                  {{"tern.tokenizer", loaded->manifest.tokenizer},
-                                   {"tern.step", std::to_string(loaded->manifest.step)}});
+  Status st = WriteGptSafetensors(
+      o.out, cfg, params,
+      {{"tern.tokenizer", loaded->manifest.tokenizer}, {"tern.step", std::to_string(loaded->manifest.step)}});
   if (!st.ok()) return Fail("export", st);
   if (o.json) {
-    std::printf("%s\n", nlohmann::json({{"from", loaded->location}, {"step", loaded->manifest.step}, {"out", o.out},
-                                        {"params", params.size()}}).dump(2).c_str());
+    std::printf("%s\n", nlohmann::json({{"from", loaded->location},
+                                        {"step", loaded->manifest.step},
+                                        {"out", o.out},
+                                        {"params", params.size()}})
+                            .dump(2)
+                            .c_str());
   } else {
-    std::printf("wrote %s from %s (step %lld): %s, %zu parameters, Hugging Face GPT-2 names (fp32)\n", o.out.c_str(),
-                loaded->location.c_str(), static_cast<long long>(loaded->manifest.step), cfg.ToString().c_str(),
-                params.size());
+    std::printf("wrote %s from %s (step %lld): %s, %zu parameters, Hugging Face GPT-2 names (fp32)\n",
+                o.out.c_str(), loaded->location.c_str(), static_cast<long long>(loaded->manifest.step),
+                cfg.ToString().c_str(), params.size());
   }
   return 0;
 }
@@ -223,13 +233,18 @@ int RunGc(const CkptOptions& o) {
     auto report = ckpt::CollectGarbage(**storage, t.keep, /*no_save_in_flight=*/o.force, o.dry_run,
                                        /*verify_newest=*/true);
     if (!report.ok()) return Fail("gc", report.status());
-    out.push_back({{"tier", t.name}, {"uri", (*storage)->uri()}, {"kept", report->kept}, {"removed", report->removed},
-                   {"bytes_freed", report->bytes_freed}, {"dry_run", o.dry_run}});
+    out.push_back({{"tier", t.name},
+                   {"uri", (*storage)->uri()},
+                   {"kept", report->kept},
+                   {"removed", report->removed},
+                   {"bytes_freed", report->bytes_freed},
+                   {"dry_run", o.dry_run}});
     if (!o.json) {
-      std::printf("%s  %s: keep_last %d, keep_every %d, keep_best %d\n", t.name.c_str(), (*storage)->uri().c_str(),
-                  t.keep.keep_last, t.keep.keep_every, t.keep.keep_best);
+      std::printf("%s  %s: keep_last %d, keep_every %d, keep_best %d\n", t.name.c_str(),
+                  (*storage)->uri().c_str(), t.keep.keep_last, t.keep.keep_every, t.keep.keep_best);
       std::printf("  kept     %s\n  %s  %s (%s)\n", fmt::format("{}", fmt::join(report->kept, " ")).c_str(),
-                  o.dry_run ? "would remove" : "removed", fmt::format("{}", fmt::join(report->removed, " ")).c_str(),
+                  o.dry_run ? "would remove" : "removed",
+                  fmt::format("{}", fmt::join(report->removed, " ")).c_str(),
                   ProgressBar::FormatAmount(report->bytes_freed, "B").c_str());
     }
   }
@@ -244,11 +259,14 @@ void AddCkptCommand(CLI::App& root, CommandTable& table) {
   auto* sub = root.add_subcommand("ckpt", "List, verify, export and garbage-collect checkpoints");
   sub->require_subcommand(1);
   sub->footer(
-      "\nTARGET is a run directory (tiers from its config.yaml), a tier root (directory or s3://bucket/prefix),\n"
-      "or for verify/export a single step directory. S3 credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or\n"
+      "\nTARGET is a run directory (tiers from its config.yaml), a tier root (directory or "
+      "s3://bucket/prefix),\n"
+      "or for verify/export a single step directory. S3 credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+      "or\n"
       "~/.aws/credentials; endpoint: --s3-endpoint or $AWS_ENDPOINT_URL_S3. See docs/checkpoints.md.\n"
       "  tern ckpt ls runs/demo\n  tern ckpt verify runs/demo/checkpoints/step_00000600\n"
-      "  tern ckpt export runs/demo --out demo.safetensors\n  tern ckpt gc runs/demo --keep-last 1 --dry-run");
+      "  tern ckpt export runs/demo --out demo.safetensors\n  tern ckpt gc runs/demo --keep-last 1 "
+      "--dry-run");
   auto add_common = [&](CLI::App* c) {
     c->add_option("target", o->target, "run directory, tier root or step directory")->required();
     c->add_flag("--json", o->json, "machine-readable output");
@@ -257,22 +275,26 @@ void AddCkptCommand(CLI::App& root, CommandTable& table) {
   auto* ls = sub->add_subcommand("ls", "list checkpoints per tier: step, size, kind, time, val loss");
   add_common(ls);
   table.Add(ls, [o] { return RunLs(*o); });
-  auto* verify = sub->add_subcommand("verify", "check every file against the manifest; exit 1 naming any damage");
+  auto* verify =
+      sub->add_subcommand("verify", "check every file against the manifest; exit 1 naming any damage");
   add_common(verify);
   table.Add(verify, [o] { return RunVerify(*o); });
-  auto* exp = sub->add_subcommand("export", "write the newest valid (or the given) checkpoint's weights for HF");
+  auto* exp =
+      sub->add_subcommand("export", "write the newest valid (or the given) checkpoint's weights for HF");
   add_common(exp);
   exp->add_option("--out", o->out, "output file")->required();
   exp->add_option("--format", o->format, "safetensors (Hugging Face GPT-2 names, fp32)");
   table.Add(exp, [o] { return RunExport(*o); });
-  auto* gc = sub->add_subcommand("gc", "apply retention: delete what the policy does not keep (manifest first)");
+  auto* gc =
+      sub->add_subcommand("gc", "apply retention: delete what the policy does not keep (manifest first)");
   add_common(gc);
   gc->add_option("--keep-last", o->keep_last, "keep the newest N (default: config.yaml, else 2)");
   gc->add_option("--keep-every", o->keep_every, "keep multiples of N (milestones)");
   gc->add_option("--keep-best", o->keep_best, "keep the K lowest validation losses");
   gc->add_flag("--dry-run", o->dry_run, "report only");
-  gc->add_flag("--force", o->force, "also remove unfinished saves newer than the newest valid checkpoint "
-                                    "(only when no `tern train` is writing here)");
+  gc->add_flag("--force", o->force,
+               "also remove unfinished saves newer than the newest valid checkpoint "
+               "(only when no `tern train` is writing here)");
   table.Add(gc, [o] { return RunGc(*o); });
 }
 

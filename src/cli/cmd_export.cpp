@@ -32,9 +32,11 @@ int RunExport(const ExportOptions& o) {
 
 void AddExportCommand(CLI::App& root, CommandTable& table) {
   auto o = std::make_shared<ExportOptions>();
-  auto* sub = root.add_subcommand("export", "Write a run's weights as .safetensors with Hugging Face GPT-2 names");
-  sub->footer("\nExample:\n  tern export runs/demo --out demo.safetensors\n"
-              "Readable by any safetensors reader; Conv1D weights are stored [in, out] as in HF's GPT-2.");
+  auto* sub =
+      root.add_subcommand("export", "Write a run's weights as .safetensors with Hugging Face GPT-2 names");
+  sub->footer(
+      "\nExample:\n  tern export runs/demo --out demo.safetensors\n"
+      "Readable by any safetensors reader; Conv1D weights are stored [in, out] as in HF's GPT-2.");
   sub->add_option("run_dir", o->run_dir, "run directory written by `tern train`")->required();
   sub->add_option("--out", o->out, "output .safetensors path")->required();
   table.Add(sub, [o] { return RunExport(*o); });

@@ -2,8 +2,8 @@
 // cheapest. Parses flags into a PlanRequest, loads the catalog, runs the planner, prints.
 #include <cmath>
 #include <cstdio>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,7 +32,8 @@ struct PlanFlags {
   int seq = 0, max_gpus = 64, top = 10, explain = 0;
   double price_per_hour = 0, local_mem_gib = 0, reserved_discount = -1, reserved_utilization = 0;
   double dataset_gb = -1, data_egress = -1;
-  bool json = false, show_excluded = false, show_defaults = false, strict = false, no_shipped = false, ascii = false;
+  bool json = false, show_excluded = false, show_defaults = false, strict = false, no_shipped = false,
+       ascii = false;
 };
 
 Result<Toggle> ParseToggle(const std::string& s, const char* flag) {
@@ -42,16 +43,18 @@ Result<Toggle> ParseToggle(const std::string& s, const char* flag) {
   return Status::InvalidArgument(fmt::format("{}: '{}' is not auto, on or off", flag, s));
 }
 
-// --recompute: auto (empty), or one mode. 'on' meant whole-block recompute before tern train had a recompute of
-// its own; it is refused rather than guessed.
+// --recompute: auto (empty), or one mode. 'on' meant whole-block recompute before tern train had a recompute
+// of its own; it is refused rather than guessed.
 Result<std::optional<ActRecompute>> ParseRecomputeFlag(const std::string& s) {
   if (s == "auto") return std::optional<ActRecompute>();
   if (s == "none" || s == "off") return std::optional<ActRecompute>(ActRecompute::kNone);
   if (s == "gelu") return std::optional<ActRecompute>(ActRecompute::kGelu);
   if (s == "blocks") return std::optional<ActRecompute>(ActRecompute::kBlocks);
-  return Status::InvalidArgument(fmt::format(
-      "--recompute: '{}' is not auto, none, gelu or blocks (gelu = tern train's train.recompute=gelu; blocks = "
-      "whole-block recompute, which tern train does not do yet)", s));
+  return Status::InvalidArgument(
+      fmt::format("--recompute: '{}' is not auto, none, gelu or blocks (gelu = tern train's "
+                  "train.recompute=gelu; blocks = "
+                  "whole-block recompute, which tern train does not do yet)",
+                  s));
 }
 
 // --config: the run `tern train CONFIG [--set ...]` would do. The model, sequence, micro-batch and
@@ -61,7 +64,8 @@ Status ApplyTrainConfig(const PlanFlags& f, const std::optional<BenchProfile>& b
   TrainConfig cfg;
   TERN_RETURN_IF_ERROR(LoadTrainConfigFile(f.config, &cfg).WithContext("--config"));
   for (const auto& kv : f.overrides) TERN_RETURN_IF_ERROR(ApplyOverride(kv, &cfg).WithContext("--set"));
-  if (cfg.model.vocab_size == 0) {  // the trainer takes the tokenizer's: so does the plan, or the bench's, or 4096
+  if (cfg.model.vocab_size ==
+      0) {  // the trainer takes the tokenizer's: so does the plan, or the bench's, or 4096
     auto tok = Tokenizer::Load(cfg.data_dir + "/tokenizer.model");
     cfg.model.vocab_size = tok.ok() ? tok->vocab_size() : bench ? bench->model.vocab_size : 4096;
   }
@@ -72,7 +76,8 @@ Status ApplyTrainConfig(const PlanFlags& f, const std::optional<BenchProfile>& b
   w.model_label = f.config;
   w.seq = cfg.seq_len;
   w.micro_batch = cfg.batch_size;
-  w.recompute = cfg.recompute == Recompute::kGelu ? ActRecompute::kGelu : ActRecompute::kNone;  // --recompute may override
+  w.recompute = cfg.recompute == Recompute::kGelu ? ActRecompute::kGelu
+                                                  : ActRecompute::kNone;  // --recompute may override
   const double step_tokens = static_cast<double>(cfg.batch_size) * cfg.seq_len * cfg.grad_accum_steps();
   w.global_batch_tokens = step_tokens;
   if (f.tokens.empty()) {
@@ -108,7 +113,8 @@ Result<PlanRequest> BuildRequest(const PlanFlags& f) {
   }
   if (!f.config.empty()) {
     if (!f.model.empty() || !f.params.empty()) {
-      return Status::InvalidArgument("--config takes the model from the training config; drop --model/--params");
+      return Status::InvalidArgument(
+          "--config takes the model from the training config; drop --model/--params");
     }
     if (!f.batch_tokens.empty() || f.seq > 0) {
       return Status::InvalidArgument(
@@ -117,12 +123,14 @@ Result<PlanRequest> BuildRequest(const PlanFlags& f) {
     }
     TERN_RETURN_IF_ERROR(ApplyTrainConfig(f, req.calibration, &req));
   } else {
-    if (!f.overrides.empty()) return Status::InvalidArgument("--set overrides a --config's keys; give --config X.yaml");
+    if (!f.overrides.empty())
+      return Status::InvalidArgument("--set overrides a --config's keys; give --config X.yaml");
     TERN_ASSIGN_OR_RETURN(ModelChoice m, ResolveModel(f.model, f.params));
     req.workload.cfg = m.cfg;
     req.workload.model_label = m.label;
     req.workload.seq = f.seq;
-    if (f.tokens.empty()) return Status::InvalidArgument("--tokens is required (e.g. --tokens 10B), or give --config");
+    if (f.tokens.empty())
+      return Status::InvalidArgument("--tokens is required (e.g. --tokens 10B), or give --config");
     TERN_ASSIGN_OR_RETURN(req.workload.tokens, ParseCount(f.tokens, "--tokens"));
     if (!f.batch_tokens.empty()) {
       TERN_ASSIGN_OR_RETURN(req.workload.global_batch_tokens, ParseCount(f.batch_tokens, "--batch-tokens"));
@@ -151,11 +159,15 @@ Result<PlanRequest> BuildRequest(const PlanFlags& f) {
     TERN_ASSIGN_OR_RETURN(Billing parsed, ParseBilling(b));
     req.billing.push_back(parsed);
   }
-  if (f.precision == "bf16") req.precision = PrecisionMode::kBf16;
-  else if (f.precision == "fp32") req.precision = PrecisionMode::kFp32;
-  else if (f.precision != "auto") return Status::InvalidArgument("--precision must be auto, bf16 or fp32");
+  if (f.precision == "bf16")
+    req.precision = PrecisionMode::kBf16;
+  else if (f.precision == "fp32")
+    req.precision = PrecisionMode::kFp32;
+  else if (f.precision != "auto")
+    return Status::InvalidArgument("--precision must be auto, bf16 or fp32");
   if (f.reserved_discount >= 0) {
-    if (f.reserved_discount >= 1) return Status::InvalidArgument("--reserved-discount is a fraction in [0, 1), e.g. 0.35");
+    if (f.reserved_discount >= 1)
+      return Status::InvalidArgument("--reserved-discount is a fraction in [0, 1), e.g. 0.35");
     req.reserved_discount = f.reserved_discount;
   }
   if (f.reserved_utilization < 0 || f.reserved_utilization > 1) {
@@ -187,13 +199,17 @@ int RunPlan(const PlanFlags& f) {
     files = ShippedCatalogFiles(dir.value());
   }
   files.insert(files.end(), f.catalogs.begin(), f.catalogs.end());
-  if (files.empty()) return fail(Status::InvalidArgument("no catalog: drop --no-shipped-catalog or pass --catalog FILE"));
+  if (files.empty())
+    return fail(Status::InvalidArgument("no catalog: drop --no-shipped-catalog or pass --catalog FILE"));
   Result<Catalog> cat = LoadCatalog(files, defaults);
   if (!cat.ok()) return fail(cat.status());
   const bool local = !req->instances.empty() && req->instances.front() == "local";
   if (local) {
-    if (!req->calibration) return fail(Status::InvalidArgument("--instance local needs --calibrate bench.json (from `tern bench --json`)"));
-    const double mem = f.local_mem_gib > 0 ? f.local_mem_gib : (req->calibration->device == "cpu" ? HostMemoryGib() : 0);
+    if (!req->calibration)
+      return fail(Status::InvalidArgument(
+          "--instance local needs --calibrate bench.json (from `tern bench --json`)"));
+    const double mem =
+        f.local_mem_gib > 0 ? f.local_mem_gib : (req->calibration->device == "cpu" ? HostMemoryGib() : 0);
     Status st = AddLocalInstance(*req->calibration, f.price_per_hour, mem, &cat.value());
     if (!st.ok()) return fail(st);
   }
@@ -221,7 +237,8 @@ int RunPlan(const PlanFlags& f) {
 
 void AddPlanCommand(CLI::App& root, CommandTable& table) {
   auto flags = std::make_shared<PlanFlags>();
-  auto* sub = root.add_subcommand("plan", "Choose the GPU instance, count, region and billing that finish a training job cheapest");
+  auto* sub = root.add_subcommand(
+      "plan", "Choose the GPU instance, count, region and billing that finish a training job cheapest");
   sub->footer(
       "Examples:\n"
       "  tern plan --model gpt2-124m --tokens 10B                    # every option, cheapest first\n"
@@ -230,46 +247,65 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
       "  tern plan --model gpt2-124m --tokens 10B --explain 1          # the arithmetic of row 1\n"
       "  tern bench --model gpt2-124m --batch 4 --seq 64 --json > bench.json\n"
       "  tern plan --model gpt2-124m --tokens 20M --seq 64 --calibrate bench.json --instance local\n"
-      "  tern bench --config configs/demo.yaml --json > bench.json     # then the wall time of that run here:\n"
+      "  tern bench --config configs/demo.yaml --json > bench.json     # then the wall time of that run "
+      "here:\n"
       "  tern plan --config configs/demo.yaml --calibrate bench.json --instance local --explain 1\n\n"
       "How it decides: FLOPs/token = 6(12LC^2+CV)+12LTC (as the trainer reports MFU); memory per GPU from\n"
-      "the trainer's own layout (ZeRO-1 and recomputation only when needed to fit; with --config its train.recompute);\n"
+      "the trainer's own layout (ZeRO-1 and recomputation only when needed to fit; with --config its "
+      "train.recompute);\n"
       "time = FLOPs / (peak x MFU) plus the exposed ring all-reduce; spot adds Young/Daly checkpointing and\n"
       "expected preemptions.\n"
       "Every default: `tern plan --show-defaults`; models and sources: docs/planning.md.\n"
       "Exit status: 0 plans found, 3 no option meets the constraints, 1 error.");
-  sub->add_option("--model", flags->model, "preset (" + GptPresetList() + ") or CONFIG.yaml (its model: block)");
-  sub->add_option("--params", flags->params, "instead of --model: a GPT-2-shaped model of about this size, e.g. 1.3B");
+  sub->add_option("--model", flags->model,
+                  "preset (" + GptPresetList() + ") or CONFIG.yaml (its model: block)");
+  sub->add_option("--params", flags->params,
+                  "instead of --model: a GPT-2-shaped model of about this size, e.g. 1.3B");
   sub->add_option("--tokens", flags->tokens, "training tokens, e.g. 10B, 500M");
   sub->add_option("--seq", flags->seq, "sequence length (default: the model's block_size)");
   sub->add_option("--batch-tokens", flags->batch_tokens, "tokens per optimizer step (default 524288 = 2^19)");
   sub->add_option("--deadline", flags->deadline, "exclude plans slower than this, e.g. 48h, 90m, 2d");
   sub->add_option("--budget", flags->budget, "exclude plans dearer than this many USD, e.g. 500");
-  sub->add_option("--max-gpus", flags->max_gpus, "most GPUs in one plan (instances x GPUs each)")->capture_default_str();
-  sub->add_option("--providers", flags->providers, "only these providers, e.g. aws,gcp (catalog: aws, gcp, azure, lambda)");
+  sub->add_option("--max-gpus", flags->max_gpus, "most GPUs in one plan (instances x GPUs each)")
+      ->capture_default_str();
+  sub->add_option("--providers", flags->providers,
+                  "only these providers, e.g. aws,gcp (catalog: aws, gcp, azure, lambda)");
   sub->add_option("--regions", flags->regions, "only these regions, e.g. us-east-1,us-central1");
   sub->add_option("--gpus", flags->gpus, "only these GPUs, e.g. H100,A100-80GB");
-  sub->add_option("--instance", flags->instance, "only these instance types; `local` = this machine (needs --calibrate)");
+  sub->add_option("--instance", flags->instance,
+                  "only these instance types; `local` = this machine (needs --calibrate)");
   sub->add_option("--billing", flags->billing, "any of on-demand,spot,reserved")->capture_default_str();
-  sub->add_option("--precision", flags->precision, "auto (bf16 where the GPU has it) | bf16 | fp32")->capture_default_str();
-  sub->add_option("--zero", flags->zero, "ZeRO-1 optimizer sharding: auto (only to fit) | on | off")->capture_default_str();
-  sub->add_option("--recompute", flags->recompute,
-                  "activation recomputation: auto (only to fit; --config: its train.recompute) | none | gelu (tern "
-                  "train's train.recompute=gelu) | blocks (whole blocks; not in tern train yet)")
+  sub->add_option("--precision", flags->precision, "auto (bf16 where the GPU has it) | bf16 | fp32")
       ->capture_default_str();
-  sub->add_option("--spot-mtbf", flags->spot_mtbf, "mean time between spot preemptions per instance, e.g. 6h (default 6h)");
-  sub->add_option("--reserved-discount", flags->reserved_discount, "reserved/committed discount off on-demand (default 0.35)");
+  sub->add_option("--zero", flags->zero, "ZeRO-1 optimizer sharding: auto (only to fit) | on | off")
+      ->capture_default_str();
+  sub->add_option(
+         "--recompute", flags->recompute,
+         "activation recomputation: auto (only to fit; --config: its train.recompute) | none | gelu (tern "
+         "train's train.recompute=gelu) | blocks (whole blocks; not in tern train yet)")
+      ->capture_default_str();
+  sub->add_option("--spot-mtbf", flags->spot_mtbf,
+                  "mean time between spot preemptions per instance, e.g. 6h (default 6h)");
+  sub->add_option("--reserved-discount", flags->reserved_discount,
+                  "reserved/committed discount off on-demand (default 0.35)");
   sub->add_option("--reserved-utilization", flags->reserved_utilization,
                   "share of the 1-year term you keep a reservation busy (default: only this job)");
   sub->add_option("--dataset-gb", flags->dataset_gb, "dataset size moved in (default: tokens x 2 bytes)");
-  sub->add_option("--data-egress-per-gb", flags->data_egress, "USD per GB to move the dataset in (default 0.09)");
-  sub->add_option("--config", flags->config,
-                  "a tern train config: plan that run (model, batch, steps) incl. start-up, eval, samples, checkpoints");
-  sub->add_option("--set", flags->overrides, "with --config: override a key, as tern train does (repeatable)");
-  sub->add_option("--calibrate", flags->calibrate, "bench.json from `tern bench --json`: use its measured MFU (and run times)");
-  sub->add_option("--price-per-hour", flags->price_per_hour, "price of --instance local per hour (default 0)");
-  sub->add_option("--local-mem-gib", flags->local_mem_gib, "memory of --instance local (default: MemTotal or the GPU's)");
-  sub->add_option("--catalog", flags->catalogs, "extra catalog CSV (instances, GPU specs or network); repeatable");
+  sub->add_option("--data-egress-per-gb", flags->data_egress,
+                  "USD per GB to move the dataset in (default 0.09)");
+  sub->add_option(
+      "--config", flags->config,
+      "a tern train config: plan that run (model, batch, steps) incl. start-up, eval, samples, checkpoints");
+  sub->add_option("--set", flags->overrides,
+                  "with --config: override a key, as tern train does (repeatable)");
+  sub->add_option("--calibrate", flags->calibrate,
+                  "bench.json from `tern bench --json`: use its measured MFU (and run times)");
+  sub->add_option("--price-per-hour", flags->price_per_hour,
+                  "price of --instance local per hour (default 0)");
+  sub->add_option("--local-mem-gib", flags->local_mem_gib,
+                  "memory of --instance local (default: MemTotal or the GPU's)");
+  sub->add_option("--catalog", flags->catalogs,
+                  "extra catalog CSV (instances, GPU specs or network); repeatable");
   sub->add_flag("--no-shipped-catalog", flags->no_shipped, "use only --catalog files");
   sub->add_flag("--strict-catalog", flags->strict, "exclude options whose catalog row raised a warning");
   sub->add_option("--top", flags->top, "rows to show")->capture_default_str();

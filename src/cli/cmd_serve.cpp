@@ -12,9 +12,9 @@
 
 #include "backend/registry.h"
 #include "cli/command.h"
-#include "serve/server.h"
 #include "infer/setup.h"
 #include "infer/weights.h"
+#include "serve/server.h"
 
 namespace tern::cli {
 namespace {

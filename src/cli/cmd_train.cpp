@@ -1,5 +1,6 @@
 // tern train CONFIG.yaml [--set key=value]... [--resume auto|none|PATH]
-// Exit codes: 0 done, 1 failed, 2 bad usage or config, 75 preempted after an emergency checkpoint (resumable).
+// Exit codes: 0 done, 1 failed, 2 bad usage or config, 75 preempted after an emergency checkpoint
+// (resumable).
 #include <cstdio>
 #include <memory>
 
@@ -26,15 +27,16 @@ void PrintSummary(const TrainSummary& s, const TrainConfig& cfg) {
   std::printf("  final loss       train %.4f | val %.4f\n", s.train_loss, s.val_loss);
   std::printf("  wall time        %s (training %s)\n", ProgressBar::FormatDuration(s.wall_s).c_str(),
               ProgressBar::FormatDuration(s.train_s).c_str());
-  std::printf("  throughput       %.0f tokens/s, MFU %.1f%% of %.0f GFLOP/s (%s)\n", s.tokens_per_s, s.mfu * 100,
-              s.peak_gflops, PrecisionName(cfg.precision));
+  std::printf("  throughput       %.0f tokens/s, MFU %.1f%% of %.0f GFLOP/s (%s)\n", s.tokens_per_s,
+              s.mfu * 100, s.peak_gflops, PrecisionName(cfg.precision));
   if (cfg.price_per_hour > 0) {
     std::printf("  cost             $%.4f at $%.2f/h = $%.2f per 1M tokens\n", s.cost_usd, cfg.price_per_hour,
                 cfg.price_per_hour / 3600.0 / std::max(1e-9, s.tokens_per_s) * 1e6);
   }
   std::printf("  run directory    %s (model.safetensors, metrics.jsonl, config.yaml, summary.json)\n",
               s.run_dir.c_str());
-  for (size_t i = 0; i < s.samples.size(); i++) std::printf("\n-- sample %zu --\n%s\n", i + 1, s.samples[i].c_str());
+  for (size_t i = 0; i < s.samples.size(); i++)
+    std::printf("\n-- sample %zu --\n%s\n", i + 1, s.samples[i].c_str());
 }
 
 int RunTrain(const TrainOptions& o) {
@@ -92,18 +94,22 @@ int RunTrain(const TrainOptions& o) {
 
 void AddTrainCommand(CLI::App& root, CommandTable& table) {
   auto o = std::make_shared<TrainOptions>();
-  auto* sub = root.add_subcommand("train", "Train a GPT from a YAML config; live metrics, eval, samples, summary");
+  auto* sub =
+      root.add_subcommand("train", "Train a GPT from a YAML config; live metrics, eval, samples, summary");
   sub->footer(
       "\nThe config is YAML with sections model, data, train, eval, sample, run (see configs/demo.yaml;\n"
       "`tern train --list-keys` lists every key with its default). Any key can be overridden:\n"
       "  tern train configs/demo.yaml --set train.steps=200 --set train.precision=bf16 --set run.dir=runs/x\n"
-      "Writes RUN_DIR/metrics.jsonl (one JSON object per step), config.yaml, model.safetensors, summary.json.\n"
-      "Checkpoints (docs/checkpoints.md): --set ckpt.every=100 saves to RUN_DIR/checkpoints; ckpt.durable=DIR or\n"
+      "Writes RUN_DIR/metrics.jsonl (one JSON object per step), config.yaml, model.safetensors, "
+      "summary.json.\n"
+      "Checkpoints (docs/checkpoints.md): --set ckpt.every=100 saves to RUN_DIR/checkpoints; "
+      "ckpt.durable=DIR or\n"
       "s3://bucket/prefix adds a durable tier; --resume auto continues from the newest valid checkpoint.\n"
       "On SIGTERM, SIGUSR1 or a spot notice (ckpt.notice_url) it saves and exits with code 75 (resumable).");
   sub->add_option("config", o->config_path, "YAML config file");
   sub->add_option("--set", o->overrides, "override a key: section.key=value (repeatable)");
-  sub->add_option("--price-per-hour", o->price_per_hour, "USD/hour of this machine: adds cost_usd and usd_per_mtok");
+  sub->add_option("--price-per-hour", o->price_per_hour,
+                  "USD/hour of this machine: adds cost_usd and usd_per_mtok");
   sub->add_option("--resume", o->resume,
                   "auto (newest valid checkpoint, else fresh) | none | PATH; overrides ckpt.resume");
   sub->add_flag("--list-keys", o->list_keys, "list every config key with its value and meaning, then exit");

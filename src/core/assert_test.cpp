@@ -13,7 +13,9 @@ Result<int> Half(int x) {
 }
 
 #ifdef NDEBUG
-TEST(Asserts, LiveInTheTestBuild) { FAIL() << "NDEBUG is defined: configure with -DTERN_ASSERTS=ON"; }
+TEST(Asserts, LiveInTheTestBuild) {
+  FAIL() << "NDEBUG is defined: configure with -DTERN_ASSERTS=ON";
+}
 #endif
 
 // A Result made from an OK Status is a programmer bug (core/status.h says so): the assert fires.

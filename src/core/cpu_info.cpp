@@ -17,8 +17,8 @@ namespace tern {
 namespace {
 
 // /proc/cpuinfo's flag for each of KnownIsaNames(), in the same order.
-constexpr const char* kProcFlags[] = {"avx2",        "avx512f",     "avx512_bf16", "avx512_vnni",
-                                      "avx_vnni",    "avx512_fp16", "amx_bf16",    "amx_int8"};
+constexpr const char* kProcFlags[] = {"avx2",     "avx512f",     "avx512_bf16", "avx512_vnni",
+                                      "avx_vnni", "avx512_fp16", "amx_bf16",    "amx_int8"};
 
 std::string Trim(const std::string& s) {
   const size_t a = s.find_first_not_of(" \t");
@@ -52,13 +52,15 @@ CpuInfo FromCpuid() {
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     xcr0 = (static_cast<unsigned long long>(hi) << 32) | lo;
   }
-  const bool avx_os = (xcr0 & 0x6) == 0x6, avx512_os = (xcr0 & 0xe6) == 0xe6, amx_os = (xcr0 & 0x60000) == 0x60000;
+  const bool avx_os = (xcr0 & 0x6) == 0x6, avx512_os = (xcr0 & 0xe6) == 0xe6,
+             amx_os = (xcr0 & 0x60000) == 0x60000;
   unsigned b7 = 0, c7 = 0, d7 = 0, a71 = 0;
   __cpuid_count(7, 0, a, b7, c7, d7);
   __cpuid_count(7, 1, a71, b, cx, d);
-  const bool has[] = {avx_os && (b7 & (1u << 5)),      avx512_os && (b7 & (1u << 16)), avx512_os && (a71 & (1u << 5)),
-                      avx512_os && (c7 & (1u << 11)),  avx_os && (a71 & (1u << 4)),    avx512_os && (d7 & (1u << 23)),
-                      amx_os && (d7 & (1u << 22)),     amx_os && (d7 & (1u << 25))};
+  const bool has[] = {avx_os && (b7 & (1u << 5)),     avx512_os && (b7 & (1u << 16)),
+                      avx512_os && (a71 & (1u << 5)), avx512_os && (c7 & (1u << 11)),
+                      avx_os && (a71 & (1u << 4)),    avx512_os && (d7 & (1u << 23)),
+                      amx_os && (d7 & (1u << 22)),    amx_os && (d7 & (1u << 25))};
   for (size_t i = 0; i < KnownIsaNames().size(); i++)
     if (has[i]) c.isa.push_back(KnownIsaNames()[i]);
 #endif
@@ -84,7 +86,8 @@ CpuInfo ParseProc(const std::string& text, bool* has_flags) {
       std::istringstream words(value);
       const std::vector<std::string> flags{std::istream_iterator<std::string>(words), {}};
       for (size_t i = 0; i < KnownIsaNames().size(); i++)
-        if (std::find(flags.begin(), flags.end(), kProcFlags[i]) != flags.end()) c.isa.push_back(KnownIsaNames()[i]);
+        if (std::find(flags.begin(), flags.end(), kProcFlags[i]) != flags.end())
+          c.isa.push_back(KnownIsaNames()[i]);
     }
   }
   *has_flags = have_flags;
@@ -111,8 +114,9 @@ CpuInfo ReadCpuInfo() {
   if (c.model.empty()) c.model = "unknown";
   cpu_set_t set;
   CPU_ZERO(&set);
-  c.logical_cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
-                                                                  : static_cast<int>(std::thread::hardware_concurrency());
+  c.logical_cpus = sched_getaffinity(0, sizeof(set), &set) == 0
+                       ? CPU_COUNT(&set)
+                       : static_cast<int>(std::thread::hardware_concurrency());
   return c;
 }
 

@@ -10,8 +10,8 @@ namespace tern {
 // Every name CpuInfo::isa may hold, in this order: AVX2 (the fast path's floor), AVX-512F, its bf16 dot
 // products and int8 VNNI (bf16 and int8 matmuls), the 256-bit AVX-VNNI, AVX512-FP16, and Intel's AMX tiles.
 inline const std::vector<std::string>& KnownIsaNames() {
-  static const std::vector<std::string> names = {"AVX2",        "AVX-512F", "AVX512-BF16", "AVX512-VNNI",
-                                                 "AVX-VNNI",    "AVX512-FP16", "AMX-BF16", "AMX-INT8"};
+  static const std::vector<std::string> names = {"AVX2",     "AVX-512F",    "AVX512-BF16", "AVX512-VNNI",
+                                                 "AVX-VNNI", "AVX512-FP16", "AMX-BF16",    "AMX-INT8"};
   return names;
 }
 

@@ -26,10 +26,14 @@ Status SyncParentDir(const std::string& path) {
   fs::path parent = fs::path(path).parent_path();
   if (parent.empty()) parent = ".";
   int fd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return Status::IoError(fmt::format("cannot open directory {}: {}", parent.string(), std::strerror(errno)));
+  if (fd < 0)
+    return Status::IoError(
+        fmt::format("cannot open directory {}: {}", parent.string(), std::strerror(errno)));
   int rc = ::fsync(fd);
   ::close(fd);
-  if (rc != 0) return Status::IoError(fmt::format("fsync of directory {} failed: {}", parent.string(), std::strerror(errno)));
+  if (rc != 0)
+    return Status::IoError(
+        fmt::format("fsync of directory {} failed: {}", parent.string(), std::strerror(errno)));
   return Status::Ok();
 }
 

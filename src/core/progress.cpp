@@ -27,7 +27,10 @@ std::string ProgressBar::FormatAmount(double v, const std::string& unit) {
   if (unit == "B") {
     const char* units[] = {"B", "KB", "MB", "GB", "TB"};
     int i = 0;
-    while (v >= 1000 && i < 4) { v /= 1000; i++; }
+    while (v >= 1000 && i < 4) {
+      v /= 1000;
+      i++;
+    }
     return fmt::format("{:.1f} {}", v, units[i]);
   }
   if (v >= 1e6) return fmt::format("{:.2f}M {}", v / 1e6, unit);
@@ -73,7 +76,8 @@ void ProgressBar::Draw(bool final) {
   if (total_) {
     double frac = std::min(1.0, static_cast<double>(done_) / total_);
     int filled = static_cast<int>(frac * 24);
-    line += fmt::format(" [{}{}] {:3.0f}%", std::string(filled, '#'), std::string(24 - filled, '.'), frac * 100);
+    line +=
+        fmt::format(" [{}{}] {:3.0f}%", std::string(filled, '#'), std::string(24 - filled, '.'), frac * 100);
   } else {
     line += " " + FormatAmount(done_, unit_);
   }

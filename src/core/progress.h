@@ -11,7 +11,8 @@ namespace tern {
 
 class ProgressBar {
  public:
-  // total = 0 means unknown (no bar, no ETA). out = nullptr draws nothing. unit is printed after rates, e.g. "B" formats as MB/s.
+  // total = 0 means unknown (no bar, no ETA). out = nullptr draws nothing. unit is printed after rates, e.g.
+  // "B" formats as MB/s.
   ProgressBar(std::string label, uint64_t total, std::string unit, FILE* out = stderr);
   ~ProgressBar();
 
@@ -22,7 +23,7 @@ class ProgressBar {
   // Draws the final state and ends the line.
   void Finish(const std::string& extra = "");
 
-  static std::string FormatDuration(double seconds);  // "1:02:03" or "4:05"
+  static std::string FormatDuration(double seconds);                       // "1:02:03" or "4:05"
   static std::string FormatAmount(double value, const std::string& unit);  // "1.2 MB", "3.4k tok"
 
  private:

@@ -70,10 +70,11 @@ TEST(ProgressBar, OnAFileWritesPlainLines) {
     bar.Update(20, "loss 2.50");
     bar.Finish("loss 2.00");
     bar.Finish("again");  // once only
-  }  // the destructor does not finish twice
+  }                       // the destructor does not finish twice
   const std::string all = Contents(f);
-  ExpectMatch(all, "step 10: val loss 2\\.90\n"
-                   "train \\[#{24}\\] 100% [0-9.]+[kM]? step/s in 0:00 \\| loss 2\\.00\n");
+  ExpectMatch(all,
+              "step 10: val loss 2\\.90\n"
+              "train \\[#{24}\\] 100% [0-9.]+[kM]? step/s in 0:00 \\| loss 2\\.00\n");
   std::fclose(f);
 }
 
@@ -144,7 +145,10 @@ TEST(ProgressBar, QuietWritesNothing) {
     bar.Print("a line");
     bar.Finish("done");
   }
-  { ProgressBar unfinished("train", 10, "step", nullptr); unfinished.Update(3); }
+  {
+    ProgressBar unfinished("train", 10, "step", nullptr);
+    unfinished.Update(3);
+  }
   std::fflush(stderr);
   ::dup2(saved, 2);
   ::close(saved);

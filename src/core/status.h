@@ -57,9 +57,18 @@ class [[nodiscard]] Result {
     return ok() ? kOk : std::get<Status>(v_);
   }
   // value() (and ->, *) on an error is a bug in the caller, who must check ok() first (asserted).
-  T& value() & { assert(ok()); return std::get<T>(v_); }
-  const T& value() const& { assert(ok()); return std::get<T>(v_); }
-  T&& value() && { assert(ok()); return std::get<T>(std::move(v_)); }
+  T& value() & {
+    assert(ok());
+    return std::get<T>(v_);
+  }
+  const T& value() const& {
+    assert(ok());
+    return std::get<T>(v_);
+  }
+  T&& value() && {
+    assert(ok());
+    return std::get<T>(std::move(v_));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -74,10 +83,10 @@ class [[nodiscard]] Result {
 #define TERN_CONCAT(a, b) TERN_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function when `expr` fails.
-#define TERN_RETURN_IF_ERROR(expr)              \
-  do {                                          \
-    ::tern::Status _st = (expr);                \
-    if (!_st.ok()) return _st;                  \
+#define TERN_RETURN_IF_ERROR(expr) \
+  do {                             \
+    ::tern::Status _st = (expr);   \
+    if (!_st.ok()) return _st;     \
   } while (0)
 
 // TERN_ASSIGN_OR_RETURN(auto x, MakeX()); declares x from a Result or returns its Status.

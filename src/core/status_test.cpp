@@ -81,7 +81,9 @@ TEST(Result, MovesAMoveOnlyValueOut) {
 }
 
 // Helpers for the macros: `reached` counts the statements after the macro that ran.
-Status Check(bool fail) { return fail ? Status::IoError("disk") : Status::Ok(); }
+Status Check(bool fail) {
+  return fail ? Status::IoError("disk") : Status::Ok();
+}
 
 Status TwoChecks(bool fail_first, bool fail_second, int* reached) {
   TERN_RETURN_IF_ERROR(Check(fail_first));

@@ -11,8 +11,8 @@
 
 #include "data/loader.h"
 #include "data/shard.h"
-#include "testing/files.h"
 #include "data/tokenizer.h"
+#include "testing/files.h"
 
 namespace tern {
 namespace {

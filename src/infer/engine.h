@@ -27,10 +27,10 @@
 
 #include "core/status.h"
 #include "data/tokenizer.h"
-#include "infer/sampler.h"
 #include "infer/inference_model.h"
 #include "infer/kv_cache.h"
 #include "infer/metrics.h"
+#include "infer/sampler.h"
 
 namespace tern {
 

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <numeric>
 
-#include "model/gpt.h"
 #include "infer/generate.h"
+#include "model/gpt.h"
 #include "testing/test_run.h"
 
 namespace tern {

@@ -3,10 +3,10 @@
 // strings.
 #include <gtest/gtest.h>
 
-#include "testing/ops.h"
-#include "model/gpt.h"
-#include "testing/test_run.h"
 #include "infer/text_stream.h"
+#include "model/gpt.h"
+#include "testing/ops.h"
+#include "testing/test_run.h"
 
 namespace tern {
 namespace {

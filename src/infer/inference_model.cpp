@@ -94,9 +94,10 @@ Result<std::unique_ptr<InferenceModel>> InferenceModel::Create(Backend* backend,
   if (options.kv_dtype != DType::kF32 && options.kv_dtype != DType::kBF16 && options.kv_dtype != DType::kI8)
     return Status::InvalidArgument("the KV cache holds fp32, bf16 or int8 elements");
   if (!backend->capabilities().HasKvDType(options.kv_dtype))
-    return Status::InvalidArgument(fmt::format("the {} KV cache does not run on backend {} so far; use "
-                                               "--kv-dtype bf16",
-                                               KvDtypeName(options.kv_dtype), backend->name()));
+    return Status::InvalidArgument(
+        fmt::format("the {} KV cache does not run on backend {} so far; use "
+                    "--kv-dtype bf16",
+                    KvDtypeName(options.kv_dtype), backend->name()));
   if (options.kv_dtype == DType::kI8 && cfg.n_embd % 4 != 0)
     return Status::InvalidArgument(
         "an int8 KV cache needs n_embd divisible by 4 (its fp32 scales follow the "

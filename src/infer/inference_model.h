@@ -67,8 +67,8 @@ class InferenceModel {
   // as it is (copying 16 rows of GPT-2's logits cost 0.3 ms a step); a GPU's is downloaded first.
   const float* Forward(const ForwardBatch& batch);
 
-  // Seconds per op, summed over forwards, while set (`serve_load forward`, bench/serve_load.cpp): every op is followed by
-  // Backend::Synchronize, so set it only to measure. nullptr (the default) turns it off.
+  // Seconds per op, summed over forwards, while set (`serve_load forward`, bench/serve_load.cpp): every op is
+  // followed by Backend::Synchronize, so set it only to measure. nullptr (the default) turns it off.
   void set_profile(std::map<std::string, double>* seconds_by_op) { profile_ = seconds_by_op; }
 
   const GptConfig& config() const { return cfg_; }

@@ -7,9 +7,9 @@
 #include <numeric>
 
 #include "backend/bf16.h"
-#include "testing/ops.h"
 #include "infer/inference_model.h"
 #include "infer/quantize.h"
+#include "testing/ops.h"
 
 namespace tern {
 namespace {

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "model/gpt_config.h"
 #include "infer/engine.h"
+#include "model/gpt_config.h"
 
 namespace tern {
 

@@ -1,5 +1,5 @@
-// Model weights from where a trained model lives, for everything that runs one (`tern serve`, `tern generate`,
-// and the model registry, which resolves a name to one of these paths):
+// Model weights from where a trained model lives, for everything that runs one (`tern serve`, `tern
+// generate`, and the model registry, which resolves a name to one of these paths):
 //
 //  * a run directory: model.safetensors (written by `tern train` / `tern export`) plus tokenizer.model;
 //  * a checkpoint (docs/checkpoints.md): a step directory such as RUN/checkpoints/step_00001200, local or

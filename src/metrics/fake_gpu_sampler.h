@@ -1,5 +1,6 @@
-// A scripted GpuSampler for tests (header-only): the n-th reading (0-based) has energy_j = n * joules_per_call
-// and otherwise the fixed values below, so a test knows exactly what each step's fields must be.
+// A scripted GpuSampler for tests (header-only): the n-th reading (0-based) has energy_j = n *
+// joules_per_call and otherwise the fixed values below, so a test knows exactly what each step's fields must
+// be.
 #pragma once
 
 #include <mutex>

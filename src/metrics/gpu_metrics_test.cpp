@@ -16,8 +16,8 @@ using testing::FakeGpuSampler;
 TEST(GpuStepMeter, EnergyCounterDifferencePerToken) {
   FakeGpuSampler fake({});
   GpuStepMeter meter(&fake);
-  meter.StepBegin();                               // reading 0: 0 J
-  GpuStepMetrics m = meter.StepEnd(1000, 0.25);    // reading 1: 50 J
+  meter.StepBegin();                             // reading 0: 0 J
+  GpuStepMetrics m = meter.StepEnd(1000, 0.25);  // reading 1: 50 J
   ASSERT_TRUE(m.ok);
   EXPECT_DOUBLE_EQ(m.joules, 50);
   EXPECT_DOUBLE_EQ(m.joules_per_token, 0.05);

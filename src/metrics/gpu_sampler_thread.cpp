@@ -2,7 +2,8 @@
 
 namespace tern {
 
-BackgroundGpuSampler::BackgroundGpuSampler(std::unique_ptr<GpuSampler> inner, std::chrono::milliseconds period)
+BackgroundGpuSampler::BackgroundGpuSampler(std::unique_ptr<GpuSampler> inner,
+                                           std::chrono::milliseconds period)
     : inner_(std::move(inner)), period_(period) {
   latest_ = inner_->Sample();
   latest_at_ = std::chrono::steady_clock::now();

@@ -76,7 +76,7 @@ bool NvmlSampler::Open() {
             Load(lib_, "nvmlDeviceGetUtilizationRates", &api_->GetUtilization) &&
             Load(lib_, "nvmlDeviceGetMemoryInfo", &api_->GetMemoryInfo) &&
             Load(lib_, "nvmlDeviceGetPowerUsage", &api_->GetPowerUsage);
-  Load(lib_, "nvmlDeviceGetTotalEnergyConsumption", &api_->GetTotalEnergy);  // optional
+  Load(lib_, "nvmlDeviceGetTotalEnergyConsumption", &api_->GetTotalEnergy);    // optional
   Load(lib_, "nvmlDeviceGetHandleByPciBusId_v2", &api_->GetHandleByPciBusId);  // optional
   if (!ok) {
     status_ = "NVML unavailable: the library lacks a needed symbol";
@@ -99,7 +99,9 @@ void NvmlSampler::SetDevice(void* dev) {
   status_ = "NVML ok: " + name_;
 }
 
-NvmlSampler::NvmlSampler(int device_index) { InitByIndex(device_index); }
+NvmlSampler::NvmlSampler(int device_index) {
+  InitByIndex(device_index);
+}
 
 NvmlSampler::NvmlSampler(const std::string& pci_bus_id) {
   if (pci_bus_id.empty()) {
@@ -118,7 +120,8 @@ void NvmlSampler::InitByIndex(int device_index) {
   }
   const int index = device_index >= 0 ? device_index : DefaultIndex();
   if (index >= static_cast<int>(count)) {
-    status_ = "NVML unavailable: GPU index " + std::to_string(index) + " >= " + std::to_string(count) + " GPUs";
+    status_ =
+        "NVML unavailable: GPU index " + std::to_string(index) + " >= " + std::to_string(count) + " GPUs";
     return;
   }
   nvmlDevice_t dev = nullptr;
@@ -135,8 +138,9 @@ void NvmlSampler::InitByBusId(const std::string& pci_bus_id) {
   nvmlDevice_t dev = nullptr;
   nvmlReturn_t r = api_->GetHandleByPciBusId ? api_->GetHandleByPciBusId(pci_bus_id.c_str(), &dev) : -1;
   if (r != kNvmlSuccess) {
-    status_ = "NVML unavailable: no GPU at PCI bus id " + pci_bus_id +
-              (api_->GetHandleByPciBusId ? std::string(": ") + api_->ErrorString(r) : std::string(" (old NVML)"));
+    status_ =
+        "NVML unavailable: no GPU at PCI bus id " + pci_bus_id +
+        (api_->GetHandleByPciBusId ? std::string(": ") + api_->ErrorString(r) : std::string(" (old NVML)"));
     return;
   }
   SetDevice(dev);
@@ -170,7 +174,9 @@ GpuSample NvmlSampler::Sample() const {
   return s;
 }
 
-void GpuStepMeter::StepBegin() { begin_ = sampler_ ? sampler_->Sample() : GpuSample{}; }
+void GpuStepMeter::StepBegin() {
+  begin_ = sampler_ ? sampler_->Sample() : GpuSample{};
+}
 
 GpuStepMetrics GpuStepMeter::StepEnd(double tokens, double seconds) {
   GpuStepMetrics m;

@@ -16,12 +16,12 @@ namespace tern {
 
 struct GpuSample {
   bool ok = false;
-  double util_pct = 0;       // percent of the last sample period (1/6 s to 1 s, driver-defined) a kernel ran
-  double mem_used_gb = 0;    // device memory in use (all processes), GB = 1e9 bytes
+  double util_pct = 0;     // percent of the last sample period (1/6 s to 1 s, driver-defined) a kernel ran
+  double mem_used_gb = 0;  // device memory in use (all processes), GB = 1e9 bytes
   double mem_total_gb = 0;
-  double power_w = 0;        // board power draw now
-  bool has_energy = false;   // the energy counter exists on Volta and newer
-  double energy_j = 0;       // energy since the driver loaded, joules (monotonic)
+  double power_w = 0;       // board power draw now
+  bool has_energy = false;  // the energy counter exists on Volta and newer
+  double energy_j = 0;      // energy since the driver loaded, joules (monotonic)
 };
 
 // Where GPU readings come from: NVML on a real GPU, a fake in tests. Sample() may be called from any thread.
@@ -39,8 +39,8 @@ class NvmlSampler : public GpuSampler {
  public:
   // device_index is NVML's index; -1 = the first entry of CUDA_VISIBLE_DEVICES if it is a number, else 0.
   explicit NvmlSampler(int device_index = -1);
-  // The GPU at this PCI bus id ("0000:3B:00.0", from cudaDeviceGetPCIBusId): the one CUDA computes on, whatever
-  // the enumeration order. An empty id falls back to NvmlSampler(-1).
+  // The GPU at this PCI bus id ("0000:3B:00.0", from cudaDeviceGetPCIBusId): the one CUDA computes on,
+  // whatever the enumeration order. An empty id falls back to NvmlSampler(-1).
   explicit NvmlSampler(const std::string& pci_bus_id);
   ~NvmlSampler() override;
   NvmlSampler(const NvmlSampler&) = delete;
@@ -67,7 +67,7 @@ class NvmlSampler : public GpuSampler {
 struct GpuStepMetrics {
   bool ok = false;
   double util_pct = 0, mem_used_gb = 0, power_w = 0;
-  double joules = 0;            // energy of the step: the counter's difference, else mean power x seconds
+  double joules = 0;  // energy of the step: the counter's difference, else mean power x seconds
   double joules_per_token = 0;
 };
 

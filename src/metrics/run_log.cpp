@@ -12,7 +12,8 @@ RunLog::~RunLog() {
 Status RunLog::Open(const std::string& path, bool append) {
   if (file_) std::fclose(file_);
   file_ = std::fopen(path.c_str(), append ? "a" : "w");
-  if (!file_) return Status::IoError(fmt::format("cannot open {} for writing: {}", path, std::strerror(errno)));
+  if (!file_)
+    return Status::IoError(fmt::format("cannot open {} for writing: {}", path, std::strerror(errno)));
   path_ = path;
   return Status::Ok();
 }

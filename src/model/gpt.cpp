@@ -40,7 +40,11 @@ struct Gpt::Acts {
   Acts(float* base, const GptConfig& c, size_t B, size_t T, Recompute recompute) {
     const size_t L = c.n_layer, C = c.n_embd, V = c.vocab_size, NH = c.n_head, N = B * T;
     size_t off = 0;
-    auto take = [&](size_t n) { float* p = base ? base + off : nullptr; off += n; return p; };
+    auto take = [&](size_t n) {
+      float* p = base ? base + off : nullptr;
+      off += n;
+      return p;
+    };
     encoded = take(N * C);
     ln1 = take(L * N * C);
     ln1_mean = take(L * N);
@@ -77,7 +81,11 @@ struct BackwardScratch {
   BackwardScratch(float* base, const GptConfig& c, size_t B, size_t T) {
     const size_t C = c.n_embd, NH = c.n_head, N = B * T;
     size_t off = 0;
-    auto take = [&](size_t n) { float* p = base ? base + off : nullptr; off += n; return p; };
+    auto take = [&](size_t n) {
+      float* p = base ? base + off : nullptr;
+      off += n;
+      return p;
+    };
     dresidual = take(N * C);
     dln = take(N * C);
     datty = take(N * C);
@@ -89,7 +97,8 @@ struct BackwardScratch {
   }
 };
 
-GptMemory Gpt::Allocation(const GptConfig& config, int max_B, int max_T, Compute compute, Recompute recompute) {
+GptMemory Gpt::Allocation(const GptConfig& config, int max_B, int max_T, Compute compute,
+                          Recompute recompute) {
   const size_t P = GptParamCount(config);
   GptMemory m;
   m.params = P * sizeof(float);
@@ -113,8 +122,14 @@ GptMemory Gpt::memory() const {
   return m;
 }
 
-Gpt::Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Compute compute, Recompute recompute)
-    : backend_(backend), config_(config), max_B_(max_B), max_T_(max_T), compute_(compute), recompute_(recompute) {
+Gpt::Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Compute compute,
+         Recompute recompute)
+    : backend_(backend),
+      config_(config),
+      max_B_(max_B),
+      max_T_(max_T),
+      compute_(compute),
+      recompute_(recompute) {
   assert(config.Validate().ok());
   assert(max_T <= config.block_size);
   layout_ = GptParamLayout(config_);
@@ -157,7 +172,9 @@ void Gpt::SyncBf16Copy() {
   if (compute_ == Compute::kBF16) backend_->CastF32ToBF16(params_bf16_.as<uint16_t>(), params(), num_params_);
 }
 
-void Gpt::InitWeights(uint64_t seed) { SetParameters(GptInitialWeights(config_, seed)); }
+void Gpt::InitWeights(uint64_t seed) {
+  SetParameters(GptInitialWeights(config_, seed));
+}
 
 void Gpt::SetParameters(const std::vector<float>& host) {
   assert(host.size() == num_params_);
@@ -228,8 +245,8 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
     backend_->Matmul(qkv, F32(ln1), W("qkvw", lc * 3 * C), P("qkvb") + 3 * lc, N, 3 * C, C, false, true, 0.0f,
                      compute_);
     backend_->AttentionForward(atty, a.att + static_cast<size_t>(l) * B * NH * T * T, qkv, B, T, C, NH);
-    backend_->Matmul(attproj, F32(atty), W("attprojw", lc * C), P("attprojb") + lc, N, C, C, false, true, 0.0f,
-                     compute_);
+    backend_->Matmul(attproj, F32(atty), W("attprojw", lc * C), P("attprojb") + lc, N, C, C, false, true,
+                     0.0f, compute_);
     backend_->Add(residual2, residual, attproj, nc);
     backend_->LayerNormForward(ln2, a.ln2_mean + l * N, a.ln2_rstd + l * N, residual2, P("ln2w") + lc,
                                P("ln2b") + lc, N, C);
@@ -265,8 +282,8 @@ void Gpt::Backward() {
   backend_->Matmul(s.dln, F32(dlogits), W("wte", 0), nullptr, N, C, V, false, false, 0.0f, compute_);
   backend_->Matmul(G("wte"), F32(dlogits), F32(a.lnf), nullptr, V, C, N, true, false, 1.0f, compute_);
   const float* last = a.residual3 + (L - 1) * nc;
-  backend_->LayerNormBackward(s.dresidual, G("lnfw"), G("lnfb"), s.dln, last, P("lnfw"), a.lnf_mean, a.lnf_rstd,
-                              N, C);
+  backend_->LayerNormBackward(s.dresidual, G("lnfw"), G("lnfb"), s.dln, last, P("lnfw"), a.lnf_mean,
+                              a.lnf_rstd, N, C);
 
   for (int l = L - 1; l >= 0; l--) {
     const size_t lc = static_cast<size_t>(l) * C;
@@ -281,8 +298,8 @@ void Gpt::Backward() {
     float* fch_gelu = a.gelu(l, N, C, recompute_);
 
     // residual3 = residual2 + fcproj: the gradient of fcproj is dresidual itself.
-    backend_->Matmul(s.dfch_gelu, F32(s.dresidual), W("fcprojw", lc * 4 * C), nullptr, N, 4 * C, C, false, false,
-                     0.0f, compute_);
+    backend_->Matmul(s.dfch_gelu, F32(s.dresidual), W("fcprojw", lc * 4 * C), nullptr, N, 4 * C, C, false,
+                     false, 0.0f, compute_);
     // Recompute: the shared buffer still holds the last layer's GELU output from the forward; every other
     // layer's is recomputed from fch by the same op, so the values (and the gradients) are the forward's.
     if (recompute_ == Recompute::kGelu && l != L - 1) backend_->GeluForward(fch_gelu, fch, 4 * nc);
@@ -290,7 +307,8 @@ void Gpt::Backward() {
                      false, 1.0f, compute_);
     backend_->BiasBackward(G("fcprojb") + lc, s.dresidual, N, C);
     backend_->GeluBackward(s.dfch, fch, s.dfch_gelu, 4 * nc);
-    backend_->Matmul(s.dln, F32(s.dfch), W("fcw", lc * 4 * C), nullptr, N, C, 4 * C, false, false, 0.0f, compute_);
+    backend_->Matmul(s.dln, F32(s.dfch), W("fcw", lc * 4 * C), nullptr, N, C, 4 * C, false, false, 0.0f,
+                     compute_);
     backend_->Matmul(G("fcw") + lc * 4 * C, F32(s.dfch), F32(ln2), nullptr, 4 * C, C, N, true, false, 1.0f,
                      compute_);
     backend_->BiasBackward(G("fcb") + 4 * lc, s.dfch, N, 4 * C);
@@ -315,7 +333,9 @@ void Gpt::Backward() {
   backend_->EncoderBackward(G("wte"), G("wpe"), s.dresidual, d_inputs, B, T, C);
 }
 
-void Gpt::ZeroGrad() { backend_->Zero(grads(), num_params_ * sizeof(float)); }
+void Gpt::ZeroGrad() {
+  backend_->Zero(grads(), num_params_ * sizeof(float));
+}
 
 void Gpt::GetLogits(int b, int t, float* host_out) const {
   Acts a(acts_.as<float>(), config_, last_B_, last_T_, recompute_);
@@ -323,14 +343,17 @@ void Gpt::GetLogits(int b, int t, float* host_out) const {
   backend_->Download(host_out, a.logits + (static_cast<size_t>(b) * last_T_ + t) * V, V * sizeof(float));
 }
 
-double Gpt::GradNorm() { return std::sqrt(backend_->SumSquares(grads(), num_params_)); }
+double Gpt::GradNorm() {
+  return std::sqrt(backend_->SumSquares(grads(), num_params_));
+}
 
-void Gpt::AdamWStep(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
+void Gpt::AdamWStep(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                    int t) {
   uint16_t* bf16 = compute_ == Compute::kBF16 ? params_bf16_.as<uint16_t>() : nullptr;
   for (const auto& p : layout_) {
     backend_->AdamW(params() + p.offset, bf16 ? bf16 + p.offset : nullptr, grads() + p.offset,
-                    adam_m_.as<float>() + p.offset, adam_v_.as<float>() + p.offset, p.numel, lr, beta1, beta2, eps,
-                    p.decay ? weight_decay : 0.0f, grad_scale, t);
+                    adam_m_.as<float>() + p.offset, adam_v_.as<float>() + p.offset, p.numel, lr, beta1, beta2,
+                    eps, p.decay ? weight_decay : 0.0f, grad_scale, t);
   }
 }
 

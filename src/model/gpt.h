@@ -25,10 +25,12 @@ class Gpt {
   Recompute recompute() const { return recompute_; }
 
   // Bytes this model allocated, per part (the token-id buffer counts as activations). GptMemoryEstimate,
-  // the planner's memory model, must give the same figures (model/gpt_recompute_test.cpp; plan/memory_agreement_test.cpp for the planner).
+  // the planner's memory model, must give the same figures (model/gpt_recompute_test.cpp;
+  // plan/memory_agreement_test.cpp for the planner).
   GptMemory memory() const;
   // What the constructor allocates for these arguments, computed by the same sizing code without allocating.
-  static GptMemory Allocation(const GptConfig& config, int max_B, int max_T, Compute compute, Recompute recompute);
+  static GptMemory Allocation(const GptConfig& config, int max_B, int max_T, Compute compute,
+                              Recompute recompute);
 
   // GPT-2 initialisation from a seed: N(0, 0.02) for matrices and embeddings, residual projections
   // (attprojw, fcprojw) scaled by 1/sqrt(2L), biases 0, layernorm weights 1. Deterministic per seed.
@@ -67,9 +69,9 @@ class Gpt {
   float* adam_v() const { return adam_v_.as<float>(); }
 
  private:
-  struct Acts;  // activation pointers for one micro-batch shape
-  float* P(const char* name) const;  // device pointer of a parameter tensor
-  float* G(const char* name) const;  // device pointer of its gradient
+  struct Acts;                                             // activation pointers for one micro-batch shape
+  float* P(const char* name) const;                        // device pointer of a parameter tensor
+  float* G(const char* name) const;                        // device pointer of its gradient
   Operand W(const char* name, size_t offset_elems) const;  // matmul operand for a weight (bf16 copy if bf16)
   void SyncBf16Copy();
 

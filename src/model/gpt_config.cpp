@@ -9,7 +9,8 @@ namespace tern {
 
 Status GptConfig::Validate() const {
   auto positive = [](const char* key, int v) -> Status {
-    if (v <= 0) return Status::InvalidArgument(fmt::format("model.{} must be a positive integer, got {}", key, v));
+    if (v <= 0)
+      return Status::InvalidArgument(fmt::format("model.{} must be a positive integer, got {}", key, v));
     return Status::Ok();
   };
   TERN_RETURN_IF_ERROR(positive("n_layer", n_layer));
@@ -59,22 +60,32 @@ std::string GptPresetList() {
 
 Result<GptConfig> GptPreset(const std::string& name) {
   for (const auto& p : GptPresets()) {
-    if (name == p.name || std::find(p.aliases.begin(), p.aliases.end(), name) != p.aliases.end()) return p.cfg;
+    if (name == p.name || std::find(p.aliases.begin(), p.aliases.end(), name) != p.aliases.end())
+      return p.cfg;
   }
-  return Status::InvalidArgument(fmt::format("unknown model preset '{}'; use one of: {}", name, GptPresetList()));
+  return Status::InvalidArgument(
+      fmt::format("unknown model preset '{}'; use one of: {}", name, GptPresetList()));
 }
 
 std::vector<ParamTensor> GptParamLayout(const GptConfig& cfg) {
   const int64_t L = cfg.n_layer, C = cfg.n_embd, V = cfg.vocab_size, maxT = cfg.block_size;
   std::vector<ParamTensor> t = {
-      {"wte", {V, C}, 0, 0, true},           {"wpe", {maxT, C}, 0, 0, true},
-      {"ln1w", {L, C}, 0, 0, false},         {"ln1b", {L, C}, 0, 0, false},
-      {"qkvw", {L, 3 * C, C}, 0, 0, true},   {"qkvb", {L, 3 * C}, 0, 0, false},
-      {"attprojw", {L, C, C}, 0, 0, true},   {"attprojb", {L, C}, 0, 0, false},
-      {"ln2w", {L, C}, 0, 0, false},         {"ln2b", {L, C}, 0, 0, false},
-      {"fcw", {L, 4 * C, C}, 0, 0, true},    {"fcb", {L, 4 * C}, 0, 0, false},
-      {"fcprojw", {L, C, 4 * C}, 0, 0, true}, {"fcprojb", {L, C}, 0, 0, false},
-      {"lnfw", {C}, 0, 0, false},            {"lnfb", {C}, 0, 0, false},
+      {"wte", {V, C}, 0, 0, true},
+      {"wpe", {maxT, C}, 0, 0, true},
+      {"ln1w", {L, C}, 0, 0, false},
+      {"ln1b", {L, C}, 0, 0, false},
+      {"qkvw", {L, 3 * C, C}, 0, 0, true},
+      {"qkvb", {L, 3 * C}, 0, 0, false},
+      {"attprojw", {L, C, C}, 0, 0, true},
+      {"attprojb", {L, C}, 0, 0, false},
+      {"ln2w", {L, C}, 0, 0, false},
+      {"ln2b", {L, C}, 0, 0, false},
+      {"fcw", {L, 4 * C, C}, 0, 0, true},
+      {"fcb", {L, 4 * C}, 0, 0, false},
+      {"fcprojw", {L, C, 4 * C}, 0, 0, true},
+      {"fcprojb", {L, C}, 0, 0, false},
+      {"lnfw", {C}, 0, 0, false},
+      {"lnfb", {C}, 0, 0, false},
   };
   size_t offset = 0;
   for (auto& p : t) {
@@ -97,7 +108,9 @@ double GptFlopsPerToken(const GptConfig& cfg, int T) {
   return 6.0 * (12.0 * L * C * C + C * V) + 12.0 * L * T * C;
 }
 
-const char* RecomputeName(Recompute r) { return r == Recompute::kGelu ? "gelu" : "none"; }
+const char* RecomputeName(Recompute r) {
+  return r == Recompute::kGelu ? "gelu" : "none";
+}
 
 Result<Recompute> ParseRecompute(const std::string& s) {
   if (s == "none") return Recompute::kNone;
@@ -119,9 +132,9 @@ GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recom
   // attention probabilities NH*T per row.
   const size_t gelu = recompute == Recompute::kGelu ? N * 4 * C : L * N * 4 * C;
   size_t per_layer = N * (7 * C + 3 * C + 4 * C + 4) + N * NH * T;
-  m.activations = 4 * (N * C /*encoded*/ + L * per_layer + gelu + N * (C + 2) /*lnf*/ + N * V /*logits*/ +
-                       N /*losses*/) +
-                  2 * N * 4 /*input and target token ids (int32)*/;
+  m.activations =
+      4 * (N * C /*encoded*/ + L * per_layer + gelu + N * (C + 2) /*lnf*/ + N * V /*logits*/ + N /*losses*/) +
+      2 * N * 4 /*input and target token ids (int32)*/;
   // backward scratch: dresidual, dln, datty (C each), dqkv (3C), dfch, dfch_gelu (4C each), datt (NH*T)
   m.scratch = 4 * (N * (3 * C + 3 * C + 8 * C) + N * NH * T);
   return m;

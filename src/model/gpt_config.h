@@ -47,11 +47,11 @@ std::string GptPresetList();
 
 // One parameter tensor in the flat parameter buffer (llm.c order; per-layer tensors are stacked [L,...]).
 struct ParamTensor {
-  std::string name;           // tern's name, e.g. "qkvw"
+  std::string name;            // tern's name, e.g. "qkvw"
   std::vector<int64_t> shape;  // e.g. {L, 3C, C}
-  size_t offset = 0;          // in elements, into the flat buffer
+  size_t offset = 0;           // in elements, into the flat buffer
   size_t numel = 0;
-  bool decay = false;         // weight decay applies (matrices only: dim >= 2 per layer)
+  bool decay = false;  // weight decay applies (matrices only: dim >= 2 per layer)
 };
 
 // The 16 parameter tensors of a GPT-2 with this config, in buffer order.
@@ -71,16 +71,17 @@ Result<Recompute> ParseRecompute(const std::string& s);
 
 // Bytes of memory per component for training with micro-batch B x T.
 struct GptMemory {
-  size_t params = 0;        // fp32 weights (the master copy)
-  size_t params_bf16 = 0;   // bf16 working copy of the weights (bf16 precision only)
-  size_t grads = 0;         // fp32 gradients
-  size_t adam_state = 0;    // fp32 first and second moments
-  size_t activations = 0;   // saved forward activations (incl. attention probabilities, logits, token ids)
-  size_t scratch = 0;       // backward scratch reused across layers
+  size_t params = 0;       // fp32 weights (the master copy)
+  size_t params_bf16 = 0;  // bf16 working copy of the weights (bf16 precision only)
+  size_t grads = 0;        // fp32 gradients
+  size_t adam_state = 0;   // fp32 first and second moments
+  size_t activations = 0;  // saved forward activations (incl. attention probabilities, logits, token ids)
+  size_t scratch = 0;      // backward scratch reused across layers
   size_t total() const { return params + params_bf16 + grads + adam_state + activations + scratch; }
 };
 // The memory model `tern plan` and `tern bench` use; Gpt::memory() is what the model really allocated and a
 // test keeps the two equal.
-GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recompute recompute = Recompute::kNone);
+GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16,
+                            Recompute recompute = Recompute::kNone);
 
 }  // namespace tern

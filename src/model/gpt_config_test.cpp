@@ -17,8 +17,8 @@ TEST(GptPresets, NamesAndAliasesResolveToTheSameShape) {
     EXPECT_EQ(GptPreset(p.name).value().ToString(), p.cfg.ToString());
     for (const std::string& a : p.aliases) EXPECT_EQ(GptPreset(a).value().ToString(), p.cfg.ToString()) << a;
   }
-  EXPECT_EQ(GptPresetNames(),
-            (std::vector<std::string>{"gpt2-124m", "gpt2", "gpt2-350m", "gpt2-774m", "gpt2-1558m", "gpt2-1.5b"}));
+  EXPECT_EQ(GptPresetNames(), (std::vector<std::string>{"gpt2-124m", "gpt2", "gpt2-350m", "gpt2-774m",
+                                                        "gpt2-1558m", "gpt2-1.5b"}));
 }
 
 TEST(GptPresets, ParameterCountsAreTheGpt2Family) {
@@ -32,7 +32,8 @@ TEST(GptPresets, UnknownNameListsNamesAndAliases) {
   const Result<GptConfig> r = GptPreset("gpt3");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
-            "unknown model preset 'gpt3'; use one of: gpt2-124m (gpt2), gpt2-350m, gpt2-774m, gpt2-1558m (gpt2-1.5b)");
+            "unknown model preset 'gpt3'; use one of: gpt2-124m (gpt2), gpt2-350m, gpt2-774m, gpt2-1558m "
+            "(gpt2-1.5b)");
 }
 
 }  // namespace

@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "testing/golden.h"
 #include "model/gpt.h"
+#include "testing/golden.h"
 
 namespace tern {
 namespace {
@@ -56,7 +56,8 @@ void CheckAgainstGolden(Backend* backend, Compute compute, Bounds bounds) {
   for (int step = 1; step <= g.steps; step++) {
     model.ZeroGrad();
     float l = model.Forward(g.inputs.data(), g.targets.data(), g.B, g.T, dloss);
-    EXPECT_NEAR(l, g.losses[step - 1], bounds.step_loss * std::max(1.0f, g.losses[step - 1])) << "step " << step;
+    EXPECT_NEAR(l, g.losses[step - 1], bounds.step_loss * std::max(1.0f, g.losses[step - 1]))
+        << "step " << step;
     model.Backward();
     model.AdamWStep(g.lr, g.beta1, g.beta2, g.eps, g.wd, 1.0f, step);
   }
@@ -85,7 +86,8 @@ TEST(GptGolden, ReferenceBackendBf16) {
   CheckAgainstGolden(backend.get(), Compute::kBF16, {2e-2, 2e-2, 6e-2, 2e-2});
 }
 
-// A damaged golden file is an error that names it (ReadGolden), never a half-read Golden the checks go on with.
+// A damaged golden file is an error that names it (ReadGolden), never a half-read Golden the checks go on
+// with.
 TEST(GoldenFile, ADamagedFileStopsTheTest) {
   const char* src = std::getenv("TERN_SOURCE_DIR");
   const std::string real = std::string(src ? src : TERN_TEST_SOURCE_DIR) + "/tests/golden/gpt_tiny.bin";
@@ -109,8 +111,10 @@ TEST(GoldenFile, ADamagedFileStopsTheTest) {
   }
   fs::remove_all(root);
   EXPECT_FALSE(ReadGolden().ok()) << "a missing file";
-  if (src) ::setenv("TERN_SOURCE_DIR", src, 1);
-  else ::unsetenv("TERN_SOURCE_DIR");
+  if (src)
+    ::setenv("TERN_SOURCE_DIR", src, 1);
+  else
+    ::unsetenv("TERN_SOURCE_DIR");
   EXPECT_TRUE(ReadGolden().ok()) << ReadGolden().status().ToString();
 }
 

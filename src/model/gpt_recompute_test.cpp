@@ -1,6 +1,6 @@
-// Recompute::kGelu (train.recompute=gelu): the model keeps one GELU output buffer instead of one per layer and
-// recomputes the outputs in the backward. Losses, gradients and updated weights must be bit for bit those of
-// Recompute::kNone on both CPU backends in every precision, and the allocation must shrink by exactly
+// Recompute::kGelu (train.recompute=gelu): the model keeps one GELU output buffer instead of one per layer
+// and recomputes the outputs in the backward. Losses, gradients and updated weights must be bit for bit those
+// of Recompute::kNone on both CPU backends in every precision, and the allocation must shrink by exactly
 // (L-1) x B*T x 4C floats, as GptMemoryEstimate (the planner's memory model) says.
 #include <gtest/gtest.h>
 
@@ -33,8 +33,8 @@ struct Trace {
   std::vector<float> params;              // after the last update
 };
 
-// Three AdamW steps of two micro-batches each; the second micro-batch is smaller than the allocation (B-1, T-2),
-// so the activations are carved for a shape other than the one they were sized for.
+// Three AdamW steps of two micro-batches each; the second micro-batch is smaller than the allocation (B-1,
+// T-2), so the activations are carved for a shape other than the one they were sized for.
 Trace Train(Backend* backend, const GptConfig& cfg, int B, int T, Compute compute, Recompute recompute) {
   Gpt model(backend, cfg, B, T, compute, recompute);
   model.InitWeights(11);
@@ -53,7 +53,8 @@ Trace Train(Backend* backend, const GptConfig& cfg, int B, int T, Compute comput
     t.grads.push_back(model.GetGradients());
     const double norm = model.GradNorm();
     t.norms.push_back(norm);
-    model.AdamWStep(1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, norm > 1.0 ? static_cast<float>(1.0 / norm) : 1.0f, step);
+    model.AdamWStep(1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, norm > 1.0 ? static_cast<float>(1.0 / norm) : 1.0f,
+                    step);
   }
   t.params = model.GetParameters();
   return t;
@@ -63,7 +64,9 @@ struct Case {
   std::string backend;
   Compute compute;
 };
-void PrintTo(const Case& c, std::ostream* os) { *os << c.backend << " compute " << static_cast<int>(c.compute); }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.backend << " compute " << static_cast<int>(c.compute);
+}
 
 class GptRecompute : public ::testing::TestWithParam<Case> {};
 
@@ -123,7 +126,8 @@ TEST(GptMemory, AllocationMatchesTheEstimateWithAndWithoutRecompute) {
 }
 
 TEST(GptMemory, RecomputeNamesRoundTrip) {
-  for (Recompute r : {Recompute::kNone, Recompute::kGelu}) EXPECT_EQ(ParseRecompute(RecomputeName(r)).value(), r);
+  for (Recompute r : {Recompute::kNone, Recompute::kGelu})
+    EXPECT_EQ(ParseRecompute(RecomputeName(r)).value(), r);
   EXPECT_NE(ParseRecompute("full").status().message().find("none or gelu"), std::string::npos);
 }
 

@@ -86,7 +86,8 @@ Status WriteGptSafetensors(const std::string& path, const GptConfig& cfg, const 
     }
     std::vector<float> t(static_cast<size_t>(m.rows) * m.cols);
     for (int r = 0; r < m.rows; r++)
-      for (int c = 0; c < m.cols; c++) t[static_cast<size_t>(c) * m.rows + r] = src[static_cast<size_t>(r) * m.cols + c];
+      for (int c = 0; c < m.cols; c++)
+        t[static_cast<size_t>(c) * m.rows + r] = src[static_cast<size_t>(r) * m.cols + c];
     out.append(reinterpret_cast<const char*>(t.data()), t.size() * 4);
   }
   return WriteFileAtomic(path, out);
@@ -125,14 +126,16 @@ Result<LoadedWeights> ReadGptSafetensors(const std::string& path) {
     const auto& e = header[m.hf_name];
     size_t begin = e["data_offsets"][0], end = e["data_offsets"][1];
     size_t want = static_cast<size_t>(m.rows) * m.cols * 4;
-    if (e["dtype"] != "F32" || end - begin != want || end > data_bytes) return corrupt("bad entry for " + m.hf_name);
+    if (e["dtype"] != "F32" || end - begin != want || end > data_bytes)
+      return corrupt("bad entry for " + m.hf_name);
     const float* src = reinterpret_cast<const float*>(data + begin);
     float* dst = w.params.data() + m.src_offset;
     if (!m.transpose) {
       std::memcpy(dst, src, want);
     } else {
       for (int r = 0; r < m.rows; r++)
-        for (int c = 0; c < m.cols; c++) dst[static_cast<size_t>(r) * m.cols + c] = src[static_cast<size_t>(c) * m.rows + r];
+        for (int c = 0; c < m.cols; c++)
+          dst[static_cast<size_t>(r) * m.cols + c] = src[static_cast<size_t>(c) * m.rows + r];
     }
   }
   return w;

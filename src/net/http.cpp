@@ -36,7 +36,8 @@ size_t WriteHeader(char* ptr, size_t size, size_t n, void* user) {
     std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
     std::string value = line.substr(colon + 1);
     value.erase(0, value.find_first_not_of(" \t"));
-    while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' ')) value.pop_back();
+    while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' '))
+      value.pop_back();
     (*static_cast<std::map<std::string, std::string>*>(user))[name] = value;
   }
   return size * n;
@@ -99,7 +100,8 @@ Result<HttpResponse> HttpFetch(const HttpRequest& req) {
   curl_slist_free_all(headers);
   curl_easy_cleanup(c);
   if (rc != CURLE_OK) {
-    return Status::Unavailable(fmt::format("{} {}: {}", req.method, req.url, err[0] ? err : curl_easy_strerror(rc)));
+    return Status::Unavailable(
+        fmt::format("{} {}: {}", req.method, req.url, err[0] ? err : curl_easy_strerror(rc)));
   }
   return resp;
 }

@@ -16,7 +16,8 @@ namespace {
 using nlohmann::json;
 
 Status Need(const json& j, const char* key, const std::string& file) {
-  if (!j.contains(key) || j[key].is_null()) return Status::InvalidArgument(fmt::format("{}: missing key '{}'", file, key));
+  if (!j.contains(key) || j[key].is_null())
+    return Status::InvalidArgument(fmt::format("{}: missing key '{}'", file, key));
   return Status::Ok();
 }
 
@@ -26,7 +27,8 @@ Status Read(const json& j, const char* key, const std::string& file, T* out) {
   try {
     *out = j[key].get<T>();
   } catch (const json::exception&) {
-    return Status::InvalidArgument(fmt::format("{}: key '{}' has the wrong type ({})", file, key, j[key].dump()));
+    return Status::InvalidArgument(
+        fmt::format("{}: key '{}' has the wrong type ({})", file, key, j[key].dump()));
   }
   return Status::Ok();
 }
@@ -42,7 +44,8 @@ Status ReadOptional(const json& j, const char* key, const std::string& file, dou
 
 Status ParseRunTimes(const json& j, const std::string& file, BenchRunTimes* r) {
   const std::string where = file + " run";
-  if (!j.is_object()) return Status::InvalidArgument(where + ": expected an object (from `tern bench --json`)");
+  if (!j.is_object())
+    return Status::InvalidArgument(where + ": expected an object (from `tern bench --json`)");
   TERN_RETURN_IF_ERROR(Read(j, "process_start_s", where, &r->process_start_s));
   TERN_RETURN_IF_ERROR(Read(j, "backend_init_s", where, &r->backend_init_s));
   TERN_RETURN_IF_ERROR(Read(j, "peak_probe_s", where, &r->peak_probe_s));
@@ -57,7 +60,8 @@ Status ParseRunTimes(const json& j, const std::string& file, BenchRunTimes* r) {
   TERN_RETURN_IF_ERROR(ReadOptional(j, "model_bytes", where, 0, &r->model_bytes));
   TERN_RETURN_IF_ERROR(ReadOptional(j, "model_save_ms", where, -1, &r->model_save_ms));
   if (r->forward_ms <= 0 || r->model_init_s < 0) {
-    return Status::InvalidArgument(where + ": forward_ms must be positive and times non-negative; re-run `tern bench --json`");
+    return Status::InvalidArgument(
+        where + ": forward_ms must be positive and times non-negative; re-run `tern bench --json`");
   }
   return Status::Ok();
 }
@@ -72,21 +76,25 @@ RunOverheads BenchProfile::Overheads(const GptConfig& run_model, int run_batch, 
   o.source = "measured: " + file;
   // Buffers are zero-filled when allocated, so model start-up grows with the model's whole memory.
   const bool bf16 = precision == Precision::kBf16;
-  const double mem_ratio = static_cast<double>(GptMemoryEstimate(run_model, run_batch, run_seq, bf16).total()) /
-                           static_cast<double>(GptMemoryEstimate(model, batch, seq, bf16).total());
-  o.startup_s = t.process_start_s + t.backend_init_s + t.model_init_s * mem_ratio + std::max(0.0, t.data_open_s);
+  const double mem_ratio =
+      static_cast<double>(GptMemoryEstimate(run_model, run_batch, run_seq, bf16).total()) /
+      static_cast<double>(GptMemoryEstimate(model, batch, seq, bf16).total());
+  o.startup_s =
+      t.process_start_s + t.backend_init_s + t.model_init_s * mem_ratio + std::max(0.0, t.data_open_s);
   o.peak_probe_s = t.peak_probe_s;
   // Per token: a forward of batch x seq tokens against a step of batch x seq x grad_accum tokens.
   if (step_ms > 0) o.forward_fraction = t.forward_ms * grad_accum / step_ms;
   const double flops_ratio = GptFlopsPerToken(run_model, run_seq) / GptFlopsPerToken(model, seq);
-  if (t.sample_tokens > 0 && t.sample_ms >= 0) o.sample_token_s = t.sample_ms / 1e3 / t.sample_tokens * flops_ratio;
+  if (t.sample_tokens > 0 && t.sample_ms >= 0)
+    o.sample_token_s = t.sample_ms / 1e3 / t.sample_tokens * flops_ratio;
   if (t.checkpoint_bytes > 0 && t.checkpoint_copy_ms >= 0) {
     o.state_copy_gb_per_s = t.checkpoint_bytes / (std::max(t.checkpoint_copy_ms, 1e-3) / 1e3) / 1e9;
   }
   if (t.checkpoint_bytes > 0 && t.checkpoint_persist_ms > 0) {
     o.ckpt_write_gb_per_s = t.checkpoint_bytes / (t.checkpoint_persist_ms / 1e3) / 1e9;
   }
-  if (t.model_bytes > 0 && t.model_save_ms > 0) o.model_write_gb_per_s = t.model_bytes / (t.model_save_ms / 1e3) / 1e9;
+  if (t.model_bytes > 0 && t.model_save_ms > 0)
+    o.model_write_gb_per_s = t.model_bytes / (t.model_save_ms / 1e3) / 1e9;
   return o;
 }
 
@@ -95,9 +103,12 @@ Result<BenchProfile> ParseBenchJson(const std::string& text, const std::string& 
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    return Status::InvalidArgument(fmt::format("{}: not JSON ({}); expected the output of `tern bench --json`", file, e.what()));
+    return Status::InvalidArgument(
+        fmt::format("{}: not JSON ({}); expected the output of `tern bench --json`", file, e.what()));
   }
-  if (!j.is_object()) return Status::InvalidArgument(fmt::format("{}: expected one JSON object from `tern bench --json`", file));
+  if (!j.is_object())
+    return Status::InvalidArgument(
+        fmt::format("{}: expected one JSON object from `tern bench --json`", file));
   BenchProfile b;
   b.file = file;
   TERN_RETURN_IF_ERROR(Need(j, "model", file));
@@ -111,9 +122,13 @@ Result<BenchProfile> ParseBenchJson(const std::string& text, const std::string& 
   TERN_RETURN_IF_ERROR(Read(j, "seq", file, &b.seq));
   std::string precision;
   TERN_RETURN_IF_ERROR(Read(j, "precision", file, &precision));
-  if (precision == "bf16") b.precision = Precision::kBf16;
-  else if (precision == "fp32") b.precision = Precision::kFp32;
-  else return Status::InvalidArgument(fmt::format("{}: precision '{}' is neither fp32 nor bf16", file, precision));
+  if (precision == "bf16")
+    b.precision = Precision::kBf16;
+  else if (precision == "fp32")
+    b.precision = Precision::kFp32;
+  else
+    return Status::InvalidArgument(
+        fmt::format("{}: precision '{}' is neither fp32 nor bf16", file, precision));
   TERN_RETURN_IF_ERROR(Read(j, "device", file, &b.device));
   if (b.device != "cpu" && b.device != "cuda") {
     return Status::InvalidArgument(fmt::format("{}: device '{}' is neither cpu nor cuda", file, b.device));
@@ -125,8 +140,10 @@ Result<BenchProfile> ParseBenchJson(const std::string& text, const std::string& 
   if (j.contains("gpu") && j["gpu"].is_string()) b.gpu = j["gpu"].get<std::string>();
   if (b.gpu.empty() && b.device == "cuda") b.gpu = CatalogGpuId(b.gpu_name);
   if (j.contains("threads") && j["threads"].is_number_integer()) b.threads = j["threads"].get<int>();
-  if (j.contains("grad_accum") && !j["grad_accum"].is_null()) TERN_RETURN_IF_ERROR(Read(j, "grad_accum", file, &b.grad_accum));
-  if (b.grad_accum < 1) return Status::InvalidArgument(fmt::format("{}: grad_accum must be at least 1", file));
+  if (j.contains("grad_accum") && !j["grad_accum"].is_null())
+    TERN_RETURN_IF_ERROR(Read(j, "grad_accum", file, &b.grad_accum));
+  if (b.grad_accum < 1)
+    return Status::InvalidArgument(fmt::format("{}: grad_accum must be at least 1", file));
   TERN_RETURN_IF_ERROR(ReadOptional(j, "step_ms", file, 0, &b.step_ms));
   if (j.contains("run") && !j["run"].is_null()) {
     BenchRunTimes t;
@@ -138,8 +155,10 @@ Result<BenchProfile> ParseBenchJson(const std::string& text, const std::string& 
   TERN_RETURN_IF_ERROR(Read(j, "achieved_tflops", file, &b.achieved_tflops));
   TERN_RETURN_IF_ERROR(Read(j, "peak_tflops", file, &b.peak_tflops));
   TERN_RETURN_IF_ERROR(Read(j, "mfu", file, &b.mfu));
-  if (!(b.mfu > 0 && b.mfu <= 1)) return Status::InvalidArgument(fmt::format("{}: mfu {} is outside (0, 1]", file, b.mfu));
-  if (!(b.peak_tflops > 0)) return Status::InvalidArgument(fmt::format("{}: peak_tflops must be positive", file));
+  if (!(b.mfu > 0 && b.mfu <= 1))
+    return Status::InvalidArgument(fmt::format("{}: mfu {} is outside (0, 1]", file, b.mfu));
+  if (!(b.peak_tflops > 0))
+    return Status::InvalidArgument(fmt::format("{}: peak_tflops must be positive", file));
   return b;
 }
 
@@ -174,7 +193,8 @@ Status AddLocalInstance(const BenchProfile& b, double price_per_hour, double mem
   if (mem_gib <= 0 && b.device == "cuda") {
     if (const GpuSpec* g = cat->FindGpu(b.gpu)) mem_gib = g->mem_gib;
   }
-  if (mem_gib <= 0) return Status::InvalidArgument("--instance local: cannot tell the device memory; pass --local-mem-gib");
+  if (mem_gib <= 0)
+    return Status::InvalidArgument("--instance local: cannot tell the device memory; pass --local-mem-gib");
   spec.mem_gib = mem_gib;
   spec.where = o.where;
   o.gpu = spec.name;

@@ -31,8 +31,8 @@ struct BenchProfile {
   GptConfig model;
   int batch = 0, seq = 0, grad_accum = 1, threads = 0;
   Precision precision = Precision::kFp32;
-  std::string device;  // "cpu" | "cuda"
-  std::string gpu;     // "H100"; empty on CPU or when the bench could not name the GPU
+  std::string device;    // "cpu" | "cuda"
+  std::string gpu;       // "H100"; empty on CPU or when the bench could not name the GPU
   std::string gpu_name;  // as the device reports it ("NVIDIA H100 80GB HBM3")
   double step_ms = 0, tokens_per_s = 0, flops_per_token = 0, achieved_tflops = 0, peak_tflops = 0, mfu = 0;
   std::optional<BenchRunTimes> run;  // absent in benches from before it existed, or run with --no-run

@@ -20,7 +20,9 @@ std::string TestData(const std::string& name) {
 }
 
 Catalog SmallCatalog() {
-  return LoadCatalog({TestData("gpus.csv"), TestData("instances.csv"), TestData("network.csv")}, PlanDefaults()).value();
+  return LoadCatalog({TestData("gpus.csv"), TestData("instances.csv"), TestData("network.csv")},
+                     PlanDefaults())
+      .value();
 }
 
 TEST(Calibration, ParsesBenchJson) {
@@ -53,12 +55,16 @@ TEST(Calibration, AcceptsBenchJsonWithAndWithoutTheMachineBlock) {
 }
 
 TEST(Calibration, BadBenchJsonNamesTheKey) {
-  EXPECT_EQ(ParseBenchJson("{\"model\": {}}", "b.json").status().message(), "b.json model: missing key 'n_layer'");
-  EXPECT_NE(ParseBenchJson("not json", "b.json").status().message().find("tern bench --json"), std::string::npos);
-  const std::string ok_model = R"({"model": {"n_layer": 1, "n_head": 1, "n_embd": 8, "vocab_size": 16, "block_size": 8},
+  EXPECT_EQ(ParseBenchJson("{\"model\": {}}", "b.json").status().message(),
+            "b.json model: missing key 'n_layer'");
+  EXPECT_NE(ParseBenchJson("not json", "b.json").status().message().find("tern bench --json"),
+            std::string::npos);
+  const std::string ok_model =
+      R"({"model": {"n_layer": 1, "n_head": 1, "n_embd": 8, "vocab_size": 16, "block_size": 8},
     "batch": 1, "seq": 8, "precision": "fp32", "device": "cpu", "tokens_per_s": 1, "flops_per_token": 1,
     "achieved_tflops": 1, "peak_tflops": 2, "mfu": )";
-  EXPECT_NE(ParseBenchJson(ok_model + "1.5}", "b.json").status().message().find("outside (0, 1]"), std::string::npos);
+  EXPECT_NE(ParseBenchJson(ok_model + "1.5}", "b.json").status().message().find("outside (0, 1]"),
+            std::string::npos);
   EXPECT_NE(ParseBenchJson(ok_model + "\"x\"}", "b.json").status().message().find("'mfu' has the wrong type"),
             std::string::npos);
 }
@@ -158,7 +164,7 @@ TEST(Calibration, RunOverheadsFromTheBench) {
   EXPECT_EQ(o.source, "measured: " + b.file);
   EXPECT_DOUBLE_EQ(o.startup_s, 0.05 + 0.01 + 0.2 + 0.02);  // process + backend + model init + data open
   EXPECT_DOUBLE_EQ(o.peak_probe_s, 0.6);
-  EXPECT_DOUBLE_EQ(o.forward_fraction, 50.0 * 2 / 280.0);   // per token: a forward of B*T vs a step of 2*B*T
+  EXPECT_DOUBLE_EQ(o.forward_fraction, 50.0 * 2 / 280.0);  // per token: a forward of B*T vs a step of 2*B*T
   EXPECT_DOUBLE_EQ(o.sample_token_s, 0.3 / 60);
   EXPECT_DOUBLE_EQ(o.ckpt_write_gb_per_s, 53.5e6 / 0.1 / 1e9);
   EXPECT_DOUBLE_EQ(o.state_copy_gb_per_s, 53.5e6 / 0.01 / 1e9);
@@ -168,7 +174,8 @@ TEST(Calibration, RunOverheadsFromTheBench) {
   deeper.n_layer = 8;
   const RunOverheads big = b.Overheads(deeper, b.batch, b.seq, d);
   EXPECT_GT(big.startup_s, o.startup_s);
-  EXPECT_NEAR(big.sample_token_s / o.sample_token_s, GptFlopsPerToken(deeper, 128) / GptFlopsPerToken(b.model, 128), 1e-12);
+  EXPECT_NEAR(big.sample_token_s / o.sample_token_s,
+              GptFlopsPerToken(deeper, 128) / GptFlopsPerToken(b.model, 128), 1e-12);
   // Without a run block every part is the documented default.
   const RunOverheads none = LoadBenchJson(TestData("bench_cpu.json")).value().Overheads(b.model, 16, 128, d);
   EXPECT_EQ(none.source, "defaults");

@@ -15,8 +15,8 @@
 namespace tern::plan {
 namespace {
 
-constexpr const char* kInstanceRequired[] = {"provider",  "region", "instance_type", "gpu", "gpu_count",
-                                             "price_ondemand_hr", "price_spot_hr"};
+constexpr const char* kInstanceRequired[] = {
+    "provider", "region", "instance_type", "gpu", "gpu_count", "price_ondemand_hr", "price_spot_hr"};
 
 enum class FileKind { kInstances, kGpus, kNetwork, kUnknown };
 
@@ -63,7 +63,8 @@ std::optional<int> CountFromName(const std::string& name) {
   return std::nullopt;
 }
 
-Status ParseInstances(const CsvTable& t, const std::vector<GpuSpec>& gpus, const PlanDefaults& d, Catalog* cat) {
+Status ParseInstances(const CsvTable& t, const std::vector<GpuSpec>& gpus, const PlanDefaults& d,
+                      Catalog* cat) {
   for (const char* col : kInstanceRequired) {
     if (!t.Has(col)) {
       return Status::InvalidArgument(fmt::format(
@@ -85,8 +86,8 @@ Status ParseInstances(const CsvTable& t, const std::vector<GpuSpec>& gpus, const
     TERN_ASSIGN_OR_RETURN(o.gpu, RequiredText(t, row, c_gpu));
     TERN_ASSIGN_OR_RETURN(std::optional<double> count, OptionalNumber(t, row, c_count));
     if (!count || *count < 1 || *count != std::floor(*count)) {
-      return Status::InvalidArgument(fmt::format("{}column 'gpu_count': '{}' is not a positive integer", o.where,
-                                                 Field(row, c_count)));
+      return Status::InvalidArgument(
+          fmt::format("{}column 'gpu_count': '{}' is not a positive integer", o.where, Field(row, c_count)));
     }
     o.gpu_count = static_cast<int>(*count);
     for (size_t i = 0; i < gpus.size(); ++i) {
@@ -96,8 +97,8 @@ Status ParseInstances(const CsvTable& t, const std::vector<GpuSpec>& gpus, const
       std::string known;
       for (const auto& g : gpus) known += (known.empty() ? "" : ", ") + g.name;
       return Status::InvalidArgument(fmt::format(
-          "{}unknown GPU '{}' (known: {}); add a row for it to a GPU catalog and pass it with --catalog", o.where,
-          o.gpu, known));
+          "{}unknown GPU '{}' (known: {}); add a row for it to a GPU catalog and pass it with --catalog",
+          o.where, o.gpu, known));
     }
     const GpuSpec& spec = gpus[static_cast<size_t>(o.gpu_index)];
     TERN_ASSIGN_OR_RETURN(std::optional<double> gmem, OptionalNumber(t, row, c_gmem));
@@ -109,17 +110,19 @@ Status ParseInstances(const CsvTable& t, const std::vector<GpuSpec>& gpus, const
     TERN_ASSIGN_OR_RETURN(o.spot_hazard_per_hr, OptionalNumber(t, row, c_haz));
     for (auto [price, col] : {std::pair{o.price_ondemand_hr, c_od}, std::pair{o.price_spot_hr, c_spot}}) {
       if (price && *price == 0) {
-        return Status::InvalidArgument(fmt::format("{}column '{}' is 0; leave it empty when the price is unknown",
-                                                   o.where, t.header[col]));
+        return Status::InvalidArgument(fmt::format(
+            "{}column '{}' is 0; leave it empty when the price is unknown", o.where, t.header[col]));
       }
     }
     // Suspicious but usable: keep the row, attach the reason.
     if (o.price_spot_hr && o.price_ondemand_hr) {
       const double ratio = *o.price_spot_hr / *o.price_ondemand_hr;
       if (ratio >= 1.0) {
-        o.spot_warnings.push_back(fmt::format("spot ${:g}/h >= on-demand ${:g}/h", *o.price_spot_hr, *o.price_ondemand_hr));
+        o.spot_warnings.push_back(
+            fmt::format("spot ${:g}/h >= on-demand ${:g}/h", *o.price_spot_hr, *o.price_ondemand_hr));
       } else if (ratio < d.spot_min_ratio) {
-        o.spot_warnings.push_back(fmt::format("spot is {:.0f}% of on-demand (stale or one-zone price?)", ratio * 100));
+        o.spot_warnings.push_back(
+            fmt::format("spot is {:.0f}% of on-demand (stale or one-zone price?)", ratio * 100));
       }
     }
     if (auto named = CountFromName(o.instance_type); named && *named != o.gpu_count) {
@@ -127,17 +130,19 @@ Status ParseInstances(const CsvTable& t, const std::vector<GpuSpec>& gpus, const
     }
     if (Lower(o.instance_type).find("pcie") != std::string::npos &&
         Lower(spec.form_factor).find("pcie") == std::string::npos) {
-      o.warnings.push_back(fmt::format("PCIe instance listed with GPU '{}' ({}): peak may be overstated", o.gpu,
-                                       spec.form_factor));
+      o.warnings.push_back(fmt::format("PCIe instance listed with GPU '{}' ({}): peak may be overstated",
+                                       o.gpu, spec.form_factor));
     }
     if (std::fabs(o.gpu_mem_gib - spec.mem_gib) > 0.1 * spec.mem_gib) {
-      o.warnings.push_back(fmt::format("gpu_mem_gib {:g} differs from {}'s {:g} GiB", o.gpu_mem_gib, o.gpu, spec.mem_gib));
+      o.warnings.push_back(
+          fmt::format("gpu_mem_gib {:g} differs from {}'s {:g} GiB", o.gpu_mem_gib, o.gpu, spec.mem_gib));
     }
     if (!o.vcpus && !o.mem_gib) o.warnings.push_back("price covers the GPUs only (no host VM in the row)");
     for (const auto& prev : cat->offers) {
       if (prev.provider == o.provider && prev.instance_type == o.instance_type &&
           (prev.gpu != o.gpu || prev.gpu_count != o.gpu_count)) {
-        o.warnings.push_back(fmt::format("{} has {}x{} at {}", o.instance_type, prev.gpu_count, prev.gpu, prev.where));
+        o.warnings.push_back(
+            fmt::format("{} has {}x{} at {}", o.instance_type, prev.gpu_count, prev.gpu, prev.where));
         break;
       }
     }
@@ -146,7 +151,8 @@ Status ParseInstances(const CsvTable& t, const std::vector<GpuSpec>& gpus, const
   return Status::Ok();
 }
 
-Status ParseNetwork(const CsvTable& t, std::map<std::string, std::pair<std::optional<double>, std::optional<double>>>* net) {
+Status ParseNetwork(const CsvTable& t,
+                    std::map<std::string, std::pair<std::optional<double>, std::optional<double>>>* net) {
   const int c_prov = t.Column("provider"), c_type = t.Column("instance_type");
   const int c_net = t.Column("network_gbps"), c_link = t.Column("gpu_link_gbps");
   if (c_prov < 0) return Status::InvalidArgument(fmt::format("{}:1: missing column 'provider'", t.file));
@@ -175,7 +181,8 @@ void CheckPriceBands(const PlanDefaults& d, Catalog* cat) {
     const double median = s[s.size() / 2];
     const double per = *o.price_ondemand_hr / o.gpu_count;
     if (per < d.price_band_low * median || per > d.price_band_high * median) {
-      o.warnings.push_back(fmt::format("${:.2f}/GPU-h is {:.1f}x the {} median ${:.2f}", per, per / median, o.gpu, median));
+      o.warnings.push_back(
+          fmt::format("${:.2f}/GPU-h is {:.1f}x the {} median ${:.2f}", per, per / median, o.gpu, median));
     }
   }
   // One instance type priced very differently across regions: one side is likely a SKU error, and the
@@ -183,7 +190,8 @@ void CheckPriceBands(const PlanDefaults& d, Catalog* cat) {
   std::map<std::string, std::pair<double, double>> range;  // provider/type -> (min, max)
   for (const auto& o : cat->offers) {
     if (!o.price_ondemand_hr) continue;
-    auto [it, fresh] = range.try_emplace(o.provider + "/" + o.instance_type, *o.price_ondemand_hr, *o.price_ondemand_hr);
+    auto [it, fresh] =
+        range.try_emplace(o.provider + "/" + o.instance_type, *o.price_ondemand_hr, *o.price_ondemand_hr);
     if (!fresh) {
       it->second.first = std::min(it->second.first, *o.price_ondemand_hr);
       it->second.second = std::max(it->second.second, *o.price_ondemand_hr);
@@ -193,8 +201,9 @@ void CheckPriceBands(const PlanDefaults& d, Catalog* cat) {
     if (!o.price_ondemand_hr) continue;
     const auto [lo, hi] = range[o.provider + "/" + o.instance_type];
     if (hi > d.region_spread_max * lo) {
-      o.warnings.push_back(fmt::format("{} on-demand varies {:.1f}x across regions (${:g}-${:g}/h): SKU error?",
-                                       o.instance_type, hi / lo, lo, hi));
+      o.warnings.push_back(
+          fmt::format("{} on-demand varies {:.1f}x across regions (${:g}-${:g}/h): SKU error?",
+                      o.instance_type, hi / lo, lo, hi));
     }
   }
 }
@@ -219,7 +228,8 @@ Result<Catalog> LoadCatalogFromTexts(const std::vector<std::pair<std::string, st
       case FileKind::kGpus: {
         TERN_ASSIGN_OR_RETURN(std::vector<GpuSpec> gpus, ParseGpuSpecs(t));
         for (auto& g : gpus) {
-          auto it = std::find_if(cat.gpus.begin(), cat.gpus.end(), [&](const GpuSpec& x) { return x.name == g.name; });
+          auto it = std::find_if(cat.gpus.begin(), cat.gpus.end(),
+                                 [&](const GpuSpec& x) { return x.name == g.name; });
           if (it != cat.gpus.end()) {
             cat.warnings.push_back(fmt::format("{}GPU '{}' overrides {}", g.where, g.name, it->where));
             *it = std::move(g);
@@ -229,8 +239,12 @@ Result<Catalog> LoadCatalogFromTexts(const std::vector<std::pair<std::string, st
         }
         break;
       }
-      case FileKind::kInstances: instance_tables.push_back(std::move(t)); break;
-      case FileKind::kNetwork: network_tables.push_back(std::move(t)); break;
+      case FileKind::kInstances:
+        instance_tables.push_back(std::move(t));
+        break;
+      case FileKind::kNetwork:
+        network_tables.push_back(std::move(t));
+        break;
       case FileKind::kUnknown:
         return Status::InvalidArgument(fmt::format(
             "{}:1: not a catalog file: an instance catalog has provider,region,instance_type,gpu,gpu_count,"
@@ -249,7 +263,8 @@ Result<Catalog> LoadCatalogFromTexts(const std::vector<std::pair<std::string, st
   CheckPriceBands(defaults, &cat);
   for (const auto& o : cat.offers) {
     for (const auto& w : o.warnings) cat.warnings.push_back(fmt::format("{}{}: {}", o.where, o.Key(), w));
-    for (const auto& w : o.spot_warnings) cat.warnings.push_back(fmt::format("{}{}: {}", o.where, o.Key(), w));
+    for (const auto& w : o.spot_warnings)
+      cat.warnings.push_back(fmt::format("{}{}: {}", o.where, o.Key(), w));
   }
   return cat;
 }
@@ -284,7 +299,8 @@ Result<std::string> FindCatalogDir() {
   if (const char* env = std::getenv("TERN_DATA_DIR"); env && *env) {
     fs::path dir = fs::path(env) / "catalog";
     if (has_catalog(dir)) return dir.string();
-    return Status::NotFound(fmt::format("TERN_DATA_DIR={} but {} has no gpus.csv + gpu_instances.csv", env, dir.string()));
+    return Status::NotFound(
+        fmt::format("TERN_DATA_DIR={} but {} has no gpus.csv + gpu_instances.csv", env, dir.string()));
   }
   std::vector<fs::path> starts;
   std::error_code ec;

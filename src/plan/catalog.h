@@ -1,6 +1,7 @@
 // The instance catalog: what can be rented, where, for how much, with which GPUs. Loaded from CSV files
 // (the shipped data/catalog/ plus any user files); each file's kind is told by its header:
-//   instances: provider,region,instance_type,gpu,gpu_count,gpu_mem_gib,vcpus,mem_gib,price_ondemand_hr,price_spot_hr
+//   instances:
+//   provider,region,instance_type,gpu,gpu_count,gpu_mem_gib,vcpus,mem_gib,price_ondemand_hr,price_spot_hr
 //              [,spot_hazard_per_hr]
 //   GPU specs: gpu,...,mem_gib,... (gpus.csv)
 //   network:   provider,instance_type,network_gbps[,gpu_link_gbps]
@@ -29,8 +30,8 @@ struct InstanceOffer {
   std::optional<double> network_gbps, gpu_link_gbps;       // joined from a network file
   int gpu_index = -1;                                      // into Catalog::gpus
   std::string where;                                       // "file:line: "
-  std::vector<std::string> warnings;       // apply to every billing
-  std::vector<std::string> spot_warnings;  // apply to the spot price only
+  std::vector<std::string> warnings;                       // apply to every billing
+  std::vector<std::string> spot_warnings;                  // apply to the spot price only
 
   std::string Key() const { return provider + "/" + region + "/" + instance_type; }
 };

@@ -10,7 +10,8 @@ namespace tern::plan {
 namespace {
 
 const char* kGpus =
-    "gpu,vendor,form_factor,fp32_tflops,tf32_tflops_dense,bf16_fp16_tflops_dense,mem_gib,interconnect,interconnect_gbps\n"
+    "gpu,vendor,form_factor,fp32_tflops,tf32_tflops_dense,bf16_fp16_tflops_dense,mem_gib,interconnect,"
+    "interconnect_gbps\n"
     "H100,NVIDIA,SXM5,67,494.5,989.5,80,NVLink 4,900\n"
     "L4,NVIDIA,PCIe,30.3,60,121,24,PCIe Gen4 x16,64\n";
 const char* kHeader =
@@ -53,7 +54,8 @@ TEST(Catalog, MalformedRowsAreErrorsWithFileAndLine) {
 }
 
 TEST(Catalog, MissingColumnAndUnknownGpu) {
-  std::string err = ErrorOf("provider,region,instance_type,gpu,price_ondemand_hr,price_spot_hr\naws,r,a,H100,1,1\n");
+  std::string err =
+      ErrorOf("provider,region,instance_type,gpu,price_ondemand_hr,price_spot_hr\naws,r,a,H100,1,1\n");
   EXPECT_EQ(err.rfind("my.csv:1: missing column 'gpu_count'", 0), 0u) << err;
   err = ErrorOf(std::string(kHeader) + "aws,us-east-1,x,Z100,8,80,192,2048,10,5\n");
   EXPECT_EQ(err.rfind("my.csv:2: unknown GPU 'Z100' (known: H100, L4)", 0), 0u) << err;
@@ -65,14 +67,14 @@ TEST(Catalog, MissingColumnAndUnknownGpu) {
 
 TEST(Catalog, SuspiciousRowsWarnAndAreKept) {
   Result<Catalog> c = Load(std::string(kHeader) +
-                           "gcp,us-central1,a3-highgpu-8g,H100,8,80,208,1872,43,50\n"      // spot > on-demand
-                           "gcp,us-east4,a3-highgpu-4g,H100,8,80,208,1872,44,20\n"         // name says 4
-                           "aws,us-east-1,p5.48xlarge,H100,8,80,192,2048,55,2\n"           // spot 4% of od
-                           "lambda,any,gpu_1x_h100_pcie,H100,1,80,26,200,3.29,\n"          // PCIe name, SXM spec
-                           "gcp,us-central1,n1-*+1xL4,L4,1,24,,,0.1,\n"                    // GPU-only price
+                           "gcp,us-central1,a3-highgpu-8g,H100,8,80,208,1872,43,50\n"  // spot > on-demand
+                           "gcp,us-east4,a3-highgpu-4g,H100,8,80,208,1872,44,20\n"     // name says 4
+                           "aws,us-east-1,p5.48xlarge,H100,8,80,192,2048,55,2\n"       // spot 4% of od
+                           "lambda,any,gpu_1x_h100_pcie,H100,1,80,26,200,3.29,\n"      // PCIe name, SXM spec
+                           "gcp,us-central1,n1-*+1xL4,L4,1,24,,,0.1,\n"                // GPU-only price
                            "x,r,l4a,L4,1,24,4,16,0.8,\n"
                            "x,r,l4b,L4,1,24,4,16,0.9,\n"
-                           "x,r,l4c,L4,1,24,4,16,5.0,\n");                                 // 5.6x the L4 median
+                           "x,r,l4c,L4,1,24,4,16,5.0,\n");  // 5.6x the L4 median
   ASSERT_TRUE(c.ok()) << c.status().message();
   ASSERT_EQ(c->offers.size(), 8u);
   EXPECT_EQ(c->offers[0].spot_warnings.size(), 1u);
@@ -85,12 +87,14 @@ TEST(Catalog, SuspiciousRowsWarnAndAreKept) {
   ASSERT_FALSE(c->offers[7].warnings.empty());
   EXPECT_NE(c->offers[7].warnings.back().find("x the L4 median"), std::string::npos);
   // Every warning is also listed with its file:line.
-  EXPECT_EQ(c->warnings.front().rfind("my.csv:2: gcp/us-central1/a3-highgpu-8g: ", 0), 0u) << c->warnings.front();
+  EXPECT_EQ(c->warnings.front().rfind("my.csv:2: gcp/us-central1/a3-highgpu-8g: ", 0), 0u)
+      << c->warnings.front();
 }
 
 TEST(Catalog, UserGpuSpecOverridesShippedOne) {
   Result<Catalog> c = LoadCatalogFromTexts(
-      {{"gpus.csv", kGpus}, {"mine.csv", "gpu,mem_gib,bf16_fp16_tflops_dense,tf32_tflops_dense\nL4,24,100,50\n"}},
+      {{"gpus.csv", kGpus},
+       {"mine.csv", "gpu,mem_gib,bf16_fp16_tflops_dense,tf32_tflops_dense\nL4,24,100,50\n"}},
       PlanDefaults());
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(*c->FindGpu("L4")->bf16_tflops, 100);

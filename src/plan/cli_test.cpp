@@ -65,7 +65,8 @@ TEST(PlanCli, HelpTeachesWithExamples) {
   Output o = Tern("plan --help");
   ASSERT_RAN(o);
   EXPECT_EQ(o.code, 0);
-  for (const char* s : {"Examples:", "--tokens 10B", "--explain", "--calibrate", "--show-excluded", "Exit status"}) {
+  for (const char* s :
+       {"Examples:", "--tokens 10B", "--explain", "--calibrate", "--show-excluded", "Exit status"}) {
     EXPECT_NE(o.text.find(s), std::string::npos) << s;
   }
 }
@@ -93,8 +94,9 @@ TEST(PlanCli, ConstraintsAndFilters) {
   ASSERT_RAN(none);
   EXPECT_EQ(none.code, 3) << none.text;  // no option meets the constraints
   EXPECT_NE(none.text.find("Cheapest:"), std::string::npos) << none.text;
-  Output some = Tern("plan --model gpt2-350m --tokens 5B --deadline 2h --max-gpus 16 --providers aws,gcp "
-                     "--regions us-east-1,us-central1 --gpus H100,B200 --billing on-demand,spot --json");
+  Output some = Tern(
+      "plan --model gpt2-350m --tokens 5B --deadline 2h --max-gpus 16 --providers aws,gcp "
+      "--regions us-east-1,us-central1 --gpus H100,B200 --billing on-demand,spot --json");
   ASSERT_EQ(some.code, 0) << some.text;
   const auto doc = nlohmann::json::parse(some.text, nullptr, false);
   for (const auto& p : doc["plans"]) {
@@ -108,8 +110,10 @@ TEST(PlanCli, ConstraintsAndFilters) {
 
 TEST(PlanCli, ConfigPlansTheWholeTrainingRun) {
   // TERN_TEST_SOURCE_DIR, not __FILE__ (see planner_test.cpp).
-  const std::string bench = (fs::path(TERN_TEST_SOURCE_DIR) / "src/plan/testdata/bench_demo_run.json").string();
-  const std::string args = "plan --config configs/demo.yaml --set train.steps=150 --calibrate " + bench + " --instance local";
+  const std::string bench =
+      (fs::path(TERN_TEST_SOURCE_DIR) / "src/plan/testdata/bench_demo_run.json").string();
+  const std::string args =
+      "plan --config configs/demo.yaml --set train.steps=150 --calibrate " + bench + " --instance local";
   Output j = Tern(args + " --json");
   ASSERT_RAN(j);
   ASSERT_EQ(j.code, 0) << j.text;
@@ -127,7 +131,8 @@ TEST(PlanCli, ConfigPlansTheWholeTrainingRun) {
   EXPECT_NEAR(run["steps_s"].get<double>(), 150 * 0.28, 0.1 * 150 * 0.28);  // the bench's 280 ms step
   Output e = Tern(args + " --explain 1");
   EXPECT_EQ(e.code, 0) << e.text;
-  for (const char* s : {"Run     the whole `tern train` run", "start-up", "evaluation", "checkpoints", "final save"}) {
+  for (const char* s :
+       {"Run     the whole `tern train` run", "start-up", "evaluation", "checkpoints", "final save"}) {
     EXPECT_NE(e.text.find(s), std::string::npos) << s << "\n" << e.text;
   }
   Output bad = Tern("plan --config configs/demo.yaml --model gpt2-124m");
@@ -138,7 +143,9 @@ TEST(PlanCli, ConfigPlansTheWholeTrainingRun) {
   EXPECT_NE(bad_key.text.find("train.nope"), std::string::npos) << bad_key.text;
   // The config's train.recompute is the plan's (the trainer does not adapt it); --recompute may override it.
   for (const auto& [flags, want] : std::vector<std::pair<std::string, std::string>>{
-           {"", "none"}, {" --set train.recompute=gelu", "gelu"}, {" --set train.recompute=gelu --recompute none", "none"}}) {
+           {"", "none"},
+           {" --set train.recompute=gelu", "gelu"},
+           {" --set train.recompute=gelu --recompute none", "none"}}) {
     Output r = Tern(args + flags + " --json");
     ASSERT_EQ(r.code, 0) << flags << "\n" << r.text;
     const auto rd = nlohmann::json::parse(r.text, nullptr, false);
@@ -152,11 +159,13 @@ TEST(PlanCli, ErrorsNameTheProblem) {
   EXPECT_EQ(o.code, 1);
   EXPECT_NE(o.text.find("--tokens"), std::string::npos) << o.text;
   const fs::path bad = fs::temp_directory_path() / "tern_plan_cli_bad.csv";
-  std::ofstream(bad) << "provider,region,instance_type,gpu,gpu_count,gpu_mem_gib,vcpus,mem_gib,price_ondemand_hr,"
-                        "price_spot_hr\nx,r,box,H100,1,80,8,64,abc,\n";
+  std::ofstream(bad)
+      << "provider,region,instance_type,gpu,gpu_count,gpu_mem_gib,vcpus,mem_gib,price_ondemand_hr,"
+         "price_spot_hr\nx,r,box,H100,1,80,8,64,abc,\n";
   Output c = Tern("plan --model gpt2-124m --tokens 1B --catalog " + bad.string());
   EXPECT_EQ(c.code, 1);
-  EXPECT_NE(c.text.find(bad.string() + ":2: column 'price_ondemand_hr': 'abc' is not a number"), std::string::npos)
+  EXPECT_NE(c.text.find(bad.string() + ":2: column 'price_ondemand_hr': 'abc' is not a number"),
+            std::string::npos)
       << c.text;
   Output env = Tern("plan --model gpt2-124m --tokens 1B --no-shipped-catalog");
   EXPECT_EQ(env.code, 1);

@@ -5,7 +5,9 @@
 
 namespace tern::plan {
 
-double YoungDalyIntervalSeconds(double checkpoint_s, double mtbf_s) { return std::sqrt(2.0 * checkpoint_s * mtbf_s); }
+double YoungDalyIntervalSeconds(double checkpoint_s, double mtbf_s) {
+  return std::sqrt(2.0 * checkpoint_s * mtbf_s);
+}
 
 SpotModel ModelSpot(double work_s, double checkpoint_bytes, int nodes, double hazard_per_instance_hr,
                     const PlanDefaults& d) {
@@ -29,8 +31,8 @@ SpotModel ModelSpot(double work_s, double checkpoint_bytes, int nodes, double ha
   return s;
 }
 
-ReservedModel ModelReserved(double ondemand_hourly, int nodes, double wall_h, double discount, double utilization,
-                            const PlanDefaults& d) {
+ReservedModel ModelReserved(double ondemand_hourly, int nodes, double wall_h, double discount,
+                            double utilization, const PlanDefaults& d) {
   ReservedModel r;
   r.discount = discount;
   r.break_even_utilization = 1.0 - discount;

@@ -23,15 +23,15 @@ double YoungDalyIntervalSeconds(double checkpoint_s, double mtbf_s);
 
 struct SpotModel {
   bool feasible = false;
-  double hazard_per_hr = 0;    // per instance
-  double job_mtbf_h = 0;       // 1 / (nodes x hazard)
-  double checkpoint_s = 0;     // delta
-  double interval_s = 0;       // tau
-  double restart_s = 0;        // R
+  double hazard_per_hr = 0;          // per instance
+  double job_mtbf_h = 0;             // 1 / (nodes x hazard)
+  double checkpoint_s = 0;           // delta
+  double interval_s = 0;             // tau
+  double restart_s = 0;              // R
   double lost_per_preemption_s = 0;  // R + (tau + delta)/2
-  double expected_wall_s = 0;  // E[T]
+  double expected_wall_s = 0;        // E[T]
   double expected_preemptions = 0;
-  double time_lost_s = 0;      // E[T] - W: checkpoint writes + restarts + lost work
+  double time_lost_s = 0;  // E[T] - W: checkpoint writes + restarts + lost work
 };
 SpotModel ModelSpot(double work_s, double checkpoint_bytes, int nodes, double hazard_per_instance_hr,
                     const PlanDefaults& d);
@@ -45,8 +45,8 @@ struct ReservedModel {
   double effective_hourly = 0;        // per instance-hour of this job
 };
 // `utilization` <= 0 means "only this job": the job's share of the term.
-ReservedModel ModelReserved(double ondemand_hourly, int nodes, double wall_h, double discount, double utilization,
-                            const PlanDefaults& d);
+ReservedModel ModelReserved(double ondemand_hourly, int nodes, double wall_h, double discount,
+                            double utilization, const PlanDefaults& d);
 
 struct StorageEgress {
   double checkpoint_gb = 0, storage_usd = 0;

@@ -16,7 +16,9 @@ int CsvTable::Column(std::string_view name) const {
   return -1;
 }
 
-std::string CsvTable::Where(const CsvRow& row) const { return fmt::format("{}:{}: ", file, row.line); }
+std::string CsvTable::Where(const CsvRow& row) const {
+  return fmt::format("{}:{}: ", file, row.line);
+}
 
 namespace {
 
@@ -89,7 +91,8 @@ Result<CsvTable> ParseCsv(std::string_view text, const std::string& file) {
     }
     t.rows.push_back(CsvRow{line_no, fields});
   }
-  if (!have_header) return Status::InvalidArgument(fmt::format("{}:1: empty file, expected a CSV header", file));
+  if (!have_header)
+    return Status::InvalidArgument(fmt::format("{}:1: empty file, expected a CSV header", file));
   return t;
 }
 
@@ -109,17 +112,20 @@ Result<std::optional<double>> OptionalNumber(const CsvTable& t, const CsvRow& ro
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
   if (end != s.c_str() + s.size() || !std::isfinite(v)) {
-    return Status::InvalidArgument(fmt::format("{}column '{}': '{}' is not a number", t.Where(row), t.header[col], s));
+    return Status::InvalidArgument(
+        fmt::format("{}column '{}': '{}' is not a number", t.Where(row), t.header[col], s));
   }
   if (v < 0) {
-    return Status::InvalidArgument(fmt::format("{}column '{}': {} is negative", t.Where(row), t.header[col], s));
+    return Status::InvalidArgument(
+        fmt::format("{}column '{}': {} is negative", t.Where(row), t.header[col], s));
   }
   return std::optional<double>(v);
 }
 
 Result<std::string> RequiredText(const CsvTable& t, const CsvRow& row, int col) {
   std::string s = Field(row, col);
-  if (s.empty()) return Status::InvalidArgument(fmt::format("{}column '{}' is empty", t.Where(row), t.header[col]));
+  if (s.empty())
+    return Status::InvalidArgument(fmt::format("{}column '{}' is empty", t.Where(row), t.header[col]));
   return s;
 }
 

@@ -31,9 +31,9 @@ struct PlanDefaults {
   int max_micro_batch = 64;             // largest micro-batch tried (sequences)
   double dataset_bytes_per_token = 2;   // uint16 token shards (4 if vocab > 65535)
   // Memory
-  double mem_usable_fraction = 0.95;  // allocator fragmentation
-  double mem_reserve_gib = 1.0;       // CUDA context + cuBLAS workspace
-  double gelu_recompute_time_factor = 1.03;       // train.recompute=gelu: L-1 GELU forwards per micro-batch
+  double mem_usable_fraction = 0.95;               // allocator fragmentation
+  double mem_reserve_gib = 1.0;                    // CUDA context + cuBLAS workspace
+  double gelu_recompute_time_factor = 1.03;        // train.recompute=gelu: L-1 GELU forwards per micro-batch
   double block_recompute_time_factor = 4.0 / 3.0;  // whole blocks re-run the forward (2 of 6 FLOPs/param)
   // Throughput
   double allreduce_link_efficiency = 0.8;  // achieved / nominal bandwidth of a ring all-reduce
@@ -41,20 +41,20 @@ struct PlanDefaults {
   double default_gpu_link_gbps = 64;       // PCIe Gen4 x16, bidirectional, when gpus.csv has none
   double default_network_gbps = 25;        // instance network when instance_network.csv has none
   // Spot
-  double spot_mtbf_hours = 6;             // per instance, when the catalog has no spot_hazard_per_hr
+  double spot_mtbf_hours = 6;              // per instance, when the catalog has no spot_hazard_per_hr
   double checkpoint_write_gb_per_s = 1.0;  // blocking checkpoint write bandwidth
   double restart_minutes = 10;             // re-acquire + boot + load checkpoint after a preemption
   // A `tern train` run besides its steps (run_model.h), for devices no bench has measured
-  double startup_s = 5;                    // process start to the first step, without the peak probe
-  double peak_probe_s = 0.6;               // the trainer's MeasurePeakGflops(0.5 s) + its warm-up
-  double forward_fraction = 1.0 / 3.0;     // forward-only / training step: 2 of the 6 FLOPs per parameter
-  double sample_token_s = 0.02;            // one generated token at batch 1 (launch-bound on a GPU)
-  double state_copy_gb_per_s = 10;         // checkpoint state into host memory
+  double startup_s = 5;                 // process start to the first step, without the peak probe
+  double peak_probe_s = 0.6;            // the trainer's MeasurePeakGflops(0.5 s) + its warm-up
+  double forward_fraction = 1.0 / 3.0;  // forward-only / training step: 2 of the 6 FLOPs per parameter
+  double sample_token_s = 0.02;         // one generated token at batch 1 (launch-bound on a GPU)
+  double state_copy_gb_per_s = 10;      // checkpoint state into host memory
   // Reserved / committed use
-  double reserved_discount = 0.35;        // off on-demand, 1-year term
-  double reserved_term_hours = 8760;      // 1 year
+  double reserved_discount = 0.35;    // off on-demand, 1-year term
+  double reserved_term_hours = 8760;  // 1 year
   // Storage and egress
-  int checkpoint_retention = 3;            // checkpoints kept
+  int checkpoint_retention = 3;             // checkpoints kept
   double dataset_egress_usd_per_gb = 0.09;  // moving the dataset in from where it lives
   std::vector<ProviderRates> providers = {
       {"aws", 0.023, 0.09, "SOURCES.md: S3 Standard us-east-1; SkyPilot aws egress first 10 TB"},
@@ -65,16 +65,16 @@ struct PlanDefaults {
   };
   ProviderRates unknown_provider = {"(other)", 0.023, 0.09, "tern assumption: AWS rates"};
   std::vector<MfuRow> mfu = {
-      {GpuGeneration::kVolta, 0.45, 0.50, 0.50},     {GpuGeneration::kTuring, 0.40, 0.45, 0.45},
-      {GpuGeneration::kAmpere, 0.40, 0.45, 0.50},    {GpuGeneration::kAda, 0.35, 0.40, 0.45},
-      {GpuGeneration::kHopper, 0.35, 0.40, 0.45},    {GpuGeneration::kBlackwell, 0.30, 0.35, 0.40},
+      {GpuGeneration::kVolta, 0.45, 0.50, 0.50},   {GpuGeneration::kTuring, 0.40, 0.45, 0.45},
+      {GpuGeneration::kAmpere, 0.40, 0.45, 0.50},  {GpuGeneration::kAda, 0.35, 0.40, 0.45},
+      {GpuGeneration::kHopper, 0.35, 0.40, 0.45},  {GpuGeneration::kBlackwell, 0.30, 0.35, 0.40},
       {GpuGeneration::kUnknown, 0.30, 0.30, 0.30},
   };
   // Catalog sanity thresholds (warnings, not errors)
-  double spot_min_ratio = 0.15;      // spot below 15% of on-demand looks stale
-  double price_band_low = 0.33;      // per-GPU price vs the GPU's median across the catalog
-  double price_band_high = 3.0;      // (hosts differ: g5.16xlarge pays for 64 vCPUs around one A10G)
-  double region_spread_max = 1.6;    // same instance type, cheapest vs dearest region
+  double spot_min_ratio = 0.15;    // spot below 15% of on-demand looks stale
+  double price_band_low = 0.33;    // per-GPU price vs the GPU's median across the catalog
+  double price_band_high = 3.0;    // (hosts differ: g5.16xlarge pays for 64 vCPUs around one A10G)
+  double region_spread_max = 1.6;  // same instance type, cheapest vs dearest region
 
   const ProviderRates& Rates(const std::string& provider) const;
   double DefaultMfu(GpuGeneration g, double params) const;

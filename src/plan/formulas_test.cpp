@@ -32,7 +32,8 @@ TEST(Units, ParsesCountsDurationsAndMoney) {
   EXPECT_DOUBLE_EQ(ParseDurationHours("48h", "--deadline").value(), 48);
   EXPECT_DOUBLE_EQ(ParseDurationHours("90m", "--deadline").value(), 1.5);
   EXPECT_DOUBLE_EQ(ParseDurationHours("2d", "--deadline").value(), 48);
-  EXPECT_NE(ParseDurationHours("48", "--deadline").status().message().find("needs a unit"), std::string::npos);
+  EXPECT_NE(ParseDurationHours("48", "--deadline").status().message().find("needs a unit"),
+            std::string::npos);
   EXPECT_DOUBLE_EQ(ParseMoney("$500", "--budget").value(), 500);
   EXPECT_EQ(FormatUsd(1234.4), "$1,234");
   EXPECT_EQ(FormatHours(0.75), "45 min");
@@ -94,7 +95,8 @@ TEST(Workload, MemoryOfGpt2SmallWithAdamWBf16AndZero1) {
   MemoryBreakdown rc = w.Memory(Precision::kBf16, 1, false, ActRecompute::kBlocks, 1);
   const double per_layer = 4.0 * 26742784, input = 4.0 * 1024 * 768;
   EXPECT_DOUBLE_EQ(m.activations - rc.activations, 11 * per_layer - 12 * input);
-  // GELU recomputation (train.recompute=gelu) keeps one GELU output (4 x N x 4C) instead of 12: 138,412,032 B.
+  // GELU recomputation (train.recompute=gelu) keeps one GELU output (4 x N x 4C) instead of 12: 138,412,032
+  // B.
   MemoryBreakdown g = w.Memory(Precision::kBf16, 1, false, ActRecompute::kGelu, 1);
   EXPECT_DOUBLE_EQ(m.activations - g.activations, 11 * 4.0 * 1024 * 4 * 768);
   EXPECT_DOUBLE_EQ(m.activations - g.activations, 138412032.0);
@@ -102,8 +104,8 @@ TEST(Workload, MemoryOfGpt2SmallWithAdamWBf16AndZero1) {
 
 TEST(Workload, FitPicksLargestMicroBatchAndAccumulation) {
   Workload w = Gpt2Small();
-  // 80 GiB: usable 80 x 0.95 - 1 = 75 GiB. bf16: 2.09 GiB of states + 1.48 GiB per sequence -> B=32 (49.5 GiB);
-  // B=64 would need 97 GiB. Accumulation = 524288 / (32 x 1024) = 16.
+  // 80 GiB: usable 80 x 0.95 - 1 = 75 GiB. bf16: 2.09 GiB of states + 1.48 GiB per sequence -> B=32 (49.5
+  // GiB); B=64 would need 97 GiB. Accumulation = 524288 / (32 x 1024) = 16.
   MemoryFit f = w.Fit(Precision::kBf16, 80, 1, PlanDefaults());
   ASSERT_TRUE(f.fits);
   EXPECT_EQ(f.micro_batch, 32);

@@ -8,19 +8,30 @@
 
 namespace tern::plan {
 
-const char* PrecisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
+const char* PrecisionName(Precision p) {
+  return p == Precision::kBf16 ? "bf16" : "fp32";
+}
 
 const char* GenerationName(GpuGeneration g) {
   switch (g) {
-    case GpuGeneration::kVolta: return "volta";
-    case GpuGeneration::kTuring: return "turing";
-    case GpuGeneration::kAmpere: return "ampere";
-    case GpuGeneration::kAda: return "ada";
-    case GpuGeneration::kHopper: return "hopper";
-    case GpuGeneration::kBlackwell: return "blackwell";
-    case GpuGeneration::kCdna3: return "cdna3";
-    case GpuGeneration::kCpu: return "cpu";
-    case GpuGeneration::kUnknown: return "unknown";
+    case GpuGeneration::kVolta:
+      return "volta";
+    case GpuGeneration::kTuring:
+      return "turing";
+    case GpuGeneration::kAmpere:
+      return "ampere";
+    case GpuGeneration::kAda:
+      return "ada";
+    case GpuGeneration::kHopper:
+      return "hopper";
+    case GpuGeneration::kBlackwell:
+      return "blackwell";
+    case GpuGeneration::kCdna3:
+      return "cdna3";
+    case GpuGeneration::kCpu:
+      return "cpu";
+    case GpuGeneration::kUnknown:
+      return "unknown";
   }
   return "unknown";
 }
@@ -32,10 +43,12 @@ GpuGeneration GenerationOf(const std::string& gpu) {
   };
   // Longest-prefix matters only for "H100..." vs "H200"; prefixes here are unambiguous.
   static const Entry kTable[] = {
-      {"V100", GpuGeneration::kVolta},     {"T4", GpuGeneration::kTuring},      {"A100", GpuGeneration::kAmpere},
-      {"A10", GpuGeneration::kAmpere},     {"A6000", GpuGeneration::kAmpere},   {"L40", GpuGeneration::kAda},
-      {"L4", GpuGeneration::kAda},         {"H100", GpuGeneration::kHopper},    {"H200", GpuGeneration::kHopper},
-      {"GH200", GpuGeneration::kHopper},   {"B200", GpuGeneration::kBlackwell}, {"GB200", GpuGeneration::kBlackwell},
+      {"V100", GpuGeneration::kVolta},     {"T4", GpuGeneration::kTuring},
+      {"A100", GpuGeneration::kAmpere},    {"A10", GpuGeneration::kAmpere},
+      {"A6000", GpuGeneration::kAmpere},   {"L40", GpuGeneration::kAda},
+      {"L4", GpuGeneration::kAda},         {"H100", GpuGeneration::kHopper},
+      {"H200", GpuGeneration::kHopper},    {"GH200", GpuGeneration::kHopper},
+      {"B200", GpuGeneration::kBlackwell}, {"GB200", GpuGeneration::kBlackwell},
       {"MI300", GpuGeneration::kCdna3},    {"cpu", GpuGeneration::kCpu},
   };
   for (const auto& e : kTable) {
@@ -74,7 +87,9 @@ std::string CatalogGpuId(const std::string& device_name) {
   return "";
 }
 
-bool LooksLikeGpuTable(const CsvTable& t) { return t.Has("gpu") && t.Has("mem_gib") && !t.Has("instance_type"); }
+bool LooksLikeGpuTable(const CsvTable& t) {
+  return t.Has("gpu") && t.Has("mem_gib") && !t.Has("instance_type");
+}
 
 Result<std::vector<GpuSpec>> ParseGpuSpecs(const CsvTable& t) {
   for (const char* col : kGpuRequiredColumns) {
@@ -83,7 +98,8 @@ Result<std::vector<GpuSpec>> ParseGpuSpecs(const CsvTable& t) {
   const int c_gpu = t.Column("gpu"), c_vendor = t.Column("vendor"), c_ff = t.Column("form_factor");
   const int c_fp32 = t.Column("fp32_tflops"), c_tf32 = t.Column("tf32_tflops_dense");
   const int c_bf16 = t.Column("bf16_fp16_tflops_dense"), c_mem = t.Column("mem_gib");
-  const int c_bw = t.Column("mem_bw_gbps"), c_ic = t.Column("interconnect"), c_icbw = t.Column("interconnect_gbps");
+  const int c_bw = t.Column("mem_bw_gbps"), c_ic = t.Column("interconnect"),
+            c_icbw = t.Column("interconnect_gbps");
   const int c_src = t.Column("source");
   std::vector<GpuSpec> out;
   for (const CsvRow& row : t.rows) {
@@ -91,7 +107,8 @@ Result<std::vector<GpuSpec>> ParseGpuSpecs(const CsvTable& t) {
     TERN_ASSIGN_OR_RETURN(g.name, RequiredText(t, row, c_gpu));
     for (const auto& prev : out) {
       if (prev.name == g.name) {
-        return Status::InvalidArgument(fmt::format("{}GPU '{}' is listed twice (first at {})", t.Where(row), g.name, prev.where));
+        return Status::InvalidArgument(
+            fmt::format("{}GPU '{}' is listed twice (first at {})", t.Where(row), g.name, prev.where));
       }
     }
     g.vendor = Field(row, c_vendor);
@@ -103,7 +120,8 @@ Result<std::vector<GpuSpec>> ParseGpuSpecs(const CsvTable& t) {
     TERN_ASSIGN_OR_RETURN(g.bf16_tflops, OptionalNumber(t, row, c_bf16));
     TERN_ASSIGN_OR_RETURN(std::optional<double> mem, OptionalNumber(t, row, c_mem));
     if (!mem || *mem <= 0) {
-      return Status::InvalidArgument(fmt::format("{}column 'mem_gib' must be a positive number", t.Where(row)));
+      return Status::InvalidArgument(
+          fmt::format("{}column 'mem_gib' must be a positive number", t.Where(row)));
     }
     g.mem_gib = *mem;
     TERN_ASSIGN_OR_RETURN(g.mem_bw_gbps, OptionalNumber(t, row, c_bw));

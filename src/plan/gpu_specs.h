@@ -39,7 +39,9 @@ struct GpuSpec {
   // only, which tern's trainer does not use. So: bf16 exists iff the TF32 figure does.
   bool SupportsBf16() const { return tf32_tflops.has_value() && bf16_tflops.has_value(); }
   // Dense peak for the precision tern would train in; fp32 means plain FP32 (CUDA cores), not TF32.
-  std::optional<double> PeakTflops(Precision p) const { return p == Precision::kBf16 ? bf16_tflops : fp32_tflops; }
+  std::optional<double> PeakTflops(Precision p) const {
+    return p == Precision::kBf16 ? bf16_tflops : fp32_tflops;
+  }
 };
 
 // Columns required in a GPU catalog; the others are optional.

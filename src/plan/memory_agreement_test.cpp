@@ -42,11 +42,14 @@ TEST(MemoryAgreement, PlannerEstimateIsTheModelsAllocation) {
   const struct {
     Compute compute;
     Precision planned;
-  } precisions[] = {{Compute::kF32, Precision::kFp32}, {Compute::kBF16, Precision::kBf16}, {Compute::kF16, Precision::kFp32}};
+  } precisions[] = {{Compute::kF32, Precision::kFp32},
+                    {Compute::kBF16, Precision::kBf16},
+                    {Compute::kF16, Precision::kFp32}};
   for (const Shape& s : shapes) {
     for (const auto& p : precisions) {
       for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
-        SCOPED_TRACE(fmt::format("{}, compute {}, recompute {}", s.what, static_cast<int>(p.compute), RecomputeName(r)));
+        SCOPED_TRACE(fmt::format("{}, compute {}, recompute {}", s.what, static_cast<int>(p.compute),
+                                 RecomputeName(r)));
         WorkloadSpec spec;
         spec.cfg = s.cfg;
         spec.seq = s.T;
@@ -60,7 +63,8 @@ TEST(MemoryAgreement, PlannerEstimateIsTheModelsAllocation) {
         ExpectSameBytes("weights", planned.weights, static_cast<double>(a.params + a.params_bf16));
         ExpectSameBytes("grads", planned.grads, static_cast<double>(a.grads));
         ExpectSameBytes("optimizer", planned.optimizer, static_cast<double>(a.adam_state));
-        ExpectSameBytes("activations + scratch", planned.activations, static_cast<double>(a.activations + a.scratch));
+        ExpectSameBytes("activations + scratch", planned.activations,
+                        static_cast<double>(a.activations + a.scratch));
         ExpectSameBytes("total", planned.total(), static_cast<double>(a.total()));
       }
     }

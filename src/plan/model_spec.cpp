@@ -27,7 +27,8 @@ Result<GptConfig> GptConfigForParams(double params, int vocab_size, int block_si
       cfg.n_head = C / 64;
       cfg.vocab_size = vocab_size;
       cfg.block_size = block_size;
-      const double err = std::fabs(static_cast<double>(GptParamCount(cfg)) - params) + (L == l0 ? 0 : 0.01 * params);
+      const double err =
+          std::fabs(static_cast<double>(GptParamCount(cfg)) - params) + (L == l0 ? 0 : 0.01 * params);
       if (err < best_err) {
         best_err = err;
         best = cfg;
@@ -43,7 +44,8 @@ Result<GptConfig> LoadModelYaml(const std::string& path) {
     YAML::Node root = YAML::LoadFile(path);
     YAML::Node m = root["model"];
     if (!m || !m.IsMap()) {
-      return Status::InvalidArgument(fmt::format("{}: no `model:` block (expected keys n_layer, n_head, n_embd, vocab_size, block_size)", path));
+      return Status::InvalidArgument(fmt::format(
+          "{}: no `model:` block (expected keys n_layer, n_head, n_embd, vocab_size, block_size)", path));
     }
     auto read = [&](const char* key, int* out) {
       if (m[key]) *out = m[key].as<int>();
@@ -65,7 +67,9 @@ Result<GptConfig> LoadModelYaml(const std::string& path) {
 
 Result<ModelChoice> ResolveModel(const std::string& model_arg, const std::string& params_arg) {
   if (model_arg.empty() == params_arg.empty()) {
-    return Status::InvalidArgument("give exactly one of --model (gpt2-124m, a YAML config), --params (e.g. 1.3B) or --config (a tern train config)");
+    return Status::InvalidArgument(
+        "give exactly one of --model (gpt2-124m, a YAML config), --params (e.g. 1.3B) or --config (a tern "
+        "train config)");
   }
   ModelChoice choice;
   if (!params_arg.empty()) {
@@ -74,15 +78,16 @@ Result<ModelChoice> ResolveModel(const std::string& model_arg, const std::string
     choice.label = fmt::format("~{} params", FormatCount(static_cast<double>(GptParamCount(choice.cfg))));
     return choice;
   }
-  const bool looks_like_file = model_arg.ends_with(".yaml") || model_arg.ends_with(".yml") ||
-                               std::filesystem::exists(model_arg);
+  const bool looks_like_file =
+      model_arg.ends_with(".yaml") || model_arg.ends_with(".yml") || std::filesystem::exists(model_arg);
   if (looks_like_file) {
     TERN_ASSIGN_OR_RETURN(choice.cfg, LoadModelYaml(model_arg));
   } else {
     Result<GptConfig> preset = GptPreset(model_arg);
     if (!preset.ok()) {
-      return Status::InvalidArgument(fmt::format(
-          "unknown model '{}': use one of {}, a YAML config path, or --params 1.3B", model_arg, GptPresetList()));
+      return Status::InvalidArgument(
+          fmt::format("unknown model '{}': use one of {}, a YAML config path, or --params 1.3B", model_arg,
+                      GptPresetList()));
     }
     choice.cfg = *preset;
   }

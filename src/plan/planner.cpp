@@ -14,9 +14,12 @@ namespace tern::plan {
 
 const char* BillingName(Billing b) {
   switch (b) {
-    case Billing::kOnDemand: return "on-demand";
-    case Billing::kSpot: return "spot";
-    case Billing::kReserved: return "reserved";
+    case Billing::kOnDemand:
+      return "on-demand";
+    case Billing::kSpot:
+      return "spot";
+    case Billing::kReserved:
+      return "reserved";
   }
   return "?";
 }
@@ -38,7 +41,8 @@ bool EqualsIgnoreCase(const std::string& a, const std::string& b) {
 
 bool Passes(const std::vector<std::string>& filter, const std::string& value) {
   if (filter.empty()) return true;
-  return std::any_of(filter.begin(), filter.end(), [&](const std::string& f) { return EqualsIgnoreCase(f, value); });
+  return std::any_of(filter.begin(), filter.end(),
+                     [&](const std::string& f) { return EqualsIgnoreCase(f, value); });
 }
 
 // Everything about one (offer, node count) that does not depend on billing.
@@ -89,16 +93,18 @@ class Planner {
     if (local) {
       p = req_.calibration->precision;
     } else if (req_.precision == PrecisionMode::kBf16) {
-      if (!g.SupportsBf16()) return Exclude(i, 0, std::nullopt, "hardware", fmt::format("{} has no bf16", o.gpu));
+      if (!g.SupportsBf16())
+        return Exclude(i, 0, std::nullopt, "hardware", fmt::format("{} has no bf16", o.gpu));
       p = Precision::kBf16;
     } else if (req_.precision == PrecisionMode::kAuto && g.SupportsBf16()) {
       p = Precision::kBf16;
     }
     const std::optional<double> peak = g.PeakTflops(p);
     if (!peak) {
-      return Exclude(i, 0, std::nullopt, "catalog",
-                     fmt::format("no {} peak TFLOPS for {} in the GPU catalog (add them in a GPU CSV via --catalog)",
-                                 PrecisionName(p), o.gpu));
+      return Exclude(
+          i, 0, std::nullopt, "catalog",
+          fmt::format("no {} peak TFLOPS for {} in the GPU catalog (add them in a GPU CSV via --catalog)",
+                      PrecisionName(p), o.gpu));
     }
     if (o.gpu_count > req_.max_gpus) {
       return Exclude(i, 0, std::nullopt, "max-gpus",
@@ -108,7 +114,9 @@ class Planner {
     double mfu = d_.DefaultMfu(g.generation, out_->workload.params());
     bool calibrated = false;  // the bench ran on this device: its run overheads apply too
     std::string mfu_source = fmt::format("default: {}, {}", GenerationName(g.generation),
-                                         out_->workload.params() < 300e6 ? "<300M" : out_->workload.params() < 1e9 ? "300M-1B" : ">=1B");
+                                         out_->workload.params() < 300e6 ? "<300M"
+                                         : out_->workload.params() < 1e9 ? "300M-1B"
+                                                                         : ">=1B");
     if (req_.calibration) {
       const BenchProfile& b = *req_.calibration;
       if (local) {
@@ -124,13 +132,16 @@ class Planner {
     std::vector<Billing> billings;
     for (Billing b : req_.billing) {
       if (local && b != Billing::kOnDemand) continue;
-      const bool has_price = (b == Billing::kSpot) ? o.price_spot_hr.has_value() : o.price_ondemand_hr.has_value();
+      const bool has_price =
+          (b == Billing::kSpot) ? o.price_spot_hr.has_value() : o.price_ondemand_hr.has_value();
       if (!has_price) {
-        Exclude(i, 0, b, "price", fmt::format("no {} price in the catalog", b == Billing::kSpot ? "spot" : "on-demand"));
+        Exclude(i, 0, b, "price",
+                fmt::format("no {} price in the catalog", b == Billing::kSpot ? "spot" : "on-demand"));
         continue;
       }
       if (req_.strict_catalog && !Warnings(o, b).empty()) {
-        Exclude(i, 0, b, "catalog", fmt::format("suspicious catalog row (--strict-catalog): {}", Warnings(o, b).front()));
+        Exclude(i, 0, b, "catalog",
+                fmt::format("suspicious catalog row (--strict-catalog): {}", Warnings(o, b).front()));
         continue;
       }
       billings.push_back(b);
@@ -156,8 +167,8 @@ class Planner {
       s.step.mfu_source = mfu_source;
       if (overheads) {
         const Workload& w = out_->workload;
-        s.run = ModelRun(*req_.run, schedule_, *overheads, s.step.wall_s, s.step.step_s, s.step.tokens_per_step,
-                         w.checkpoint_bytes(), w.model_bytes());
+        s.run = ModelRun(*req_.run, schedule_, *overheads, s.step.wall_s, s.step.step_s,
+                         s.step.tokens_per_step, w.checkpoint_bytes(), w.model_bytes());
       }
       for (Billing b : billings) Cost(s, b);
       if (local) break;
@@ -190,24 +201,28 @@ class Planner {
       r.hourly_usd = r.price_hr * s.nodes;  // risk stays "-"
     } else if (b == Billing::kSpot) {
       r.price_hr = *o.price_spot_hr;
-      const double hazard = req_.spot_hazard_per_hr.value_or(o.spot_hazard_per_hr.value_or(1.0 / d_.spot_mtbf_hours));
+      const double hazard =
+          req_.spot_hazard_per_hr.value_or(o.spot_hazard_per_hr.value_or(1.0 / d_.spot_mtbf_hours));
       r.spot = ModelSpot(s.work_s(), out_->workload.checkpoint_bytes(), s.nodes, hazard, d_);
       if (!r.spot.feasible) {
-        return Exclude(s.offer, s.nodes, b, "spot",
-                       fmt::format("job MTBF {} is too short to make progress (restart + lost work {})",
-                                   FormatHours(r.spot.job_mtbf_h), FormatHours(r.spot.lost_per_preemption_s / 3600)));
+        return Exclude(
+            s.offer, s.nodes, b, "spot",
+            fmt::format("job MTBF {} is too short to make progress (restart + lost work {})",
+                        FormatHours(r.spot.job_mtbf_h), FormatHours(r.spot.lost_per_preemption_s / 3600)));
       }
       r.wall_s = r.spot.expected_wall_s;
       r.hourly_usd = r.price_hr * s.nodes;
-      r.risk = fmt::format("{:.1f} preempt, +{}", r.spot.expected_preemptions, FormatHours(r.spot.time_lost_s / 3600));
+      r.risk = fmt::format("{:.1f} preempt, +{}", r.spot.expected_preemptions,
+                           FormatHours(r.spot.time_lost_s / 3600));
     } else {
       r.price_hr = *o.price_ondemand_hr;
       const double discount = req_.reserved_discount.value_or(d_.reserved_discount);
       r.reserved = ModelReserved(r.price_hr, s.nodes, work_h, discount, req_.reserved_utilization, d_);
       if (r.reserved.utilization < r.reserved.break_even_utilization) {
-        const std::string busy = r.reserved.job_only
-                                     ? fmt::format("this job alone keeps it {:.2g}% busy", 100 * r.reserved.utilization)
-                                     : fmt::format("kept {:.0f}% busy", 100 * r.reserved.utilization);
+        const std::string busy =
+            r.reserved.job_only
+                ? fmt::format("this job alone keeps it {:.2g}% busy", 100 * r.reserved.utilization)
+                : fmt::format("kept {:.0f}% busy", 100 * r.reserved.utilization);
         return Exclude(s.offer, s.nodes, b, "reserved",
                        fmt::format("{} over a {:g}-h term; pays off only above {:.0f}% busy (commitment {}); "
                                    "pass --reserved-utilization if other work fills it",
@@ -223,14 +238,16 @@ class Planner {
     const double dataset_gb = req_.dataset_gb.value_or(w.spec().tokens * d_.dataset_bytes_per_token *
                                                        (w.spec().cfg.vocab_size > 65535 ? 2 : 1) / 1e9);
     r.storage = ModelStorageEgress(o.provider, wall_h, w.checkpoint_bytes(), dataset_gb,
-                                   req_.dataset_egress_usd_per_gb.value_or(d_.dataset_egress_usd_per_gb), w.model_bytes(), d_);
+                                   req_.dataset_egress_usd_per_gb.value_or(d_.dataset_egress_usd_per_gb),
+                                   w.model_bytes(), d_);
     r.total_usd = r.compute_usd + r.storage.total();
     r.usd_per_mtok = r.total_usd / (w.spec().tokens / 1e6);
     r.why = Why(r);
     if (req_.deadline_h && wall_h > *req_.deadline_h) {
-      return Exclude(s.offer, s.nodes, b, "deadline",
-                     fmt::format("over deadline: {} > {}", FormatHours(wall_h), FormatHours(*req_.deadline_h)),
-                     r.total_usd, r.wall_s);
+      return Exclude(
+          s.offer, s.nodes, b, "deadline",
+          fmt::format("over deadline: {} > {}", FormatHours(wall_h), FormatHours(*req_.deadline_h)),
+          r.total_usd, r.wall_s);
     }
     if (req_.budget_usd && r.total_usd > *req_.budget_usd) {
       return Exclude(s.offer, s.nodes, b, "budget",
@@ -248,18 +265,21 @@ class Planner {
     if (r.fit.zero1 || recompute) {
       const char* what = r.fit.recompute == ActRecompute::kGelu ? "GELU recompute (train.recompute=gelu)"
                                                                 : "block recompute (not in tern train yet)";
-      parts.push_back(fmt::format("memory-bound: needs {}{}{}", r.fit.zero1 ? fmt::format("ZeRO-1 over {} GPUs", r.gpus) : "",
+      parts.push_back(fmt::format("memory-bound: needs {}{}{}",
+                                  r.fit.zero1 ? fmt::format("ZeRO-1 over {} GPUs", r.gpus) : "",
                                   r.fit.zero1 && recompute ? " + " : "", recompute ? what : ""));
     }
     if (r.billing == Billing::kSpot) {
-      parts.push_back(fmt::format("spot: {:.1f} expected preemptions, checkpoint every {}", r.spot.expected_preemptions,
-                                  FormatHours(r.spot.interval_s / 3600)));
+      parts.push_back(fmt::format("spot: {:.1f} expected preemptions, checkpoint every {}",
+                                  r.spot.expected_preemptions, FormatHours(r.spot.interval_s / 3600)));
     } else if (r.billing == Billing::kReserved) {
-      parts.push_back(fmt::format("reserved: break-even at {:.0f}% busy", 100 * r.reserved.break_even_utilization));
+      parts.push_back(
+          fmt::format("reserved: break-even at {:.0f}% busy", 100 * r.reserved.break_even_utilization));
     }
     const double exposed = r.step.exposed_s / r.step.step_s;
     if (r.gpus > 1 && exposed > 0.10) {
-      parts.push_back(fmt::format("comm-bound: all-reduce {:.0f}% of step over {}", 100 * exposed, r.link.what));
+      parts.push_back(
+          fmt::format("comm-bound: all-reduce {:.0f}% of step over {}", 100 * exposed, r.link.what));
     } else if (parts.empty()) {
       parts.push_back(r.gpus > 1 ? fmt::format("compute-bound; all-reduce {:.0f}% of step", 100 * exposed)
                                  : "compute-bound on one device");
@@ -284,28 +304,31 @@ Result<PlanResult> MakePlan(const Catalog& cat, const PlanRequest& req, const Pl
   PlanResult out;
   TERN_ASSIGN_OR_RETURN(out.workload, Workload::Make(req.workload, d));
   if (req.max_gpus < 1) return Status::InvalidArgument("--max-gpus must be at least 1");
-  if (req.billing.empty()) return Status::InvalidArgument("--billing: give at least one of on-demand, spot, reserved");
+  if (req.billing.empty())
+    return Status::InvalidArgument("--billing: give at least one of on-demand, spot, reserved");
   Planner planner(cat, req, d, &out);
   planner.Run();
   if (req.calibration) {
     const BenchProfile& b = *req.calibration;
     if (!planner.used_calibration_) {
-      out.notes.push_back(fmt::format("calibration from {} ({} {}) matched no planned GPU; defaults used", b.file,
-                                      b.DeviceName(), PrecisionName(b.precision)));
+      out.notes.push_back(fmt::format("calibration from {} ({} {}) matched no planned GPU; defaults used",
+                                      b.file, b.DeviceName(), PrecisionName(b.precision)));
     }
     const GptConfig& m = out.workload.spec().cfg;
     if (b.model.ToString() != m.ToString()) {
-      out.notes.push_back(fmt::format("calibration model {} differs from the planned {}: MFU transfers only roughly",
-                                      b.model.ToString(), m.ToString()));
+      out.notes.push_back(
+          fmt::format("calibration model {} differs from the planned {}: MFU transfers only roughly",
+                      b.model.ToString(), m.ToString()));
     }
   }
   if (req.run) {
     const RunSchedule sched = ScheduleRun(*req.run);
     out.notes.push_back(fmt::format(
-        "wall times model the whole `tern train` run of {}: {} steps, {} evaluations x {} batches, {} samples, "
+        "wall times model the whole `tern train` run of {}: {} steps, {} evaluations x {} batches, {} "
+        "samples, "
         "{} checkpoint saves ({} tier writes), start-up and the final model save (--explain shows the split)",
-        req.run->config_file, sched.steps, sched.evals, sched.eval_batches, sched.samples_during + sched.samples_end,
-        sched.saves.size(), sched.tier_writes()));
+        req.run->config_file, sched.steps, sched.evals, sched.eval_batches,
+        sched.samples_during + sched.samples_end, sched.saves.size(), sched.tier_writes()));
   }
   Rank(cat, req, &out);
   return out;

@@ -36,10 +36,10 @@ struct PlanRequest {
   std::optional<TrainRunSpec> run;           // --config: model the whole `tern train` run, not only its steps
   std::optional<double> spot_hazard_per_hr;  // overrides catalog and default
   std::optional<double> reserved_discount;
-  double reserved_utilization = 0;           // 0: only this job uses the commitment
-  std::optional<double> dataset_gb;          // default: tokens x bytes/token
+  double reserved_utilization = 0;   // 0: only this job uses the commitment
+  std::optional<double> dataset_gb;  // default: tokens x bytes/token
   std::optional<double> dataset_egress_usd_per_gb;
-  bool strict_catalog = false;               // exclude options whose catalog row has warnings
+  bool strict_catalog = false;  // exclude options whose catalog row has warnings
 };
 
 struct PlanRow {
@@ -51,12 +51,12 @@ struct PlanRow {
   LinkModel link;
   StepModel step;
   std::optional<RunBreakdown> run;  // with a training config: start-up, eval, samples, checkpoints
-  SpotModel spot;          // billing == spot
-  ReservedModel reserved;  // billing == reserved
+  SpotModel spot;                   // billing == spot
+  ReservedModel reserved;           // billing == reserved
   StorageEgress storage;
-  double price_hr = 0;     // catalog price per instance-hour for this billing
-  double hourly_usd = 0;   // all instances; reserved: effective (commitment share)
-  double wall_s = 0;       // expected: steps (+ the run's other work) (+ preemptions for spot)
+  double price_hr = 0;    // catalog price per instance-hour for this billing
+  double hourly_usd = 0;  // all instances; reserved: effective (commitment share)
+  double wall_s = 0;      // expected: steps (+ the run's other work) (+ preemptions for spot)
   double compute_usd = 0, total_usd = 0, usd_per_mtok = 0;
   std::vector<std::string> warnings;  // catalog warnings that apply to this billing
   std::string why;
@@ -67,7 +67,7 @@ struct Exclusion {
   size_t offer = 0;
   int nodes = 0;                   // 0: any count
   std::optional<Billing> billing;  // empty: every billing
-  std::string category;            // "memory", "deadline", "budget", "price", "catalog", "hardware", "spot", "reserved"
+  std::string category;  // "memory", "deadline", "budget", "price", "catalog", "hardware", "spot", "reserved"
   std::string reason;
   double total_usd = -1, wall_s = -1;  // when the option was costed before it was excluded
 };
@@ -79,7 +79,7 @@ struct PlanResult {
   std::optional<size_t> recommended;  // index into rows
   std::vector<std::string> recommendation;
   std::vector<Exclusion> excluded;
-  int filtered = 0;                   // offers dropped by --providers/--regions/--gpus/--instance
+  int filtered = 0;  // offers dropped by --providers/--regions/--gpus/--instance
   std::vector<std::string> notes;
 };
 

@@ -26,9 +26,9 @@ fs::path TestData(const std::string& name) {
 }
 
 Catalog SmallCatalog() {
-  Result<Catalog> c = LoadCatalog({TestData("gpus.csv").string(), TestData("instances.csv").string(),
-                                   TestData("network.csv").string()},
-                                  PlanDefaults());
+  Result<Catalog> c = LoadCatalog(
+      {TestData("gpus.csv").string(), TestData("instances.csv").string(), TestData("network.csv").string()},
+      PlanDefaults());
   EXPECT_TRUE(c.ok()) << c.status().message();
   return std::move(c).value();
 }
@@ -76,8 +76,9 @@ TEST(Planner, GoldenRankedTable) {
   std::string g, w;
   for (int line = 1; std::getline(want, w); ++line) {
     ASSERT_TRUE(std::getline(got, g)) << "output ends before golden line " << line << ": " << w;
-    ASSERT_EQ(g, w) << "golden_plan.txt:" << line
-                    << " differs; if intended: TERN_UPDATE_GOLDEN=1 ./plan_test --gtest_filter=Planner.Golden*";
+    ASSERT_EQ(g, w)
+        << "golden_plan.txt:" << line
+        << " differs; if intended: TERN_UPDATE_GOLDEN=1 ./plan_test --gtest_filter=Planner.Golden*";
   }
   EXPECT_FALSE(std::getline(got, g)) << "output has extra lines from: " << g;
 }
@@ -128,7 +129,8 @@ TEST(Planner, BudgetFiltersAndParetoIsNotDominated) {
     EXPECT_TRUE(p.warnings.empty());
     for (const auto& row : all->rows) {
       if (!row.warnings.empty()) continue;
-      EXPECT_FALSE(row.wall_s <= p.wall_s && row.total_usd < p.total_usd) << "Pareto row #" << f + 1 << " is dominated";
+      EXPECT_FALSE(row.wall_s <= p.wall_s && row.total_usd < p.total_usd)
+          << "Pareto row #" << f + 1 << " is dominated";
     }
   }
   const double budget = all->rows[2].total_usd;
@@ -153,7 +155,8 @@ TEST(Planner, BudgetFiltersAndParetoIsNotDominated) {
 TEST(Planner, RecommendationSkipsSuspiciousRows) {
   const std::string gpus = ReadText(TestData("gpus.csv"));
   const std::string instances =
-      "provider,region,instance_type,gpu,gpu_count,gpu_mem_gib,vcpus,mem_gib,price_ondemand_hr,price_spot_hr\n"
+      "provider,region,instance_type,gpu,gpu_count,gpu_mem_gib,vcpus,mem_gib,price_ondemand_hr,price_spot_"
+      "hr\n"
       "lambda,any,gpu_1x_h100_sxm5,H100,1,80,26,225,4.29,\n"
       "cheap,any,gpu_4x_h100,H100,1,80,26,225,2.00,\n";  // the name says 4 GPUs: suspicious
   Catalog cat = LoadCatalogFromTexts({{"gpus.csv", gpus}, {"mine.csv", instances}}, PlanDefaults()).value();
@@ -190,7 +193,8 @@ TEST(Planner, MemoryBoundModelNeedsSharding) {
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->rows.empty());  // fp32 on a 16 GB T4 with no recomputation never fits
   bool memory = false;
-  for (const auto& e : r->excluded) memory |= e.category == "memory" && e.reason.find("at micro-batch 1") != std::string::npos;
+  for (const auto& e : r->excluded)
+    memory |= e.category == "memory" && e.reason.find("at micro-batch 1") != std::string::npos;
   EXPECT_TRUE(memory);
 }
 
@@ -203,8 +207,9 @@ TEST(Planner, ExplainShowsTheArithmetic) {
   ASSERT_TRUE(r.ok());
   Result<std::string> text = ExplainRow(r.value(), cat, req, d, 1);
   ASSERT_TRUE(text.ok()) << text.status().message();
-  for (const char* step : {"1. FLOPs", "6*(12*12*768^2 + 768*50257) + 12*12*1024*768 = 8.544e+08", "2. Memory",
-                           "3. Compute", "4. Comm", "Young/Daly interval", "6. Storage", "Total"}) {
+  for (const char* step :
+       {"1. FLOPs", "6*(12*12*768^2 + 768*50257) + 12*12*1024*768 = 8.544e+08", "2. Memory", "3. Compute",
+        "4. Comm", "Young/Daly interval", "6. Storage", "Total"}) {
     EXPECT_NE(text->find(step), std::string::npos) << step << "\n" << *text;
   }
   EXPECT_FALSE(ExplainRow(r.value(), cat, req, d, 0).ok());
@@ -236,8 +241,8 @@ TEST(Defaults, EveryDefaultIsDocumented) {
   ASSERT_FALSE(doc.empty()) << "docs/planning.md missing";
   for (const auto& e : DescribeDefaults(PlanDefaults())) {
     const std::string row = "| `" + e.name + "` | " + e.value + " |";
-    EXPECT_NE(doc.find(row), std::string::npos) << "docs/planning.md lacks the row " << row
-                                                << " (regenerate with tern plan --show-defaults)";
+    EXPECT_NE(doc.find(row), std::string::npos)
+        << "docs/planning.md lacks the row " << row << " (regenerate with tern plan --show-defaults)";
   }
 }
 

@@ -74,8 +74,9 @@ void Rank(const Catalog& cat, const PlanRequest& req, PlanResult* out) {
     for (const Exclusion* e : {cheapest, fastest}) {
       if (!e || (e == fastest && fastest == cheapest)) continue;
       const InstanceOffer& o = cat.offers[e->offer];
-      why.push_back(fmt::format("{}: {} {} {}{} {}: {} in {} ({})", e == cheapest ? "Cheapest" : "Fastest", o.provider,
-                                o.region, o.instance_type, e->nodes > 1 ? fmt::format(" x{}", e->nodes) : "",
+      why.push_back(fmt::format("{}: {} {} {}{} {}: {} in {} ({})", e == cheapest ? "Cheapest" : "Fastest",
+                                o.provider, o.region, o.instance_type,
+                                e->nodes > 1 ? fmt::format(" x{}", e->nodes) : "",
                                 e->billing ? BillingName(*e->billing) : "", FormatUsd(e->total_usd),
                                 FormatHours(e->wall_s / 3600), e->reason));
     }
@@ -85,25 +86,33 @@ void Rank(const Catalog& cat, const PlanRequest& req, PlanResult* out) {
   const PlanRow& r = rows[0];
   std::string constraints;
   if (req.deadline_h) constraints += fmt::format(" within the {} deadline", FormatHours(*req.deadline_h));
-  if (req.budget_usd) constraints += fmt::format("{} under the {} budget", constraints.empty() ? "" : " and", FormatUsd(*req.budget_usd));
-  const std::string more = clean > 0 && clean < rows.size()
-                               ? fmt::format(" ({} more rest on catalog rows with warnings)", rows.size() - clean)
-                               : "";
+  if (req.budget_usd)
+    constraints +=
+        fmt::format("{} under the {} budget", constraints.empty() ? "" : " and", FormatUsd(*req.budget_usd));
+  const std::string more =
+      clean > 0 && clean < rows.size()
+          ? fmt::format(" ({} more rest on catalog rows with warnings)", rows.size() - clean)
+          : "";
   const size_t considered = clean > 0 ? clean : rows.size();
-  why.push_back(fmt::format("#1 {}: {} in {}, {} per 1M tokens; {}{}{}.", RowName(cat, r), FormatUsd(r.total_usd),
-                            FormatHours(r.wall_s / 3600), FormatUsd(r.usd_per_mtok),
-                            considered == 1 ? std::string("the only option") : fmt::format("cheapest of {} options", considered),
-                            constraints, more));
+  why.push_back(fmt::format(
+      "#1 {}: {} in {}, {} per 1M tokens; {}{}{}.", RowName(cat, r), FormatUsd(r.total_usd),
+      FormatHours(r.wall_s / 3600), FormatUsd(r.usd_per_mtok),
+      considered == 1 ? std::string("the only option") : fmt::format("cheapest of {} options", considered),
+      constraints, more));
   if (clean == 0) {
-    why.push_back(fmt::format("Caution: every option rests on a catalog row with a warning; #1's: {}.", r.warnings.front()));
+    why.push_back(fmt::format("Caution: every option rests on a catalog row with a warning; #1's: {}.",
+                              r.warnings.front()));
   }
-  why.push_back(fmt::format("It runs {} tokens/s at MFU {:.2f} ({}), micro-batch {} x {} accumulation steps, {}/{} per GPU.",
-                            FormatCount(r.step.tokens_per_s), r.step.mfu, r.step.mfu_source, r.fit.micro_batch,
-                            r.fit.grad_accum, FormatGiB(r.fit.used.total()), FormatGiB(r.fit.available)));
+  why.push_back(fmt::format(
+      "It runs {} tokens/s at MFU {:.2f} ({}), micro-batch {} x {} accumulation steps, {}/{} per GPU.",
+      FormatCount(r.step.tokens_per_s), r.step.mfu, r.step.mfu_source, r.fit.micro_batch, r.fit.grad_accum,
+      FormatGiB(r.fit.used.total()), FormatGiB(r.fit.available)));
   if (r.billing == Billing::kSpot) {
-    why.push_back(fmt::format("Spot risk: {:.1f} expected preemptions (MTBF {} per job), checkpoint every {}, {} lost in expectation.",
-                              r.spot.expected_preemptions, FormatHours(r.spot.job_mtbf_h),
-                              FormatHours(r.spot.interval_s / 3600), FormatHours(r.spot.time_lost_s / 3600)));
+    why.push_back(
+        fmt::format("Spot risk: {:.1f} expected preemptions (MTBF {} per job), checkpoint every {}, {} lost "
+                    "in expectation.",
+                    r.spot.expected_preemptions, FormatHours(r.spot.job_mtbf_h),
+                    FormatHours(r.spot.interval_s / 3600), FormatHours(r.spot.time_lost_s / 3600)));
     for (size_t i = 0; i < rows.size(); ++i) {
       if (rows[i].billing != Billing::kSpot) {
         why.push_back(fmt::format("Without preemption risk: #{} {}, {} in {}.", i + 1, RowName(cat, rows[i]),
@@ -114,16 +123,17 @@ void Rank(const Catalog& cat, const PlanRequest& req, PlanResult* out) {
   }
   if (!out->pareto.empty() && out->pareto.front() != 0) {
     const PlanRow& f = rows[out->pareto.front()];
-    why.push_back(fmt::format("Fastest: #{} {}, {} for {} ({:.1f}x faster for {:.1f}x the cost).", out->pareto.front() + 1,
-                              RowName(cat, f), FormatHours(f.wall_s / 3600), FormatUsd(f.total_usd), r.wall_s / f.wall_s,
-                              f.total_usd / r.total_usd));
+    why.push_back(fmt::format("Fastest: #{} {}, {} for {} ({:.1f}x faster for {:.1f}x the cost).",
+                              out->pareto.front() + 1, RowName(cat, f), FormatHours(f.wall_s / 3600),
+                              FormatUsd(f.total_usd), r.wall_s / f.wall_s, f.total_usd / r.total_usd));
   }
   // The cheapest option that was ranked down for a catalog warning, so nobody misses a real bargain.
   if (clean > 0 && clean < rows.size() && rows[clean].total_usd < r.total_usd) {
-    why.push_back(fmt::format("Cheaper on paper: #{} {} at {}, ranked after the clean rows because its catalog row is "
-                              "suspicious: {}.",
-                              clean + 1, RowName(cat, rows[clean]), FormatUsd(rows[clean].total_usd),
-                              rows[clean].warnings.front()));
+    why.push_back(
+        fmt::format("Cheaper on paper: #{} {} at {}, ranked after the clean rows because its catalog row is "
+                    "suspicious: {}.",
+                    clean + 1, RowName(cat, rows[clean]), FormatUsd(rows[clean].total_usd),
+                    rows[clean].warnings.front()));
   }
 }
 

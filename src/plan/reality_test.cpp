@@ -39,11 +39,13 @@ std::string RunCommand(const std::string& cmd, int* rc) {
 
 TEST(Reality, CalibratedPredictionWithin25Percent) {
   const fs::path tern = testing::FindTernBinary();
-  ASSERT_FALSE(tern.empty()) << "the tern binary is not built (build the tern target, or set TERN_BINARY_DIR)";
+  ASSERT_FALSE(tern.empty())
+      << "the tern binary is not built (build the tern target, or set TERN_BINARY_DIR)";
   int rc = 0;
   if (const char* src = std::getenv("TERN_SOURCE_DIR")) fs::current_path(src);
   if (!fs::exists("data/prepared/kjv/prepare.json")) {
-    GTEST_SKIP() << "the demo corpus is not prepared (run scripts/demo once, or tern prepare ... --out data/prepared/kjv)";
+    GTEST_SKIP() << "the demo corpus is not prepared (run scripts/demo once, or tern prepare ... --out "
+                    "data/prepared/kjv)";
   }
   const char* config_env = std::getenv("TERN_REALITY_CONFIG");
   const char* sets_env = std::getenv("TERN_REALITY_SETS");
@@ -57,14 +59,16 @@ TEST(Reality, CalibratedPredictionWithin25Percent) {
   sets += " --set run.dir=" + (dir / "run").string();
   Result<std::string> text = ReadFileToString(config);
   ASSERT_TRUE(text.ok()) << text.status().message();
-  if (text->find("durable:") != std::string::npos) sets += " --set ckpt.durable=" + (dir / "durable").string();
+  if (text->find("durable:") != std::string::npos)
+    sets += " --set ckpt.durable=" + (dir / "durable").string();
 
   const std::string bench_json = (dir / "bench.json").string();
-  const std::string bench_cmd = tern.string() + " bench --config " + config + sets + " --json > " + bench_json;
+  const std::string bench_cmd =
+      tern.string() + " bench --config " + config + sets + " --json > " + bench_json;
   std::string out = RunCommand(bench_cmd, &rc);
   ASSERT_EQ(rc, 0) << bench_cmd << "\n" << out;
-  const std::string plan_cmd =
-      tern.string() + " plan --config " + config + sets + " --calibrate " + bench_json + " --instance local --json";
+  const std::string plan_cmd = tern.string() + " plan --config " + config + sets + " --calibrate " +
+                               bench_json + " --instance local --json";
   out = RunCommand(plan_cmd, &rc);
   ASSERT_EQ(rc, 0) << plan_cmd << "\n" << out;
   const auto plan = nlohmann::json::parse(out, nullptr, false);
@@ -79,16 +83,17 @@ TEST(Reality, CalibratedPredictionWithin25Percent) {
   const double measured_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_EQ(rc, 0) << train_cmd << "\n" << out;
   const double error = (measured_s - predicted_s) / predicted_s;
-  std::printf("prediction vs reality: predicted %.1f s, measured %.1f s, error %+.1f%%\n", predicted_s, measured_s,
-              100 * error);
+  std::printf("prediction vs reality: predicted %.1f s, measured %.1f s, error %+.1f%%\n", predicted_s,
+              measured_s, 100 * error);
   // The trainer's own split (summary.json) tells the step-time error from the rest.
   if (Result<std::string> summary = ReadFileToString((dir / "run" / "summary.json").string()); summary.ok()) {
     const auto j = nlohmann::json::parse(summary.value(), nullptr, false);
     if (j.is_object() && j.contains("train_s")) {
       const double train_s = j["train_s"].get<double>();
-      std::printf("steps: predicted %.1f s, measured %.1f s (%+.1f%%); the rest: predicted %.1f s, measured %.1f s\n",
-                  predicted_steps_s, train_s, 100 * (train_s - predicted_steps_s) / predicted_steps_s,
-                  predicted_s - predicted_steps_s, measured_s - train_s);
+      std::printf(
+          "steps: predicted %.1f s, measured %.1f s (%+.1f%%); the rest: predicted %.1f s, measured %.1f s\n",
+          predicted_steps_s, train_s, 100 * (train_s - predicted_steps_s) / predicted_steps_s,
+          predicted_s - predicted_steps_s, measured_s - train_s);
     }
   }
   EXPECT_LT(std::abs(error), 0.25);

@@ -55,27 +55,31 @@ std::string RenderHeader(const PlanResult& r, const Catalog& cat, bool ascii) {
   std::string out = fmt::format(
       "Model {} ({}): {} parameters, {:.1f} MFLOP/token = 6(12LC{}+CV)+12LTC at T={}\n"
       "Job   {} tokens = {:.3g} FLOP; global batch {} tokens; catalog {} offers\n",
-      w.spec().model_label, c.ToString(), FormatCount(w.params()), w.flops_per_token() / 1e6, ascii ? "^2" : "²", w.seq(),
-      FormatCount(w.spec().tokens), w.total_flops(), FormatCount(w.global_batch_tokens()), cat.offers.size());
+      w.spec().model_label, c.ToString(), FormatCount(w.params()), w.flops_per_token() / 1e6,
+      ascii ? "^2" : "²", w.seq(), FormatCount(w.spec().tokens), w.total_flops(),
+      FormatCount(w.global_batch_tokens()), cat.offers.size());
   for (const auto& n : r.notes) out += "Note  " + n + "\n";
   return out;
 }
 
 std::string RenderTable(const PlanResult& r, const Catalog& cat, const ReportOptions& opt) {
-  std::vector<std::vector<std::string>> cells = {{"#", "provider", "region", "instance", "GPUs", "billing", "mem/GPU GiB",
-                                                  "tok/s", "wall", "compute", "stor+egr", "total", "$/1M tok", "risk", "why"}};
-  const std::vector<bool> right = {true, false, false, false, false, false, true, true, true, true, true, true, true, false, false};
+  std::vector<std::vector<std::string>> cells = {{"#", "provider", "region", "instance", "GPUs", "billing",
+                                                  "mem/GPU GiB", "tok/s", "wall", "compute", "stor+egr",
+                                                  "total", "$/1M tok", "risk", "why"}};
+  const std::vector<bool> right = {true, false, false, false, false, false, true, true,
+                                   true, true,  true,  true,  true,  false, false};
   const size_t n = std::min(r.rows.size(), static_cast<size_t>(std::max(0, opt.top)));
   for (size_t i = 0; i < n; ++i) {
     const PlanRow& row = r.rows[i];
     const InstanceOffer& o = cat.offers[row.offer];
-    cells.push_back({fmt::format("{}", i + 1), o.provider, o.region,
-                     row.nodes > 1 ? fmt::format("{} x{}", o.instance_type, row.nodes) : o.instance_type,
-                     Gpus(row, o, opt.ascii), BillingName(row.billing),
-                     fmt::format("{:.1f}/{:.0f}", row.fit.used.total() / (1024.0 * 1024 * 1024), o.gpu_mem_gib),
-                     FormatCount(row.step.tokens_per_s), FormatHours(row.wall_s / 3600), FormatUsd(row.compute_usd),
-                     FormatUsd(row.storage.total()), FormatUsd(row.total_usd), FormatUsd(row.usd_per_mtok), row.risk,
-                     row.why});
+    cells.push_back(
+        {fmt::format("{}", i + 1), o.provider, o.region,
+         row.nodes > 1 ? fmt::format("{} x{}", o.instance_type, row.nodes) : o.instance_type,
+         Gpus(row, o, opt.ascii), BillingName(row.billing),
+         fmt::format("{:.1f}/{:.0f}", row.fit.used.total() / (1024.0 * 1024 * 1024), o.gpu_mem_gib),
+         FormatCount(row.step.tokens_per_s), FormatHours(row.wall_s / 3600), FormatUsd(row.compute_usd),
+         FormatUsd(row.storage.total()), FormatUsd(row.total_usd), FormatUsd(row.usd_per_mtok), row.risk,
+         row.why});
   }
   return Tabulate(cells, right);
 }
@@ -83,7 +87,8 @@ std::string RenderTable(const PlanResult& r, const Catalog& cat, const ReportOpt
 std::string RenderReport(const PlanResult& r, const Catalog& cat, const ReportOptions& opt) {
   std::string out = RenderHeader(r, cat, opt.ascii) + "\n";
   if (!r.rows.empty()) {
-    out += fmt::format("Plans ({} of {}, cheapest first):\n", std::min<size_t>(r.rows.size(), opt.top), r.rows.size());
+    out += fmt::format("Plans ({} of {}, cheapest first):\n", std::min<size_t>(r.rows.size(), opt.top),
+                       r.rows.size());
     out += RenderTable(r, cat, opt);
     // Catalog warnings behind the rows shown, so a suspicious price is never taken on trust.
     for (size_t i = 0; i < std::min<size_t>(r.rows.size(), opt.top); ++i) {
@@ -102,9 +107,10 @@ std::string RenderReport(const PlanResult& r, const Catalog& cat, const ReportOp
   for (const auto& e : r.excluded) ++by_cat[e.category];
   std::string summary;
   for (const auto& [c, k] : by_cat) summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", c, k);
-  out += fmt::format("\nExcluded {} options ({}){}; {} offers filtered out by --providers/--regions/--gpus/--instance.\n",
-                     r.excluded.size(), summary.empty() ? "none" : summary,
-                     opt.show_excluded || r.excluded.empty() ? "" : " -- list them with --show-excluded", r.filtered);
+  out += fmt::format(
+      "\nExcluded {} options ({}){}; {} offers filtered out by --providers/--regions/--gpus/--instance.\n",
+      r.excluded.size(), summary.empty() ? "none" : summary,
+      opt.show_excluded || r.excluded.empty() ? "" : " -- list them with --show-excluded", r.filtered);
   if (opt.show_excluded) {
     for (const auto& e : r.excluded) {
       const InstanceOffer& o = cat.offers[e.offer];
@@ -121,47 +127,91 @@ json ReportJson(const PlanResult& r, const Catalog& cat, const PlanDefaults& d, 
   const GptConfig& c = w.spec().cfg;
   json j;
   j["workload"] = {{"model", w.spec().model_label},
-                   {"config", {{"n_layer", c.n_layer}, {"n_head", c.n_head}, {"n_embd", c.n_embd},
-                               {"vocab_size", c.vocab_size}, {"block_size", c.block_size}}},
-                   {"params", w.params()}, {"seq", w.seq()}, {"tokens", w.spec().tokens},
-                   {"flops_per_token", w.flops_per_token()}, {"total_flops", w.total_flops()},
-                   {"global_batch_tokens", w.global_batch_tokens()}, {"checkpoint_bytes", w.checkpoint_bytes()}};
+                   {"config",
+                    {{"n_layer", c.n_layer},
+                     {"n_head", c.n_head},
+                     {"n_embd", c.n_embd},
+                     {"vocab_size", c.vocab_size},
+                     {"block_size", c.block_size}}},
+                   {"params", w.params()},
+                   {"seq", w.seq()},
+                   {"tokens", w.spec().tokens},
+                   {"flops_per_token", w.flops_per_token()},
+                   {"total_flops", w.total_flops()},
+                   {"global_batch_tokens", w.global_batch_tokens()},
+                   {"checkpoint_bytes", w.checkpoint_bytes()}};
   auto row_json = [&](size_t i) {
     const PlanRow& row = r.rows[i];
     const InstanceOffer& o = cat.offers[row.offer];
-    json x = {{"rank", i + 1}, {"provider", o.provider}, {"region", o.region}, {"instance", o.instance_type},
-              {"gpu", o.gpu}, {"gpus_per_instance", o.gpu_count}, {"instances", row.nodes}, {"gpus", row.gpus},
-              {"billing", BillingName(row.billing)}, {"precision", PrecisionName(row.precision)},
-              {"price_per_instance_hour", row.price_hr}, {"hourly_usd", row.hourly_usd},
-              {"memory", {{"used_bytes", row.fit.used.total()}, {"usable_bytes", row.fit.available},
-                          {"gpu_mem_gib", o.gpu_mem_gib}, {"micro_batch", row.fit.micro_batch},
-                          {"grad_accum", row.fit.grad_accum}, {"zero1", row.fit.zero1}, {"recompute", ActRecomputeName(row.fit.recompute)}}},
-              {"throughput", {{"peak_tflops", row.step.peak_tflops}, {"mfu", row.step.mfu},
-                              {"mfu_source", row.step.mfu_source}, {"tokens_per_s", row.step.tokens_per_s},
-                              {"step_s", row.step.step_s}, {"compute_s", row.step.compute_s},
-                              {"allreduce_s", row.step.allreduce_s}, {"exposed_comm_s", row.step.exposed_s},
-                              {"link", row.link.what}}},
-              {"wall_s", row.wall_s}, {"compute_usd", row.compute_usd},
-              {"storage_usd", row.storage.storage_usd}, {"egress_usd", row.storage.dataset_usd + row.storage.model_usd},
-              {"total_usd", row.total_usd}, {"usd_per_1m_tokens", row.usd_per_mtok}, {"risk", row.risk},
-              {"why", row.why}, {"warnings", row.warnings}};
+    json x = {{"rank", i + 1},
+              {"provider", o.provider},
+              {"region", o.region},
+              {"instance", o.instance_type},
+              {"gpu", o.gpu},
+              {"gpus_per_instance", o.gpu_count},
+              {"instances", row.nodes},
+              {"gpus", row.gpus},
+              {"billing", BillingName(row.billing)},
+              {"precision", PrecisionName(row.precision)},
+              {"price_per_instance_hour", row.price_hr},
+              {"hourly_usd", row.hourly_usd},
+              {"memory",
+               {{"used_bytes", row.fit.used.total()},
+                {"usable_bytes", row.fit.available},
+                {"gpu_mem_gib", o.gpu_mem_gib},
+                {"micro_batch", row.fit.micro_batch},
+                {"grad_accum", row.fit.grad_accum},
+                {"zero1", row.fit.zero1},
+                {"recompute", ActRecomputeName(row.fit.recompute)}}},
+              {"throughput",
+               {{"peak_tflops", row.step.peak_tflops},
+                {"mfu", row.step.mfu},
+                {"mfu_source", row.step.mfu_source},
+                {"tokens_per_s", row.step.tokens_per_s},
+                {"step_s", row.step.step_s},
+                {"compute_s", row.step.compute_s},
+                {"allreduce_s", row.step.allreduce_s},
+                {"exposed_comm_s", row.step.exposed_s},
+                {"link", row.link.what}}},
+              {"wall_s", row.wall_s},
+              {"compute_usd", row.compute_usd},
+              {"storage_usd", row.storage.storage_usd},
+              {"egress_usd", row.storage.dataset_usd + row.storage.model_usd},
+              {"total_usd", row.total_usd},
+              {"usd_per_1m_tokens", row.usd_per_mtok},
+              {"risk", row.risk},
+              {"why", row.why},
+              {"warnings", row.warnings}};
     if (row.run) {
       const RunBreakdown& b = *row.run;
-      x["run"] = {{"overheads", b.source},      {"steps", b.schedule.steps},  {"steps_s", b.steps_s},
-                  {"startup_s", b.startup_s},   {"peak_probe_s", b.probe_s}, {"evals", b.schedule.evals},
-                  {"eval_s", b.eval_s},         {"samples", b.schedule.samples_during + b.schedule.samples_end},
-                  {"sample_s", b.sample_s},     {"checkpoint_saves", b.schedule.saves.size()},
-                  {"checkpoint_tier_writes", b.schedule.tier_writes()}, {"checkpoint_s", b.checkpoint_s()},
-                  {"model_save_s", b.model_save_s}, {"total_s", b.total_s()}};
+      x["run"] = {{"overheads", b.source},
+                  {"steps", b.schedule.steps},
+                  {"steps_s", b.steps_s},
+                  {"startup_s", b.startup_s},
+                  {"peak_probe_s", b.probe_s},
+                  {"evals", b.schedule.evals},
+                  {"eval_s", b.eval_s},
+                  {"samples", b.schedule.samples_during + b.schedule.samples_end},
+                  {"sample_s", b.sample_s},
+                  {"checkpoint_saves", b.schedule.saves.size()},
+                  {"checkpoint_tier_writes", b.schedule.tier_writes()},
+                  {"checkpoint_s", b.checkpoint_s()},
+                  {"model_save_s", b.model_save_s},
+                  {"total_s", b.total_s()}};
     }
     if (row.billing == Billing::kSpot) {
-      x["spot"] = {{"hazard_per_instance_hour", row.spot.hazard_per_hr}, {"job_mtbf_h", row.spot.job_mtbf_h},
-                   {"checkpoint_s", row.spot.checkpoint_s}, {"checkpoint_interval_s", row.spot.interval_s},
-                   {"expected_preemptions", row.spot.expected_preemptions}, {"time_lost_s", row.spot.time_lost_s}};
+      x["spot"] = {{"hazard_per_instance_hour", row.spot.hazard_per_hr},
+                   {"job_mtbf_h", row.spot.job_mtbf_h},
+                   {"checkpoint_s", row.spot.checkpoint_s},
+                   {"checkpoint_interval_s", row.spot.interval_s},
+                   {"expected_preemptions", row.spot.expected_preemptions},
+                   {"time_lost_s", row.spot.time_lost_s}};
     }
     if (row.billing == Billing::kReserved) {
-      x["reserved"] = {{"discount", row.reserved.discount}, {"break_even_utilization", row.reserved.break_even_utilization},
-                       {"utilization", row.reserved.utilization}, {"commitment_usd", row.reserved.commitment_usd}};
+      x["reserved"] = {{"discount", row.reserved.discount},
+                       {"break_even_utilization", row.reserved.break_even_utilization},
+                       {"utilization", row.reserved.utilization},
+                       {"commitment_usd", row.reserved.commitment_usd}};
     }
     return x;
   };
@@ -177,9 +227,13 @@ json ReportJson(const PlanResult& r, const Catalog& cat, const PlanDefaults& d, 
     j["excluded"] = json::array();
     for (const auto& e : r.excluded) {
       const InstanceOffer& o = cat.offers[e.offer];
-      j["excluded"].push_back({{"provider", o.provider}, {"region", o.region}, {"instance", o.instance_type},
-                               {"instances", e.nodes}, {"billing", e.billing ? BillingName(*e.billing) : "any"},
-                               {"category", e.category}, {"reason", e.reason}});
+      j["excluded"].push_back({{"provider", o.provider},
+                               {"region", o.region},
+                               {"instance", o.instance_type},
+                               {"instances", e.nodes},
+                               {"billing", e.billing ? BillingName(*e.billing) : "any"},
+                               {"category", e.category},
+                               {"reason", e.reason}});
     }
   }
   j["filtered_count"] = r.filtered;
@@ -193,7 +247,8 @@ json ReportJson(const PlanResult& r, const Catalog& cat, const PlanDefaults& d, 
 
 std::string RenderDefaultsMarkdown(const PlanDefaults& d) {
   std::string out = "| default | value | source |\n|---|---|---|\n";
-  for (const auto& e : DescribeDefaults(d)) out += fmt::format("| `{}` | {} | {} |\n", e.name, e.value, e.source);
+  for (const auto& e : DescribeDefaults(d))
+    out += fmt::format("| `{}` | {} | {} |\n", e.name, e.value, e.source);
   return out;
 }
 

@@ -19,7 +19,8 @@ struct ReportOptions {
 std::string RenderHeader(const PlanResult& r, const Catalog& cat, bool ascii = false);
 std::string RenderTable(const PlanResult& r, const Catalog& cat, const ReportOptions& opt);
 std::string RenderReport(const PlanResult& r, const Catalog& cat, const ReportOptions& opt);
-nlohmann::json ReportJson(const PlanResult& r, const Catalog& cat, const PlanDefaults& d, const ReportOptions& opt);
+nlohmann::json ReportJson(const PlanResult& r, const Catalog& cat, const PlanDefaults& d,
+                          const ReportOptions& opt);
 
 // The defaults table as Markdown (what docs/planning.md reproduces).
 std::string RenderDefaultsMarkdown(const PlanDefaults& d);

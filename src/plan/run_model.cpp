@@ -22,11 +22,13 @@ RunSchedule ScheduleRun(const TrainRunSpec& spec) {
     const bool last = s == r.steps;
     const bool eval = (spec.eval_every > 0 && s % spec.eval_every == 0) || last;
     if (eval) ++r.evals;
-    if (spec.sample_every > 0 && s % spec.sample_every == 0 && !last && r.sample_tokens > 0) ++r.samples_during;
+    if (spec.sample_every > 0 && s % spec.sample_every == 0 && !last && r.sample_tokens > 0)
+      ++r.samples_during;
     int tiers = 0;
     if (spec.ckpt_every > 0 && (s % spec.ckpt_every == 0 || last)) ++tiers;
     if (spec.durable_every > 0 && (s % spec.durable_every == 0 || last)) ++tiers;
-    if (spec.best_k > 0 && eval) ++tiers;  // assumes each evaluation is a new best (loss falls): an upper bound
+    if (spec.best_k > 0 && eval)
+      ++tiers;  // assumes each evaluation is a new best (loss falls): an upper bound
     if (tiers > 0) r.saves.push_back({s, tiers});
   }
   return r;
@@ -45,8 +47,9 @@ RunOverheads DefaultRunOverheads(const PlanDefaults& d) {
   return o;
 }
 
-RunBreakdown ModelRun(const TrainRunSpec& spec, const RunSchedule& schedule, const RunOverheads& o, double steps_s,
-                      double step_s, double tokens_per_step, double state_bytes, double model_bytes) {
+RunBreakdown ModelRun(const TrainRunSpec& spec, const RunSchedule& schedule, const RunOverheads& o,
+                      double steps_s, double step_s, double tokens_per_step, double state_bytes,
+                      double model_bytes) {
   RunBreakdown b;
   b.schedule = schedule;
   b.source = o.source;
@@ -55,7 +58,8 @@ RunBreakdown ModelRun(const TrainRunSpec& spec, const RunSchedule& schedule, con
   b.startup_s = o.startup_s;
   b.probe_s = spec.probe_peak ? o.peak_probe_s : 0;
   // Evaluation runs forward only, over micro-batches of the training shape.
-  const double eval_tokens = static_cast<double>(schedule.evals) * schedule.eval_batches * spec.micro_batch * spec.seq;
+  const double eval_tokens =
+      static_cast<double>(schedule.evals) * schedule.eval_batches * spec.micro_batch * spec.seq;
   b.eval_s = eval_tokens * o.forward_fraction * step_s / tokens_per_step;
   b.sample_s = static_cast<double>(schedule.sample_calls()) * schedule.sample_tokens * o.sample_token_s;
   const double copy_s = state_bytes / (o.state_copy_gb_per_s * 1e9);

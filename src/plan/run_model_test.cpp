@@ -38,9 +38,9 @@ TEST(RunModel, ScheduleFollowsTheTrainerLoop) {
   EXPECT_EQ(r.tier_writes(), 5);
 
   TrainRunSpec s = Demo150();
-  s.eval_every = 0;   // only at the end
+  s.eval_every = 0;  // only at the end
   s.sample_every = 50;
-  s.ckpt_every = 0;   // no periodic saves, no final one either
+  s.ckpt_every = 0;  // no periodic saves, no final one either
   s.durable_every = 0;
   s.best_k = 0;
   const RunSchedule q = ScheduleRun(s);
@@ -48,7 +48,7 @@ TEST(RunModel, ScheduleFollowsTheTrainerLoop) {
   EXPECT_EQ(q.samples_during, 2);  // steps 50 and 100; never at the last step
   EXPECT_EQ(q.sample_calls(), 3);  // + one call for the 3 samples at the end
   EXPECT_TRUE(q.saves.empty());
-  s.sample_tokens = 500;           // capped by the 128-token context
+  s.sample_tokens = 500;  // capped by the 128-token context
   EXPECT_EQ(ScheduleRun(s).sample_tokens, 127);
 }
 
@@ -78,7 +78,7 @@ TEST(RunModel, SecondsByHand) {
   EXPECT_DOUBLE_EQ(b.startup_s, 2);
   EXPECT_DOUBLE_EQ(b.probe_s, 0.5);
   EXPECT_DOUBLE_EQ(b.eval_s, 2 * 2 * 200 * 0.25 * 1.0 / 1000);  // 0.2 s
-  EXPECT_DOUBLE_EQ(b.sample_s, 1 * 10 * 0.1);  // one call at the end
+  EXPECT_DOUBLE_EQ(b.sample_s, 1 * 10 * 0.1);                   // one call at the end
   // Save at 5 (async): copy 1 s counted; copy + persist = 3 s < 5 steps of 1 s, so no stall. Save at 10:
   // the last one, waited for in full: 1 + 2 s.
   EXPECT_DOUBLE_EQ(b.ckpt_copy_s, 1);
@@ -87,7 +87,8 @@ TEST(RunModel, SecondsByHand) {
   EXPECT_DOUBLE_EQ(b.model_save_s, 2);
   EXPECT_DOUBLE_EQ(b.total_s(), 10 + 2 + 0.5 + 0.2 + 1 + 4 + 2);
 
-  // Saves every 2 steps with a 2 s persist: each async save's copy + persist (3 s) overruns the 2 s gap by 1 s.
+  // Saves every 2 steps with a 2 s persist: each async save's copy + persist (3 s) overruns the 2 s gap by 1
+  // s.
   s.ckpt_every = 2;
   const RunBreakdown busy = ModelRun(s, ScheduleRun(s), o, 10.0, 1.0, 1000, 1e9, 0.5e9);
   EXPECT_DOUBLE_EQ(busy.ckpt_copy_s, 4);   // saves at 2, 4, 6, 8

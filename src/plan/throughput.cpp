@@ -14,10 +14,12 @@ double RingAllReduceSeconds(double bytes, int n, double link_gb_per_s) {
 LinkModel AllReduceLink(const InstanceOffer& o, const GpuSpec& g, int nodes, const PlanDefaults& d) {
   LinkModel link;
   // Vendors quote GPU links bidirectionally; a ring sends one way on each link.
-  const double gpu_link_bidir = o.gpu_link_gbps.value_or(g.interconnect_gbps.value_or(d.default_gpu_link_gbps));
+  const double gpu_link_bidir =
+      o.gpu_link_gbps.value_or(g.interconnect_gbps.value_or(d.default_gpu_link_gbps));
   const double intra = gpu_link_bidir / 2;
   link.gb_per_s = intra;
-  link.what = fmt::format("{} {:g} GB/s", g.interconnect.empty() ? "GPU link" : g.interconnect, gpu_link_bidir);
+  link.what =
+      fmt::format("{} {:g} GB/s", g.interconnect.empty() ? "GPU link" : g.interconnect, gpu_link_bidir);
   if (nodes > 1) {
     const double net_gbit = o.network_gbps.value_or(d.default_network_gbps);
     const double inter = net_gbit / 8;  // Gb/s -> GB/s

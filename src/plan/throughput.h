@@ -23,21 +23,21 @@ namespace tern::plan {
 double RingAllReduceSeconds(double bytes, int n, double link_gb_per_s);
 
 struct LinkModel {
-  double gb_per_s = 0;     // effective one-direction bandwidth used for the ring (after efficiency)
+  double gb_per_s = 0;  // effective one-direction bandwidth used for the ring (after efficiency)
   bool inter_node = false;
-  std::string what;        // "NVLink 4 900 GB/s" / "network 3200 Gb/s"
+  std::string what;  // "NVLink 4 900 GB/s" / "network 3200 Gb/s"
 };
 LinkModel AllReduceLink(const InstanceOffer& o, const GpuSpec& g, int nodes, const PlanDefaults& d);
 
 struct StepModel {
   double peak_tflops = 0, mfu = 0;
-  std::string mfu_source;     // "default (hopper, <300M)" / "calibrated: bench.json"
+  std::string mfu_source;      // "default (hopper, <300M)" / "calibrated: bench.json"
   double tokens_per_step = 0;  // global, after rounding micro-batch x accum x ranks
   double compute_s = 0;        // per optimizer step
   double allreduce_s = 0, hidden_s = 0, exposed_s = 0;
   double step_s = 0;
   double tokens_per_s = 0;
-  double wall_s = 0;           // tokens / tokens_per_s, no preemptions
+  double wall_s = 0;  // tokens / tokens_per_s, no preemptions
 };
 StepModel ModelStep(const Workload& w, const MemoryFit& fit, double peak_tflops, double mfu, int n_gpus,
                     const LinkModel& link, const PlanDefaults& d);

@@ -34,25 +34,38 @@ Result<double> ParseCount(std::string_view text, std::string_view what) {
   double v = 0;
   std::string_view rest;
   if (!LeadingNumber(s, &v, &rest)) {
-    return Status::InvalidArgument(fmt::format("{}: '{}' is not a count; write e.g. 10B, 500M, 124k or 1.3e9", what, text));
+    return Status::InvalidArgument(
+        fmt::format("{}: '{}' is not a count; write e.g. 10B, 500M, 124k or 1.3e9", what, text));
   }
   rest = Trim(rest);
   double scale = 1;
   if (rest.size() == 1) {
     switch (std::tolower(static_cast<unsigned char>(rest[0]))) {
-      case 'k': scale = 1e3; break;
-      case 'm': scale = 1e6; break;
-      case 'b': case 'g': scale = 1e9; break;
-      case 't': scale = 1e12; break;
-      default: scale = 0;
+      case 'k':
+        scale = 1e3;
+        break;
+      case 'm':
+        scale = 1e6;
+        break;
+      case 'b':
+      case 'g':
+        scale = 1e9;
+        break;
+      case 't':
+        scale = 1e12;
+        break;
+      default:
+        scale = 0;
     }
   } else if (!rest.empty()) {
     scale = 0;
   }
   if (scale == 0) {
-    return Status::InvalidArgument(fmt::format("{}: unknown suffix in '{}'; use k, M, B or T (10B = 10 billion)", what, text));
+    return Status::InvalidArgument(
+        fmt::format("{}: unknown suffix in '{}'; use k, M, B or T (10B = 10 billion)", what, text));
   }
-  if (v * scale <= 0) return Status::InvalidArgument(fmt::format("{}: must be positive, got '{}'", what, text));
+  if (v * scale <= 0)
+    return Status::InvalidArgument(fmt::format("{}: must be positive, got '{}'", what, text));
   return v * scale;
 }
 
@@ -61,15 +74,21 @@ Result<double> ParseDurationHours(std::string_view text, std::string_view what) 
   double v = 0;
   std::string_view rest;
   if (!LeadingNumber(s, &v, &rest)) {
-    return Status::InvalidArgument(fmt::format("{}: '{}' is not a duration; write e.g. 48h, 90m, 2d", what, text));
+    return Status::InvalidArgument(
+        fmt::format("{}: '{}' is not a duration; write e.g. 48h, 90m, 2d", what, text));
   }
   rest = Trim(rest);
   double hours_per_unit = 0;
-  if (rest == "s" || rest == "sec") hours_per_unit = 1.0 / 3600;
-  else if (rest == "m" || rest == "min") hours_per_unit = 1.0 / 60;
-  else if (rest == "h" || rest == "hr") hours_per_unit = 1;
-  else if (rest == "d") hours_per_unit = 24;
-  else if (rest == "w") hours_per_unit = 24 * 7;
+  if (rest == "s" || rest == "sec")
+    hours_per_unit = 1.0 / 3600;
+  else if (rest == "m" || rest == "min")
+    hours_per_unit = 1.0 / 60;
+  else if (rest == "h" || rest == "hr")
+    hours_per_unit = 1;
+  else if (rest == "d")
+    hours_per_unit = 24;
+  else if (rest == "w")
+    hours_per_unit = 24 * 7;
   if (hours_per_unit == 0) {
     return Status::InvalidArgument(
         fmt::format("{}: '{}' needs a unit: s, m, h, d or w (e.g. 48h, 90m)", what, text));
@@ -123,7 +142,9 @@ std::string FormatBytes(double bytes) {
   return fmt::format("{:.0f} B", bytes);
 }
 
-std::string FormatGiB(double bytes) { return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024 * 1024)); }
+std::string FormatGiB(double bytes) {
+  return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024 * 1024));
+}
 
 std::vector<std::string> SplitList(std::string_view text) {
   std::vector<std::string> out;

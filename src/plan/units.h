@@ -21,11 +21,11 @@ Result<double> ParseDurationHours(std::string_view text, std::string_view what);
 // Money: "500", "$500", "1.2k".
 Result<double> ParseMoney(std::string_view text, std::string_view what);
 
-std::string FormatCount(double n);        // 1.23B, 456M, 12.3k, 999
-std::string FormatHours(double hours);    // "45 min", "6.9 h", "3.2 d"
-std::string FormatUsd(double usd);        // "$0.0034", "$12.35", "$1,234"
-std::string FormatBytes(double bytes);    // "1.49 GB" (decimal, as clouds bill)
-std::string FormatGiB(double bytes);      // "71.2 GiB" (binary, as GPU memory is sold)
+std::string FormatCount(double n);      // 1.23B, 456M, 12.3k, 999
+std::string FormatHours(double hours);  // "45 min", "6.9 h", "3.2 d"
+std::string FormatUsd(double usd);      // "$0.0034", "$12.35", "$1,234"
+std::string FormatBytes(double bytes);  // "1.49 GB" (decimal, as clouds bill)
+std::string FormatGiB(double bytes);    // "71.2 GiB" (binary, as GPU memory is sold)
 
 // Splits "aws,gcp" into trimmed, non-empty items.
 std::vector<std::string> SplitList(std::string_view text);

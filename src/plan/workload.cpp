@@ -9,18 +9,24 @@ namespace tern::plan {
 
 const char* ActRecomputeName(ActRecompute r) {
   switch (r) {
-    case ActRecompute::kGelu: return "gelu";
-    case ActRecompute::kBlocks: return "blocks";
-    case ActRecompute::kNone: break;
+    case ActRecompute::kGelu:
+      return "gelu";
+    case ActRecompute::kBlocks:
+      return "blocks";
+    case ActRecompute::kNone:
+      break;
   }
   return "none";
 }
 
 double RecomputeTimeFactor(ActRecompute r, const PlanDefaults& d) {
   switch (r) {
-    case ActRecompute::kGelu: return d.gelu_recompute_time_factor;
-    case ActRecompute::kBlocks: return d.block_recompute_time_factor;
-    case ActRecompute::kNone: break;
+    case ActRecompute::kGelu:
+      return d.gelu_recompute_time_factor;
+    case ActRecompute::kBlocks:
+      return d.block_recompute_time_factor;
+    case ActRecompute::kNone:
+      break;
   }
   return 1.0;
 }
@@ -31,8 +37,8 @@ Result<Workload> Workload::Make(const WorkloadSpec& spec_in, const PlanDefaults&
   TERN_RETURN_IF_ERROR(w.spec_.cfg.Validate());
   if (w.spec_.seq == 0) w.spec_.seq = w.spec_.cfg.block_size;
   if (w.spec_.seq < 1 || w.spec_.seq > w.spec_.cfg.block_size) {
-    return Status::InvalidArgument(fmt::format("--seq {} must be in 1..{} (the model's block_size)", w.spec_.seq,
-                                               w.spec_.cfg.block_size));
+    return Status::InvalidArgument(fmt::format("--seq {} must be in 1..{} (the model's block_size)",
+                                               w.spec_.seq, w.spec_.cfg.block_size));
   }
   if (!(w.spec_.tokens > 0)) return Status::InvalidArgument("--tokens must be positive (e.g. --tokens 10B)");
   if (w.spec_.global_batch_tokens <= 0) w.spec_.global_batch_tokens = d.global_batch_tokens;
@@ -82,7 +88,8 @@ MemoryFit Workload::Fit(Precision p, double gpu_mem_gib, int dp_ranks, const Pla
   fit.available = (gpu_mem_gib * d.mem_usable_fraction - d.mem_reserve_gib) * 1024.0 * 1024 * 1024;
   const int T = spec_.seq;
   // Micro-batch never larger than the global batch split over the ranks.
-  const int per_rank = std::max(1, static_cast<int>(spec_.global_batch_tokens / (static_cast<double>(T) * dp_ranks)));
+  const int per_rank =
+      std::max(1, static_cast<int>(spec_.global_batch_tokens / (static_cast<double>(T) * dp_ranks)));
   const int b_max = std::min(d.max_micro_batch, per_rank);
   // Cheapest option first: sharding costs no extra compute (reduce-scatter + all-gather move the same
   // bytes as the all-reduce), GELU recompute a few percent, block recompute a third more compute.
@@ -90,8 +97,8 @@ MemoryFit Workload::Fit(Precision p, double gpu_mem_gib, int dp_ranks, const Pla
     bool zero1;
     ActRecompute recompute;
   };
-  const Option options[] = {{false, ActRecompute::kNone}, {true, ActRecompute::kNone},
-                            {false, ActRecompute::kGelu}, {true, ActRecompute::kGelu},
+  const Option options[] = {{false, ActRecompute::kNone},   {true, ActRecompute::kNone},
+                            {false, ActRecompute::kGelu},   {true, ActRecompute::kGelu},
                             {false, ActRecompute::kBlocks}, {true, ActRecompute::kBlocks}};
   auto allowed = [](Toggle t, bool v) { return t == Toggle::kAuto || (t == Toggle::kOn) == v; };
   fit.need_b1 = 1e300;

@@ -28,10 +28,10 @@ double RecomputeTimeFactor(ActRecompute r, const PlanDefaults& d);
 struct WorkloadSpec {
   GptConfig cfg;
   std::string model_label;
-  int seq = 0;            // 0: the model's block_size
-  double tokens = 0;      // training tokens
+  int seq = 0;                     // 0: the model's block_size
+  double tokens = 0;               // training tokens
   double global_batch_tokens = 0;  // 0: PlanDefaults::global_batch_tokens
-  int micro_batch = 0;    // 0: the largest power of two that fits; else this one (a training config's)
+  int micro_batch = 0;  // 0: the largest power of two that fits; else this one (a training config's)
   Toggle zero1 = Toggle::kAuto;
   // Empty = auto: none, then gelu, then blocks, each only when the cheaper ones do not fit. A training
   // config fixes it to its train.recompute (the trainer does not adapt it).
@@ -49,13 +49,14 @@ struct MemoryBreakdown {
 
 struct MemoryFit {
   bool fits = false;
-  int micro_batch = 0;   // sequences per GPU per micro-step
-  int grad_accum = 0;    // micro-steps per optimizer step
+  int micro_batch = 0;  // sequences per GPU per micro-step
+  int grad_accum = 0;   // micro-steps per optimizer step
   bool zero1 = false;
   ActRecompute recompute = ActRecompute::kNone;
   MemoryBreakdown used;  // at the chosen micro-batch
   double available = 0;  // usable bytes per GPU
-  double need_b1 = 0;    // bytes per GPU at micro-batch 1 (or the fixed one) with every option allowed (why it failed)
+  double need_b1 =
+      0;  // bytes per GPU at micro-batch 1 (or the fixed one) with every option allowed (why it failed)
 };
 
 class Workload {
@@ -75,7 +76,8 @@ class Workload {
   // fp32 weights: what is downloaded at the end.
   double model_bytes() const { return static_cast<double>(base_[0][0].params); }
 
-  MemoryBreakdown Memory(Precision p, int micro_batch, bool zero1, ActRecompute recompute, int dp_ranks) const;
+  MemoryBreakdown Memory(Precision p, int micro_batch, bool zero1, ActRecompute recompute,
+                         int dp_ranks) const;
   MemoryFit Fit(Precision p, double gpu_mem_gib, int dp_ranks, const PlanDefaults& d) const;
 
  private:
@@ -85,8 +87,8 @@ class Workload {
   // its activation terms are linear in B*T, so other micro-batches scale them (checked by a test) instead of
   // re-running it per option.
   GptMemory base_[2][2];
-  double layer_act_b1_ = 0;   // saved activations of one block at micro-batch 1
-  double layer_input_b1_ = 0; // one block's input (B*T*C fp32): what block recomputation keeps per layer
+  double layer_act_b1_ = 0;    // saved activations of one block at micro-batch 1
+  double layer_input_b1_ = 0;  // one block's input (B*T*C fp32): what block recomputation keeps per layer
 };
 
 }  // namespace tern::plan

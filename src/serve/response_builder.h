@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "serve/api.h"
 #include "infer/engine.h"
+#include "serve/api.h"
 
 namespace tern {
 

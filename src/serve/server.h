@@ -13,9 +13,9 @@
 #include <string>
 
 #include "core/status.h"
-#include "serve/api.h"
 #include "infer/engine.h"
 #include "infer/metrics.h"
+#include "serve/api.h"
 
 namespace tern {
 

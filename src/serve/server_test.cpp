@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "testing/server_fixture.h"
 #include "infer/setup.h"
+#include "testing/server_fixture.h"
 #include "testing/test_run.h"
 
 namespace tern {

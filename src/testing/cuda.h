@@ -33,8 +33,8 @@ class CudaVsReference : public ::testing::Test {
 
   template <typename T>
   Twin Make(const std::vector<T>& host) {
-    Twin t{DeviceBuffer(ref_.get(), host.size() * sizeof(T)), DeviceBuffer(gpu_.get(), host.size() * sizeof(T)),
-           host.size() * sizeof(T)};
+    Twin t{DeviceBuffer(ref_.get(), host.size() * sizeof(T)),
+           DeviceBuffer(gpu_.get(), host.size() * sizeof(T)), host.size() * sizeof(T)};
     if (!host.empty()) {
       ref_->Upload(t.ref.data(), host.data(), t.bytes);
       gpu_->Upload(t.gpu.data(), host.data(), t.bytes);
@@ -82,22 +82,24 @@ inline double RelMaxError(const std::vector<float>& got, const std::vector<float
 }
 
 // Every element within atol + rtol * |want|; reports the worst one.
-inline ::testing::AssertionResult AllClose(const std::vector<float>& got, const std::vector<float>& want, double atol,
-                                           double rtol) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
+inline ::testing::AssertionResult AllClose(const std::vector<float>& got, const std::vector<float>& want,
+                                           double atol, double rtol) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
   double worst = -1;
   size_t at = 0;
   for (size_t i = 0; i < want.size(); i++) {
-    const double excess = std::fabs(static_cast<double>(got[i]) - want[i]) - (atol + rtol * std::fabs(want[i]));
+    const double excess =
+        std::fabs(static_cast<double>(got[i]) - want[i]) - (atol + rtol * std::fabs(want[i]));
     if (!(excess <= 0) && (worst < 0 || !(excess <= worst))) {  // NaN counts as the worst
       worst = std::isnan(excess) ? INFINITY : excess;
       at = i;
     }
   }
   if (worst < 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "element " << at << ": got " << got[at] << ", want " << want[at]
-                                       << " (atol " << atol << ", rtol " << rtol
-                                       << "; rel-max error " << RelMaxError(got, want) << ")";
+  return ::testing::AssertionFailure()
+         << "element " << at << ": got " << got[at] << ", want " << want[at] << " (atol " << atol << ", rtol "
+         << rtol << "; rel-max error " << RelMaxError(got, want) << ")";
 }
 
 inline bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {

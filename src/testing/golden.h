@@ -47,7 +47,8 @@ inline Result<Golden> ReadGolden() {
   in.read(reinterpret_cast<char*>(hdr), sizeof(hdr));
   in.read(reinterpret_cast<char*>(hp), sizeof(hp));
   if (!in) {
-    return Status::Corruption(fmt::format("{}: {} bytes, shorter than a header{}", path, file_bytes, regenerate));
+    return Status::Corruption(
+        fmt::format("{}: {} bytes, shorter than a header{}", path, file_bytes, regenerate));
   }
   if (hdr[0] != 0x7465726E || hdr[1] != 1) {
     return Status::Corruption(fmt::format("{}: magic {:#x} version {}, want 0x7465726e version 1{}", path,

@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "testing/processes.h"
 #include "data/prepare.h"
+#include "testing/processes.h"
 
 namespace tern::testing {
 

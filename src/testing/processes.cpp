@@ -11,9 +11,9 @@
 
 #include <array>
 #include <cerrno>
-#include <cstdlib>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -27,10 +27,11 @@ using net::HttpRequest;
 using net::UriEncode;
 
 std::string SmallCorpus() {
-  const char* subjects[] = {"The king", "A shepherd", "The river", "My brother", "The old city", "A stranger"};
+  const char* subjects[] = {"The king",   "A shepherd",   "The river",
+                            "My brother", "The old city", "A stranger"};
   const char* verbs[] = {"walked toward", "spoke softly to", "remembered", "looked upon", "built", "forgot"};
-  const char* objects[] = {"the mountain.", "the bright morning.", "his father's house.", "the quiet sea.",
-                           "a field of wheat.", "the last gate."};
+  const char* objects[] = {"the mountain.",  "the bright morning.", "his father's house.",
+                           "the quiet sea.", "a field of wheat.",   "the last gate."};
   std::string out;
   uint64_t x = 12345;
   for (int i = 0; i < 6000; i++) {
@@ -52,7 +53,8 @@ std::string SharedPreparedData(const std::function<bool(const std::string&, cons
     const pid_t owner = static_cast<pid_t>(std::atol(name.c_str() + prefix.size()));
     if (owner > 0 && ::kill(owner, 0) != 0 && errno == ESRCH) std::filesystem::remove_all(e.path(), ec);
   }
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / (prefix + std::to_string(::getppid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / (prefix + std::to_string(::getppid()));
   std::filesystem::create_directories(dir);
   const int lock = ::open((dir / "lock").c_str(), O_CREAT | O_RDWR, 0644);
   ::flock(lock, LOCK_EX);
@@ -60,7 +62,8 @@ std::string SharedPreparedData(const std::function<bool(const std::string&, cons
   bool ok = std::filesystem::exists(dir / "data" / "prepare.json");
   if (!ok) {
     std::ofstream(dir / "corpus.txt") << SmallCorpus();
-    ok = prepare((dir / "corpus.txt").string(), data) && std::filesystem::exists(dir / "data" / "prepare.json");
+    ok = prepare((dir / "corpus.txt").string(), data) &&
+         std::filesystem::exists(dir / "data" / "prepare.json");
   }
   ::flock(lock, LOCK_UN);
   ::close(lock);
@@ -126,7 +129,9 @@ Child::~Child() {
   }
 }
 
-void Child::Signal(int sig) { ::kill(pid_, sig); }
+void Child::Signal(int sig) {
+  ::kill(pid_, sig);
+}
 
 bool Child::Running() {
   if (status_ != -1) return false;
@@ -148,8 +153,8 @@ int Child::Wait() {
 }
 
 std::string Moto::AwsCli() const {
-  return "AWS_ACCESS_KEY_ID=" + key_id + " AWS_SECRET_ACCESS_KEY=" + secret + " AWS_DEFAULT_REGION=us-east-1 " + aws +
-         " --endpoint-url " + endpoint;
+  return "AWS_ACCESS_KEY_ID=" + key_id + " AWS_SECRET_ACCESS_KEY=" + secret +
+         " AWS_DEFAULT_REGION=us-east-1 " + aws + " --endpoint-url " + endpoint;
 }
 
 std::string MissingS3Tools(bool no_moto, bool no_aws) {
@@ -158,8 +163,9 @@ std::string MissingS3Tools(bool no_moto, bool no_aws) {
                                        : "the aws CLI is";
   text += " not on PATH (the S3 tests run moto_server and read back with the aws CLI).";
   if (no_moto) {
-    text += " moto_server: Debian has no package; `sudo apt-get install pipx && pipx install 'moto[server]'` "
-            "(`pipx ensurepath` puts ~/.local/bin on PATH).";
+    text +=
+        " moto_server: Debian has no package; `sudo apt-get install pipx && pipx install 'moto[server]'` "
+        "(`pipx ensurepath` puts ~/.local/bin on PATH).";
   }
   if (no_aws) text += " aws: Debian's awscli, which scripts/install-deps installs.";
   return text + " scripts/install-deps checks for both.";
@@ -175,9 +181,10 @@ std::unique_ptr<Moto> StartMoto(const std::string& bucket) {
   }
   const int port = FreePort();
   m->endpoint = "http://127.0.0.1:" + std::to_string(port);
-  m->child = std::make_unique<Child>(std::vector<std::string>{moto, "-H", "127.0.0.1", "-p", std::to_string(port)},
-                                     std::map<std::string, std::string>{{"INITIAL_NO_AUTH_ACTION_COUNT", "3"}},
-                                     "/tmp/tern_moto_" + std::to_string(port) + ".log");
+  m->child =
+      std::make_unique<Child>(std::vector<std::string>{moto, "-H", "127.0.0.1", "-p", std::to_string(port)},
+                              std::map<std::string, std::string>{{"INITIAL_NO_AUTH_ACTION_COUNT", "3"}},
+                              "/tmp/tern_moto_" + std::to_string(port) + ".log");
   bool up = false;
   for (int i = 0; i < 300 && !up; i++) {  // up to 30 s on a loaded machine
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -205,14 +212,17 @@ std::unique_ptr<Moto> StartMoto(const std::string& bucket) {
     auto r = HttpFetch(req);
     return r.ok() ? r->body : r.status().message();
   };
-  const std::string policy = R"({"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"*","Resource":"*"}]})";
+  const std::string policy =
+      R"({"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"*","Resource":"*"}]})";
   iam("Action=CreateUser&UserName=ci&Version=2010-05-08");
   iam("Action=PutUserPolicy&UserName=ci&PolicyName=all&PolicyDocument=" + UriEncode(policy, false) +
       "&Version=2010-05-08");
   const std::string key = iam("Action=CreateAccessKey&UserName=ci&Version=2010-05-08");
   auto between = [&](const std::string& tag) {
     size_t a = key.find("<" + tag + ">"), b = key.find("</" + tag + ">");
-    return a == std::string::npos || b == std::string::npos ? "" : key.substr(a + tag.size() + 2, b - a - tag.size() - 2);
+    return a == std::string::npos || b == std::string::npos
+               ? ""
+               : key.substr(a + tag.size() + 2, b - a - tag.size() - 2);
   };
   m->key_id = between("AccessKeyId");
   m->secret = between("SecretAccessKey");
@@ -228,7 +238,8 @@ std::unique_ptr<Moto> StartMoto(const std::string& bucket) {
   mb.userpwd = m->key_id + ":" + m->secret;
   auto made = HttpFetch(mb);
   if (!made.ok() || made->status != 200)
-    m->skip_reason = "CreateBucket failed against moto: " + (made.ok() ? made->body : made.status().message());
+    m->skip_reason =
+        "CreateBucket failed against moto: " + (made.ok() ? made->body : made.status().message());
   return m;
 }
 

@@ -19,13 +19,14 @@ std::string SmallCorpus();
 // run (ctest runs each test case as a process; preparing once saves a tokenizer training per case). The
 // first caller runs prepare(corpus_path, out_dir) under an flock; the others wait and reuse its output.
 // Returns the data directory, or "" when preparing failed.
-std::string SharedPreparedData(const std::function<bool(const std::string& corpus, const std::string& out)>& prepare);
+std::string SharedPreparedData(
+    const std::function<bool(const std::string& corpus, const std::string& out)>& prepare);
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int FreePort();
 
 struct CommandResult {
-  int code = -1;  // exit status; -1 when killed by a signal
+  int code = -1;       // exit status; -1 when killed by a signal
   std::string output;  // stdout and stderr
 };
 CommandResult RunCommand(const std::string& command);

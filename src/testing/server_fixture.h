@@ -92,7 +92,8 @@ class ServerTest : public ::testing::Test {
   }
   void SetUp() override {
     if (!server_) {
-      TERN_SKIP_OR_FAIL_IN_CI("curl is not installed: the HTTP end-to-end tests need it (scripts/install-deps)");
+      TERN_SKIP_OR_FAIL_IN_CI(
+          "curl is not installed: the HTTP end-to-end tests need it (scripts/install-deps)");
     }
   }
 

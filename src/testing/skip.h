@@ -22,8 +22,10 @@ inline bool InCi() {
 
 // TERN_SKIP_OR_FAIL_IN_CI("moto_server is not on PATH; " << how_to_get_it);
 // Returns from the test (or SetUp) with a skip, or with a failure when CI is set. The message may stream.
-#define TERN_SKIP_OR_FAIL_IN_CI(message)                                                        \
-  do {                                                                                          \
-    if (::tern::testing::InCi()) GTEST_FAIL() << "CI is set, so this test may not skip: " << message; \
-    else GTEST_SKIP() << message;                                                               \
+#define TERN_SKIP_OR_FAIL_IN_CI(message)                                   \
+  do {                                                                     \
+    if (::tern::testing::InCi())                                           \
+      GTEST_FAIL() << "CI is set, so this test may not skip: " << message; \
+    else                                                                   \
+      GTEST_SKIP() << message;                                             \
   } while (0)

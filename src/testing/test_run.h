@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "testing/files.h"
+#include "infer/engine.h"
 #include "model/init.h"
 #include "model/safetensors.h"
-#include "infer/engine.h"
+#include "testing/files.h"
 
 namespace tern::testing {
 

@@ -25,7 +25,9 @@ namespace tern {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 double PeakRssBytes() {
   struct rusage u {};
@@ -33,7 +35,10 @@ double PeakRssBytes() {
 }
 
 nlohmann::json MemoryJson(const BenchMemory& m) {
-  return {{"weights", m.weights}, {"grads", m.grads}, {"optimizer", m.optimizer}, {"activations", m.activations},
+  return {{"weights", m.weights},
+          {"grads", m.grads},
+          {"optimizer", m.optimizer},
+          {"activations", m.activations},
           {"total", m.total()}};
 }
 
@@ -43,8 +48,8 @@ double Median(std::vector<double> v) {
 }
 
 // A token shard of random tokens as DIR/train_000.bin and DIR/val_000.bin: `windows` windows of T+1 tokens,
-// what a step of B x accum sequences reads. The trainer's loaders read them like prepared data (their prefetch
-// thread included); the files can go once the loaders have mapped them.
+// what a step of B x accum sequences reads. The trainer's loaders read them like prepared data (their
+// prefetch thread included); the files can go once the loaders have mapped them.
 Status WriteRandomShards(const std::string& dir, const GptConfig& model, int windows, int T) {
   std::vector<int32_t> tokens(static_cast<size_t>(windows) * T + 1);
   std::mt19937_64 rng(42);
@@ -64,7 +69,8 @@ Status TimeSaves(const Gpt& model, const TrainConfig& cfg, const BenchOptions& o
   const fs::path dir = fs::path(o.io_dir) / ("tern_bench_io." + std::to_string(::getpid()));
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) return Status::IoError("--io-dir " + o.io_dir + ": cannot create " + dir.string() + ": " + ec.message());
+  if (ec)
+    return Status::IoError("--io-dir " + o.io_dir + ": cannot create " + dir.string() + ": " + ec.message());
   r->io_dir = o.io_dir;
   ckpt::ManagerOptions mo;
   mo.tiers = {{"fast", (dir / "ckpt").string(), 0, {1, 0, 0}}};
@@ -77,7 +83,8 @@ Status TimeSaves(const Gpt& model, const TrainConfig& cfg, const BenchOptions& o
       TrainProgress p;
       p.step = 1;
       st = (*mgr)->Save(
-          1, {0}, "periodic", std::nullopt, [&](ckpt::Snapshot& s) { return CaptureTrainMeta(model, cfg, {}, p, &s); },
+          1, {0}, "periodic", std::nullopt,
+          [&](ckpt::Snapshot& s) { return CaptureTrainMeta(model, cfg, {}, p, &s); },
           [&](ckpt::Snapshot& s) { return CopyModelState(model, &s); }, /*sync=*/true);
     }
     if (st.ok()) {
@@ -115,8 +122,12 @@ nlohmann::json BenchResult::ToJson() const {
   auto or_null = [](double v) { return v < 0 ? nlohmann::json(nullptr) : nlohmann::json(v); };
   nlohmann::json j = {
       {"tool", "tern bench"},
-      {"model", {{"n_layer", m.n_layer}, {"n_head", m.n_head}, {"n_embd", m.n_embd}, {"vocab_size", m.vocab_size},
-                 {"block_size", m.block_size}}},
+      {"model",
+       {{"n_layer", m.n_layer},
+        {"n_head", m.n_head},
+        {"n_embd", m.n_embd},
+        {"vocab_size", m.vocab_size},
+        {"block_size", m.block_size}}},
       {"batch", options.batch},
       {"seq", options.seq},
       {"grad_accum", options.grad_accum},
@@ -126,7 +137,8 @@ nlohmann::json BenchResult::ToJson() const {
       {"gpu", gpu.empty() ? nlohmann::json(nullptr) : nlohmann::json(gpu)},
       {"gpu_name", gpu_name.empty() ? nlohmann::json(nullptr) : nlohmann::json(gpu_name)},
       {"threads", threads},
-      {"machine", {{"cpu", cpu.model}, {"isa", cpu.isa}, {"threads", threads}, {"logical_cpus", cpu.logical_cpus}}},
+      {"machine",
+       {{"cpu", cpu.model}, {"isa", cpu.isa}, {"threads", threads}, {"logical_cpus", cpu.logical_cpus}}},
       {"steps", options.steps},
       {"warmup", options.warmup},
       {"step_ms", step_ms},
@@ -137,8 +149,9 @@ nlohmann::json BenchResult::ToJson() const {
       {"peak_tflops", peak_gflops / 1e3},
       {"mfu", mfu}};
   const GptMemory& a = allocated;
-  nlohmann::json alloc = MemoryJson({static_cast<double>(a.params + a.params_bf16), static_cast<double>(a.grads),
-                                     static_cast<double>(a.adam_state), static_cast<double>(a.activations + a.scratch)});
+  nlohmann::json alloc =
+      MemoryJson({static_cast<double>(a.params + a.params_bf16), static_cast<double>(a.grads),
+                  static_cast<double>(a.adam_state), static_cast<double>(a.activations + a.scratch)});
   alloc["saved_activations"] = a.activations;
   alloc["backward_scratch"] = a.scratch;
   j["memory"] = {{"recompute", RecomputeName(options.recompute)},
@@ -186,7 +199,8 @@ Result<BenchResult> RunBench(const BenchOptions& o) {
   namespace fs = std::filesystem;
   TERN_RETURN_IF_ERROR(o.model.Validate());
   if (o.seq > o.model.block_size) {
-    return Status::InvalidArgument(fmt::format("--seq {} exceeds the model's block_size {}", o.seq, o.model.block_size));
+    return Status::InvalidArgument(
+        fmt::format("--seq {} exceeds the model's block_size {}", o.seq, o.model.block_size));
   }
   if (o.steps < 1 || o.warmup < 0 || o.grad_accum < 1) {
     return Status::InvalidArgument("--steps and --accum must be at least 1 and --warmup at least 0");
@@ -195,8 +209,8 @@ Result<BenchResult> RunBench(const BenchOptions& o) {
   r.options = o;
   r.has_run = o.measure_run;
   r.run.process_start_s = ProcessAgeSeconds();
-  // The trainer itself, built stage by stage (Trainer::Create's stages, without its run directory): each stage
-  // timed, then its own Step, Evaluate and Samples.
+  // The trainer itself, built stage by stage (Trainer::Create's stages, without its run directory): each
+  // stage timed, then its own Step, Evaluate and Samples.
   std::unique_ptr<Trainer> t(new Trainer());
   t->cfg_ = BenchTrainConfig(o);
   t->quiet_ = true;
@@ -243,7 +257,8 @@ Result<BenchResult> RunBench(const BenchOptions& o) {
   }
   t->peak_gflops_ = r.peak_gflops;
 
-  // On a GPU, NVML's memory in use before the model and after the steps: the model plus the backend's scratch.
+  // On a GPU, NVML's memory in use before the model and after the steps: the model plus the backend's
+  // scratch.
   std::unique_ptr<NvmlSampler> nvml;
   GpuSample mem_before;
   if (backend->capabilities().is_gpu) {

@@ -89,7 +89,8 @@ TEST(Bench, RunBlockTimesStartupEvalSampleAndSaves) {
 }
 
 // The memory block: the model's allocation (what GptMemoryEstimate says), the process's peak resident set
-// around it on a CPU, and GELU recompute's saving. The planner's figures are the CLI's (it links the planner).
+// around it on a CPU, and GELU recompute's saving. The planner's figures are the CLI's (it links the
+// planner).
 TEST(Bench, MemoryBlockReportsTheAllocationAndTheMeasurement) {
   BenchOptions o = Tiny();
   o.measure_run = false;
@@ -99,15 +100,18 @@ TEST(Bench, MemoryBlockReportsTheAllocationAndTheMeasurement) {
     o.recompute = ParseRecompute(recompute).value();
     Result<BenchResult> r = RunBench(o);
     ASSERT_TRUE(r.ok()) << r.status().message();
-    const GptMemory est = GptMemoryEstimate(o.model, o.batch, o.seq, false, ParseRecompute(recompute).value());
+    const GptMemory est =
+        GptMemoryEstimate(o.model, o.batch, o.seq, false, ParseRecompute(recompute).value());
     EXPECT_EQ(r->allocated.total(), est.total());
     EXPECT_EQ(r->allocated.activations, est.activations);
     const auto j = r->ToJson()["memory"];
     EXPECT_EQ(j["recompute"], recompute);
     EXPECT_EQ(j["allocated"]["total"].get<double>(), static_cast<double>(est.total()));
-    EXPECT_EQ(j["allocated"]["activations"].get<double>(), static_cast<double>(est.activations + est.scratch));
-    EXPECT_TRUE(j["planned"].is_null());           // only the CLI fills it in
-    EXPECT_GT(j["peak_rss_bytes"].get<double>(), static_cast<double>(est.total()));  // a CPU: the whole process
+    EXPECT_EQ(j["allocated"]["activations"].get<double>(),
+              static_cast<double>(est.activations + est.scratch));
+    EXPECT_TRUE(j["planned"].is_null());  // only the CLI fills it in
+    EXPECT_GT(j["peak_rss_bytes"].get<double>(),
+              static_cast<double>(est.total()));  // a CPU: the whole process
     EXPECT_TRUE(j["device_mem_bytes"].is_null());
     mem[recompute] = j;
   }
@@ -119,9 +123,9 @@ TEST(Bench, MemoryBlockReportsTheAllocationAndTheMeasurement) {
   EXPECT_NE(ParseRecompute("full").status().message().find("none or gelu"), std::string::npos);
 }
 
-// The step is Trainer::Step with the run's config: an absurd learning rate without clipping makes the trainer's
-// own check fail (a copy of the step with its own hyperparameters would not notice), and fp16 runs with the
-// trainer's loss scaling.
+// The step is Trainer::Step with the run's config: an absurd learning rate without clipping makes the
+// trainer's own check fail (a copy of the step with its own hyperparameters would not notice), and fp16 runs
+// with the trainer's loss scaling.
 TEST(Bench, StepIsTheTrainersStepWithTheRunsConfig) {
   BenchOptions o = Tiny();
   o.measure_run = false;

@@ -117,7 +117,7 @@ TEST_F(ClipTest, ClipScalesTheUpdateAboveTheLimitAndNothingBelow) {
   ASSERT_GT(eps, 0);
   const double wd = TrainConfig{}.weight_decay;
 
-  const OneStep off = Step("off", 0, eps);            // train.grad_clip = 0: off
+  const OneStep off = Step("off", 0, eps);                 // train.grad_clip = 0: off
   const OneStep clipped = Step("clipped", norm / 4, eps);  // the norm is 4x the limit
   const OneStep loose = Step("loose", norm * 4, eps);      // the limit is 4x the norm
   for (const OneStep* s : {&off, &clipped, &loose}) {
@@ -128,8 +128,10 @@ TEST_F(ClipTest, ClipScalesTheUpdateAboveTheLimitAndNothingBelow) {
   // Each run's weights are the AdamW step of its (clipped) gradient, and not the other one's.
   const double off_err = WorstError(off, 1.0, eps, wd), clipped_err = WorstError(clipped, 0.25, eps, wd);
   const double clipped_vs_unclipped = WorstError(clipped, 1.0, eps, wd);
-  std::printf("gradient norm %.4g, eps %.3g; worst error in lr: off %.2e, clipped %.2e, clipped vs unclipped "
-              "%.3f\n", norm, eps, off_err, clipped_err, clipped_vs_unclipped);
+  std::printf(
+      "gradient norm %.4g, eps %.3g; worst error in lr: off %.2e, clipped %.2e, clipped vs unclipped "
+      "%.3f\n",
+      norm, eps, off_err, clipped_err, clipped_vs_unclipped);
   EXPECT_LT(off_err, 1e-3);
   EXPECT_LT(clipped_err, 1e-3) << "clipped to a quarter";
   EXPECT_GT(clipped_vs_unclipped, 0.1) << "the clip changed the update";

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "backend/loss_scaler.h"
-#include "testing/golden.h"
 #include "model/gpt.h"
+#include "testing/golden.h"
 
 namespace tern {
 namespace {
@@ -50,7 +50,8 @@ void CheckFp16(Backend* backend) {
   const std::vector<float> grads = model.GetGradients();
   double worst_grad = 0;
   for (const auto& t : model.layout()) {
-    const double err = RelMaxError(grads.data() + t.offset, g.grads.data() + t.offset, t.numel, 1.0 / scaler.scale());
+    const double err =
+        RelMaxError(grads.data() + t.offset, g.grads.data() + t.offset, t.numel, 1.0 / scaler.scale());
     worst_grad = std::max(worst_grad, err);
     EXPECT_LT(err, 6e-3) << "gradient of " << t.name;
   }
@@ -60,8 +61,8 @@ void CheckFp16(Backend* backend) {
   double worst_step = 0;
   for (int step = 1; step <= g.steps; step++) {
     model.ZeroGrad();
-    const float l =
-        model.Forward(g.inputs.data(), g.targets.data(), g.B, g.T, static_cast<float>(dloss * scaler.scale()));
+    const float l = model.Forward(g.inputs.data(), g.targets.data(), g.B, g.T,
+                                  static_cast<float>(dloss * scaler.scale()));
     const double rel = std::fabs(l - g.losses[step - 1]) / std::max(1.0f, g.losses[step - 1]);
     worst_step = std::max(worst_step, rel);
     EXPECT_LT(rel, 2e-3) << "step " << step << ": " << l << " vs " << g.losses[step - 1];

@@ -13,9 +13,9 @@
 
 #include "ckpt/fault_storage.h"
 #include "ckpt/local_storage.h"
-#include "testing/processes.h"
 #include "data/prepare.h"
 #include "testing/prepared_data.h"
+#include "testing/processes.h"
 #include "train/trainer.h"
 
 namespace tern {
@@ -180,7 +180,8 @@ TEST_F(ResumeTest, ShapeAndSeedChangesAreRefusedSafeChangesAreLogged) {
   shape.seed = 7;
   auto bad = Trainer::Create(shape, true);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("model.n_embd: 32 -> 64"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("model.n_embd: 32 -> 64"), std::string::npos)
+      << bad.status().message();
   EXPECT_NE(bad.status().message().find("train.seed"), std::string::npos) << bad.status().message();
   TrainConfig safe = a;
   safe.ckpt.resume = ResumeFrom::Auto();

@@ -9,9 +9,12 @@ namespace tern {
 
 Compute PrecisionCompute(TrainPrecision precision) {
   switch (precision) {
-    case TrainPrecision::kBf16: return Compute::kBF16;
-    case TrainPrecision::kFp16: return Compute::kF16;
-    case TrainPrecision::kFp32: break;
+    case TrainPrecision::kBf16:
+      return Compute::kBF16;
+    case TrainPrecision::kFp16:
+      return Compute::kF16;
+    case TrainPrecision::kFp32:
+      break;
   }
   return Compute::kF32;
 }
@@ -24,15 +27,20 @@ Result<RunSetup> MakeRunSetup(const TrainConfig& cfg) {
   // trainer runs, and is tested, on every backend.
   if (s.compute == Compute::kF16) s.backend = WithF16Emulation(std::move(s.backend));
   if (s.backend->capabilities().is_gpu && !s.backend->SetAttentionKernel(AttentionName(cfg.cuda_attention))) {
-    return Status::InvalidArgument(fmt::format("cuda.attention={} is not available on {}; use cuda.attention=naive",
-                                               AttentionName(cfg.cuda_attention), s.backend->name()));
+    return Status::InvalidArgument(
+        fmt::format("cuda.attention={} is not available on {}; use cuda.attention=naive",
+                    AttentionName(cfg.cuda_attention), s.backend->name()));
   }
-  // fp16 and bf16 tensor cores have the same peak on every supported GPU, and the probe's bf16 path is the one
-  // that pre-casts its operands; on the CPU fp16 runs at the fp32 matmul's speed (emulated).
-  s.probe = s.compute != Compute::kF16 ? s.compute : s.backend->capabilities().native_fp16 ? Compute::kBF16 : Compute::kF32;
+  // fp16 and bf16 tensor cores have the same peak on every supported GPU, and the probe's bf16 path is the
+  // one that pre-casts its operands; on the CPU fp16 runs at the fp32 matmul's speed (emulated).
+  s.probe = s.compute != Compute::kF16              ? s.compute
+            : s.backend->capabilities().native_fp16 ? Compute::kBF16
+                                                    : Compute::kF32;
   return s;
 }
 
-double ProbeRunPeak(const RunSetup& setup) { return MeasurePeakGflops(setup.backend.get(), setup.probe, 0.5); }
+double ProbeRunPeak(const RunSetup& setup) {
+  return MeasurePeakGflops(setup.backend.get(), setup.probe, 0.5);
+}
 
 }  // namespace tern

@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include <fmt/ranges.h>
-#include "train/lr_schedule.h"
 #include <nlohmann/json.hpp>
+#include "train/lr_schedule.h"
 
 namespace tern {
 
@@ -21,7 +21,7 @@ constexpr char kOptimizer[] = "optimizer.safetensors";
 constexpr char kTrainer[] = "trainer.json";
 
 // Keys whose change makes the saved state meaningless or the data order different: refused on resume.
-const char* const kMustMatch[] = {"model.n_layer",    "model.n_head",     "model.n_embd", "model.vocab_size",
+const char* const kMustMatch[] = {"model.n_layer",    "model.n_head",     "model.n_embd",  "model.vocab_size",
                                   "model.block_size", "train.batch_size", "train.seq_len", "train.seed"};
 
 std::map<std::string, std::string> ShapeMetadata(const GptConfig& m) {
@@ -44,13 +44,16 @@ void EnsureImages(const Gpt& model, ckpt::Snapshot* snap) {
   snap->images.clear();
   std::vector<ckpt::TensorSpec> params;
   for (const auto& t : model.layout()) params.push_back({t.name, t.shape});
-  snap->images.emplace_back(kTensors, std::make_unique<ckpt::SafetensorsImage>(params, ShapeMetadata(model.config())));
+  snap->images.emplace_back(kTensors,
+                            std::make_unique<ckpt::SafetensorsImage>(params, ShapeMetadata(model.config())));
   const int64_t n = static_cast<int64_t>(model.num_params());
-  std::map<std::string, std::string> meta = {{"format", "pt"},
-                                             {"tern.optimizer", "adamw"},
-                                             {"tern.layout", "flat, in the parameter order of tensors.safetensors"}};
-  snap->images.emplace_back(
-      kOptimizer, std::make_unique<ckpt::SafetensorsImage>(std::vector<ckpt::TensorSpec>{{"adam.m", {n}}, {"adam.v", {n}}}, meta));
+  std::map<std::string, std::string> meta = {
+      {"format", "pt"},
+      {"tern.optimizer", "adamw"},
+      {"tern.layout", "flat, in the parameter order of tensors.safetensors"}};
+  snap->images.emplace_back(kOptimizer,
+                            std::make_unique<ckpt::SafetensorsImage>(
+                                std::vector<ckpt::TensorSpec>{{"adam.m", {n}}, {"adam.v", {n}}}, meta));
 }
 
 }  // namespace
@@ -79,7 +82,8 @@ Status CaptureTrainMeta(const Gpt& model, const TrainConfig& cfg, const DataIden
                         const TrainProgress& p, ckpt::Snapshot* snap) {
   nlohmann::ordered_json config = nlohmann::ordered_json::object();
   for (const auto& [k, v] : TrainConfigValues(cfg)) config[k] = v;
-  const LrSchedule sched{cfg.lr, cfg.min_lr_ratio, cfg.warmup_steps, cfg.steps, cfg.schedule == LrScheduleKind::kCosine};
+  const LrSchedule sched{cfg.lr, cfg.min_lr_ratio, cfg.warmup_steps, cfg.steps,
+                         cfg.schedule == LrScheduleKind::kCosine};
   nlohmann::ordered_json j;
   j["format"] = "tern-trainer-state";
   j["version"] = 1;
@@ -87,16 +91,22 @@ Status CaptureTrainMeta(const Gpt& model, const TrainConfig& cfg, const DataIden
   j["adam_t"] = p.adam_t >= 0 ? p.adam_t : p.step;  // AdamW's bias-correction step of the last update
   j["tokens_seen"] = p.tokens_seen;
   j["train_seconds"] = p.train_seconds;
-  j["loader"] = {{"epoch", p.loader.epoch}, {"index", p.loader.index}, {"batch_size", cfg.batch_size},
-                 {"seq_len", cfg.seq_len}, {"shuffle", true}};
+  j["loader"] = {{"epoch", p.loader.epoch},
+                 {"index", p.loader.index},
+                 {"batch_size", cfg.batch_size},
+                 {"seq_len", cfg.seq_len},
+                 {"shuffle", true}};
   j["data"] = {{"train_tokens", data.train_tokens}, {"train_windows", data.train_windows}};
   // Every random stream of the trainer is a pure function of the seed and a counter stored above.
   j["rng"] = {{"seed", cfg.seed},
               {"weights", "GptInitialWeights(seed); used only before step 1"},
               {"data_order", "mt19937_64 per epoch from (seed, epoch); position = loader.epoch/index"},
               {"sampling", "seed + 1000 + i for the i-th sample of each call"}};
-  j["lr_schedule"] = {{"step", p.step}, {"next_lr", sched.At(p.step)}, {"kind", LrScheduleName(cfg.schedule)},
-                      {"warmup_steps", cfg.warmup_steps}, {"total_steps", cfg.steps}};
+  j["lr_schedule"] = {{"step", p.step},
+                      {"next_lr", sched.At(p.step)},
+                      {"kind", LrScheduleName(cfg.schedule)},
+                      {"warmup_steps", cfg.warmup_steps},
+                      {"total_steps", cfg.steps}};
   if (p.loss_scale) {
     j["loss_scale"] = {{"scale", p.loss_scale->scale},
                        {"good_steps", p.loss_scale->good_steps},
@@ -113,8 +123,10 @@ Status CaptureTrainMeta(const Gpt& model, const TrainConfig& cfg, const DataIden
 
   snap->manifest.config_fingerprint = ResumeFingerprint(cfg, data);
   snap->manifest.tokenizer = data.tokenizer;
-  snap->manifest.extra = {{"model", cfg.model.ToString()}, {"precision", PrecisionName(cfg.precision)},
-                          {"params", model.num_params()}, {"tokens_seen", p.tokens_seen}};
+  snap->manifest.extra = {{"model", cfg.model.ToString()},
+                          {"precision", PrecisionName(cfg.precision)},
+                          {"params", model.num_params()},
+                          {"tokens_seen", p.tokens_seen}};
   return Status::Ok();
 }
 
@@ -144,9 +156,10 @@ Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const 
   if (j.value("tokenizer", "") != data.tokenizer)
     refused.push_back(fmt::format("tokenizer: {} -> {}", j.value("tokenizer", ""), data.tokenizer));
   const auto& d = j["data"];
-  if (d.value("train_tokens", uint64_t{0}) != data.train_tokens || d.value("train_windows", uint64_t{0}) != data.train_windows) {
-    refused.push_back(fmt::format("training data: {} tokens -> {} tokens", d.value("train_tokens", uint64_t{0}),
-                                  data.train_tokens));
+  if (d.value("train_tokens", uint64_t{0}) != data.train_tokens ||
+      d.value("train_windows", uint64_t{0}) != data.train_windows) {
+    refused.push_back(fmt::format("training data: {} tokens -> {} tokens",
+                                  d.value("train_tokens", uint64_t{0}), data.train_tokens));
   }
   if (!refused.empty()) {
     return Status::InvalidArgument(fmt::format(
@@ -161,8 +174,8 @@ Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const 
   for (const auto& t : model->layout()) {
     auto it = tensors.tensors.find(t.name);
     if (it == tensors.tensors.end() || it->second.shape != t.shape || it->second.dtype != "F32") {
-      return Status::Corruption(fmt::format("{}/tensors.safetensors: tensor {} missing or not F32 {}", ck.location,
-                                            t.name, fmt::join(t.shape, "x")));
+      return Status::Corruption(fmt::format("{}/tensors.safetensors: tensor {} missing or not F32 {}",
+                                            ck.location, t.name, fmt::join(t.shape, "x")));
     }
     std::memcpy(params.data() + t.offset, it->second.data.data(), t.numel * 4);
   }
@@ -172,7 +185,8 @@ Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const 
   for (const char* name : {"adam.m", "adam.v"}) {
     auto it = opt.tensors.find(name);
     if (it == opt.tensors.end() || it->second.data.size() != bytes)
-      return Status::Corruption(fmt::format("{}/optimizer.safetensors: {} missing or mis-sized", ck.location, name));
+      return Status::Corruption(
+          fmt::format("{}/optimizer.safetensors: {} missing or mis-sized", ck.location, name));
   }
   model->SetParameters(params);  // also re-derives the bf16 copy
   Backend* be = model->backend();
@@ -193,7 +207,8 @@ Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const 
     state.good_steps = ls.value("good_steps", 0);
     state.skipped_steps = ls.value("skipped_steps", int64_t{0});
     if (!(state.scale > 0)) {
-      return Status::Corruption(fmt::format("{}/trainer.json: loss_scale.scale is not positive", ck.location));
+      return Status::Corruption(
+          fmt::format("{}/trainer.json: loss_scale.scale is not positive", ck.location));
     }
     out.progress.loss_scale = state;
   }
@@ -203,7 +218,9 @@ Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const 
 ckpt::ManagerOptions CheckpointManagerOptions(const TrainConfig& cfg) {
   const CheckpointConfig& c = cfg.ckpt;
   ckpt::ManagerOptions o;
-  o.tiers.push_back({"fast", c.dir.empty() ? cfg.run_dir + "/checkpoints" : c.dir, c.every,
+  o.tiers.push_back({"fast",
+                     c.dir.empty() ? cfg.run_dir + "/checkpoints" : c.dir,
+                     c.every,
                      {c.keep_last, c.keep_every, 0}});
   if (!c.durable.empty()) {
     o.tiers.push_back({"durable", c.durable, c.durable_every, {c.durable_keep_last, c.keep_every, 0}});

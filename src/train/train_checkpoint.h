@@ -5,8 +5,8 @@
 //                          converts it to Hugging Face names.
 //   optimizer.safetensors  "adam.m" and "adam.v" [num_params], flat in the same parameter order.
 //   trainer.json           step, adam_t (AdamW's t: applied updates, = step unless fp16 skipped some), tokens
-//                          seen, the loader position, seeds, LR position, loss scale (fp16: scale, good_steps,
-//                          skipped_steps; null for bf16 and fp32), precision, tokenizer, config.
+//                          seen, the loader position, seeds, LR position, loss scale (fp16: scale,
+//                          good_steps, skipped_steps; null for bf16 and fp32), precision, tokenizer, config.
 // The bf16 weight copy is not stored: SetParameters re-derives it from the fp32 master weights, exactly.
 #pragma once
 
@@ -40,7 +40,8 @@ struct TrainProgress {
 };
 
 // The two halves of a save (see ckpt/manager.h):
-// CaptureTrainMeta, on the training thread: trainer.json (step, data position, ...) and the manifest's fields.
+// CaptureTrainMeta, on the training thread: trainer.json (step, data position, ...) and the manifest's
+// fields.
 Status CaptureTrainMeta(const Gpt& model, const TrainConfig& cfg, const DataIdentity& data,
                         const TrainProgress& progress, ckpt::Snapshot* snap);
 // CopyModelState, on the writer thread while the next forward/backward runs: device-to-host copies of the
@@ -51,8 +52,8 @@ struct RestoredTrain {
   TrainProgress progress;
   std::vector<std::string> changes;  // allowed config changes since the checkpoint, "train.steps: 40 -> 80"
 };
-// Refuses, with one message naming every difference, a checkpoint whose model shape, tokenizer, training data,
-// batch geometry (B, T) or seed differ from cfg; otherwise loads weights and moments into the model.
+// Refuses, with one message naming every difference, a checkpoint whose model shape, tokenizer, training
+// data, batch geometry (B, T) or seed differ from cfg; otherwise loads weights and moments into the model.
 Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const TrainConfig& cfg,
                                         const DataIdentity& data, Gpt* model);
 

@@ -26,17 +26,20 @@ Status ParseNumber(const std::string& key, const std::string& text, T* out, T mi
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, v);
   if (ec != std::errc() || ptr != end) {
-    return Status::InvalidArgument(fmt::format("{}: '{}' is not a valid {}", key, text,
-                                               std::is_integral_v<T> ? "integer" : "number"));
+    return Status::InvalidArgument(
+        fmt::format("{}: '{}' is not a valid {}", key, text, std::is_integral_v<T> ? "integer" : "number"));
   }
-  if (v < min_value) return Status::InvalidArgument(fmt::format("{}: {} is below the minimum {}", key, text, min_value));
+  if (v < min_value)
+    return Status::InvalidArgument(fmt::format("{}: {} is below the minimum {}", key, text, min_value));
   *out = v;
   return Status::Ok();
 }
 
 template <typename T>
 Key Number(std::string name, T TrainConfig::*field, T min_value, std::string help) {
-  return {name, std::move(help), {},
+  return {name,
+          std::move(help),
+          {},
           [name, field, min_value](TrainConfig& c, const std::string& s) {
             return ParseNumber(name, s, &(c.*field), min_value);
           },
@@ -45,7 +48,9 @@ Key Number(std::string name, T TrainConfig::*field, T min_value, std::string hel
 
 template <typename T>
 Key ModelNumber(std::string name, T GptConfig::*field, T min_value, std::string help) {
-  return {name, std::move(help), {},
+  return {name,
+          std::move(help),
+          {},
           [name, field, min_value](TrainConfig& c, const std::string& s) {
             return ParseNumber(name, s, &(c.model.*field), min_value);
           },
@@ -54,7 +59,9 @@ Key ModelNumber(std::string name, T GptConfig::*field, T min_value, std::string 
 
 template <typename T>
 Key CkptNumber(std::string name, T CheckpointConfig::*field, T min_value, std::string help) {
-  return {name, std::move(help), {},
+  return {name,
+          std::move(help),
+          {},
           [name, field, min_value](TrainConfig& c, const std::string& s) {
             return ParseNumber(name, s, &(c.ckpt.*field), min_value);
           },
@@ -62,7 +69,9 @@ Key CkptNumber(std::string name, T CheckpointConfig::*field, T min_value, std::s
 }
 
 Key CkptString(std::string name, std::string CheckpointConfig::*field, std::string help) {
-  return {name, std::move(help), {},
+  return {name,
+          std::move(help),
+          {},
           [field](TrainConfig& c, const std::string& s) {
             c.ckpt.*field = s;
             return Status::Ok();
@@ -71,18 +80,23 @@ Key CkptString(std::string name, std::string CheckpointConfig::*field, std::stri
 }
 
 Key CkptBool(std::string name, bool CheckpointConfig::*field, std::string help) {
-  return {name, std::move(help), {"true", "false"},
-          [name, field](TrainConfig& c, const std::string& s) {
-            if (s != "true" && s != "false")
-              return Status::InvalidArgument(fmt::format("{}: '{}' is not allowed; use true or false", name, s));
-            c.ckpt.*field = s == "true";
-            return Status::Ok();
-          },
-          [field](const TrainConfig& c) { return std::string(c.ckpt.*field ? "true" : "false"); }};
+  return {
+      name,
+      std::move(help),
+      {"true", "false"},
+      [name, field](TrainConfig& c, const std::string& s) {
+        if (s != "true" && s != "false")
+          return Status::InvalidArgument(fmt::format("{}: '{}' is not allowed; use true or false", name, s));
+        c.ckpt.*field = s == "true";
+        return Status::Ok();
+      },
+      [field](const TrainConfig& c) { return std::string(c.ckpt.*field ? "true" : "false"); }};
 }
 
 Key String(std::string name, std::string TrainConfig::*field, std::string help) {
-  return {name, std::move(help), {},
+  return {name,
+          std::move(help),
+          {},
           [field](TrainConfig& c, const std::string& s) {
             c.*field = s;
             return Status::Ok();
@@ -115,17 +129,22 @@ template <typename E, size_t N>
 Result<E> ParseChoice(const std::string& key, const Choice<E> (&choices)[N], const std::string& text) {
   for (const auto& c : choices)
     if (text == c.name) return c.value;
-  return Status::InvalidArgument(fmt::format("{}: '{}' is not one of {}", key, text, fmt::join(NamesOf(choices), ", ")));
+  return Status::InvalidArgument(
+      fmt::format("{}: '{}' is not one of {}", key, text, fmt::join(NamesOf(choices), ", ")));
 }
 
 const Choice<TrainPrecision> kPrecisions[] = {
     {TrainPrecision::kFp32, "fp32"}, {TrainPrecision::kBf16, "bf16"}, {TrainPrecision::kFp16, "fp16"}};
-const Choice<TrainDevice> kDevices[] = {
-    {TrainDevice::kCpu, "cpu"}, {TrainDevice::kCpuRef, "cpu-ref"}, {TrainDevice::kCuda, "cuda"}, {TrainDevice::kAuto, "auto"}};
+const Choice<TrainDevice> kDevices[] = {{TrainDevice::kCpu, "cpu"},
+                                        {TrainDevice::kCpuRef, "cpu-ref"},
+                                        {TrainDevice::kCuda, "cuda"},
+                                        {TrainDevice::kAuto, "auto"}};
 const Choice<Recompute> kRecomputes[] = {{Recompute::kNone, RecomputeName(Recompute::kNone)},
                                          {Recompute::kGelu, RecomputeName(Recompute::kGelu)}};
-const Choice<LrScheduleKind> kSchedules[] = {{LrScheduleKind::kCosine, "cosine"}, {LrScheduleKind::kConstant, "constant"}};
-const Choice<AttentionKernel> kAttentions[] = {{AttentionKernel::kNaive, "naive"}, {AttentionKernel::kFlash, "flash"}};
+const Choice<LrScheduleKind> kSchedules[] = {{LrScheduleKind::kCosine, "cosine"},
+                                             {LrScheduleKind::kConstant, "constant"}};
+const Choice<AttentionKernel> kAttentions[] = {{AttentionKernel::kNaive, "naive"},
+                                               {AttentionKernel::kFlash, "flash"}};
 const Choice<WhenBusy> kWhenBusy[] = {{WhenBusy::kWait, "wait"}, {WhenBusy::kSkip, "skip"}};
 const Choice<OnSaveError> kOnError[] = {{OnSaveError::kContinue, "continue"}, {OnSaveError::kStop, "stop"}};
 const Choice<OnNotice> kOnNotice[] = {{OnNotice::kFinish, "finish"}, {OnNotice::kAbandon, "abandon"}};
@@ -153,7 +172,9 @@ Key CkptEnum(std::string name, E CheckpointConfig::*field, const Choice<E> (&cho
 }
 
 Key Resume(std::string help) {
-  return {"ckpt.resume", std::move(help), {},
+  return {"ckpt.resume",
+          std::move(help),
+          {},
           [](TrainConfig& c, const std::string& s) -> Status {
             TERN_ASSIGN_OR_RETURN(c.ckpt.resume, ParseResume(s));
             return Status::Ok();
@@ -185,20 +206,23 @@ const std::vector<Key>& Registry() {
       Number("train.eps", &C::eps, 0.0, "AdamW epsilon"),
       Number("train.grad_clip", &C::grad_clip, 0.0, "clip the global gradient norm to this; 0 = off"),
       Number<uint64_t>("train.seed", &C::seed, 0, "seed for weights, data order and sampling"),
-      Enum("train.precision", &C::precision, kPrecisions,
-             "fp32, or bf16/fp16 mixed precision (16-bit matmul operands, fp32 master weights and accumulation; "
-             "fp16 adds dynamic loss scaling)"),
+      Enum(
+          "train.precision", &C::precision, kPrecisions,
+          "fp32, or bf16/fp16 mixed precision (16-bit matmul operands, fp32 master weights and accumulation; "
+          "fp16 adds dynamic loss scaling)"),
       Enum("train.device", &C::device, kDevices,
-             "cpu (fast path), cpu-ref (plain reference ops), cuda, auto"),
+           "cpu (fast path), cpu-ref (plain reference ops), cuda, auto"),
       Enum("train.recompute", &C::recompute, kRecomputes,
-             "activation recomputation: gelu keeps one layer's GELU output instead of all L and recomputes it in "
-             "the backward (saves (L-1) x B*T x 4C floats for L-1 extra GELU forwards; same gradients)"),
+           "activation recomputation: gelu keeps one layer's GELU output instead of all L and recomputes it "
+           "in "
+           "the backward (saves (L-1) x B*T x 4C floats for L-1 extra GELU forwards; same gradients)"),
       Number("fp16.initial_scale", &C::loss_scale_init, 1.0,
              "fp16: first loss scale (halved on overflow, doubled after growth_interval good steps)"),
       Number("fp16.growth_interval", &C::loss_scale_growth_interval, 1,
              "fp16: good steps in a row before the loss scale doubles"),
       Enum("cuda.attention", &C::cuda_attention, kAttentions,
-             "CUDA attention kernels: naive (saves att[B,NH,T,T]) or flash (fused, online softmax); CPU ignores it"),
+           "CUDA attention kernels: naive (saves att[B,NH,T,T]) or flash (fused, online softmax); CPU "
+           "ignores it"),
       Number("eval.every", &C::eval_every, 0, "validate every N steps; 0 = only at the end"),
       Number("eval.batches", &C::eval_batches, 1, "validation micro-batches per evaluation"),
       Number("sample.every", &C::sample_every, 0, "print samples every N steps; 0 = only at the end"),
@@ -207,9 +231,11 @@ const std::vector<Key>& Registry() {
       Number("sample.count", &C::num_samples, 0, "samples printed at the end"),
       String("run.dir", &C::run_dir, "run directory (metrics.jsonl, config.yaml, model.safetensors)"),
       Number("run.price_per_hour", &C::price_per_hour, 0.0, "USD per hour of this machine, for cost metrics"),
-      Number("run.peak_gflops", &C::peak_gflops, 0.0, "peak GFLOP/s for MFU; 0 = measure with a matmul probe"),
+      Number("run.peak_gflops", &C::peak_gflops, 0.0,
+             "peak GFLOP/s for MFU; 0 = measure with a matmul probe"),
       Number("run.log_every", &C::log_every, 1, "write a console line every N steps"),
-      Resume("auto (newest valid checkpoint across tiers, else start fresh) | none | PATH (step dir or tier)"),
+      Resume(
+          "auto (newest valid checkpoint across tiers, else start fresh) | none | PATH (step dir or tier)"),
       CkptString("ckpt.dir", &CheckpointConfig::dir, "fast tier directory; empty = RUN_DIR/checkpoints"),
       CkptNumber("ckpt.every", &CheckpointConfig::every, 0, "fast-tier save every N steps; 0 = off"),
       CkptNumber("ckpt.keep_last", &CheckpointConfig::keep_last, 0, "fast tier keeps the newest N; 0 = all"),
@@ -217,17 +243,21 @@ const std::vector<Key>& Registry() {
                  "fast and durable tiers also keep steps that are multiples of N (milestones); 0 = none"),
       CkptString("ckpt.durable", &CheckpointConfig::durable,
                  "durable tier: a directory (shared FS) or s3://bucket/prefix; empty = off"),
-      CkptNumber("ckpt.durable_every", &CheckpointConfig::durable_every, 0, "durable-tier save every N steps; 0 = off"),
-      CkptNumber("ckpt.durable_keep_last", &CheckpointConfig::durable_keep_last, 0, "durable tier keeps the newest N; 0 = all"),
-      CkptNumber("ckpt.best_k", &CheckpointConfig::best_k, 0, "best tier keeps the K lowest validation losses; 0 = off"),
-      CkptString("ckpt.best_dir", &CheckpointConfig::best_dir, "best tier directory or s3:// URI; empty = RUN_DIR/best"),
+      CkptNumber("ckpt.durable_every", &CheckpointConfig::durable_every, 0,
+                 "durable-tier save every N steps; 0 = off"),
+      CkptNumber("ckpt.durable_keep_last", &CheckpointConfig::durable_keep_last, 0,
+                 "durable tier keeps the newest N; 0 = all"),
+      CkptNumber("ckpt.best_k", &CheckpointConfig::best_k, 0,
+                 "best tier keeps the K lowest validation losses; 0 = off"),
+      CkptString("ckpt.best_dir", &CheckpointConfig::best_dir,
+                 "best tier directory or s3:// URI; empty = RUN_DIR/best"),
       CkptBool("ckpt.async", &CheckpointConfig::async, "persist on a writer thread while training goes on"),
       CkptEnum("ckpt.when_busy", &CheckpointConfig::when_busy, kWhenBusy,
-                 "a save due while the previous one is still being written"),
+               "a save due while the previous one is still being written"),
       CkptEnum("ckpt.on_error", &CheckpointConfig::on_error, kOnError,
-                 "after a failed save (disk full, store unreachable)"),
+               "after a failed save (disk full, store unreachable)"),
       CkptEnum("ckpt.on_notice", &CheckpointConfig::on_notice, kOnNotice,
-                 "on a preemption notice: finish the current step or abandon it, then save and exit 75"),
+               "on a preemption notice: finish the current step or abandon it, then save and exit 75"),
       CkptBool("ckpt.fast_survives", &CheckpointConfig::fast_survives,
                "the fast tier outlives the instance; false sends emergency saves to the durable tier"),
       CkptString("ckpt.notice_url", &CheckpointConfig::notice_url,
@@ -238,8 +268,10 @@ const std::vector<Key>& Registry() {
                  "warning time assumed for SIGTERM/SIGUSR1 and GCP notices"),
       CkptString("ckpt.s3_endpoint", &CheckpointConfig::s3_endpoint,
                  "S3-compatible endpoint URL; empty = $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL or AWS"),
-      CkptString("ckpt.s3_region", &CheckpointConfig::s3_region, "S3 region; empty = $AWS_REGION or us-east-1"),
-      CkptNumber("ckpt.s3_part_mb", &CheckpointConfig::s3_part_mb, 5, "S3 multipart part size and threshold, MiB"),
+      CkptString("ckpt.s3_region", &CheckpointConfig::s3_region,
+                 "S3 region; empty = $AWS_REGION or us-east-1"),
+      CkptNumber("ckpt.s3_part_mb", &CheckpointConfig::s3_part_mb, 5,
+                 "S3 multipart part size and threshold, MiB"),
   };
   return keys;
 }
@@ -256,11 +288,13 @@ Status UnknownKey(const std::string& name) {
   for (const auto& k : Registry()) {
     if (k.name.rfind(section + ".", 0) == 0) same_section.push_back(k.name);
     std::string s = k.name.substr(0, k.name.find('.'));
-    if (std::find(all_sections.begin(), all_sections.end(), s) == all_sections.end()) all_sections.push_back(s);
+    if (std::find(all_sections.begin(), all_sections.end(), s) == all_sections.end())
+      all_sections.push_back(s);
   }
   if (same_section.empty()) {
-    return Status::InvalidArgument(fmt::format("unknown config key '{}'; sections are: {} (see `tern train --list-keys`)",
-                                               name, fmt::join(all_sections, ", ")));
+    return Status::InvalidArgument(
+        fmt::format("unknown config key '{}'; sections are: {} (see `tern train --list-keys`)", name,
+                    fmt::join(all_sections, ", ")));
   }
   return Status::InvalidArgument(
       fmt::format("unknown config key '{}'; allowed keys: {}", name, fmt::join(same_section, ", ")));
@@ -287,13 +321,27 @@ Status WalkYaml(const YAML::Node& node, const std::string& prefix, TrainConfig* 
 
 }  // namespace
 
-const char* PrecisionName(TrainPrecision v) { return NameOf(kPrecisions, v); }
-const char* DeviceName(TrainDevice v) { return NameOf(kDevices, v); }
-const char* LrScheduleName(LrScheduleKind v) { return NameOf(kSchedules, v); }
-const char* AttentionName(AttentionKernel v) { return NameOf(kAttentions, v); }
-const char* NoticeKindName(NoticeKind v) { return NameOf(kNoticeKinds, v); }
-Result<TrainPrecision> ParsePrecision(const std::string& text) { return ParseChoice("train.precision", kPrecisions, text); }
-Result<TrainDevice> ParseDevice(const std::string& text) { return ParseChoice("train.device", kDevices, text); }
+const char* PrecisionName(TrainPrecision v) {
+  return NameOf(kPrecisions, v);
+}
+const char* DeviceName(TrainDevice v) {
+  return NameOf(kDevices, v);
+}
+const char* LrScheduleName(LrScheduleKind v) {
+  return NameOf(kSchedules, v);
+}
+const char* AttentionName(AttentionKernel v) {
+  return NameOf(kAttentions, v);
+}
+const char* NoticeKindName(NoticeKind v) {
+  return NameOf(kNoticeKinds, v);
+}
+Result<TrainPrecision> ParsePrecision(const std::string& text) {
+  return ParseChoice("train.precision", kPrecisions, text);
+}
+Result<TrainDevice> ParseDevice(const std::string& text) {
+  return ParseChoice("train.device", kDevices, text);
+}
 
 std::string ResumeFrom::ToString() const {
   return mode == Mode::kAuto ? "auto" : mode == Mode::kNone ? "none" : path;
@@ -316,20 +364,22 @@ Status TrainConfig::Validate() const {
   if (total_batch_tokens % micro != 0) {
     return Status::InvalidArgument(fmt::format(
         "train.total_batch_tokens ({}) must be a multiple of batch_size*seq_len ({}*{}={}); try {}",
-        total_batch_tokens, batch_size, seq_len, micro, std::max<int64_t>(1, total_batch_tokens / micro) * micro));
+        total_batch_tokens, batch_size, seq_len, micro,
+        std::max<int64_t>(1, total_batch_tokens / micro) * micro));
   }
   if (seq_len > model.block_size) {
     return Status::InvalidArgument(
-        fmt::format("train.seq_len ({}) exceeds model.block_size ({}); raise block_size or lower seq_len", seq_len,
-                    model.block_size));
+        fmt::format("train.seq_len ({}) exceeds model.block_size ({}); raise block_size or lower seq_len",
+                    seq_len, model.block_size));
   }
   if (data_dir.empty()) {
     return Status::InvalidArgument("data.dir is not set: point it at the output of `tern prepare`");
   }
   if (beta1 >= 1 || beta2 >= 1) return Status::InvalidArgument("train.beta1 and train.beta2 must be below 1");
   if (ckpt.durable_every > 0 && ckpt.durable.empty()) {
-    return Status::InvalidArgument("ckpt.durable_every is set but ckpt.durable is empty: give a directory or "
-                                   "s3://bucket/prefix");
+    return Status::InvalidArgument(
+        "ckpt.durable_every is set but ckpt.durable is empty: give a directory or "
+        "s3://bucket/prefix");
   }
   if (ckpt.resume.mode == ResumeFrom::Mode::kPath && ckpt.resume.path.empty()) {
     return Status::InvalidArgument("ckpt.resume is empty: use auto, none or a path");
@@ -344,7 +394,8 @@ Status LoadTrainConfigFile(const std::string& path, TrainConfig* cfg) {
   } catch (const YAML::BadFile&) {
     return Status::NotFound(fmt::format("config file {} does not exist or cannot be read", path));
   } catch (const YAML::Exception& e) {
-    return Status::InvalidArgument(fmt::format("{}: YAML syntax error at line {}: {}", path, e.mark.line + 1, e.msg));
+    return Status::InvalidArgument(
+        fmt::format("{}: YAML syntax error at line {}: {}", path, e.mark.line + 1, e.msg));
   }
   if (!root.IsMap()) return Status::InvalidArgument(fmt::format("{}: expected a mapping of sections", path));
   return WalkYaml(root, "", cfg).WithContext(path);

@@ -25,14 +25,15 @@ enum class OnNotice { kFinish, kAbandon };               // ckpt.on_notice: fini
 enum class NoticeKind { kAws, kGcp };                    // ckpt.notice_kind: aws | gcp
 // train.recompute is the model layer's Recompute (model/gpt_config.h): none | gelu.
 
-// The name a config writes for each value ("bf16", "cpu-ref", ...), as TrainConfigToYaml and the logs print it.
+// The name a config writes for each value ("bf16", "cpu-ref", ...), as TrainConfigToYaml and the logs print
+// it.
 const char* PrecisionName(TrainPrecision v);
 const char* DeviceName(TrainDevice v);
 const char* LrScheduleName(LrScheduleKind v);
 const char* AttentionName(AttentionKernel v);
 const char* NoticeKindName(NoticeKind v);
-// The registry's parsers, for flags that take the same values (`tern bench --precision`, `--device`): the error
-// names the key, "train.precision: 'bf61' is not one of fp32, bf16, fp16".
+// The registry's parsers, for flags that take the same values (`tern bench --precision`, `--device`): the
+// error names the key, "train.precision: 'bf61' is not one of fp32, bf16, fp16".
 Result<TrainPrecision> ParsePrecision(const std::string& text);
 Result<TrainDevice> ParseDevice(const std::string& text);
 
@@ -51,34 +52,34 @@ Result<ResumeFrom> ParseResume(const std::string& text);
 
 // Checkpoints (docs/checkpoints.md): tiers, cadence, retention, resume and preemption. Keys ckpt.*.
 struct CheckpointConfig {
-  ResumeFrom resume;            // ckpt.resume: auto | none | PATH
+  ResumeFrom resume;  // ckpt.resume: auto | none | PATH
   // fast tier: frequent, local (instance NVMe). Also where emergency saves go unless fast_survives=false.
-  std::string dir;              // empty = RUN_DIR/checkpoints
-  int every = 0;                // steps between saves; 0 = no periodic saves
-  int keep_last = 2;            // newest N kept; 0 = all
-  int keep_every = 0;           // also keep every step that is a multiple of this (milestones); 0 = none
+  std::string dir;     // empty = RUN_DIR/checkpoints
+  int every = 0;       // steps between saves; 0 = no periodic saves
+  int keep_last = 2;   // newest N kept; 0 = all
+  int keep_every = 0;  // also keep every step that is a multiple of this (milestones); 0 = none
   // durable tier: less frequent, to a shared filesystem or an S3-compatible store.
-  std::string durable;          // a directory or s3://bucket/prefix; empty = off
-  int durable_every = 0;        // steps between durable saves; 0 = none
+  std::string durable;    // a directory or s3://bucket/prefix; empty = off
+  int durable_every = 0;  // steps between durable saves; 0 = none
   int durable_keep_last = 2;
   // best tier: the K best by validation loss, for deployment and rollback (checked at each evaluation).
-  int best_k = 0;               // 0 = off
-  std::string best_dir;         // empty = RUN_DIR/best
+  int best_k = 0;        // 0 = off
+  std::string best_dir;  // empty = RUN_DIR/best
   // how saves run
-  bool async = true;                 // snapshot to host memory, persist on a writer thread
-  WhenBusy when_busy = WhenBusy::kWait;          // a save due while one is in flight
+  bool async = true;                              // snapshot to host memory, persist on a writer thread
+  WhenBusy when_busy = WhenBusy::kWait;           // a save due while one is in flight
   OnSaveError on_error = OnSaveError::kContinue;  // a failed save (disk full, store down)
   // preemption
   OnNotice on_notice = OnNotice::kFinish;  // finish the current step, or abandon it (keeps the last update)
-  bool fast_survives = true;         // false: the instance's disk dies with it; emergency saves go durable
-  std::string notice_url;            // cloud metadata base URL polled for a spot notice; empty = off
+  bool fast_survives = true;  // false: the instance's disk dies with it; emergency saves go durable
+  std::string notice_url;     // cloud metadata base URL polled for a spot notice; empty = off
   NoticeKind notice_kind = NoticeKind::kAws;
   double notice_poll_s = 5;
-  double notice_window_s = 30;       // assumed warning time for SIGTERM/SIGUSR1 and GCP
+  double notice_window_s = 30;  // assumed warning time for SIGTERM/SIGUSR1 and GCP
   // S3-compatible stores (credentials come from the AWS environment variables or ~/.aws, never here)
-  std::string s3_endpoint;           // e.g. http://127.0.0.1:9000; empty = $AWS_ENDPOINT_URL_S3 or AWS
-  std::string s3_region;             // empty = $AWS_REGION / $AWS_DEFAULT_REGION / us-east-1
-  int s3_part_mb = 64;               // multipart part size (and threshold), MiB
+  std::string s3_endpoint;  // e.g. http://127.0.0.1:9000; empty = $AWS_ENDPOINT_URL_S3 or AWS
+  std::string s3_region;    // empty = $AWS_REGION / $AWS_DEFAULT_REGION / us-east-1
+  int s3_part_mb = 64;      // multipart part size (and threshold), MiB
 };
 
 struct TrainConfig {
@@ -88,30 +89,30 @@ struct TrainConfig {
   std::string data_dir;  // the output directory of `tern prepare`
 
   // optimisation
-  int batch_size = 8;           // micro-batch B (sequences)
-  int seq_len = 128;            // T
+  int batch_size = 8;              // micro-batch B (sequences)
+  int seq_len = 128;               // T
   int64_t total_batch_tokens = 0;  // tokens per optimizer step; 0 = one micro-batch (B*T)
   int steps = 1000;
   double lr = 6e-4;
-  double min_lr_ratio = 0.1;    // cosine floor = lr * min_lr_ratio
+  double min_lr_ratio = 0.1;  // cosine floor = lr * min_lr_ratio
   int warmup_steps = 100;
   LrScheduleKind schedule = LrScheduleKind::kCosine;
   double weight_decay = 0.1;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
-  double grad_clip = 1.0;       // global norm; 0 disables
+  double grad_clip = 1.0;  // global norm; 0 disables
   uint64_t seed = 1337;
   TrainPrecision precision = TrainPrecision::kFp32;
   TrainDevice device = TrainDevice::kCpu;
   Recompute recompute = Recompute::kNone;  // recompute the GELU outputs in the backward (gpt_config.h)
   // fp16 dynamic loss scaling (precision fp16 only; backend/loss_scaler.h, docs/gpu.md). Keys fp16.*.
-  double loss_scale_init = 65536;        // the first scale (2^16); a resumed run continues its saved scale
-  int loss_scale_growth_interval = 2000; // good steps in a row before the scale doubles
+  double loss_scale_init = 65536;         // the first scale (2^16); a resumed run continues its saved scale
+  int loss_scale_growth_interval = 2000;  // good steps in a row before the scale doubles
   AttentionKernel cuda_attention = AttentionKernel::kNaive;  // ignored on the CPU
 
   // evaluation and samples
-  int eval_every = 100;     // steps; 0 = only at the end
+  int eval_every = 100;  // steps; 0 = only at the end
   int eval_batches = 20;
-  int sample_every = 0;     // steps; 0 = only at the end
+  int sample_every = 0;  // steps; 0 = only at the end
   int sample_tokens = 64;
   std::string sample_prompt;
   int num_samples = 3;

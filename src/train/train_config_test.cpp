@@ -19,10 +19,10 @@ struct EnumKey {
 };
 
 constexpr EnumKey kEnumKeys[] = {
-    {"train.precision", "fp32, bf16, fp16"},  {"train.device", "cpu, cpu-ref, cuda, auto"},
-    {"train.recompute", "none, gelu"},        {"train.schedule", "cosine, constant"},
-    {"cuda.attention", "naive, flash"},       {"ckpt.when_busy", "wait, skip"},
-    {"ckpt.on_error", "continue, stop"},      {"ckpt.on_notice", "finish, abandon"},
+    {"train.precision", "fp32, bf16, fp16"}, {"train.device", "cpu, cpu-ref, cuda, auto"},
+    {"train.recompute", "none, gelu"},       {"train.schedule", "cosine, constant"},
+    {"cuda.attention", "naive, flash"},      {"ckpt.when_busy", "wait, skip"},
+    {"ckpt.on_error", "continue, stop"},     {"ckpt.on_notice", "finish, abandon"},
     {"ckpt.notice_kind", "aws, gcp"},
 };
 
@@ -31,14 +31,18 @@ TEST(TrainConfigEnums, BadValueNamesTheKeyAndTheAllowedValues) {
     TrainConfig c;
     const Status st = ApplyOverride(std::string(k.key) + "=bf61", &c);
     ASSERT_FALSE(st.ok()) << k.key;
-    EXPECT_NE(st.message().find(std::string(k.key) + ": 'bf61' is not one of " + k.allowed), std::string::npos)
+    EXPECT_NE(st.message().find(std::string(k.key) + ": 'bf61' is not one of " + k.allowed),
+              std::string::npos)
         << st.message();
   }
   TrainConfig c;
-  EXPECT_EQ(ParsePrecision("bf61").status().message(), "train.precision: 'bf61' is not one of fp32, bf16, fp16");
-  EXPECT_EQ(ParseDevice("tpu").status().message(), "train.device: 'tpu' is not one of cpu, cpu-ref, cuda, auto");
+  EXPECT_EQ(ParsePrecision("bf61").status().message(),
+            "train.precision: 'bf61' is not one of fp32, bf16, fp16");
+  EXPECT_EQ(ParseDevice("tpu").status().message(),
+            "train.device: 'tpu' is not one of cpu, cpu-ref, cuda, auto");
   // An empty value is not a name either.
-  EXPECT_NE(ApplyOverride("train.precision=", &c).message().find("train.precision: '' is not one of"), std::string::npos);
+  EXPECT_NE(ApplyOverride("train.precision=", &c).message().find("train.precision: '' is not one of"),
+            std::string::npos);
 }
 
 TEST(TrainConfigEnums, GoodValuesParseIntoTheEnums) {
@@ -90,8 +94,9 @@ TEST(TrainConfigEnums, ResumeIsAutoNoneOrAPath) {
   EXPECT_EQ(c.ckpt.resume.ToString(), "s3://bucket/run/step_00000010");
   ASSERT_TRUE(ApplyOverride("ckpt.resume=none", &c).ok());
   EXPECT_EQ(c.ckpt.resume.ToString(), "none");
-  EXPECT_NE(ApplyOverride("ckpt.resume=", &c).message().find("ckpt.resume is empty: use auto, none or a path"),
-            std::string::npos);
+  EXPECT_NE(
+      ApplyOverride("ckpt.resume=", &c).message().find("ckpt.resume is empty: use auto, none or a path"),
+      std::string::npos);
   c.ckpt.resume = ResumeFrom::Path("");
   c.data_dir = "x";
   EXPECT_NE(c.Validate().message().find("ckpt.resume is empty"), std::string::npos);
@@ -100,7 +105,8 @@ TEST(TrainConfigEnums, ResumeIsAutoNoneOrAPath) {
 // The YAML written into a run directory loads back to the same enums.
 TEST(TrainConfigEnums, YamlRoundTripKeepsTheEnums) {
   TrainConfig c;
-  for (const char* kv : {"train.precision=bf16", "train.schedule=constant", "ckpt.on_error=stop", "ckpt.resume=auto"})
+  for (const char* kv :
+       {"train.precision=bf16", "train.schedule=constant", "ckpt.on_error=stop", "ckpt.resume=auto"})
     ASSERT_TRUE(ApplyOverride(kv, &c).ok()) << kv;
   const std::string yaml = TrainConfigToYaml(c);
   EXPECT_NE(yaml.find("precision: bf16"), std::string::npos) << yaml;

@@ -3,15 +3,15 @@
 #include <omp.h>
 
 #include <chrono>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "core/file_util.h"
 #include "core/progress.h"
+#include "infer/generate.h"
 #include "metrics/gpu_sampler_thread.h"
 #include "model/safetensors.h"
-#include "infer/generate.h"
 
 namespace tern {
 namespace {
@@ -41,8 +41,9 @@ Status Trainer::OpenTokenizer() {
   tokenizer_ = std::make_unique<Tokenizer>(std::move(tok));
   if (cfg_.model.vocab_size == 0) cfg_.model.vocab_size = tokenizer_->vocab_size();
   if (cfg_.model.vocab_size < tokenizer_->vocab_size()) {
-    return Status::InvalidArgument(fmt::format("model.vocab_size ({}) is smaller than the tokenizer's ({}) in {}",
-                                               cfg_.model.vocab_size, tokenizer_->vocab_size(), tok_path));
+    return Status::InvalidArgument(
+        fmt::format("model.vocab_size ({}) is smaller than the tokenizer's ({}) in {}", cfg_.model.vocab_size,
+                    tokenizer_->vocab_size(), tok_path));
   }
   return Status::Ok();
 }
@@ -50,8 +51,10 @@ Status Trainer::OpenTokenizer() {
 Status Trainer::OpenLoaders(const std::string& dir) {
   TERN_ASSIGN_OR_RETURN(auto train_shards, FindShards(dir, "train"));
   TERN_ASSIGN_OR_RETURN(auto val_shards, FindShards(dir, "val"));
-  TERN_ASSIGN_OR_RETURN(train_loader_, DataLoader::Open(train_shards, cfg_.batch_size, cfg_.seq_len, cfg_.seed, true));
-  TERN_ASSIGN_OR_RETURN(val_loader_, DataLoader::Open(val_shards, cfg_.batch_size, cfg_.seq_len, cfg_.seed, false));
+  TERN_ASSIGN_OR_RETURN(train_loader_,
+                        DataLoader::Open(train_shards, cfg_.batch_size, cfg_.seq_len, cfg_.seed, true));
+  TERN_ASSIGN_OR_RETURN(val_loader_,
+                        DataLoader::Open(val_shards, cfg_.batch_size, cfg_.seq_len, cfg_.seed, false));
   return Status::Ok();
 }
 
@@ -65,9 +68,10 @@ Status Trainer::OpenDevice() {
 }
 
 void Trainer::BuildModel() {
-  model_ = std::make_unique<Gpt>(setup_.backend.get(), cfg_.model, cfg_.batch_size, cfg_.seq_len, setup_.compute,
-                                 cfg_.recompute);
-  schedule_ = {cfg_.lr, cfg_.min_lr_ratio, cfg_.warmup_steps, cfg_.steps, cfg_.schedule == LrScheduleKind::kCosine};
+  model_ = std::make_unique<Gpt>(setup_.backend.get(), cfg_.model, cfg_.batch_size, cfg_.seq_len,
+                                 setup_.compute, cfg_.recompute);
+  schedule_ = {cfg_.lr, cfg_.min_lr_ratio, cfg_.warmup_steps, cfg_.steps,
+               cfg_.schedule == LrScheduleKind::kCosine};
   flops_per_token_ = GptFlopsPerToken(cfg_.model, cfg_.seq_len);
 }
 
@@ -84,8 +88,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   TERN_RETURN_IF_ERROR(t->OpenLoaders(cfg.data_dir));
   TERN_RETURN_IF_ERROR(t->OpenDevice());
   // The model's buffers; InitWeights waits until we know whether a checkpoint replaces the weights
-  // (OpenCheckpoints below): initialising 124M parameters only to overwrite them is a second of the time to the
-  // first resumed step.
+  // (OpenCheckpoints below): initialising 124M parameters only to overwrite them is a second of the time to
+  // the first resumed step.
   t->BuildModel();
   t->cost_.price_per_hour = cfg.price_per_hour;
   t->peak_gflops_ = cfg.peak_gflops > 0 ? cfg.peak_gflops : ProbeRunPeak(t->setup_);
@@ -170,16 +174,18 @@ Result<StepStats> Trainer::Step() {
   }
   if (!s.skipped && (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm))) {
     return Status::Internal(fmt::format(
-        "step {}: loss {} / gradient norm {} is not finite; lower train.lr or enable train.grad_clip", step_ + 1,
-        s.loss, s.grad_norm));
+        "step {}: loss {} / gradient norm {} is not finite; lower train.lr or enable train.grad_clip",
+        step_ + 1, s.loss, s.grad_norm));
   }
-  if (cfg_.grad_clip > 0 && s.grad_norm > cfg_.grad_clip) grad_scale *= static_cast<float>(cfg_.grad_clip / s.grad_norm);
+  if (cfg_.grad_clip > 0 && s.grad_norm > cfg_.grad_clip)
+    grad_scale *= static_cast<float>(cfg_.grad_clip / s.grad_norm);
   s.lr = schedule_.At(step_);
   if (!s.skipped) {
-    if (ckpt_) ckpt_->WaitForSnapshot();  // a save in flight must finish copying the weights before they change
+    if (ckpt_)
+      ckpt_->WaitForSnapshot();  // a save in flight must finish copying the weights before they change
     adam_t_++;
-    model_->AdamWStep(static_cast<float>(s.lr), cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay, grad_scale,
-                      adam_t_);
+    model_->AdamWStep(static_cast<float>(s.lr), cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay,
+                      grad_scale, adam_t_);
   }
   setup_.backend->Synchronize();
   step_++;
@@ -203,10 +209,11 @@ Status Trainer::DecideFp16Step(double scaled_norm, StepStats* s, float* unscale)
   *unscale = d.unscale;
   if (s->skipped && d.scale_used <= scaler_.options().min_scale) {
     // Halving cannot help any more: the overflow is in the forward pass (activations above fp16's 65504).
-    return Status::Internal(fmt::format(
-        "step {}: fp16 gradients overflow even at the minimum loss scale {}: the activations themselves exceed "
-        "fp16's range; train with train.precision=bf16 (or fp32), or lower train.lr",
-        step_ + 1, d.scale_used));
+    return Status::Internal(
+        fmt::format("step {}: fp16 gradients overflow even at the minimum loss scale {}: the activations "
+                    "themselves exceed "
+                    "fp16's range; train with train.precision=bf16 (or fp32), or lower train.lr",
+                    step_ + 1, d.scale_used));
   }
   return Status::Ok();
 }
@@ -228,7 +235,8 @@ GenerationRequest Trainer::SampleRequest(int count, int tokens, bool full_length
   r.prompt = tokenizer_->Encode(cfg_.sample_prompt);
   if (r.prompt.empty()) r.prompt.push_back(tokenizer_->eos_id());
   const int context = std::min(cfg_.seq_len, cfg_.model.block_size);
-  if (static_cast<int>(r.prompt.size()) >= context) r.prompt.erase(r.prompt.begin(), r.prompt.end() - (context - 1));
+  if (static_cast<int>(r.prompt.size()) >= context)
+    r.prompt.erase(r.prompt.begin(), r.prompt.end() - (context - 1));
   r.max_tokens = std::min<int>(tokens, context - static_cast<int>(r.prompt.size()));
   r.sampling = {0.8f, 40, 1.0f};
   r.seed = cfg_.seed + 1000;
@@ -258,15 +266,17 @@ Result<TrainSummary> Trainer::Run() {
   TrainSummary sum;
   sum.run_dir = cfg_.run_dir;
   sum.peak_gflops = peak_gflops_;
-  const uint64_t tokens_per_step = static_cast<uint64_t>(cfg_.batch_size) * cfg_.seq_len * cfg_.grad_accum_steps();
+  const uint64_t tokens_per_step =
+      static_cast<uint64_t>(cfg_.batch_size) * cfg_.seq_len * cfg_.grad_accum_steps();
   if (!quiet_) {
-    std::fprintf(stderr,
-                 "tern train: %s, %.2fM params, %s on %s (%d threads), B=%d T=%d x%d accum = %llu tokens/step, "
-                 "%d steps\n  peak %.0f GFLOP/s (%s), %.1f MFLOP/token; run dir %s\n",
-                 cfg_.model.ToString().c_str(), model_->num_params() / 1e6, PrecisionName(cfg_.precision),
-                 setup_.backend->name().c_str(), omp_get_max_threads(), cfg_.batch_size, cfg_.seq_len,
-                 cfg_.grad_accum_steps(), static_cast<unsigned long long>(tokens_per_step), cfg_.steps, peak_gflops_,
-                 PrecisionName(cfg_.precision), flops_per_token_ / 1e6, cfg_.run_dir.c_str());
+    std::fprintf(
+        stderr,
+        "tern train: %s, %.2fM params, %s on %s (%d threads), B=%d T=%d x%d accum = %llu tokens/step, "
+        "%d steps\n  peak %.0f GFLOP/s (%s), %.1f MFLOP/token; run dir %s\n",
+        cfg_.model.ToString().c_str(), model_->num_params() / 1e6, PrecisionName(cfg_.precision),
+        setup_.backend->name().c_str(), omp_get_max_threads(), cfg_.batch_size, cfg_.seq_len,
+        cfg_.grad_accum_steps(), static_cast<unsigned long long>(tokens_per_step), cfg_.steps, peak_gflops_,
+        PrecisionName(cfg_.precision), flops_per_token_ / 1e6, cfg_.run_dir.c_str());
   }
   sum.resumed_from = resumed_from_;
   ProgressBar bar("train", cfg_.steps, "step", quiet_ ? nullptr : stderr);
@@ -282,19 +292,25 @@ Result<TrainSummary> Trainer::Run() {
     mfu_sum += s.mfu;
     sum.train_loss = s.loss;
     double elapsed = Seconds(start);
-    nlohmann::json row = {{"step", s.step},           {"loss", s.loss},
-                          {"lr", s.lr},               {"grad_norm", s.grad_norm},
-                          {"tokens", tokens_seen_},   {"tokens_per_s", s.tokens_per_s},
-                          {"mfu", s.mfu},             {"step_ms", s.step_s * 1e3},
-                          {"data_wait_ms", s.data_wait_s * 1e3}, {"precision", PrecisionName(cfg_.precision)},
+    nlohmann::json row = {{"step", s.step},
+                          {"loss", s.loss},
+                          {"lr", s.lr},
+                          {"grad_norm", s.grad_norm},
+                          {"tokens", tokens_seen_},
+                          {"tokens_per_s", s.tokens_per_s},
+                          {"mfu", s.mfu},
+                          {"step_ms", s.step_s * 1e3},
+                          {"data_wait_ms", s.data_wait_s * 1e3},
+                          {"precision", PrecisionName(cfg_.precision)},
                           {"elapsed_s", elapsed}};
     if (setup_.compute == Compute::kF16) {
       row["loss_scale"] = s.loss_scale;
       if (s.skipped) {
         row["skipped"] = true;
         if (!quiet_) {
-          bar.Print(fmt::format("step {}: fp16 gradients overflowed at loss scale {}; update skipped, scale now {}",
-                                s.step, s.loss_scale, scaler_.scale()));
+          bar.Print(
+              fmt::format("step {}: fp16 gradients overflowed at loss scale {}; update skipped, scale now {}",
+                          s.step, s.loss_scale, scaler_.scale()));
         }
       }
     }
@@ -308,21 +324,24 @@ Result<TrainSummary> Trainer::Run() {
     if (cost_.enabled()) {
       row["cost_usd"] = cost_.CostUsd(elapsed);
       row["usd_per_mtok"] = cost_.UsdPerMillionTokens(s.tokens_per_s);
-      cost_text = fmt::format(" | ${:.4f} ({:.2f} $/Mtok)", cost_.CostUsd(elapsed), cost_.UsdPerMillionTokens(s.tokens_per_s));
+      cost_text = fmt::format(" | ${:.4f} ({:.2f} $/Mtok)", cost_.CostUsd(elapsed),
+                              cost_.UsdPerMillionTokens(s.tokens_per_s));
     }
     TERN_RETURN_IF_ERROR(log_.Write(row));
     if (resumed_from_ >= 0 && !first_resumed_step_logged_) {
       first_resumed_step_logged_ = true;
-      TERN_RETURN_IF_ERROR(log_.Write(
-          {{"event", "resumed_first_step"}, {"step", s.step}, {"since_process_start_s", ProcessAgeSeconds()}}));
+      TERN_RETURN_IF_ERROR(log_.Write({{"event", "resumed_first_step"},
+                                       {"step", s.step},
+                                       {"since_process_start_s", ProcessAgeSeconds()}}));
     }
     if (watcher_ && watcher_->notified()) {  // finish policy: this step is done; save it and stop
       TERN_RETURN_IF_ERROR(EmergencyCheckpoint(&sum, &bar));
       return sum;
     }
     if (!quiet_ && (s.step % cfg_.log_every == 0 || s.step == cfg_.steps)) {
-      bar.Update(s.step, fmt::format("loss {:.4f} | lr {:.2e} | {} | MFU {:.1f}%{}", loss_ema, s.lr,
-                                     ProgressBar::FormatAmount(s.tokens_per_s, "tok/s"), s.mfu * 100, cost_text));
+      bar.Update(s.step,
+                 fmt::format("loss {:.4f} | lr {:.2e} | {} | MFU {:.1f}%{}", loss_ema, s.lr,
+                             ProgressBar::FormatAmount(s.tokens_per_s, "tok/s"), s.mfu * 100, cost_text));
     }
     bool last = s.step == cfg_.steps;
     std::optional<double> val_now;
@@ -332,7 +351,8 @@ Result<TrainSummary> Trainer::Run() {
       sum.val_loss = val;
       val_now = val;
       TERN_RETURN_IF_ERROR(log_.Write({{"step", s.step}, {"val_loss", val}, {"eval_ms", Seconds(t0) * 1e3}}));
-      if (!quiet_) bar.Print(fmt::format("step {:>6}: val loss {:.4f} (train {:.4f})", s.step, val, loss_ema));
+      if (!quiet_)
+        bar.Print(fmt::format("step {:>6}: val loss {:.4f} (train {:.4f})", s.step, val, loss_ema));
     }
     if (cfg_.sample_every > 0 && s.step % cfg_.sample_every == 0 && !last && !quiet_) {
       TERN_ASSIGN_OR_RETURN(auto samples, Samples(1, cfg_.sample_tokens));
@@ -363,15 +383,21 @@ Result<TrainSummary> Trainer::Run() {
 }
 
 Status Trainer::WriteRunFiles(const TrainSummary& s) {
-  TERN_RETURN_IF_ERROR(WriteGptSafetensors(cfg_.run_dir + "/model.safetensors", cfg_.model, model_->GetParameters(),
-                                           {{"tern.tokenizer", tokenizer_->fingerprint()},
-                                            {"tern.step", std::to_string(step_)}}));
-  nlohmann::json summary = {{"event", "end"},         {"steps", s.steps},
-                            {"train_loss", s.train_loss}, {"val_loss", s.val_loss},
-                            {"tokens", s.tokens},     {"wall_s", s.wall_s},
-                            {"train_s", s.train_s},   {"tokens_per_s", s.tokens_per_s},
-                            {"mfu", s.mfu},           {"peak_gflops", s.peak_gflops},
-                            {"cost_usd", s.cost_usd}, {"samples", s.samples}};
+  TERN_RETURN_IF_ERROR(WriteGptSafetensors(
+      cfg_.run_dir + "/model.safetensors", cfg_.model, model_->GetParameters(),
+      {{"tern.tokenizer", tokenizer_->fingerprint()}, {"tern.step", std::to_string(step_)}}));
+  nlohmann::json summary = {{"event", "end"},
+                            {"steps", s.steps},
+                            {"train_loss", s.train_loss},
+                            {"val_loss", s.val_loss},
+                            {"tokens", s.tokens},
+                            {"wall_s", s.wall_s},
+                            {"train_s", s.train_s},
+                            {"tokens_per_s", s.tokens_per_s},
+                            {"mfu", s.mfu},
+                            {"peak_gflops", s.peak_gflops},
+                            {"cost_usd", s.cost_usd},
+                            {"samples", s.samples}};
   if (setup_.compute == Compute::kF16) {
     summary["loss_scale"] = scaler_.scale();
     summary["skipped_steps"] = scaler_.state().skipped_steps;

@@ -76,10 +76,11 @@ class Trainer {
  public:
   // Opens the data, builds the model on the configured device and prepares the run directory.
   // Resumes from a checkpoint when cfg.ckpt.resume says so.
-  static Result<std::unique_ptr<Trainer>> Create(const TrainConfig& cfg, bool quiet = false, TrainerEnv env = {});
+  static Result<std::unique_ptr<Trainer>> Create(const TrainConfig& cfg, bool quiet = false,
+                                                 TrainerEnv env = {});
 
-  // Runs up to cfg.steps optimizer steps with evaluation, samples, checkpoints, metrics and the final summary.
-  // Returns early, with summary.preempted, after a preemption notice and the emergency checkpoint.
+  // Runs up to cfg.steps optimizer steps with evaluation, samples, checkpoints, metrics and the final
+  // summary. Returns early, with summary.preempted, after a preemption notice and the emergency checkpoint.
   Result<TrainSummary> Run();
 
   // One optimizer step over grad_accum_steps micro-batches.
@@ -103,8 +104,9 @@ class Trainer {
 
  private:
   Trainer() = default;
-  // Create's stages. `tern bench` (train/bench.h) runs them one at a time, timing each, and then this trainer's
-  // own Step, Evaluate and Samples; it opens no run directory, metrics log, checkpoints or preemption watcher.
+  // Create's stages. `tern bench` (train/bench.h) runs them one at a time, timing each, and then this
+  // trainer's own Step, Evaluate and Samples; it opens no run directory, metrics log, checkpoints or
+  // preemption watcher.
   friend Result<BenchResult> RunBench(const BenchOptions& options);
   Status OpenTokenizer();                      // cfg_.data_dir's; model.vocab_size 0 becomes its size
   Status OpenLoaders(const std::string& dir);  // dir's train and val shards
@@ -118,7 +120,8 @@ class Trainer {
   Status OpenCheckpoints(nlohmann::json* resume_row);
   Status CaptureSnapshotMeta(ckpt::Snapshot& snap);
   Status CopySnapshotTensors(ckpt::Snapshot& snap);
-  Status SaveTo(const std::vector<int>& tiers, const std::string& kind, std::optional<double> val_loss, bool sync);
+  Status SaveTo(const std::vector<int>& tiers, const std::string& kind, std::optional<double> val_loss,
+                bool sync);
   DataIdentity data_identity() const;
   Status MaybeCheckpoint(int step, bool last, std::optional<double> val_loss, ProgressBar* bar);
   // Logs finished saves; *failure (if given) receives the first failed save's error.

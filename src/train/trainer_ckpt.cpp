@@ -26,7 +26,9 @@ Status Trainer::CaptureSnapshotMeta(ckpt::Snapshot& snap) {
   return CaptureTrainMeta(*model_, cfg_, data_identity(), p, &snap);
 }
 
-Status Trainer::CopySnapshotTensors(ckpt::Snapshot& snap) { return CopyModelState(*model_, &snap); }
+Status Trainer::CopySnapshotTensors(ckpt::Snapshot& snap) {
+  return CopyModelState(*model_, &snap);
+}
 
 Status Trainer::SaveTo(const std::vector<int>& tiers, const std::string& kind, std::optional<double> val_loss,
                        bool sync) {
@@ -80,18 +82,26 @@ Status Trainer::OpenCheckpoints(nlohmann::json* resume_row) {
   train_seconds_ = r.progress.train_seconds;
   adam_t_ = r.progress.adam_t >= 0 ? r.progress.adam_t : step_;
   // The scale is training state: a resumed fp16 run continues with the saved one, whatever fp16.initial_scale
-  // says (that key only starts fresh runs). A checkpoint of another precision has none: start from the config.
+  // says (that key only starts fresh runs). A checkpoint of another precision has none: start from the
+  // config.
   if (setup_.compute == Compute::kF16 && r.progress.loss_scale) scaler_.set_state(*r.progress.loss_scale);
   TERN_RETURN_IF_ERROR(train_loader_->Restore(r.progress.loader).WithContext("restoring the data position"));
   resumed_from_ = step_;
   last_saved_step_ = step_;
   const double load_s = SecondsSince(t0);
   if (!quiet_) {
-    std::fprintf(stderr, "tern train: resumed from %s (step %d) in %.2f s\n", loaded->location.c_str(), step_, load_s);
-    for (const auto& c : r.changes) std::fprintf(stderr, "tern train: config changed since the checkpoint: %s\n", c.c_str());
+    std::fprintf(stderr, "tern train: resumed from %s (step %d) in %.2f s\n", loaded->location.c_str(), step_,
+                 load_s);
+    for (const auto& c : r.changes)
+      std::fprintf(stderr, "tern train: config changed since the checkpoint: %s\n", c.c_str());
   }
-  *resume_row = {{"event", "resume"}, {"step", step_},       {"from", loaded->location}, {"load_ms", load_s * 1e3},
-                 {"skipped", skipped}, {"changes", r.changes}, {"since_process_start_s", ProcessAgeSeconds()}};
+  *resume_row = {{"event", "resume"},
+                 {"step", step_},
+                 {"from", loaded->location},
+                 {"load_ms", load_s * 1e3},
+                 {"skipped", skipped},
+                 {"changes", r.changes},
+                 {"since_process_start_s", ProcessAgeSeconds()}};
   return Status::Ok();
 }
 
@@ -123,7 +133,8 @@ Status Trainer::MaybeCheckpoint(int step, bool last, std::optional<double> val_l
   Status failure;
   TERN_RETURN_IF_ERROR(DrainCheckpointEvents(bar, &failure));
   if (!failure.ok() && cfg_.ckpt.on_error == OnSaveError::kStop) {
-    return failure.WithContext("checkpoint failed and ckpt.on_error=stop (the previous checkpoint is intact)");
+    return failure.WithContext(
+        "checkpoint failed and ckpt.on_error=stop (the previous checkpoint is intact)");
   }
   return Status::Ok();
 }
@@ -135,16 +146,25 @@ Status Trainer::DrainCheckpointEvents(ProgressBar* bar, Status* failure) {
     if (e.skipped) {
       row["event"] = "checkpoint_skipped";
       row["reason"] = "the previous save was still being written (ckpt.when_busy=skip)";
-      if (bar) bar->Print(fmt::format("checkpoint step {} ({}) skipped: previous save still in flight", e.step, e.tier));
+      if (bar)
+        bar->Print(
+            fmt::format("checkpoint step {} ({}) skipped: previous save still in flight", e.step, e.tier));
     } else if (!e.status.ok()) {
       row["event"] = "checkpoint_failed";
       row["error"] = e.status.message();
-      if (bar) bar->Print(fmt::format("checkpoint step {} ({}) FAILED: {}", e.step, e.tier, e.status.message()));
-      if (!quiet_ && !bar) std::fprintf(stderr, "tern train: checkpoint failed: %s\n", e.status.message().c_str());
+      if (bar)
+        bar->Print(fmt::format("checkpoint step {} ({}) FAILED: {}", e.step, e.tier, e.status.message()));
+      if (!quiet_ && !bar)
+        std::fprintf(stderr, "tern train: checkpoint failed: %s\n", e.status.message().c_str());
       if (first_error.ok()) first_error = e.status;
     } else {
-      row.update({{"stall_ms", e.stall_ms}, {"wait_ms", e.wait_ms}, {"copy_ms", e.copy_ms},
-                  {"persist_ms", e.persist_ms}, {"bytes", e.bytes}, {"location", e.location}, {"removed", e.removed}});
+      row.update({{"stall_ms", e.stall_ms},
+                  {"wait_ms", e.wait_ms},
+                  {"copy_ms", e.copy_ms},
+                  {"persist_ms", e.persist_ms},
+                  {"bytes", e.bytes},
+                  {"location", e.location},
+                  {"removed", e.removed}});
     }
     TERN_RETURN_IF_ERROR(log_.Write(row));
   }
@@ -172,14 +192,16 @@ Status Trainer::EmergencyCheckpoint(TrainSummary* sum, ProgressBar* bar) {
     what = st.ok() ? "saved" : "FAILED: " + st.message();
   }
   const double save_s = SecondsSince(t0);
-  const double since_notice = std::chrono::duration<double>(std::chrono::steady_clock::now() - notice.at).count();
+  const double since_notice =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - notice.at).count();
   const std::string location = ckpt::JoinKey(ckpt_->storage(tier).uri(), ckpt::StepDirName(step_));
   sum->preempted = true;
   sum->steps = step_;
   sum->tokens = tokens_seen_;
   sum->train_s = train_seconds_;
   sum->preempt_report = fmt::format(
-      "preempted ({}): step {} {} to {} in {:.2f} s; {:.2f} s after the notice, {} the {:.0f} s window. Resume "
+      "preempted ({}): step {} {} to {} in {:.2f} s; {:.2f} s after the notice, {} the {:.0f} s window. "
+      "Resume "
       "with --resume auto.",
       notice.source, step_, what, location, save_s, since_notice,
       since_notice <= notice.window_s ? "inside" : "OUTSIDE", notice.window_s);

@@ -1,6 +1,7 @@
 // The trainer's fp16 path (dynamic loss scaling) and its GPU metrics, on the CPU: an injected gradient
 // overflow skips the update and halves the scale; N good steps double it; a resumed run continues with the
-// saved scale, bit for bit; a (fake) GPU sampler's readings reach metrics.jsonl with the documented arithmetic.
+// saved scale, bit for bit; a (fake) GPU sampler's readings reach metrics.jsonl with the documented
+// arithmetic.
 #include <gtest/gtest.h>
 
 #include <omp.h>
@@ -11,10 +12,10 @@
 #include <fstream>
 #include <limits>
 
-#include "testing/processes.h"
 #include "data/prepare.h"
 #include "metrics/fake_gpu_sampler.h"
 #include "testing/prepared_data.h"
+#include "testing/processes.h"
 #include "train/trainer.h"
 
 namespace tern {
@@ -204,7 +205,8 @@ TEST_F(Fp16Trainer, ResumeRestoresTheScale) {
   EXPECT_EQ(tb->loss_scaler().state().skipped_steps, end_a.skipped_steps);
 }
 
-// ---- GPU metrics through the trainer, with a scripted sampler ------------------------------------------------
+// ---- GPU metrics through the trainer, with a scripted sampler
+// ------------------------------------------------
 
 TEST_F(Fp16Trainer, GpuFieldsReachMetricsJsonl) {
   TrainConfig c = Config("gpu_counter", "fp32", 3);

@@ -9,10 +9,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "testing/processes.h"
-#include "testing/skip.h"
 #include "data/prepare.h"
 #include "model/safetensors.h"
+#include "testing/processes.h"
+#include "testing/skip.h"
 #include "train/lr_schedule.h"
 #include "train/trainer.h"
 
@@ -72,9 +72,11 @@ TEST_F(TrainerTest, LossFallsAndRunFilesAreWritten) {
   ASSERT_TRUE(first.ok());
   auto s = (*t)->Run();
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  EXPECT_LT(s->val_loss, *first - 1.0) << "validation loss should fall well below its start (" << *first << ")";
+  EXPECT_LT(s->val_loss, *first - 1.0)
+      << "validation loss should fall well below its start (" << *first << ")";
   EXPECT_EQ(s->tokens, 40u * 256u);
-  for (const char* f : {"metrics.jsonl", "config.yaml", "model.safetensors", "summary.json", "tokenizer.model"}) {
+  for (const char* f :
+       {"metrics.jsonl", "config.yaml", "model.safetensors", "summary.json", "tokenizer.model"}) {
     EXPECT_TRUE(fs::exists(fs::path(s->run_dir) / f)) << f;
   }
   // metrics.jsonl: a start row, one row per step with the documented fields, eval rows, an end row.
@@ -87,7 +89,8 @@ TEST_F(TrainerTest, LossFallsAndRunFilesAreWritten) {
     if (j.contains("val_loss")) evals++;
     if (j.contains("loss")) {
       steps++;
-      for (const char* k : {"step", "lr", "grad_norm", "tokens_per_s", "mfu", "step_ms", "data_wait_ms", "precision"})
+      for (const char* k :
+           {"step", "lr", "grad_norm", "tokens_per_s", "mfu", "step_ms", "data_wait_ms", "precision"})
         EXPECT_TRUE(j.contains(k)) << k;
     }
   }
@@ -163,12 +166,13 @@ TEST_F(TrainerTest, SafetensorsReadBackIndependently) {
     if (t.name == "qkvw") qkv_off = t.offset;
   size_t l1 = qkv_off + 3 * 8 * 8;  // layer 1
   std::string script = root_.string() + "/read.py";
-  std::ofstream(script) << "import json,struct,sys\n"
-                           "b=open(sys.argv[1],'rb').read(); n=struct.unpack('<Q',b[:8])[0]; h=json.loads(b[8:8+n])\n"
-                           "e=h['transformer.h.1.attn.c_attn.weight']; s,_=e['data_offsets']\n"
-                           "assert e['shape']==[8,24] and e['dtype']=='F32'\n"
-                           "v=struct.unpack('<f',b[8+n+s+4*(2*24+5):8+n+s+4*(2*24+5)+4])[0]\n"  // [in=2][out=5]
-                           "print(v)\n";
+  std::ofstream(script)
+      << "import json,struct,sys\n"
+         "b=open(sys.argv[1],'rb').read(); n=struct.unpack('<Q',b[:8])[0]; h=json.loads(b[8:8+n])\n"
+         "e=h['transformer.h.1.attn.c_attn.weight']; s,_=e['data_offsets']\n"
+         "assert e['shape']==[8,24] and e['dtype']=='F32'\n"
+         "v=struct.unpack('<f',b[8+n+s+4*(2*24+5):8+n+s+4*(2*24+5)+4])[0]\n"  // [in=2][out=5]
+         "print(v)\n";
   std::string out_file = root_.string() + "/read.out";
   ASSERT_EQ(std::system(("/usr/bin/python3 " + script + " " + path + " > " + out_file).c_str()), 0);
   std::ifstream in(out_file);

@@ -38,10 +38,20 @@ void* CpuMemoryBackend::Alloc(size_t bytes) {
   return p;
 }
 
-void CpuMemoryBackend::Free(void* ptr) { std::free(ptr); }
-void CpuMemoryBackend::Upload(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
-void CpuMemoryBackend::Download(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
-void CpuMemoryBackend::Copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
-void CpuMemoryBackend::Zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
+void CpuMemoryBackend::Free(void* ptr) {
+  std::free(ptr);
+}
+void CpuMemoryBackend::Upload(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+void CpuMemoryBackend::Download(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+void CpuMemoryBackend::Copy(void* dst, const void* src, size_t bytes) {
+  std::memmove(dst, src, bytes);
+}
+void CpuMemoryBackend::Zero(void* dst, size_t bytes) {
+  std::memset(dst, 0, bytes);
+}
 
 }  // namespace tern

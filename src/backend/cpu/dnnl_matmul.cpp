@@ -117,9 +117,10 @@ DnnlMatmul::Entry* DnnlMatmul::Lookup(DType dtype, bool has_bias, int M, int N, 
       // A CPU without AVX512-BF16 or AMX has no bf16 matmul at all: say so once, not once per shape.
       static std::atomic<bool> said{false};
       if (!said.exchange(true))
-        std::fprintf(stderr,
-                     "tern: oneDNN has no bf16 matmul on this CPU (it needs AVX512-BF16 or AMX); bf16 matmuls run "
-                     "in fp32 on bf16-rounded operands\n");
+        std::fprintf(
+            stderr,
+            "tern: oneDNN has no bf16 matmul on this CPU (it needs AVX512-BF16 or AMX); bf16 matmuls run "
+            "in fp32 on bf16-rounded operands\n");
     } else {
       std::fprintf(stderr, "tern: oneDNN matmul %s M=%d N=%d K=%d unavailable (%s); using the fallback\n",
                    DTypeName(dtype), M, N, K, e.what());

@@ -19,12 +19,14 @@ void RoundToF16Array(float* dst, const float* src, size_t n) {
     const size_t end = std::min(n, i + 4096);
 #if defined(__AVX512F__)
     for (; i + 16 <= end; i += 16) {
-      const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m256i h =
+          _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
     }
 #elif defined(__F16C__)
     for (; i + 8 <= end; i += 8) {
-      const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m128i h =
+          _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
     }
 #endif

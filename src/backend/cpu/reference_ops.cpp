@@ -35,8 +35,8 @@ void CpuReferenceBackend::EncoderForward(float* out, const int32_t* inp, const f
   }
 }
 
-void CpuReferenceBackend::EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B,
-                                          int T, int C) {
+void CpuReferenceBackend::EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
+                                          int B, int T, int C) {
   for (int b = 0; b < B; b++) {
     for (int t = 0; t < T; t++) {
       const float* dout_bt = dout + (static_cast<size_t>(b) * T + t) * C;
@@ -290,6 +290,8 @@ Capabilities CpuReferenceBackend::capabilities() const {
   return c;
 }
 
-std::unique_ptr<Backend> MakeCpuReferenceBackend() { return std::make_unique<CpuReferenceBackend>(); }
+std::unique_ptr<Backend> MakeCpuReferenceBackend() {
+  return std::make_unique<CpuReferenceBackend>();
+}
 
 }  // namespace tern

@@ -12,9 +12,9 @@ namespace cuda {
 namespace {
 
 __global__ void AdamWKernel(float* __restrict__ param, uint16_t* __restrict__ param_bf16,
-                            const float* __restrict__ grad, float* __restrict__ m, float* __restrict__ v, size_t n,
-                            float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                            float bc1, float bc2) {
+                            const float* __restrict__ grad, float* __restrict__ m, float* __restrict__ v,
+                            size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                            float grad_scale, float bc1, float bc2) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const float g = grad[i] * grad_scale;
     const float mi = beta1 * m[i] + (1.0f - beta1) * g;
@@ -33,13 +33,14 @@ __global__ void AdamWKernel(float* __restrict__ param, uint16_t* __restrict__ pa
 }  // namespace cuda
 
 void CudaBackend::AdamW(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v, size_t n,
-                        float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
+                        float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                        int t) {
   if (n == 0) return;
   // Bias corrections on the host in float, exactly as the reference computes them.
   const float bc1 = 1.0f - std::pow(beta1, static_cast<float>(t));
   const float bc2 = 1.0f - std::pow(beta2, static_cast<float>(t));
-  cuda::AdamWKernel<<<cuda::GridFor(n, 256), 256, 0, stream_>>>(param, param_bf16, grad, m, v, n, lr, beta1, beta2,
-                                                                eps, weight_decay, grad_scale, bc1, bc2);
+  cuda::AdamWKernel<<<cuda::GridFor(n, 256), 256, 0, stream_>>>(
+      param, param_bf16, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -27,7 +27,8 @@ namespace {
 constexpr int kRowsPerBlock = 8;
 
 // rows = NH * T rows of one batch row; row r is query t = r % T. In place: scores -> probabilities.
-__global__ void CausalSoftmaxKernel(float* __restrict__ att, uint16_t* __restrict__ p16, int rows, int T, bool f16) {
+__global__ void CausalSoftmaxKernel(float* __restrict__ att, uint16_t* __restrict__ p16, int rows, int T,
+                                    bool f16) {
   const int lane = threadIdx.x % kWarp;
   const int r = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
   if (r >= rows) return;
@@ -114,13 +115,13 @@ void CudaBackend::AttentionForward(float* out, float* att, const float* qkv, int
     CUDA_CHECK_LAUNCH();
     // out[t, h*hs + d] = sum_t2 att[h][t][t2] v[t2, h*hs + d]
     const void* p = half ? static_cast<const void*>(p16) : static_cast<const void*>(att_b);
-    GemmStridedBatched(false, false, hs, T, T, 1.0f, v, C3, hs, p, T, tt, 0.0f, out + static_cast<size_t>(b) * T * C,
-                       C, hs, NH, type);
+    GemmStridedBatched(false, false, hs, T, T, 1.0f, v, C3, hs, p, T, tt, 0.0f,
+                       out + static_cast<size_t>(b) * T * C, C, hs, NH, type);
   }
 }
 
-void CudaBackend::AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
-                                    int B, int T, int C, int NH) {
+void CudaBackend::AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                                    const float* att, int B, int T, int C, int NH) {
   if (B <= 0 || T <= 0) return;
   if (flash_attention_) {
     FlashAttentionBackward(dqkv, dout, qkv, att, B, T, C, NH);

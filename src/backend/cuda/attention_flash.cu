@@ -10,9 +10,9 @@
 // operands; every product and sum is fp32 (the probabilities are not rounded).
 //
 // Determinism: no atomics. The backward is three sweeps: (1) D_i = sum_j p_ij (dout_i . v_j) per query row,
-// (2) dq_i = scale * sum_j ds_ij k_j with ds_ij = p_ij (dout_i . v_j - D_i) in the same kernel, and (3) per key
-// row dk_j = scale * sum_i ds_ij q_i, dv_j = sum_i p_ij dout_i. Correct first: the FLOPs are scalar fp32 (no
-// tensor cores yet), so it is not expected to beat the cuBLAS path before it is tuned on a GPU.
+// (2) dq_i = scale * sum_j ds_ij k_j with ds_ij = p_ij (dout_i . v_j - D_i) in the same kernel, and (3) per
+// key row dk_j = scale * sum_i ds_ij q_i, dv_j = sum_i p_ij dout_i. Correct first: the FLOPs are scalar fp32
+// (no tensor cores yet), so it is not expected to beat the cuBLAS path before it is tuned on a GPU.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -25,8 +25,8 @@ namespace tern {
 namespace cuda {
 namespace {
 
-constexpr int kRows = 8;    // warps per block: query (or key) rows per block
-constexpr int kTile = 32;   // rows of the other side per shared-memory tile: one per lane
+constexpr int kRows = 8;   // warps per block: query (or key) rows per block
+constexpr int kTile = 32;  // rows of the other side per shared-memory tile: one per lane
 constexpr int kMaxHs = 128;
 constexpr int kPerLane = kMaxHs / kWarp;
 
@@ -42,10 +42,10 @@ __device__ __forceinline__ float RoundIn(float x, int mode) {
   return x;
 }
 
-// rows [row0, row0 + count) of one head (column offset `col` in a row of `stride` floats) into dst[count][ld],
-// rounded; rows at or past T are zero.
-__device__ void LoadRows(float* dst, int ld, const float* src, size_t stride, int col, int row0, int count, int T,
-                         int hs, int mode) {
+// rows [row0, row0 + count) of one head (column offset `col` in a row of `stride` floats) into
+// dst[count][ld], rounded; rows at or past T are zero.
+__device__ void LoadRows(float* dst, int ld, const float* src, size_t stride, int col, int row0, int count,
+                         int T, int hs, int mode) {
   for (int i = threadIdx.x; i < count * hs; i += blockDim.x) {
     const int r = i / hs, d = i % hs, t = row0 + r;
     dst[r * ld + d] = t < T ? RoundIn(src[static_cast<size_t>(t) * stride + col + d], mode) : 0.0f;
@@ -59,8 +59,8 @@ __device__ __forceinline__ float Dot(const float* a, const float* b, int n) {
 }
 
 // acc[i] += sum over the first n lanes l of w_l * rows[l][lane + 32 i] (w_l lives in lane l's register).
-__device__ __forceinline__ void AccumulateRows(float (&acc)[kPerLane], float w, const float* rows, int ld, int n,
-                                               int hs, int lane) {
+__device__ __forceinline__ void AccumulateRows(float (&acc)[kPerLane], float w, const float* rows, int ld,
+                                               int n, int hs, int lane) {
   for (int l = 0; l < n; l++) {
     const float wl = __shfl_sync(0xffffffffu, w, l);
 #pragma unroll
@@ -71,8 +71,8 @@ __device__ __forceinline__ void AccumulateRows(float (&acc)[kPerLane], float w, 
   }
 }
 
-__global__ void FlashForwardKernel(float* __restrict__ out, float* __restrict__ lse, const float* __restrict__ qkv,
-                                   Geometry g) {
+__global__ void FlashForwardKernel(float* __restrict__ out, float* __restrict__ lse,
+                                   const float* __restrict__ qkv, Geometry g) {
   extern __shared__ float smem[];
   const int hs = g.hs, ld = hs + 1;  // +1: lanes reading row l of a tile hit different banks
   float* ks = smem;
@@ -85,7 +85,8 @@ __global__ void FlashForwardKernel(float* __restrict__ out, float* __restrict__ 
   const float* base = qkv + static_cast<size_t>(b) * g.T * C3;
   LoadRows(qs, hs, base, C3, h * hs, row0, kRows, g.T, hs, g.mode);
   float m = -INFINITY, l = 0.0f, o[kPerLane] = {};
-  const int last = min(g.T - 1, row0 + kRows - 1);  // keys after the block's last row are masked for all its rows
+  const int last =
+      min(g.T - 1, row0 + kRows - 1);  // keys after the block's last row are masked for all its rows
   for (int j0 = 0; j0 <= last; j0 += kTile) {
     __syncthreads();  // the previous tile is consumed
     LoadRows(ks, ld, base, C3, g.C + h * hs, j0, kTile, g.T, hs, g.mode);
@@ -231,10 +232,11 @@ namespace {
 cuda::Geometry FlashGeometry(int T, int C, int NH, Compute compute) {
   const int hs = C / NH;
   if (hs > cuda::kMaxHs) {
-    std::fprintf(stderr,
-                 "[tern cuda] cuda.attention=flash handles head sizes up to %d; this model has %d (n_embd / n_head). "
-                 "Use cuda.attention=naive.\n",
-                 cuda::kMaxHs, hs);
+    std::fprintf(
+        stderr,
+        "[tern cuda] cuda.attention=flash handles head sizes up to %d; this model has %d (n_embd / n_head). "
+        "Use cuda.attention=naive.\n",
+        cuda::kMaxHs, hs);
     std::abort();
   }
   const int mode = compute == Compute::kBF16 ? 1 : compute == Compute::kF16 ? 2 : 0;
@@ -243,7 +245,8 @@ cuda::Geometry FlashGeometry(int T, int C, int NH, Compute compute) {
 
 }  // namespace
 
-void CudaBackend::FlashAttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+void CudaBackend::FlashAttentionForward(float* out, float* att, const float* qkv, int B, int T, int C,
+                                        int NH) {
   const cuda::Geometry g = FlashGeometry(T, C, NH, attention_compute());
   const size_t smem = (2 * cuda::kTile * (g.hs + 1) + cuda::kRows * g.hs) * sizeof(float);
   const dim3 grid(cuda::CeilDiv(T, cuda::kRows), B * NH);
@@ -251,18 +254,20 @@ void CudaBackend::FlashAttentionForward(float* out, float* att, const float* qkv
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::FlashAttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                                         int T, int C, int NH) {
+void CudaBackend::FlashAttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                                         int B, int T, int C, int NH) {
   const cuda::Geometry g = FlashGeometry(T, C, NH, attention_compute());
   auto* dsum = static_cast<float*>(
       ScratchBuffer(cuda::Scratch::kAttnP, static_cast<size_t>(B) * NH * T * sizeof(float)));
   const dim3 grid(cuda::CeilDiv(T, cuda::kRows), B * NH);
   const size_t smem_dq = (2 * cuda::kTile * (g.hs + 1) + 2 * cuda::kRows * g.hs) * sizeof(float);
-  cuda::FlashBackwardDqKernel<<<grid, cuda::kRows * cuda::kWarp, smem_dq, stream_>>>(dqkv, dsum, dout, qkv, att, g);
+  cuda::FlashBackwardDqKernel<<<grid, cuda::kRows * cuda::kWarp, smem_dq, stream_>>>(dqkv, dsum, dout, qkv,
+                                                                                     att, g);
   CUDA_CHECK_LAUNCH();
-  const size_t smem_dkv = (2 * cuda::kTile * (g.hs + 1) + 2 * cuda::kRows * g.hs + 2 * cuda::kTile) * sizeof(float);
-  cuda::FlashBackwardDkvKernel<<<grid, cuda::kRows * cuda::kWarp, smem_dkv, stream_>>>(dqkv, dsum, dout, qkv, att,
-                                                                                       g);
+  const size_t smem_dkv =
+      (2 * cuda::kTile * (g.hs + 1) + 2 * cuda::kRows * g.hs + 2 * cuda::kTile) * sizeof(float);
+  cuda::FlashBackwardDkvKernel<<<grid, cuda::kRows * cuda::kWarp, smem_dkv, stream_>>>(dqkv, dsum, dout, qkv,
+                                                                                       att, g);
   CUDA_CHECK_LAUNCH();
 }
 

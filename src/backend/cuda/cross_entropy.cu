@@ -64,8 +64,8 @@ __global__ void CrossEntropyKernel(float* __restrict__ losses, float* __restrict
 }  // namespace
 }  // namespace cuda
 
-void CudaBackend::CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
-                                              float dloss) {
+void CudaBackend::CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N,
+                                              int V, float dloss) {
   if (N <= 0) return;
   cuda::CrossEntropyKernel<<<N, cuda::kThreads, 0, stream_>>>(losses, logits, targets, V, dloss);
   CUDA_CHECK_LAUNCH();

@@ -143,11 +143,15 @@ void CudaBackend::Zero(void* dst, size_t bytes) {
   CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
 }
 
-void CudaBackend::Synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaBackend::Synchronize() {
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 // The current device is per host thread: without this, a thread other than the constructor's would launch on
 // device 0 whatever TERN_CUDA_DEVICE says (and this backend's stream belongs to device_).
-void CudaBackend::PrepareThread() { CUDA_CHECK(cudaSetDevice(device_)); }
+void CudaBackend::PrepareThread() {
+  CUDA_CHECK(cudaSetDevice(device_));
+}
 
 void* CudaBackend::ScratchBuffer(cuda::Scratch which, size_t bytes) {
   const int i = static_cast<int>(which);
@@ -175,6 +179,8 @@ void* CudaBackend::Pinned(size_t bytes) {
   return pinned_;
 }
 
-Compute CudaBackend::attention_compute() const { return force_fp32_attention_ ? Compute::kF32 : last_compute_; }
+Compute CudaBackend::attention_compute() const {
+  return force_fp32_attention_ ? Compute::kF32 : last_compute_;
+}
 
 }  // namespace tern

@@ -32,14 +32,17 @@ cudaDataType_t GemmType(Compute c);
 
 // Backend-owned scratch, one buffer per purpose so that uses never alias within an op.
 enum class Scratch : int {
-  kMatmulA, kMatmulB,          // operand conversions for Matmul
-  kAttnQkv, kAttnDout,         // bf16 copies of qkv and dout for the attention GEMMs
-  kAttnP, kAttnDp,             // bf16 probabilities and their gradient, one batch row at a time
-  kPartials,                   // column-reduction partial sums (bias and layernorm parameter gradients)
-  kReduce,                     // Sum / SumSquares block partials (double)
-  kEncoder,                    // encoder-backward buckets
-  kInt8Act,                    // MatmulInt8: per-row activation scales and int8 activations
-  kPagedScores,                // PagedAttentionForward: scores beyond the shared-memory limit (long contexts)
+  kMatmulA,
+  kMatmulB,  // operand conversions for Matmul
+  kAttnQkv,
+  kAttnDout,  // bf16 copies of qkv and dout for the attention GEMMs
+  kAttnP,
+  kAttnDp,       // bf16 probabilities and their gradient, one batch row at a time
+  kPartials,     // column-reduction partial sums (bias and layernorm parameter gradients)
+  kReduce,       // Sum / SumSquares block partials (double)
+  kEncoder,      // encoder-backward buckets
+  kInt8Act,      // MatmulInt8: per-row activation scales and int8 activations
+  kPagedScores,  // PagedAttentionForward: scores beyond the shared-memory limit (long contexts)
   kCount
 };
 
@@ -74,7 +77,8 @@ class CudaBackend : public Backend {
   void Copy(void* dst, const void* src, size_t bytes) override;
   void Zero(void* dst, size_t bytes) override;
   void Synchronize() override;
-  // Makes this backend's GPU current on the calling thread (the serving engine issues ops from its own thread).
+  // Makes this backend's GPU current on the calling thread (the serving engine issues ops from its own
+  // thread).
   void PrepareThread() override;
 
   void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
@@ -85,15 +89,15 @@ class CudaBackend : public Backend {
                         const float* bias, int N, int C) override;
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, const float* mean, const float* rstd, int N, int C) override;
-  void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a, bool trans_b,
-              float beta, Compute compute) override;
+  void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
+              bool trans_b, float beta, Compute compute) override;
   void BiasBackward(float* dbias, const float* dout, int N, int OC) override;
   void GeluForward(float* out, const float* inp, size_t n) override;
   void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override;
   void Add(float* out, const float* a, const float* b, size_t n) override;
   void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override;
-  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B,
-                         int T, int C, int NH) override;
+  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+                         int B, int T, int C, int NH) override;
   void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
                                    float dloss) override;
   double SumSquares(const float* x, size_t n) override;
@@ -104,15 +108,15 @@ class CudaBackend : public Backend {
 
   // Inference ops (infer/): EmbedTokens in encoder.cu, KvCacheWrite and PagedAttentionForward in
   // paged_attention.cu, MatmulInt8 in matmul_int8.cu.
-  void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe,
-                   int N, int C) override;
-  void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots, int N, int C,
-                    int NH, int bs) override;
-  void PagedAttentionForward(float* out, const float* qkv, const void* k_cache, const void* v_cache, DType kv_dtype,
-                             const int32_t* seqs, const int32_t* block_tables, int S, int max_blocks, int N, int C,
-                             int NH, int bs) override;
-  void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias, int N,
-                  int OC, int K) override;
+  void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
+                   const float* wpe, int N, int C) override;
+  void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots,
+                    int N, int C, int NH, int bs) override;
+  void PagedAttentionForward(float* out, const float* qkv, const void* k_cache, const void* v_cache,
+                             DType kv_dtype, const int32_t* seqs, const int32_t* block_tables, int S,
+                             int max_blocks, int N, int C, int NH, int bs) override;
+  void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias,
+                  int N, int OC, int K) override;
 
   // The attention interface has no compute argument: its GEMMs use the compute type of the most recent
   // Matmul call (the model always runs the qkv / attproj matmuls with its own compute type right before).
@@ -130,19 +134,19 @@ class CudaBackend : public Backend {
   double ReduceToHost(const float* x, size_t n, bool squares);
   // Converts an operand to the element type the GEMM runs in; returns the pointer to use.
   const void* PrepareOperand(Operand op, size_t elems, Compute compute, cuda::Scratch slot);
-  cuda::LtPlan* GetPlan(int m, int n, int k, bool ta, bool tb, cudaDataType_t ab_type, bool bias, int lda, int ldb,
-                        int ldc);
+  cuda::LtPlan* GetPlan(int m, int n, int k, bool ta, bool tb, cudaDataType_t ab_type, bool bias, int lda,
+                        int ldb, int ldc);
   // dst = fp16(src) when f16, else bf16(src) (the 16-bit operand copies of the attention GEMMs).
   void CastToHalf(uint16_t* dst, const float* src, size_t n, bool f16);
   // The fused kernels of attention_flash.cu (SetAttentionKernel("flash")). The forward keeps only the
   // logsumexp of each score row, in the first B*NH*T floats of `att`; the backward recomputes the rest.
   void FlashAttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-  void FlashAttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C,
-                              int NH);
+  void FlashAttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                              int T, int C, int NH);
   // Strided-batched GEMM through cublasGemmStridedBatchedEx (column-major arguments), used by attention.
   void GemmStridedBatched(bool ta, bool tb, int m, int n, int k, float alpha, const void* a, int lda,
-                          long long stride_a, const void* b, int ldb, long long stride_b, float beta, float* c,
-                          int ldc, long long stride_c, int batch, cudaDataType_t type);
+                          long long stride_a, const void* b, int ldb, long long stride_b, float beta,
+                          float* c, int ldc, long long stride_c, int batch, cudaDataType_t type);
 
   int device_ = 0;
   std::string name_;

@@ -28,15 +28,15 @@ namespace tern::cuda {
 
 }  // namespace tern::cuda
 
-#define CUDA_CHECK(expr)                                                            \
-  do {                                                                              \
-    cudaError_t tern_err_ = (expr);                                                 \
+#define CUDA_CHECK(expr)                                                                        \
+  do {                                                                                          \
+    cudaError_t tern_err_ = (expr);                                                             \
     if (tern_err_ != cudaSuccess) ::tern::cuda::FailCuda(tern_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 
-#define CUBLAS_CHECK(expr)                                                          \
-  do {                                                                              \
-    cublasStatus_t tern_st_ = (expr);                                               \
+#define CUBLAS_CHECK(expr)                                                                                \
+  do {                                                                                                    \
+    cublasStatus_t tern_st_ = (expr);                                                                     \
     if (tern_st_ != CUBLAS_STATUS_SUCCESS) ::tern::cuda::FailCublas(tern_st_, #expr, __FILE__, __LINE__); \
   } while (0)
 

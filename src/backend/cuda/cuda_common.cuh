@@ -30,11 +30,17 @@ __device__ __forceinline__ uint16_t ToBF16Bits(float x) {
   __nv_bfloat16 h = __float2bfloat16_rn(x);
   return *reinterpret_cast<uint16_t*>(&h);
 }
-__device__ __forceinline__ float FromBF16Bits(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+__device__ __forceinline__ float FromBF16Bits(uint16_t b) {
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
 // IEEE fp16, round-to-nearest-even; above 65504 -> inf (what the fp16 loss scaler detects).
-__device__ __forceinline__ uint16_t ToF16Bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
+__device__ __forceinline__ uint16_t ToF16Bits(float x) {
+  return __half_as_ushort(__float2half_rn(x));
+}
 // The 16-bit pattern of x in the half type of a GEMM: fp16 when f16, else bf16.
-__device__ __forceinline__ uint16_t ToHalfBits(float x, bool f16) { return f16 ? ToF16Bits(x) : ToBF16Bits(x); }
+__device__ __forceinline__ uint16_t ToHalfBits(float x, bool f16) {
+  return f16 ? ToF16Bits(x) : ToBF16Bits(x);
+}
 
 // Blocks for a grid-stride loop over n elements (the loop covers whatever the grid does not).
 inline unsigned GridFor(size_t n, int threads, size_t max_blocks = 1u << 20) {
@@ -42,7 +48,9 @@ inline unsigned GridFor(size_t n, int threads, size_t max_blocks = 1u << 20) {
   return static_cast<unsigned>(std::max<size_t>(1, std::min(blocks, max_blocks)));
 }
 
-inline int CeilDiv(int a, int b) { return (a + b - 1) / b; }
+inline int CeilDiv(int a, int b) {
+  return (a + b - 1) / b;
+}
 
 // Launch-side helpers defined in cast.cu and reduce.cu, shared across kernel files.
 void LaunchCastF32ToBF16(uint16_t* dst, const float* src, size_t n, cudaStream_t s);
@@ -55,6 +63,8 @@ void LaunchAddColumnPartials(float* dst, const float* partials, int chunks, int 
 void LaunchAddBiasRows(float* out, const float* bias, int rows, int cols, cudaStream_t s);
 
 // Row chunking for column reductions: chunks of at least 32 rows, at most 256 chunks.
-inline int ColumnChunks(int rows) { return std::max(1, std::min(256, (rows + 31) / 32)); }
+inline int ColumnChunks(int rows) {
+  return std::max(1, std::min(256, (rows + 31) / 32));
+}
 
 }  // namespace tern::cuda

@@ -1,6 +1,7 @@
 // The PyTorch golden test (tests/golden/gpt_tiny.bin, see src/model/gpt_golden_test.cpp) on the CUDA
 // backend: logits, loss, every parameter gradient, and 10 AdamW steps. Also checks that a training step is
-// bitwise reproducible on the GPU, and the same with train.recompute=gelu. Skipped with "skipped: no GPU" where no GPU is visible.
+// bitwise reproducible on the GPU, and the same with train.recompute=gelu. Skipped with "skipped: no GPU"
+// where no GPU is visible.
 //
 // Bounds (logits and gradients: max |got - want| / max |want| per tensor; loss: absolute; 10-step losses:
 // relative):
@@ -21,8 +22,8 @@
 #include <vector>
 
 #include "backend/cuda/cuda_api.h"
-#include "testing/golden.h"
 #include "model/gpt.h"
+#include "testing/golden.h"
 
 namespace tern {
 namespace {
@@ -35,8 +36,10 @@ struct Bounds {
   double logits, loss, grads, step_loss;
 };
 
-// loss_scale multiplies the loss gradient (fp16's loss scaling) and is divided out again, as the trainer does.
-void CheckAgainstGolden(Compute compute, Bounds bounds, float loss_scale = 1.0f, const char* attention = "naive") {
+// loss_scale multiplies the loss gradient (fp16's loss scaling) and is divided out again, as the trainer
+// does.
+void CheckAgainstGolden(Compute compute, Bounds bounds, float loss_scale = 1.0f,
+                        const char* attention = "naive") {
   auto backend = MakeCudaBackend();
   ASSERT_TRUE(backend->SetAttentionKernel(attention)) << attention;
   Result<Golden> golden = ReadGolden();
@@ -52,8 +55,8 @@ void CheckAgainstGolden(Compute compute, Bounds bounds, float loss_scale = 1.0f,
   EXPECT_NEAR(loss, g.loss, bounds.loss);
   const double worst_logit = WorstLogitError(model, g);
   EXPECT_LT(worst_logit, bounds.logits);
-  std::printf("[%s] loss %.6f (golden %.6f, |diff| %.2e), logits rel-max error %.2e\n", ComputeName(compute), loss,
-              g.loss, std::fabs(loss - g.loss), worst_logit);
+  std::printf("[%s] loss %.6f (golden %.6f, |diff| %.2e), logits rel-max error %.2e\n", ComputeName(compute),
+              loss, g.loss, std::fabs(loss - g.loss), worst_logit);
 
   model.ZeroGrad();
   model.Forward(g.inputs.data(), g.targets.data(), g.B, g.T, dloss * loss_scale);
@@ -79,8 +82,8 @@ void CheckAgainstGolden(Compute compute, Bounds bounds, float loss_scale = 1.0f,
     model.Backward();
     model.AdamWStep(g.lr, g.beta1, g.beta2, g.eps, g.wd, 1.0f / loss_scale, step);
   }
-  std::printf("[%s] worst gradient error %.2e, worst 10-step loss error %.2e\n", ComputeName(compute), worst_grad,
-              worst_step);
+  std::printf("[%s] worst gradient error %.2e, worst 10-step loss error %.2e\n", ComputeName(compute),
+              worst_grad, worst_step);
 }
 
 class CudaGolden : public ::testing::Test {
@@ -90,15 +93,25 @@ class CudaGolden : public ::testing::Test {
   }
 };
 
-TEST_F(CudaGolden, Fp32) { CheckAgainstGolden(Compute::kF32, {1e-4, 1e-4, 1e-3, 1e-3}); }
+TEST_F(CudaGolden, Fp32) {
+  CheckAgainstGolden(Compute::kF32, {1e-4, 1e-4, 1e-3, 1e-3});
+}
 
-TEST_F(CudaGolden, Bf16) { CheckAgainstGolden(Compute::kBF16, {3e-2, 3e-2, 1e-1, 3e-2}); }
+TEST_F(CudaGolden, Bf16) {
+  CheckAgainstGolden(Compute::kBF16, {3e-2, 3e-2, 1e-1, 3e-2});
+}
 
-TEST_F(CudaGolden, Fp16LossScaled) { CheckAgainstGolden(Compute::kF16, {1e-2, 1e-2, 4e-2, 1e-2}, 1024.0f); }
+TEST_F(CudaGolden, Fp16LossScaled) {
+  CheckAgainstGolden(Compute::kF16, {1e-2, 1e-2, 4e-2, 1e-2}, 1024.0f);
+}
 
 // The fused flash-attention kernels (attention_flash.cu) inside the whole model: not verified on a GPU yet.
-TEST_F(CudaGolden, FlashAttentionFp32) { CheckAgainstGolden(Compute::kF32, {1e-4, 1e-4, 1e-3, 1e-3}, 1.0f, "flash"); }
-TEST_F(CudaGolden, FlashAttentionBf16) { CheckAgainstGolden(Compute::kBF16, {3e-2, 3e-2, 1e-1, 3e-2}, 1.0f, "flash"); }
+TEST_F(CudaGolden, FlashAttentionFp32) {
+  CheckAgainstGolden(Compute::kF32, {1e-4, 1e-4, 1e-3, 1e-3}, 1.0f, "flash");
+}
+TEST_F(CudaGolden, FlashAttentionBf16) {
+  CheckAgainstGolden(Compute::kBF16, {3e-2, 3e-2, 1e-1, 3e-2}, 1.0f, "flash");
+}
 
 // Two identical steps from the same state give bitwise identical gradients and parameters.
 TEST_F(CudaGolden, TrainingStepIsBitwiseReproducible) {
@@ -116,7 +129,8 @@ TEST_F(CudaGolden, TrainingStepIsBitwiseReproducible) {
       model.Forward(g.inputs.data(), g.targets.data(), g.B, g.T, 1.0f / (g.B * g.T));
       model.Backward();
       grads[run] = model.GetGradients();
-      model.AdamWStep(g.lr, g.beta1, g.beta2, g.eps, g.wd, 1.0f / static_cast<float>(model.GradNorm() + 1), 1);
+      model.AdamWStep(g.lr, g.beta1, g.beta2, g.eps, g.wd, 1.0f / static_cast<float>(model.GradNorm() + 1),
+                      1);
       params[run] = model.GetParameters();
     }
     EXPECT_EQ(grads[0], grads[1]) << ComputeName(compute);
@@ -124,8 +138,9 @@ TEST_F(CudaGolden, TrainingStepIsBitwiseReproducible) {
   }
 }
 
-// train.recompute=gelu (Recompute::kGelu) recomputes the GELU outputs in the backward with the forward's own kernel:
-// the same gradients and parameters bit for bit as keeping them (model/gpt_recompute_test.cpp on the CPU).
+// train.recompute=gelu (Recompute::kGelu) recomputes the GELU outputs in the backward with the forward's own
+// kernel: the same gradients and parameters bit for bit as keeping them (model/gpt_recompute_test.cpp on the
+// CPU).
 TEST_F(CudaGolden, GeluRecomputeIsBitwiseTheSame) {
   auto backend = MakeCudaBackend();
   Result<Golden> golden = ReadGolden();
@@ -142,7 +157,8 @@ TEST_F(CudaGolden, GeluRecomputeIsBitwiseTheSame) {
         model.Forward(g.inputs.data(), g.targets.data(), g.B, g.T, 1.0f / (g.B * g.T));
         model.Backward();
         grads[i] = model.GetGradients();
-        model.AdamWStep(g.lr, g.beta1, g.beta2, g.eps, g.wd, 1.0f / static_cast<float>(model.GradNorm() + 1), step);
+        model.AdamWStep(g.lr, g.beta1, g.beta2, g.eps, g.wd, 1.0f / static_cast<float>(model.GradNorm() + 1),
+                        step);
       }
       params[i] = model.GetParameters();
     }

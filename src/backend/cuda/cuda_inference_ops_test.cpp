@@ -1,11 +1,12 @@
-// The inference ops of backend.h (EmbedTokens, KvCacheWrite, PagedAttentionForward, MatmulInt8) on CUDA against
-// the CPU reference with the same inputs (label gpu, in cuda_ops_test; "skipped: no GPU" without one). Written
-// without a GPU: run at the next scripts/gpu-check.
+// The inference ops of backend.h (EmbedTokens, KvCacheWrite, PagedAttentionForward, MatmulInt8) on CUDA
+// against the CPU reference with the same inputs (label gpu, in cuda_ops_test; "skipped: no GPU" without
+// one). Written without a GPU: run at the next scripts/gpu-check.
 //
 // Bounds: EmbedTokens and the KV cache bitwise (one add; a copy or the same round-to-nearest-even);
-// PagedAttentionForward rel-max error 1e-5; MatmulInt8 1e-6 of each element plus 1e-6 of the largest (the int32
-// sums are exact; only the final float scaling may differ, by a fused multiply-add on the host). Row independence:
-// each sequence (attention) or row (int8 matmul) alone gives bitwise the rows it had in the batch.
+// PagedAttentionForward rel-max error 1e-5; MatmulInt8 1e-6 of each element plus 1e-6 of the largest (the
+// int32 sums are exact; only the final float scaling may differ, by a fused multiply-add on the host). Row
+// independence: each sequence (attention) or row (int8 matmul) alone gives bitwise the rows it had in the
+// batch.
 #include <numeric>
 #include <utility>
 
@@ -21,14 +22,14 @@ struct Geometry {
   DType kv;
   int num_blocks = 40, max_blocks = 12;
   std::string Name() const {
-    return "C=" + std::to_string(C) + " NH=" + std::to_string(NH) + " (hs " + std::to_string(C / NH) + ") bs=" +
-           std::to_string(bs) + " " + DTypeName(kv) + " max_blocks=" + std::to_string(max_blocks);
+    return "C=" + std::to_string(C) + " NH=" + std::to_string(NH) + " (hs " + std::to_string(C / NH) +
+           ") bs=" + std::to_string(bs) + " " + DTypeName(kv) + " max_blocks=" + std::to_string(max_blocks);
   }
 };
 
-// A ragged batch: per sequence (q_len, ctx_len), rows concatenated; block tables scrambled so that sequences use
-// non-contiguous blocks in no particular order. past_slots: the slots of the positions before each sequence's new
-// rows (filled from a separate "past" qkv).
+// A ragged batch: per sequence (q_len, ctx_len), rows concatenated; block tables scrambled so that sequences
+// use non-contiguous blocks in no particular order. past_slots: the slots of the positions before each
+// sequence's new rows (filled from a separate "past" qkv).
 struct Ragged {
   std::vector<int32_t> seqs, tables, slots, past_slots;
   int N = 0, S = 0;
@@ -56,9 +57,9 @@ struct PagedResult {
   std::vector<float> out;
 };
 
-// Runs KvCacheWrite (past rows, then the batch's rows) and PagedAttentionForward on one backend. The caches start
-// as NaN: a kernel that read a slot nobody wrote (past a sequence's last position in its last block) would
-// spread it.
+// Runs KvCacheWrite (past rows, then the batch's rows) and PagedAttentionForward on one backend. The caches
+// start as NaN: a kernel that read a slot nobody wrote (past a sequence's last position in its last block)
+// would spread it.
 PagedResult RunPaged(Backend& be, const Geometry& g, const Ragged& r, const std::vector<float>& qkv,
                      const std::vector<float>& past) {
   auto upload = [&](const auto& host) {
@@ -74,7 +75,8 @@ PagedResult RunPaged(Backend& be, const Geometry& g, const Ragged& r, const std:
     be.KvCacheWrite(k.data(), v.data(), g.kv, d_past.as<float>(), d_slots.as<int32_t>(),
                     static_cast<int>(r.past_slots.size()), g.C, g.NH, g.bs);
   }
-  DeviceBuffer d_qkv = upload(qkv), d_slots = upload(r.slots), d_seqs = upload(r.seqs), d_tables = upload(r.tables);
+  DeviceBuffer d_qkv = upload(qkv), d_slots = upload(r.slots), d_seqs = upload(r.seqs),
+               d_tables = upload(r.tables);
   be.KvCacheWrite(k.data(), v.data(), g.kv, d_qkv.as<float>(), d_slots.as<int32_t>(), r.N, g.C, g.NH, g.bs);
   const std::vector<float> sentinel(static_cast<size_t>(r.N) * g.C, 1e30f);
   DeviceBuffer out = upload(sentinel);
@@ -96,8 +98,8 @@ class CudaInferenceOps : public CudaVsReference {
     Ragged batch(shape, g, rng_);
     const size_t w = 3 * static_cast<size_t>(g.C);
     std::vector<float> qkv = Random(batch.N * w), past = Random(batch.past_slots.size() * w);
-    // bf16 ties in the keys and values of the first row: 1 + 2^-8 rounds down to 1, 1 + 3 * 2^-8 up to 1 + 2^-6
-    // (to even), and their negatives; any other rounding gives a different cache.
+    // bf16 ties in the keys and values of the first row: 1 + 2^-8 rounds down to 1, 1 + 3 * 2^-8 up to 1 +
+    // 2^-6 (to even), and their negatives; any other rounding gives a different cache.
     for (int i = 0; i < 4 && 4 * i + 3 < 2 * g.C; i++) {
       const float t[4] = {1.0f + 0x1p-8f, 1.0f + 0x3p-8f, -(1.0f + 0x1p-8f), -(1.0f + 0x3p-8f)};
       for (int j = 0; j < 4; j++) qkv[g.C + 4 * i + j] = t[j];
@@ -113,9 +115,11 @@ class CudaInferenceOps : public CudaVsReference {
     for (int s = 0; s < batch.S; s++) {
       auto [q_len, ctx] = shape[s];
       Ragged one({{q_len, ctx}}, g, rng_);
-      one.tables.assign(batch.tables.begin() + s * g.max_blocks, batch.tables.begin() + (s + 1) * g.max_blocks);
+      one.tables.assign(batch.tables.begin() + s * g.max_blocks,
+                        batch.tables.begin() + (s + 1) * g.max_blocks);
       one.slots.assign(batch.slots.begin() + row, batch.slots.begin() + row + q_len);
-      one.past_slots.assign(batch.past_slots.begin() + past_row, batch.past_slots.begin() + past_row + ctx - q_len);
+      one.past_slots.assign(batch.past_slots.begin() + past_row,
+                            batch.past_slots.begin() + past_row + ctx - q_len);
       std::vector<float> q1(qkv.begin() + row * w, qkv.begin() + (row + q_len) * w);
       std::vector<float> p1(past.begin() + past_row * w, past.begin() + (past_row + ctx - q_len) * w);
       const std::vector<float> alone = RunPaged(*gpu_, g, one, q1, p1).out;
@@ -132,30 +136,32 @@ TEST_F(CudaInferenceOps, EmbedTokensMatchesTheReference) {
   const int V = 50, T = 20, N = 13, C = 36;
   Twin wte = Make(Random(V * C)), wpe = Make(Random(T * C)), tokens = Make(RandomInts(N, V)),
        positions = Make(RandomInts(N, T)), out = Make(std::vector<float>(N * C, 1e30f));
-  ref_->EmbedTokens(out.ref.as<float>(), tokens.ref.as<int32_t>(), positions.ref.as<int32_t>(), wte.ref.as<float>(),
-                    wpe.ref.as<float>(), N, C);
-  gpu_->EmbedTokens(out.gpu.as<float>(), tokens.gpu.as<int32_t>(), positions.gpu.as<int32_t>(), wte.gpu.as<float>(),
-                    wpe.gpu.as<float>(), N, C);
+  ref_->EmbedTokens(out.ref.as<float>(), tokens.ref.as<int32_t>(), positions.ref.as<int32_t>(),
+                    wte.ref.as<float>(), wpe.ref.as<float>(), N, C);
+  gpu_->EmbedTokens(out.gpu.as<float>(), tokens.gpu.as<int32_t>(), positions.gpu.as<int32_t>(),
+                    wte.gpu.as<float>(), wpe.gpu.as<float>(), N, C);
   EXPECT_TRUE(BitwiseEqual(Gpu<float>(out), Ref<float>(out)));
 }
 
 // Decode rows (q_len 1), whole prompts (q_len = ctx), prefill chunks over a cached prefix, contexts that end
 // inside a block and exactly at its end.
-const std::vector<std::pair<int, int>> kShape = {{1, 17}, {7, 7}, {1, 1}, {5, 30}, {1, 44}, {3, 16}, {12, 12}};
+const std::vector<std::pair<int, int>> kShape = {{1, 17}, {7, 7},  {1, 1},  {5, 30},
+                                                 {1, 44}, {3, 16}, {12, 12}};
 
 TEST_F(CudaInferenceOps, PagedAttentionMatchesTheReferenceAndIsRowIndependent) {
   // hs 16 and 64 with bs 4 and 16, fp32 and bf16; hs 12 (odd groups), 96 and 192 (one group, columns looped).
-  for (const Geometry& g : {Geometry{64, 4, 4, DType::kF32}, Geometry{64, 4, 16, DType::kBF16},
-                            Geometry{128, 2, 16, DType::kF32}, Geometry{128, 2, 4, DType::kBF16},
-                            Geometry{36, 3, 4, DType::kF32}, Geometry{96, 1, 16, DType::kBF16},
-                            Geometry{192, 1, 16, DType::kF32}}) {
+  for (const Geometry& g :
+       {Geometry{64, 4, 4, DType::kF32}, Geometry{64, 4, 16, DType::kBF16}, Geometry{128, 2, 16, DType::kF32},
+        Geometry{128, 2, 4, DType::kBF16}, Geometry{36, 3, 4, DType::kF32}, Geometry{96, 1, 16, DType::kBF16},
+        Geometry{192, 1, 16, DType::kF32}}) {
     CheckPaged(g, kShape);
   }
 }
 
 // Block tables whose scores need more than the default 48 KiB of shared memory (20,000 positions: the opt-in
 // limit) and more than any GPU's opt-in limit (64,000 positions: global scratch), with contexts that long. A
-// short sequence in each batch sets the scale of the rel-max error (the long rows' outputs are small averages).
+// short sequence in each batch sets the scale of the rel-max error (the long rows' outputs are small
+// averages).
 TEST_F(CudaInferenceOps, PagedAttentionLongContexts) {
   Geometry opt_in{16, 1, 16, DType::kBF16, 2100, 1250};
   CheckPaged(opt_in, {{1, 19999}, {3, 12000}, {1, 1}});
@@ -175,16 +181,21 @@ std::vector<int8_t> PackInt8(const std::vector<int8_t>& w, int OC, int K) {
 }
 
 TEST_F(CudaInferenceOps, MatmulInt8MatchesTheReferenceAndIsRowIndependent) {
-  for (auto [N, OC, K] : {std::tuple{1, 48, 64}, {5, 37, 20}, {70, 200, 128}, {9, 16, 256}, {33, 771, 768},
-                          {17, 5, 4}, {3, 130, 3072}}) {
+  for (auto [N, OC, K] : {std::tuple{1, 48, 64},
+                          {5, 37, 20},
+                          {70, 200, 128},
+                          {9, 16, 256},
+                          {33, 771, 768},
+                          {17, 5, 4},
+                          {3, 130, 3072}}) {
     SCOPED_TRACE(::testing::Message() << "N=" << N << " OC=" << OC << " K=" << K);
     std::uniform_int_distribution<int> d(-127, 127);
     std::vector<int8_t> w(static_cast<size_t>(OC) * K);
     for (auto& x : w) x = static_cast<int8_t>(d(rng_));
     std::vector<float> scale = Random(OC, 0.01f), x = Random(static_cast<size_t>(N) * K, 2.0f);
     for (auto& s : scale) s = std::fabs(s);
-    // Row 0: max 127 so that 127 / m = 1 and the quantiser sees exact halves (2.5 -> 2, 3.5 -> 4, -0.5 -> -0: round
-    // half to even, as nearbyint); the last row (when N > 1) is all zeros (a = 0, out = bias).
+    // Row 0: max 127 so that 127 / m = 1 and the quantiser sees exact halves (2.5 -> 2, 3.5 -> 4, -0.5 -> -0:
+    // round half to even, as nearbyint); the last row (when N > 1) is all zeros (a = 0, out = bias).
     if (K >= 8) {
       const float row0[8] = {127.0f, 2.5f, 3.5f, -0.5f, -1.5f, 0.5f, -126.5f, 1.5f};
       std::copy(row0, row0 + 8, x.begin());
@@ -207,10 +218,11 @@ TEST_F(CudaInferenceOps, MatmulInt8MatchesTheReferenceAndIsRowIndependent) {
       for (int n = 0; n < N; n += std::max(1, N / 4)) {
         Twin row = Make(std::vector<float>(x.begin() + static_cast<size_t>(n) * K, x.begin() + (n + 1) * K));
         Twin one = Make(std::vector<float>(OC, 1e30f));
-        gpu_->MatmulInt8(one.gpu.as<float>(), row.gpu.as<float>(), dw.gpu.as<int8_t>(), dscale.gpu.as<float>(),
-                         dbias.gpu.as<float>(), 1, OC, K);
+        gpu_->MatmulInt8(one.gpu.as<float>(), row.gpu.as<float>(), dw.gpu.as<int8_t>(),
+                         dscale.gpu.as<float>(), dbias.gpu.as<float>(), 1, OC, K);
         const std::vector<float> alone = Gpu<float>(one);
-        EXPECT_TRUE(std::memcmp(alone.data(), got.data() + static_cast<size_t>(n) * OC, OC * sizeof(float)) == 0)
+        EXPECT_TRUE(std::memcmp(alone.data(), got.data() + static_cast<size_t>(n) * OC, OC * sizeof(float)) ==
+                    0)
             << "row " << n << " alone differs from the batch";
       }
     }

@@ -3,10 +3,10 @@
 //
 // Bounds (rel-max error = max |got - want| / max |want| over the tensor):
 //   Matmul fp32 compute            5e-5  (true fp32 GEMM, no TF32; the reference accumulates in double)
-//   Matmul bf16 / fp16 compute     2e-4  (both sides round operands to bf16 / fp16 identically; fp32 accumulation)
-//   Attention fp32  out / dqkv     1e-4;  probabilities 1e-6 absolute
-//   Attention bf16  out / dqkv     3e-2 / 6e-2; probabilities 2e-2 absolute (bf16 q, k, v, dout, att)
-//   Attention fp16  out / dqkv     1e-2 / 2e-2; probabilities 1e-2 absolute (fp16 q, k, v, dout, att)
+//   Matmul bf16 / fp16 compute     2e-4  (both sides round operands to bf16 / fp16 identically; fp32
+//   accumulation) Attention fp32  out / dqkv     1e-4;  probabilities 1e-6 absolute Attention bf16  out /
+//   dqkv     3e-2 / 6e-2; probabilities 2e-2 absolute (bf16 q, k, v, dout, att) Attention fp16  out / dqkv
+//   1e-2 / 2e-2; probabilities 1e-2 absolute (fp16 q, k, v, dout, att)
 #include <cmath>
 
 #include "testing/cuda.h"
@@ -15,7 +15,9 @@ namespace tern::testing {
 namespace {
 
 TEST_F(CudaVsReference, MatmulAllLayoutsAndPrecisions) {
-  struct S { int M, N, K; };
+  struct S {
+    int M, N, K;
+  };
   int cases = 0;
   for (S s : {S{37, 29, 53}, S{64, 96, 128}, S{1, 7, 3}, S{130, 17, 1}, S{256, 384, 192}}) {
     for (int ta = 0; ta < 2; ta++)
@@ -28,8 +30,8 @@ TEST_F(CudaVsReference, MatmulAllLayoutsAndPrecisions) {
                 const int off = (s.M % 2) ? 1 : 0;
                 SCOPED_TRACE(::testing::Message()
                              << "M=" << s.M << " N=" << s.N << " K=" << s.K << " ta=" << ta << " tb=" << tb
-                             << " compute=" << ComputeName(compute) << " bf16_b=" << bf16_b << " bias=" << with_bias
-                             << " beta=" << beta << " offset=" << off);
+                             << " compute=" << ComputeName(compute) << " bf16_b=" << bf16_b
+                             << " bias=" << with_bias << " beta=" << beta << " offset=" << off);
                 const size_t na = static_cast<size_t>(s.M) * s.K, nb = static_cast<size_t>(s.K) * s.N,
                              nc = static_cast<size_t>(s.M) * s.N;
                 Twin a = Make(Random(na + off)), b = Make(Random(nb + off)), c = Make(Random(nc + off)),
@@ -63,8 +65,8 @@ TEST_F(CudaVsReference, MatmulFp16OverflowIsInf) {
   std::vector<float> ha = Random(M * K);
   ha[3] = 70000.0f;  // row 0
   Twin a = Make(ha), b = Make(Random(N * K)), c = Make(std::vector<float>(M * N));
-  gpu_->Matmul(c.gpu.as<float>(), F32(a.gpu.as<float>()), F32(b.gpu.as<float>()), nullptr, M, N, K, false, true, 0.0f,
-               Compute::kF16);
+  gpu_->Matmul(c.gpu.as<float>(), F32(a.gpu.as<float>()), F32(b.gpu.as<float>()), nullptr, M, N, K, false,
+               true, 0.0f, Compute::kF16);
   std::vector<float> got = Gpu<float>(c);
   EXPECT_FALSE(std::isfinite(got[0]));
   for (int i = N; i < M * N; i++) EXPECT_TRUE(std::isfinite(got[i])) << i;
@@ -73,12 +75,14 @@ TEST_F(CudaVsReference, MatmulFp16OverflowIsInf) {
 // Sets the attention GEMM precision (it follows the compute type of the most recent Matmul).
 void SelectAttentionCompute(Backend* be, Compute compute) {
   DeviceBuffer x(be, 16);
-  be->Matmul(x.as<float>(), F32(x.as<float>() + 1), F32(x.as<float>() + 2), nullptr, 1, 1, 1, false, false, 0.0f,
-             compute);
+  be->Matmul(x.as<float>(), F32(x.as<float>() + 1), F32(x.as<float>() + 2), nullptr, 1, 1, 1, false, false,
+             0.0f, compute);
 }
 
 TEST_F(CudaVsReference, CausalAttentionForwardBackward) {
-  struct S { int B, T, C, NH; };
+  struct S {
+    int B, T, C, NH;
+  };
   for (S s : {S{2, 13, 36, 3}, S{1, 64, 64, 4}, S{3, 5, 8, 8}, S{2, 128, 96, 2}}) {
     for (Compute compute : {Compute::kF32, Compute::kBF16, Compute::kF16}) {
       SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH
@@ -87,8 +91,10 @@ TEST_F(CudaVsReference, CausalAttentionForwardBackward) {
       const size_t N = static_cast<size_t>(s.B) * s.T, natt = static_cast<size_t>(s.B) * s.NH * s.T * s.T;
       Twin qkv = Make(Random(N * 3 * s.C)), out = Make(std::vector<float>(N * s.C)),
            att = Make(std::vector<float>(natt, 7.0f));
-      ref_->AttentionForward(out.ref.as<float>(), att.ref.as<float>(), qkv.ref.as<float>(), s.B, s.T, s.C, s.NH);
-      gpu_->AttentionForward(out.gpu.as<float>(), att.gpu.as<float>(), qkv.gpu.as<float>(), s.B, s.T, s.C, s.NH);
+      ref_->AttentionForward(out.ref.as<float>(), att.ref.as<float>(), qkv.ref.as<float>(), s.B, s.T, s.C,
+                             s.NH);
+      gpu_->AttentionForward(out.gpu.as<float>(), att.gpu.as<float>(), qkv.gpu.as<float>(), s.B, s.T, s.C,
+                             s.NH);
       const bool f32 = compute == Compute::kF32, f16 = compute == Compute::kF16;
       std::vector<float> att_gpu = Gpu<float>(att);
       EXPECT_LT(RelMaxError(Gpu<float>(out), Ref<float>(out)), f32 ? 1e-4 : f16 ? 1e-2 : 3e-2);
@@ -99,10 +105,10 @@ TEST_F(CudaVsReference, CausalAttentionForwardBackward) {
       // dqkv starts as garbage: the backward must overwrite every element.
       Twin dout = Make(Random(N * s.C)), dqkv = Make(std::vector<float>(N * 3 * s.C, 1e30f)),
            datt = Make(std::vector<float>(natt, -5.0f));
-      ref_->AttentionBackward(dqkv.ref.as<float>(), datt.ref.as<float>(), dout.ref.as<float>(), qkv.ref.as<float>(),
-                              att.ref.as<float>(), s.B, s.T, s.C, s.NH);
-      gpu_->AttentionBackward(dqkv.gpu.as<float>(), datt.gpu.as<float>(), dout.gpu.as<float>(), qkv.gpu.as<float>(),
-                              att.gpu.as<float>(), s.B, s.T, s.C, s.NH);
+      ref_->AttentionBackward(dqkv.ref.as<float>(), datt.ref.as<float>(), dout.ref.as<float>(),
+                              qkv.ref.as<float>(), att.ref.as<float>(), s.B, s.T, s.C, s.NH);
+      gpu_->AttentionBackward(dqkv.gpu.as<float>(), datt.gpu.as<float>(), dout.gpu.as<float>(),
+                              qkv.gpu.as<float>(), att.gpu.as<float>(), s.B, s.T, s.C, s.NH);
       EXPECT_LT(RelMaxError(Gpu<float>(dqkv), Ref<float>(dqkv)), f32 ? 1e-4 : f16 ? 2e-2 : 6e-2);
     }
   }

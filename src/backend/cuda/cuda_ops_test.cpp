@@ -35,40 +35,44 @@ TEST_F(CudaVsReference, MemoryAllocIsZeroAndCopiesRoundTrip) {
 }
 
 TEST_F(CudaVsReference, EncoderForwardBackwardDeterministic) {
-  struct S { int B, T, C, V; };
+  struct S {
+    int B, T, C, V;
+  };
   for (S s : {S{3, 13, 37, 29}, S{2, 64, 768, 50}, S{4, 7, 5, 3}}) {
     SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " V=" << s.V);
     const size_t N = static_cast<size_t>(s.B) * s.T;
     Twin inp = Make(RandomInts(N, s.V)), wte = Make(Random(s.V * s.C)), wpe = Make(Random(s.T * s.C));
     Twin out = Make(std::vector<float>(N * s.C));
-    ref_->EncoderForward(out.ref.as<float>(), inp.ref.as<int32_t>(), wte.ref.as<float>(), wpe.ref.as<float>(), s.B,
-                         s.T, s.C);
-    gpu_->EncoderForward(out.gpu.as<float>(), inp.gpu.as<int32_t>(), wte.gpu.as<float>(), wpe.gpu.as<float>(), s.B,
-                         s.T, s.C);
+    ref_->EncoderForward(out.ref.as<float>(), inp.ref.as<int32_t>(), wte.ref.as<float>(), wpe.ref.as<float>(),
+                         s.B, s.T, s.C);
+    gpu_->EncoderForward(out.gpu.as<float>(), inp.gpu.as<int32_t>(), wte.gpu.as<float>(), wpe.gpu.as<float>(),
+                         s.B, s.T, s.C);
     EXPECT_TRUE(BitwiseEqual(Gpu<float>(out), Ref<float>(out)));
 
     Twin dout = Make(Random(N * s.C));
     std::vector<float> dwte0 = Random(s.V * s.C), dwpe0 = Random(s.T * s.C);
     Twin dwte = Make(dwte0), dwpe = Make(dwpe0);
-    ref_->EncoderBackward(dwte.ref.as<float>(), dwpe.ref.as<float>(), dout.ref.as<float>(), inp.ref.as<int32_t>(),
-                          s.B, s.T, s.C);
-    gpu_->EncoderBackward(dwte.gpu.as<float>(), dwpe.gpu.as<float>(), dout.gpu.as<float>(), inp.gpu.as<int32_t>(),
-                          s.B, s.T, s.C);
+    ref_->EncoderBackward(dwte.ref.as<float>(), dwpe.ref.as<float>(), dout.ref.as<float>(),
+                          inp.ref.as<int32_t>(), s.B, s.T, s.C);
+    gpu_->EncoderBackward(dwte.gpu.as<float>(), dwpe.gpu.as<float>(), dout.gpu.as<float>(),
+                          inp.gpu.as<int32_t>(), s.B, s.T, s.C);
     std::vector<float> first_wte = Gpu<float>(dwte), first_wpe = Gpu<float>(dwpe);
     EXPECT_TRUE(AllClose(first_wte, Ref<float>(dwte), 1e-4, 1e-4));
     EXPECT_TRUE(AllClose(first_wpe, Ref<float>(dwpe), 1e-4, 1e-4));
     // Again from the same start: bitwise the same.
     gpu_->Upload(dwte.gpu.data(), dwte0.data(), dwte.bytes);
     gpu_->Upload(dwpe.gpu.data(), dwpe0.data(), dwpe.bytes);
-    gpu_->EncoderBackward(dwte.gpu.as<float>(), dwpe.gpu.as<float>(), dout.gpu.as<float>(), inp.gpu.as<int32_t>(),
-                          s.B, s.T, s.C);
+    gpu_->EncoderBackward(dwte.gpu.as<float>(), dwpe.gpu.as<float>(), dout.gpu.as<float>(),
+                          inp.gpu.as<int32_t>(), s.B, s.T, s.C);
     EXPECT_TRUE(BitwiseEqual(Gpu<float>(dwte), first_wte));
     EXPECT_TRUE(BitwiseEqual(Gpu<float>(dwpe), first_wpe));
   }
 }
 
 TEST_F(CudaVsReference, LayerNormForwardBackward) {
-  struct S { int N, C; };
+  struct S {
+    int N, C;
+  };
   for (S s : {S{37, 77}, S{64, 768}, S{7, 1}, S{300, 33}}) {
     SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C);
     std::vector<float> x = Random(static_cast<size_t>(s.N) * s.C, 2.0f);
@@ -85,7 +89,8 @@ TEST_F(CudaVsReference, LayerNormForwardBackward) {
     EXPECT_TRUE(AllClose(Gpu<float>(mean), Ref<float>(mean), 1e-5, 1e-5));
     EXPECT_TRUE(AllClose(Gpu<float>(rstd), Ref<float>(rstd), 1e-5, 1e-4));
 
-    Twin dout = Make(Random(x.size())), dinp = Make(Random(x.size())), dw = Make(Random(s.C)), db = Make(Random(s.C));
+    Twin dout = Make(Random(x.size())), dinp = Make(Random(x.size())), dw = Make(Random(s.C)),
+         db = Make(Random(s.C));
     for (Backend* be : {ref_.get(), gpu_.get()}) {
       bool g = be == gpu_.get();
       auto P = [&](Twin& t) { return g ? t.gpu.as<float>() : t.ref.as<float>(); };
@@ -98,7 +103,9 @@ TEST_F(CudaVsReference, LayerNormForwardBackward) {
 }
 
 TEST_F(CudaVsReference, BiasBackward) {
-  struct S { int N, OC; };
+  struct S {
+    int N, OC;
+  };
   for (S s : {S{1000, 37}, S{5, 3072}, S{1, 1}, S{4097, 65}}) {
     SCOPED_TRACE(::testing::Message() << "N=" << s.N << " OC=" << s.OC);
     Twin dout = Make(Random(static_cast<size_t>(s.N) * s.OC)), dbias = Make(Random(s.OC));
@@ -124,7 +131,9 @@ TEST_F(CudaVsReference, GeluAndAdd) {
 }
 
 TEST_F(CudaVsReference, CrossEntropyForwardBackward) {
-  struct S { int N, V; };
+  struct S {
+    int N, V;
+  };
   for (S s : {S{5, 50257}, S{9, 13}, S{3, 1}}) {
     for (float dloss : {0.0f, 0.37f}) {
       SCOPED_TRACE(::testing::Message() << "N=" << s.N << " V=" << s.V << " dloss=" << dloss);
@@ -132,10 +141,10 @@ TEST_F(CudaVsReference, CrossEntropyForwardBackward) {
       std::vector<int32_t> tg = RandomInts(s.N, s.V);
       tg[std::min(2, s.N - 1)] = -1;  // ignored position
       Twin logits = Make(x), targets = Make(tg), losses = Make(std::vector<float>(s.N));
-      ref_->CrossEntropyForwardBackward(losses.ref.as<float>(), logits.ref.as<float>(), targets.ref.as<int32_t>(), s.N,
-                                        s.V, dloss);
-      gpu_->CrossEntropyForwardBackward(losses.gpu.as<float>(), logits.gpu.as<float>(), targets.gpu.as<int32_t>(), s.N,
-                                        s.V, dloss);
+      ref_->CrossEntropyForwardBackward(losses.ref.as<float>(), logits.ref.as<float>(),
+                                        targets.ref.as<int32_t>(), s.N, s.V, dloss);
+      gpu_->CrossEntropyForwardBackward(losses.gpu.as<float>(), logits.gpu.as<float>(),
+                                        targets.gpu.as<int32_t>(), s.N, s.V, dloss);
       EXPECT_TRUE(AllClose(Gpu<float>(losses), Ref<float>(losses), 1e-5, 1e-5));
       if (dloss == 0.0f) {
         EXPECT_TRUE(BitwiseEqual(Gpu<float>(logits), x));  // untouched
@@ -191,9 +200,19 @@ TEST_F(CudaVsReference, AdamW) {
 
 TEST_F(CudaVsReference, CastF32ToBF16RoundsToNearestEven) {
   std::vector<float> x = Random(4099, 100.0f);
-  const float specials[] = {0.0f, -0.0f, 1.00390625f, 1.01171875f, -1.00390625f, 3.3e38f, -3.4e38f, 1e-40f,
-                            -1e-45f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                            65504.0f, 1.0f / 3.0f};
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            1.00390625f,
+                            1.01171875f,
+                            -1.00390625f,
+                            3.3e38f,
+                            -3.4e38f,
+                            1e-40f,
+                            -1e-45f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            65504.0f,
+                            1.0f / 3.0f};
   x.insert(x.end(), std::begin(specials), std::end(specials));
   Twin src = Make(x), dst = Make(std::vector<uint16_t>(x.size()));
   ref_->CastF32ToBF16(dst.ref.as<uint16_t>(), src.ref.as<float>(), x.size());

@@ -1,5 +1,5 @@
-// Token + position embedding forward, and a deterministic backward without float atomics; and EmbedTokens, the
-// serving engine's embedding of a ragged batch (each row names its own token and position).
+// Token + position embedding forward, and a deterministic backward without float atomics; and EmbedTokens,
+// the serving engine's embedding of a ragged batch (each row names its own token and position).
 //
 // Backward: dwpe[t, c] sums over the batch in a fixed order (one thread per (t, c)). For dwte, rows with
 // the same token must be summed by one owner: the token ids are brought to the host (B*T ints; the
@@ -19,8 +19,8 @@ namespace cuda {
 namespace {
 
 __global__ void EncoderForwardKernel(float* __restrict__ out, const int32_t* __restrict__ inp,
-                                     const float* __restrict__ wte, const float* __restrict__ wpe, int B, int T,
-                                     int C) {
+                                     const float* __restrict__ wte, const float* __restrict__ wpe, int B,
+                                     int T, int C) {
   const size_t n = static_cast<size_t>(B) * T * C;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const size_t bt = i / C;
@@ -41,7 +41,8 @@ __global__ void EmbedTokensKernel(float* __restrict__ out, const int32_t* __rest
   }
 }
 
-__global__ void WpeBackwardKernel(float* __restrict__ dwpe, const float* __restrict__ dout, int B, int T, int C) {
+__global__ void WpeBackwardKernel(float* __restrict__ dwpe, const float* __restrict__ dout, int B, int T,
+                                  int C) {
   const size_t n = static_cast<size_t>(T) * C;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     float s = 0.0f;
@@ -50,7 +51,8 @@ __global__ void WpeBackwardKernel(float* __restrict__ dwpe, const float* __restr
   }
 }
 
-// grid (buckets, ceil(C / blockDim.x)): bucket k owns token tokens[k] and rows order[starts[k] .. starts[k+1]).
+// grid (buckets, ceil(C / blockDim.x)): bucket k owns token tokens[k] and rows order[starts[k] ..
+// starts[k+1]).
 __global__ void WteBackwardKernel(float* __restrict__ dwte, const float* __restrict__ dout,
                                   const int32_t* __restrict__ order, const int32_t* __restrict__ starts,
                                   const int32_t* __restrict__ tokens, int C) {
@@ -64,8 +66,8 @@ __global__ void WteBackwardKernel(float* __restrict__ dwte, const float* __restr
 }  // namespace
 }  // namespace cuda
 
-void CudaBackend::EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
-                                 int C) {
+void CudaBackend::EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
+                                 int T, int C) {
   const size_t n = static_cast<size_t>(B) * T * C;
   if (n == 0) return;
   cuda::EncoderForwardKernel<<<cuda::GridFor(n, 256), 256, 0, stream_>>>(out, inp, wte, wpe, B, T, C);
@@ -80,8 +82,8 @@ void CudaBackend::EmbedTokens(float* out, const int32_t* tokens, const int32_t* 
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
-                                  int C) {
+void CudaBackend::EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B,
+                                  int T, int C) {
   const int N = B * T;
   if (N <= 0 || C <= 0) return;
   const size_t tc = static_cast<size_t>(T) * C;
@@ -117,7 +119,8 @@ void CudaBackend::EncoderBackward(float* dwte, float* dwpe, const float* dout, c
   auto* dev = static_cast<int32_t*>(
       ScratchBuffer(cuda::Scratch::kEncoder, sizeof(int32_t) * (3 * static_cast<size_t>(N) + 1)));
   CUDA_CHECK(cudaMemcpyAsync(dev, order, sizeof(int32_t) * N, cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaMemcpyAsync(dev + N, starts, sizeof(int32_t) * (buckets + 1), cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(
+      cudaMemcpyAsync(dev + N, starts, sizeof(int32_t) * (buckets + 1), cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(
       cudaMemcpyAsync(dev + 2 * N + 1, tokens, sizeof(int32_t) * buckets, cudaMemcpyHostToDevice, stream_));
   const int threads = std::min(256, cuda::CeilDiv(C, 32) * 32);

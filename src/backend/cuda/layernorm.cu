@@ -11,9 +11,10 @@ namespace {
 constexpr float kEps = 1e-5f;
 constexpr int kRowsPerBlock = 8;  // 8 warps of 32 threads
 
-__global__ void LayerNormForwardKernel(float* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
-                                       const float* __restrict__ inp, const float* __restrict__ weight,
-                                       const float* __restrict__ bias, int N, int C) {
+__global__ void LayerNormForwardKernel(float* __restrict__ out, float* __restrict__ mean,
+                                       float* __restrict__ rstd, const float* __restrict__ inp,
+                                       const float* __restrict__ weight, const float* __restrict__ bias,
+                                       int N, int C) {
   const int lane = threadIdx.x % kWarp;
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
   if (row >= N) return;
@@ -37,8 +38,8 @@ __global__ void LayerNormForwardKernel(float* __restrict__ out, float* __restric
 
 __global__ void LayerNormBackwardInputKernel(float* __restrict__ dinp, const float* __restrict__ dout,
                                              const float* __restrict__ inp, const float* __restrict__ weight,
-                                             const float* __restrict__ mean, const float* __restrict__ rstd, int N,
-                                             int C) {
+                                             const float* __restrict__ mean, const float* __restrict__ rstd,
+                                             int N, int C) {
   const int lane = threadIdx.x % kWarp;
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
   if (row >= N) return;
@@ -97,24 +98,25 @@ __global__ void LayerNormParamPartialsKernel(float* __restrict__ partials, const
 }  // namespace
 }  // namespace cuda
 
-void CudaBackend::LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                                   const float* bias, int N, int C) {
+void CudaBackend::LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
+                                   const float* weight, const float* bias, int N, int C) {
   if (N <= 0 || C <= 0) return;
   const int blocks = cuda::CeilDiv(N, cuda::kRowsPerBlock);
-  cuda::LayerNormForwardKernel<<<blocks, cuda::kRowsPerBlock * cuda::kWarp, 0, stream_>>>(out, mean, rstd, inp,
-                                                                                          weight, bias, N, C);
+  cuda::LayerNormForwardKernel<<<blocks, cuda::kRowsPerBlock * cuda::kWarp, 0, stream_>>>(
+      out, mean, rstd, inp, weight, bias, N, C);
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                    const float* weight, const float* mean, const float* rstd, int N, int C) {
+void CudaBackend::LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                    const float* inp, const float* weight, const float* mean,
+                                    const float* rstd, int N, int C) {
   if (N <= 0 || C <= 0) return;
   const int chunks = cuda::ColumnChunks(N), rows_per_chunk = cuda::CeilDiv(N, chunks);
   auto* partials = static_cast<float*>(
       ScratchBuffer(cuda::Scratch::kPartials, 2 * static_cast<size_t>(chunks) * C * sizeof(float)));
   dim3 grid(cuda::CeilDiv(C, 32), chunks), block(32, 8);
-  cuda::LayerNormParamPartialsKernel<<<grid, block, 0, stream_>>>(partials, dout, inp, mean, rstd, N, C, chunks,
-                                                                  rows_per_chunk);
+  cuda::LayerNormParamPartialsKernel<<<grid, block, 0, stream_>>>(partials, dout, inp, mean, rstd, N, C,
+                                                                  chunks, rows_per_chunk);
   CUDA_CHECK_LAUNCH();
   cuda::LaunchAddColumnPartials(dweight, partials, chunks, C, stream_);
   cuda::LaunchAddColumnPartials(dbias, partials + static_cast<size_t>(chunks) * C, chunks, C, stream_);

@@ -17,15 +17,20 @@ namespace tern {
 
 namespace {
 
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+bool Aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
 
 }  // namespace
 
 cudaDataType_t cuda::GemmType(Compute c) {
   switch (c) {
-    case Compute::kBF16: return CUDA_R_16BF;
-    case Compute::kF16: return CUDA_R_16F;
-    case Compute::kF32: break;
+    case Compute::kBF16:
+      return CUDA_R_16BF;
+    case Compute::kF16:
+      return CUDA_R_16F;
+    case Compute::kF32:
+      break;
   }
   return CUDA_R_32F;
 }
@@ -58,11 +63,11 @@ const void* CudaBackend::PrepareOperand(Operand op, size_t elems, Compute comput
   return dst;
 }
 
-cuda::LtPlan* CudaBackend::GetPlan(int m, int n, int k, bool ta, bool tb, cudaDataType_t ab_type, bool bias, int lda,
-                                   int ldb, int ldc) {
+cuda::LtPlan* CudaBackend::GetPlan(int m, int n, int k, bool ta, bool tb, cudaDataType_t ab_type, bool bias,
+                                   int lda, int ldb, int ldc) {
   char key[160];
-  std::snprintf(key, sizeof(key), "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", m, n, k, ta, tb, static_cast<int>(ab_type), bias,
-                lda, ldb, ldc);
+  std::snprintf(key, sizeof(key), "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", m, n, k, ta, tb, static_cast<int>(ab_type),
+                bias, lda, ldb, ldc);
   auto it = plans_.find(key);
   if (it != plans_.end()) return &it->second;
   cuda::LtPlan& p = plans_[key];
@@ -74,8 +79,8 @@ cuda::LtPlan* CudaBackend::GetPlan(int m, int n, int k, bool ta, bool tb, cudaDa
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
   if (bias) {
     const cudaDataType_t bias_type = CUDA_R_32F;
-    CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                sizeof(bias_type)));
   }
   // Stored shapes: an operand used transposed is stored with its dimensions swapped.
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab_type, ta ? k : m, ta ? m : k, lda));
@@ -83,15 +88,16 @@ cuda::LtPlan* CudaBackend::GetPlan(int m, int n, int k, bool ta, bool tb, cudaDa
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, m, n, ldc));
   cublasLtMatmulPreference_t pref;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
-                                                    sizeof(workspace_bytes_)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &workspace_bytes_, sizeof(workspace_bytes_)));
   const uint32_t align = 16;
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cublaslt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+  cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(cublaslt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   p.usable = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
   if (p.usable) p.algo = result.algo;
@@ -117,17 +123,19 @@ void CudaBackend::Matmul(float* c, Operand a, Operand b, const float* bias, int 
   // cuBLASLt for the common, aligned case (16-byte pointers and leading dimensions); the bias epilogue
   // only when beta == 0, where its semantics are unambiguous.
   const bool fuse_bias = bias && beta == 0.0f;
-  const bool lt_ok = K > 0 && Aligned16(pa) && Aligned16(pb) && Aligned16(c) && (!fuse_bias || Aligned16(bias)) &&
-                     (ldx * esize) % 16 == 0 && (ldy * esize) % 16 == 0 && (ldc * 4) % 16 == 0;
+  const bool lt_ok = K > 0 && Aligned16(pa) && Aligned16(pb) && Aligned16(c) &&
+                     (!fuse_bias || Aligned16(bias)) && (ldx * esize) % 16 == 0 && (ldy * esize) % 16 == 0 &&
+                     (ldc * 4) % 16 == 0;
   bool done = false;
   if (lt_ok) {
     cuda::LtPlan* plan = GetPlan(m, n, k, tx, ty, type, fuse_bias, ldx, ldy, ldc);
     if (plan->usable) {
       if (fuse_bias)
-        CUBLAS_CHECK(
-            cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-      cublasStatus_t st = cublasLtMatmul(cublaslt_, plan->desc, &alpha, pb, plan->a, pa, plan->b, &beta, c, plan->c,
-                                         c, plan->c, &plan->algo, lt_workspace_, workspace_bytes_, stream_);
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                    sizeof(bias)));
+      cublasStatus_t st =
+          cublasLtMatmul(cublaslt_, plan->desc, &alpha, pb, plan->a, pa, plan->b, &beta, c, plan->c, c,
+                         plan->c, &plan->algo, lt_workspace_, workspace_bytes_, stream_);
       if (st == CUBLAS_STATUS_SUCCESS) {
         done = true;
         if (bias && !fuse_bias) cuda::LaunchAddBiasRows(c, bias, M, N, stream_);
@@ -137,19 +145,21 @@ void CudaBackend::Matmul(float* c, Operand a, Operand b, const float* bias, int 
     }
   }
   if (!done) {
-    CUBLAS_CHECK(cublasGemmEx(cublas_, tx ? CUBLAS_OP_T : CUBLAS_OP_N, ty ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
-                              &alpha, pb, type, ldx, pa, type, ldy, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(cublasGemmEx(cublas_, tx ? CUBLAS_OP_T : CUBLAS_OP_N, ty ? CUBLAS_OP_T : CUBLAS_OP_N, m, n,
+                              k, &alpha, pb, type, ldx, pa, type, ldy, &beta, c, CUDA_R_32F, ldc,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (bias) cuda::LaunchAddBiasRows(c, bias, M, N, stream_);
   }
 }
 
-void CudaBackend::GemmStridedBatched(bool ta, bool tb, int m, int n, int k, float alpha, const void* a, int lda,
-                                     long long stride_a, const void* b, int ldb, long long stride_b, float beta,
-                                     float* c, int ldc, long long stride_c, int batch, cudaDataType_t t) {
-  CUBLAS_CHECK(cublasGemmStridedBatchedEx(cublas_, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m,
-                                          n, k, &alpha, a, t, lda, stride_a, b, t, ldb, stride_b, &beta, c,
-                                          CUDA_R_32F, ldc, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+void CudaBackend::GemmStridedBatched(bool ta, bool tb, int m, int n, int k, float alpha, const void* a,
+                                     int lda, long long stride_a, const void* b, int ldb, long long stride_b,
+                                     float beta, float* c, int ldc, long long stride_c, int batch,
+                                     cudaDataType_t t) {
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(cublas_, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                          tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, a, t, lda,
+                                          stride_a, b, t, ldb, stride_b, &beta, c, CUDA_R_32F, ldc, stride_c,
+                                          batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace tern

@@ -48,8 +48,8 @@ __global__ void FinalSumKernel(double* __restrict__ out, const double* __restric
 }
 
 // grid (ceil(cols/32), chunks), block (32, 8): partials[chunk, col] = sum of x[rows of chunk, col].
-__global__ void ColumnPartialsKernel(float* __restrict__ partials, const float* __restrict__ x, int rows, int cols,
-                                     int rows_per_chunk) {
+__global__ void ColumnPartialsKernel(float* __restrict__ partials, const float* __restrict__ x, int rows,
+                                     int cols, int rows_per_chunk) {
   __shared__ float sh[8][33];
   const int col = blockIdx.x * 32 + threadIdx.x, chunk = blockIdx.y;
   const int r0 = chunk * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
@@ -65,8 +65,8 @@ __global__ void ColumnPartialsKernel(float* __restrict__ partials, const float* 
   }
 }
 
-__global__ void AddColumnPartialsKernel(float* __restrict__ dst, const float* __restrict__ partials, int chunks,
-                                        int cols) {
+__global__ void AddColumnPartialsKernel(float* __restrict__ dst, const float* __restrict__ partials,
+                                        int chunks, int cols) {
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= cols) return;
   float s = 0.0f;
@@ -86,8 +86,8 @@ void LaunchAddColumnPartials(float* dst, const float* partials, int chunks, int 
 double CudaBackend::ReduceToHost(const float* x, size_t n, bool squares) {
   if (n == 0) return 0.0;
   const int blocks = static_cast<int>(cuda::GridFor(n, cuda::kReduceThreads, cuda::kMaxReduceBlocks));
-  auto* partials =
-      static_cast<double*>(ScratchBuffer(cuda::Scratch::kReduce, (cuda::kMaxReduceBlocks + 1) * sizeof(double)));
+  auto* partials = static_cast<double*>(
+      ScratchBuffer(cuda::Scratch::kReduce, (cuda::kMaxReduceBlocks + 1) * sizeof(double)));
   cuda::BlockPartialsKernel<<<blocks, cuda::kReduceThreads, 0, stream_>>>(partials + 1, x, n, squares);
   CUDA_CHECK_LAUNCH();
   cuda::FinalSumKernel<<<1, 1024, 0, stream_>>>(partials, partials + 1, blocks);
@@ -98,9 +98,13 @@ double CudaBackend::ReduceToHost(const float* x, size_t n, bool squares) {
   return *host;
 }
 
-double CudaBackend::SumSquares(const float* x, size_t n) { return ReduceToHost(x, n, true); }
+double CudaBackend::SumSquares(const float* x, size_t n) {
+  return ReduceToHost(x, n, true);
+}
 
-double CudaBackend::Sum(const float* x, size_t n) { return ReduceToHost(x, n, false); }
+double CudaBackend::Sum(const float* x, size_t n) {
+  return ReduceToHost(x, n, false);
+}
 
 void CudaBackend::BiasBackward(float* dbias, const float* dout, int N, int OC) {
   if (N <= 0 || OC <= 0) return;

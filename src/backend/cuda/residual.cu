@@ -13,7 +13,8 @@ __global__ void AddKernel(float* out, const float* a, const float* b, size_t n) 
     out[i] = a[i] + b[i];
 }
 
-__global__ void AddBiasRowsKernel(float* __restrict__ out, const float* __restrict__ bias, size_t rows, int cols) {
+__global__ void AddBiasRowsKernel(float* __restrict__ out, const float* __restrict__ bias, size_t rows,
+                                  int cols) {
   const size_t n = rows * cols;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     out[i] += bias[i % cols];
