@@ -85,6 +85,9 @@ class Backend {
   virtual Capabilities capabilities() const = 0;
   // The GPU's PCI bus id ("0000:3B:00.0") so NVML reads the same GPU CUDA uses; empty when not a GPU.
   virtual std::string PciBusId() const { return {}; }
+  // The GPU stream every op is queued on (a cudaStream_t), so a communicator (NCCL) can order itself after
+  // the compute; null for host backends.
+  virtual void* native_stream() const { return nullptr; }
   // Selects the causal-attention kernel family, one of capabilities().attention_kinds ("naive": the
   // interface's materialised att[B,NH,T,T]; "flash": a fused online-softmax kernel). Returns false for a name
   // this backend does not have.

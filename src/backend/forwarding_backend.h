@@ -25,6 +25,7 @@ class ForwardingBackend : public Backend {
   std::string name() const override { return inner_->name(); }
   Capabilities capabilities() const override { return inner_->capabilities(); }
   std::string PciBusId() const override { return inner_->PciBusId(); }
+  void* native_stream() const override { return inner_->native_stream(); }
   bool SetAttentionKernel(const std::string& kind) override { return inner_->SetAttentionKernel(kind); }
 
   void* Alloc(size_t bytes) override { return inner_->Alloc(bytes); }

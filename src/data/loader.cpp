@@ -71,7 +71,12 @@ Result<std::vector<std::string>> FindShards(const std::string& dir, const std::s
 }
 
 Result<std::unique_ptr<DataLoader>> DataLoader::Open(const std::vector<std::string>& shard_paths, int B,
-                                                     int T, uint64_t seed, bool shuffle, int prefetch_depth) {
+                                                     int T, uint64_t seed, bool shuffle, int prefetch_depth,
+                                                     DataSlice slice) {
+  if (slice.world < 1 || slice.rank < 0 || slice.rank >= slice.world || slice.run < 1) {
+    return Status::InvalidArgument(fmt::format("data slice rank {} of world {} (run {}) is not valid",
+                                               slice.rank, slice.world, slice.run));
+  }
   if (B <= 0 || T <= 0)
     return Status::InvalidArgument(fmt::format("batch B={} and sequence T={} must be > 0", B, T));
   if (prefetch_depth <= 0) return Status::InvalidArgument("prefetch_depth must be >= 1");
@@ -82,6 +87,7 @@ Result<std::unique_ptr<DataLoader>> DataLoader::Open(const std::vector<std::stri
   dl->seed_ = seed;
   dl->shuffle_ = shuffle;
   dl->depth_ = static_cast<size_t>(prefetch_depth);
+  dl->slice_ = slice;
   uint64_t largest = 0;
   for (const auto& path : shard_paths) {
     TERN_ASSIGN_OR_RETURN(ShardReader r, ShardReader::Open(path));
@@ -171,10 +177,20 @@ void DataLoader::FillBatch(LoaderPosition* pos, uint64_t* order_epoch, std::vect
   }
 }
 
+void DataLoader::Skip(LoaderPosition* pos, uint64_t windows) const {
+  const uint64_t index = pos->index + windows;
+  *pos = {pos->epoch + index / total_windows_, index % total_windows_};
+}
+
+// `pos` is the global stream's position; with a slice, the start of the group in progress (group_pos) is what
+// each batch reports as its end until this rank's last batch of the group, which reports the next group.
 void DataLoader::ProducerLoop(LoaderPosition pos) {
   uint64_t order_epoch = std::numeric_limits<uint64_t>::max();
   std::vector<uint32_t> order;
   std::vector<int32_t> window(static_cast<size_t>(T_) + 1);
+  const uint64_t run_windows = static_cast<uint64_t>(slice_.run) * B_;
+  LoaderPosition group_pos = pos;
+  int in_group = 0;  // batches of this group already read by this rank
   while (true) {
     Batch b;
     {
@@ -186,11 +202,23 @@ void DataLoader::ProducerLoop(LoaderPosition pos) {
         spare_.pop_back();
       }
     }
-    FillBatch(&pos, &order_epoch, &order, &b, &window);  // outside the lock: the consumer keeps going
+    // Outside the lock: the consumer keeps going.
+    if (!slice_.whole() && in_group == 0) Skip(&pos, slice_.rank * run_windows);  // the ranks before this one
+    FillBatch(&pos, &order_epoch, &order, &b, &window);
+    LoaderPosition end = pos;
+    if (!slice_.whole()) {
+      if (++in_group == slice_.run) {  // this rank's part of the group is read: on to the next group
+        Skip(&pos, (slice_.world - 1 - slice_.rank) * run_windows);
+        group_pos = end = pos;
+        in_group = 0;
+      } else {
+        end = group_pos;
+      }
+    }
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (stop_) return;
-      queue_.push_back({std::move(b), pos});
+      queue_.push_back({std::move(b), end});
     }
     not_empty_.notify_one();
   }

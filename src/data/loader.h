@@ -29,10 +29,22 @@ struct Batch {
 };
 
 // Where the loader stands: `index` is the position, within epoch `epoch`'s window order, of the first window
-// of the next batch Next() will return (not of what the prefetcher has read ahead).
+// of the next batch Next() will return (not of what the prefetcher has read ahead). With a DataSlice it is a
+// position of the global stream: the start of the group in progress (of the next group once this rank has
+// read its last batch of the group), the same on every rank at an optimizer step's boundary.
 struct LoaderPosition {
   uint64_t epoch = 0, index = 0;
   bool operator==(const LoaderPosition&) const = default;
+};
+
+// Data parallel: which batches of the global stream this rank reads. The global stream is the one a single
+// process reads (batches of B windows in the order above); it is cut into groups of world * run batches, and
+// rank r takes batches [r * run, (r + 1) * run) of every group. A trainer with W ranks and A micro-batches
+// per optimizer step uses run = A / W: each step's group is exactly the step's A micro-batches, and the ranks
+// together see the same data, in the same order, as one process.
+struct DataSlice {
+  int rank = 0, world = 1, run = 1;
+  bool whole() const { return world == 1; }
 };
 
 // Sorted DIR/<split>_<digits>.bin (e.g. split "train" -> train_000.bin, train_001.bin, ...). NotFound when
@@ -44,7 +56,8 @@ class DataLoader {
   // Opens every shard (all must share one vocab size) and starts the prefetch thread, which keeps up to
   // prefetch_depth batches ready. InvalidArgument when the shards hold no window of T+1 tokens.
   static Result<std::unique_ptr<DataLoader>> Open(const std::vector<std::string>& shard_paths, int B, int T,
-                                                  uint64_t seed, bool shuffle, int prefetch_depth = 4);
+                                                  uint64_t seed, bool shuffle, int prefetch_depth = 4,
+                                                  DataSlice slice = {});
   ~DataLoader();  // stops and joins the prefetch thread
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -57,7 +70,8 @@ class DataLoader {
 
   LoaderPosition position() const;
   // Continues from `p` (as returned by position(), possibly by another loader over the same shards, seed and
-  // shapes): the batches that follow are identical to those that followed when position() returned p.
+  // shapes, and with a slice: by a loader of another world size at a group boundary): the batches that follow
+  // are identical to those that followed when position() returned p.
   // InvalidArgument when p.index is outside the epoch (the shards or T changed since p was saved).
   Status Restore(const LoaderPosition& p);
   Status Reset() { return Restore({0, 0}); }
@@ -65,6 +79,7 @@ class DataLoader {
   uint64_t windows_per_epoch() const { return total_windows_; }
   uint64_t tokens() const { return total_tokens_; }
   uint32_t vocab_size() const { return vocab_size_; }
+  const DataSlice& slice() const { return slice_; }
   int B() const { return B_; }
   int T() const { return T_; }
 
@@ -78,6 +93,7 @@ class DataLoader {
   void Start(LoaderPosition from);
   void Stop();
   void ProducerLoop(LoaderPosition from);
+  void Skip(LoaderPosition* pos, uint64_t windows) const;  // moves pos on by that many windows
   void BuildOrder(uint64_t epoch, std::vector<uint32_t>* order) const;
   void FillBatch(LoaderPosition* pos, uint64_t* order_epoch, std::vector<uint32_t>* order, Batch* b,
                  std::vector<int32_t>* window) const;
@@ -90,6 +106,7 @@ class DataLoader {
   uint64_t seed_ = 0;
   bool shuffle_ = false;
   size_t depth_ = 4;
+  DataSlice slice_;
 
   mutable std::mutex mu_;
   std::condition_variable not_empty_, not_full_;

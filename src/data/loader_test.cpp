@@ -128,6 +128,66 @@ TEST(Loader, RestoreReproducesTheFollowingBatchesAcrossEpochs) {
   EXPECT_EQ(bad.code(), Status::Code::kInvalidArgument);
 }
 
+// Data parallel: W ranks with runs of R batches together read the single loader's stream, each group of W*R
+// batches split in rank order, across epoch boundaries (13 windows, B=2: a group of 4 batches straddles
+// epochs).
+TEST(Loader, SlicesPartitionTheStreamInRankOrderAcrossEpochs) {
+  TempDir dir;
+  auto shard = RampShard(dir, "train_000.bin", 0, 13 * 8 + 1);
+  for (int world : {2, 3}) {
+    const int run = 2, groups = 5;
+    auto whole = DataLoader::Open({shard}, 2, 8, 7, /*shuffle=*/true);
+    ASSERT_TRUE(whole.ok());
+    std::vector<Batch> expect = Take(**whole, world * run * groups);
+    std::vector<std::unique_ptr<DataLoader>> ranks;
+    for (int r = 0; r < world; ++r) {
+      auto dl = DataLoader::Open({shard}, 2, 8, 7, true, 4, DataSlice{r, world, run});
+      ASSERT_TRUE(dl.ok()) << dl.status().ToString();
+      ranks.push_back(std::move(*dl));
+    }
+    for (int g = 0; g < groups; ++g) {
+      for (int r = 0; r < world; ++r) {
+        std::vector<Batch> got = Take(*ranks[r], run);
+        std::vector<Batch> want(expect.begin() + (g * world + r) * run,
+                                expect.begin() + (g * world + r + 1) * run);
+        EXPECT_TRUE(Same(got, want)) << "world " << world << " group " << g << " rank " << r;
+      }
+      // At the group's end every rank stands where the single loader stands after the group.
+      for (int r = 0; r < world; ++r) {
+        auto single = DataLoader::Open({shard}, 2, 8, 7, true);
+        ASSERT_TRUE(single.ok());
+        Take(**single, (g + 1) * world * run);
+        EXPECT_EQ(ranks[r]->position(), (*single)->position()) << "world " << world << " rank " << r;
+      }
+    }
+  }
+}
+
+// Elastic resume: a position saved by 2 ranks at a group boundary continues on 1 (and the other way round).
+TEST(Loader, SlicedPositionRestoresInAnotherWorldSize) {
+  TempDir dir;
+  auto shard = RampShard(dir, "train_000.bin", 0, 40 * 8 + 1);
+  auto r0 = DataLoader::Open({shard}, 2, 8, 3, true, 4, DataSlice{0, 2, 1});
+  auto r1 = DataLoader::Open({shard}, 2, 8, 3, true, 4, DataSlice{1, 2, 1});
+  ASSERT_TRUE(r0.ok() && r1.ok());
+  Take(**r0, 3);
+  Take(**r1, 3);
+  ASSERT_EQ((*r0)->position(), (*r1)->position());
+  auto single = DataLoader::Open({shard}, 2, 8, 3, true);
+  ASSERT_TRUE(single.ok());
+  ASSERT_TRUE((*single)->Restore((*r0)->position()).ok());
+  std::vector<Batch> next = Take(**single, 2);
+  EXPECT_TRUE(Same(Take(**r0, 1), {next[0]}));
+  EXPECT_TRUE(Same(Take(**r1, 1), {next[1]}));
+  // Mid-group (rank 0 has read 1 of its 2 batches of a run-2 group), the position is the group's start.
+  auto g0 = DataLoader::Open({shard}, 2, 8, 3, true, 4, DataSlice{0, 2, 2});
+  ASSERT_TRUE(g0.ok());
+  Take(**g0, 1);
+  EXPECT_EQ((*g0)->position(), (LoaderPosition{0, 0}));
+  EXPECT_FALSE(DataLoader::Open({shard}, 2, 8, 3, true, 4, DataSlice{2, 2, 1}).ok())
+      << "rank outside the world";
+}
+
 TEST(Loader, MeasuresAndResetsWaitTime) {
   TempDir dir;
   auto shard = RampShard(dir, "train_000.bin", 0, 1 << 16);

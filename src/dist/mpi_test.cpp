@@ -231,10 +231,12 @@ TEST(MpiSetup, AWorldThatDisagreesWithTheLauncherNamesTheFix) {
 
 // Kept alive until exit: the abandoned collective may still write into it when the late rank comes.
 std::vector<float>* abandoned_buffer = new std::vector<float>(1001, 1.0f);
+std::vector<float>* abandoned_buffer2 = new std::vector<float>(7, 1.0f);
 
 // Last (gtest runs a file's tests in order): rank 1 skips a collective. The others must fail within the
-// timeout, naming rank 1; then rank 1 joins late so the abandoned collective finishes and every rank can
-// finalise MPI and exit 0.
+// timeout, naming rank 1, and a second collective in flight behind it fails at once (not after a timeout of
+// its own: the trainer waits on a step's gradient buckets one by one); then rank 1 joins late so the
+// abandoned collectives finish and every rank can finalise MPI and exit 0.
 TEST(MpiTimeout, ARankThatSkipsACollectiveIsNamed) {
   MpiOptions quick;
   quick.timeout = milliseconds(1000);
@@ -250,8 +252,16 @@ TEST(MpiTimeout, ARankThatSkipsACollectiveIsNamed) {
   std::vector<float>& buf = *abandoned_buffer;
   if (comm.rank() != 1) {
     const auto start = std::chrono::steady_clock::now();
-    Status s = comm.AllReduce(buf.data(), buf.size(), ReduceOp::kSum);  // #2: rank 1 never comes
+    CommHandle first = comm.AllReduceAsync(buf.data(), buf.data(), buf.size(), ReduceOp::kSum);  // #2
+    CommHandle second = comm.AllReduceAsync(abandoned_buffer2->data(), abandoned_buffer2->data(), 7,
+                                            ReduceOp::kSum);  // #3: rank 1 never comes to either
+    Status s = first.Wait();
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    Status s2 = second.Wait();
+    const double both = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(s2.code(), Status::Code::kUnavailable);
+    EXPECT_NE(s2.message().find("#3 (all-reduce of 7 floats) abandoned"), std::string::npos) << s2.message();
+    EXPECT_LT(both - took, 0.5) << "the second handle waited a timeout of its own";
     EXPECT_EQ(s.code(), Status::Code::kUnavailable);
     const std::string& m = s.message();
     std::printf("rank %d failed after %.2f s: %s\n", comm.rank(), took, m.c_str());
@@ -273,6 +283,7 @@ TEST(MpiTimeout, ARankThatSkipsACollectiveIsNamed) {
   if (comm.rank() == 1) {
     comm.set_timeout(milliseconds(30000));
     ASSERT_TRUE(comm.AllReduce(buf.data(), buf.size(), ReduceOp::kSum).ok());  // late, but it completes
+    ASSERT_TRUE(comm.AllReduce(abandoned_buffer2->data(), 7, ReduceOp::kSum).ok());
     EXPECT_EQ(buf[0], comm.world());
   }
   ASSERT_TRUE((*side)->Barrier().ok());

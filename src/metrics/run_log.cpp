@@ -19,6 +19,7 @@ Status RunLog::Open(const std::string& path, bool append) {
 }
 
 Status RunLog::Write(const nlohmann::json& row) {
+  if (!file_) return Status::Ok();  // never opened: discards (data-parallel ranks other than 0)
   std::string line = row.dump() + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
     return Status::IoError(fmt::format("writing {} failed: {} (disk full?)", path_, std::strerror(errno)));

@@ -19,6 +19,7 @@ class RunLog {
   RunLog& operator=(const RunLog&) = delete;
 
   Status Open(const std::string& path, bool append);
+  // A log never opened discards its rows (the data-parallel ranks other than 0 keep none).
   Status Write(const nlohmann::json& row);
   const std::string& path() const { return path_; }
 

@@ -1,5 +1,6 @@
 #include "model/gpt.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <cstring>
@@ -134,6 +135,7 @@ Gpt::Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Comput
   assert(max_T <= config.block_size);
   layout_ = GptParamLayout(config_);
   num_params_ = GptParamCount(config_);
+  shard_ = {0, num_params_};
   params_ = DeviceBuffer(backend_, num_params_ * sizeof(float));
   if (compute_ == Compute::kBF16) params_bf16_ = DeviceBuffer(backend_, num_params_ * sizeof(uint16_t));
   grads_ = DeviceBuffer(backend_, num_params_ * sizeof(float));
@@ -200,16 +202,27 @@ void Gpt::SetGradients(const std::vector<float>& host) {
 }
 
 std::vector<float> Gpt::GetAdamState() const {
-  std::vector<float> host(2 * num_params_);
-  backend_->Download(host.data(), adam_m_.data(), num_params_ * sizeof(float));
-  backend_->Download(host.data() + num_params_, adam_v_.data(), num_params_ * sizeof(float));
+  const size_t n = shard_.count;
+  std::vector<float> host(2 * n);
+  backend_->Download(host.data(), adam_m_.data(), n * sizeof(float));
+  backend_->Download(host.data() + n, adam_v_.data(), n * sizeof(float));
   return host;
 }
 
 void Gpt::SetAdamState(const std::vector<float>& host) {
-  assert(host.size() == 2 * num_params_);
-  backend_->Upload(adam_m_.data(), host.data(), num_params_ * sizeof(float));
-  backend_->Upload(adam_v_.data(), host.data() + num_params_, num_params_ * sizeof(float));
+  const size_t n = shard_.count;
+  assert(host.size() == 2 * n);
+  backend_->Upload(adam_m_.data(), host.data(), n * sizeof(float));
+  backend_->Upload(adam_v_.data(), host.data() + n, n * sizeof(float));
+}
+
+void Gpt::SetOptimizerShard(GradRange shard) {
+  assert(shard.offset + shard.count <= num_params_);
+  shard_ = shard;
+  // At least one element, so that the pointers stay valid for a rank whose shard is empty.
+  const size_t n = std::max<size_t>(shard.count, 1);
+  adam_m_ = DeviceBuffer(backend_, n * sizeof(float));
+  adam_v_ = DeviceBuffer(backend_, n * sizeof(float));
 }
 
 float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
@@ -266,7 +279,7 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
   return static_cast<float>(backend_->Sum(a.losses, N) / N);
 }
 
-void Gpt::Backward() {
+void Gpt::Backward(const GradsReady& on_ready) {
   assert(have_dlogits_ && "Backward() needs a Forward() with targets and dloss != 0");
   const int B = last_B_, T = last_T_;
   const int L = config_.n_layer, C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
@@ -284,6 +297,25 @@ void Gpt::Backward() {
   const float* last = a.residual3 + (L - 1) * nc;
   backend_->LayerNormBackward(s.dresidual, G("lnfw"), G("lnfb"), s.dln, last, P("lnfw"), a.lnf_mean,
                               a.lnf_rstd, N, C);
+  // The ranges of one tensor (all of it, or layer l's slice of a stacked one), in the buffer's order.
+  std::vector<GradRange> ready;
+  auto whole = [&](const char* name) {
+    for (const auto& t : layout_)
+      if (t.name == name) ready.push_back({t.offset, t.numel});
+  };
+  auto slice = [&](const char* name, int l) {
+    for (const auto& t : layout_)
+      if (t.name == name) ready.push_back({t.offset + l * (t.numel / L), t.numel / L});
+  };
+  auto announce = [&] {
+    if (on_ready) on_ready(ready);
+    ready.clear();
+  };
+  if (on_ready) {
+    whole("lnfw");
+    whole("lnfb");
+    announce();
+  }
 
   for (int l = L - 1; l >= 0; l--) {
     const size_t lc = static_cast<size_t>(l) * C;
@@ -329,8 +361,19 @@ void Gpt::Backward() {
     backend_->BiasBackward(G("qkvb") + 3 * lc, s.dqkv, N, 3 * C);
     backend_->LayerNormBackward(s.dresidual, G("ln1w") + lc, G("ln1b") + lc, s.dln, residual, P("ln1w") + lc,
                                 a.ln1_mean + l * N, a.ln1_rstd + l * N, N, C);
+    if (on_ready) {
+      for (const char* name : {"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b", "fcw",
+                               "fcb", "fcprojw", "fcprojb"})
+        slice(name, l);
+      announce();
+    }
   }
   backend_->EncoderBackward(G("wte"), G("wpe"), s.dresidual, d_inputs, B, T, C);
+  if (on_ready) {
+    whole("wte");
+    whole("wpe");
+    announce();
+  }
 }
 
 void Gpt::ZeroGrad() {
@@ -350,10 +393,14 @@ double Gpt::GradNorm() {
 void Gpt::AdamWStep(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                     int t) {
   uint16_t* bf16 = compute_ == Compute::kBF16 ? params_bf16_.as<uint16_t>() : nullptr;
+  const size_t lo = shard_.offset, hi = shard_.offset + shard_.count;
   for (const auto& p : layout_) {
-    backend_->AdamW(params() + p.offset, bf16 ? bf16 + p.offset : nullptr, grads() + p.offset,
-                    adam_m_.as<float>() + p.offset, adam_v_.as<float>() + p.offset, p.numel, lr, beta1, beta2,
-                    eps, p.decay ? weight_decay : 0.0f, grad_scale, t);
+    // The part of this tensor inside the shard (all of it without ZeRO).
+    const size_t begin = std::max(lo, p.offset), end = std::min(hi, p.offset + p.numel);
+    if (begin >= end) continue;
+    backend_->AdamW(params() + begin, bf16 ? bf16 + begin : nullptr, grads() + begin,
+                    adam_m_.as<float>() + (begin - lo), adam_v_.as<float>() + (begin - lo), end - begin, lr,
+                    beta1, beta2, eps, p.decay ? weight_decay : 0.0f, grad_scale, t);
   }
 }
 

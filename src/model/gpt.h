@@ -5,12 +5,23 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
 #include "model/gpt_config.h"
 
 namespace tern {
+
+// A range of the flat parameter (and gradient) buffer, in elements.
+struct GradRange {
+  size_t offset = 0, count = 0;
+};
+// Called by Backward each time some gradients are final (no later op of this backward writes them): after the
+// head (lnfw, lnfb), after each layer from the last to the first (that layer's slice of the 12 stacked
+// tensors), and at the end (wte, wpe). Data parallel starts their all-reduce at once (train/grad_sync.h).
+using GradsReady = std::function<void(std::span<const GradRange>)>;
 
 class Gpt {
  public:
@@ -45,8 +56,10 @@ class Gpt {
   // loss; without, returns NaN and only the logits are valid. If dloss != 0 the head's backward is fused
   // into the pass (logits are replaced by their gradient, scaled by dloss) and Backward() may follow.
   float Forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss = 0.0f);
-  // Accumulates parameter gradients (+=) for the last Forward, which must have had dloss != 0.
-  void Backward();
+  // Accumulates parameter gradients (+=) for the last Forward, which must have had dloss != 0. on_ready, when
+  // given, hears of every gradient range as soon as it is final (see GradsReady); the ranges cover the whole
+  // buffer exactly once.
+  void Backward(const GradsReady& on_ready = {});
   void ZeroGrad();
 
   // Copies the logits row for (b, t) of the last Forward without targets to host (V floats).
@@ -54,17 +67,27 @@ class Gpt {
 
   // Global L2 norm of the gradient buffer.
   double GradNorm();
-  // One AdamW step over every tensor (weight decay only where ParamTensor::decay), gradients scaled by
-  // grad_scale first (gradient clipping folds into it). t is the 1-based step. Updates the bf16 copy.
+  // One AdamW step over every tensor of the optimizer shard (weight decay only where ParamTensor::decay),
+  // gradients scaled by grad_scale first (gradient clipping folds into it). t is the 1-based step. Updates
+  // the bf16 copy of what it updates.
   void AdamWStep(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
-  // Optimizer moments, for checkpoints.
-  std::vector<float> GetAdamState() const;  // m then v, each num_params
+  // ZeRO-1: this model keeps AdamW moments for parameters [shard.offset, shard.offset + shard.count) only,
+  // and AdamWStep updates only those; the data-parallel caller all-gathers the weights afterwards and calls
+  // WeightsChanged(). Reallocates (zeroes) the moments; call before training. The default shard is
+  // everything.
+  void SetOptimizerShard(GradRange shard);
+  GradRange optimizer_shard() const { return shard_; }
+  // The fp32 weights were written behind the model's back (an all-gather): refresh what derives from them.
+  void WeightsChanged() { SyncBf16Copy(); }
+  // Optimizer moments of the shard, for checkpoints and tests.
+  std::vector<float> GetAdamState() const;  // m then v, each optimizer_shard().count
   void SetAdamState(const std::vector<float>& host);
 
   // Device buffers (for data-parallel all-reduce and checkpoint snapshots).
   float* params() const { return params_.as<float>(); }
   float* grads() const { return grads_.as<float>(); }
-  // AdamW moments (num_params each), so a checkpoint snapshot copies them without a host temporary.
+  // AdamW moments (optimizer_shard().count each), so a checkpoint snapshot copies them without a host
+  // temporary.
   float* adam_m() const { return adam_m_.as<float>(); }
   float* adam_v() const { return adam_v_.as<float>(); }
 
@@ -82,6 +105,7 @@ class Gpt {
   Recompute recompute_;
   std::vector<ParamTensor> layout_;
   size_t num_params_ = 0;
+  GradRange shard_;  // of the AdamW moments
 
   DeviceBuffer params_, params_bf16_, grads_, adam_m_, adam_v_;
   DeviceBuffer acts_, scratch_, tokens_;

@@ -68,11 +68,20 @@ std::string ResumeFingerprint(const TrainConfig& cfg, const DataIdentity& data) 
   return ckpt::Xxh3Hex(key);
 }
 
-Status CopyModelState(const Gpt& model, ckpt::Snapshot* snap) {
+Status CopyModelState(const Gpt& model, ckpt::Snapshot* snap, const std::vector<float>* full_moments) {
   EnsureImages(model, snap);
   Backend* be = model.backend();
-  const size_t bytes = model.num_params() * 4;
+  const size_t n = model.num_params(), bytes = n * 4;
   be->Download(snap->images[0].second->data(), model.params(), bytes);
+  if (full_moments) {
+    if (full_moments->size() != 2 * n)
+      return Status::Internal(fmt::format("{} gathered moments for {} parameters", full_moments->size(), n));
+    std::memcpy(snap->images[1].second->tensor(0), full_moments->data(), bytes);
+    std::memcpy(snap->images[1].second->tensor(1), full_moments->data() + n, bytes);
+    return Status::Ok();
+  }
+  if (model.optimizer_shard().count != n)
+    return Status::Internal("the model holds a shard of the AdamW moments: gather them for the save");
   be->Download(snap->images[1].second->tensor(0), model.adam_m(), bytes);
   be->Download(snap->images[1].second->tensor(1), model.adam_v(), bytes);
   return Status::Ok();
@@ -190,8 +199,9 @@ Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const 
   }
   model->SetParameters(params);  // also re-derives the bf16 copy
   Backend* be = model->backend();
-  be->Upload(model->adam_m(), opt.tensors["adam.m"].data.data(), bytes);
-  be->Upload(model->adam_v(), opt.tensors["adam.v"].data.data(), bytes);
+  const GradRange shard = model->optimizer_shard();  // all of it without ZeRO-1
+  be->Upload(model->adam_m(), opt.tensors["adam.m"].data.data() + shard.offset * 4, shard.count * 4);
+  be->Upload(model->adam_v(), opt.tensors["adam.v"].data.data() + shard.offset * 4, shard.count * 4);
   be->Synchronize();
 
   out.progress.step = j.value("step", 0);

@@ -46,14 +46,18 @@ Status CaptureTrainMeta(const Gpt& model, const TrainConfig& cfg, const DataIden
                         const TrainProgress& progress, ckpt::Snapshot* snap);
 // CopyModelState, on the writer thread while the next forward/backward runs: device-to-host copies of the
 // weights and AdamW moments into the snapshot's images (allocated on first use, then reused).
-Status CopyModelState(const Gpt& model, ckpt::Snapshot* snap);
+// ZeRO-1: the model holds only a shard of the moments; `full_moments` (adam.m then adam.v, 2 x num_params,
+// host) are copied instead.
+Status CopyModelState(const Gpt& model, ckpt::Snapshot* snap,
+                      const std::vector<float>* full_moments = nullptr);
 
 struct RestoredTrain {
   TrainProgress progress;
   std::vector<std::string> changes;  // allowed config changes since the checkpoint, "train.steps: 40 -> 80"
 };
 // Refuses, with one message naming every difference, a checkpoint whose model shape, tokenizer, training
-// data, batch geometry (B, T) or seed differ from cfg; otherwise loads weights and moments into the model.
+// data, batch geometry (B, T) or seed differ from cfg; otherwise loads weights and moments into the model
+// (the moments of its optimizer shard: a checkpoint holds them whole, whatever the world size that wrote it).
 Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const TrainConfig& cfg,
                                         const DataIdentity& data, Gpt* model);
 

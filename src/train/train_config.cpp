@@ -149,6 +149,28 @@ const Choice<WhenBusy> kWhenBusy[] = {{WhenBusy::kWait, "wait"}, {WhenBusy::kSki
 const Choice<OnSaveError> kOnError[] = {{OnSaveError::kContinue, "continue"}, {OnSaveError::kStop, "stop"}};
 const Choice<OnNotice> kOnNotice[] = {{OnNotice::kFinish, "finish"}, {OnNotice::kAbandon, "abandon"}};
 const Choice<NoticeKind> kNoticeKinds[] = {{NoticeKind::kAws, "aws"}, {NoticeKind::kGcp, "gcp"}};
+const Choice<DistBackend> kDistBackends[] = {{DistBackend::kAuto, "auto"},
+                                             {DistBackend::kNone, "none"},
+                                             {DistBackend::kMpi, "mpi"},
+                                             {DistBackend::kNccl, "nccl"}};
+
+// A dist.* key: `field` picks the member of DistConfig, `parse` reads it.
+template <typename T>
+Key DistNumber(std::string name, T DistConfig::*field, T min_value, T max_value, std::string help) {
+  return {
+      name,
+      std::move(help),
+      {},
+      [name, field, min_value, max_value](TrainConfig& c, const std::string& s) -> Status {
+        T v{};
+        TERN_RETURN_IF_ERROR(ParseNumber(name, s, &v, min_value));
+        if (v > max_value)
+          return Status::InvalidArgument(fmt::format("{}: {} is above the maximum {}", name, s, max_value));
+        c.dist.*field = v;
+        return Status::Ok();
+      },
+      [field](const TrainConfig& c) { return fmt::format("{}", c.dist.*field); }};
+}
 
 // A key whose value is one of `choices`, parsed into the enum when it is set.
 template <typename E, size_t N>
@@ -272,6 +294,29 @@ const std::vector<Key>& Registry() {
                  "S3 region; empty = $AWS_REGION or us-east-1"),
       CkptNumber("ckpt.s3_part_mb", &CheckpointConfig::s3_part_mb, 5,
                  "S3 multipart part size and threshold, MiB"),
+      {"dist.backend",
+       "data parallel over mpi (CPU) or nccl (GPU); auto picks from the launch (mpirun/srun) and device",
+       NamesOf(kDistBackends),
+       [](TrainConfig& c, const std::string& s) -> Status {
+         TERN_ASSIGN_OR_RETURN(c.dist.backend, ParseChoice("dist.backend", kDistBackends, s));
+         return Status::Ok();
+       },
+       [](const TrainConfig& c) { return std::string(NameOf(kDistBackends, c.dist.backend)); }},
+      DistNumber("dist.zero", &DistConfig::zero, 0, 1,
+                 "1 = ZeRO-1: each rank keeps and updates 1/W of the AdamW moments, then the weights are "
+                 "all-gathered"),
+      DistNumber("dist.bucket_mb", &DistConfig::bucket_mb, 0.0, 1e6,
+                 "gradient all-reduce bucket (MiB), started during the backward; 0 = one after it"),
+      DistNumber("dist.timeout_s", &DistConfig::timeout_s, 0.001, 1e7,
+                 "seconds a collective may wait for a rank before the job fails naming it"),
+      {"dist.nccl_id_file",
+       "nccl launched without MPI: a file on a shared filesystem through which rank 0 hands out its NCCL id",
+       {},
+       [](TrainConfig& c, const std::string& s) {
+         c.dist.nccl_id_file = s;
+         return Status::Ok();
+       },
+       [](const TrainConfig& c) { return c.dist.nccl_id_file; }},
   };
   return keys;
 }
@@ -333,6 +378,10 @@ const char* LrScheduleName(LrScheduleKind v) {
 const char* AttentionName(AttentionKernel v) {
   return NameOf(kAttentions, v);
 }
+const char* DistBackendName(DistBackend v) {
+  return NameOf(kDistBackends, v);
+}
+
 const char* NoticeKindName(NoticeKind v) {
   return NameOf(kNoticeKinds, v);
 }

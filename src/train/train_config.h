@@ -23,6 +23,7 @@ enum class WhenBusy { kWait, kSkip };                    // ckpt.when_busy: wait
 enum class OnSaveError { kContinue, kStop };             // ckpt.on_error: continue | stop
 enum class OnNotice { kFinish, kAbandon };               // ckpt.on_notice: finish | abandon
 enum class NoticeKind { kAws, kGcp };                    // ckpt.notice_kind: aws | gcp
+enum class DistBackend { kAuto, kNone, kMpi, kNccl };    // dist.backend: auto | none | mpi | nccl
 // train.recompute is the model layer's Recompute (model/gpt_config.h): none | gelu.
 
 // The name a config writes for each value ("bf16", "cpu-ref", ...), as TrainConfigToYaml and the logs print
@@ -32,6 +33,7 @@ const char* DeviceName(TrainDevice v);
 const char* LrScheduleName(LrScheduleKind v);
 const char* AttentionName(AttentionKernel v);
 const char* NoticeKindName(NoticeKind v);
+const char* DistBackendName(DistBackend v);
 // The registry's parsers, for flags that take the same values (`tern bench --precision`, `--device`): the
 // error names the key, "train.precision: 'bf61' is not one of fp32, bf16, fp16".
 Result<TrainPrecision> ParsePrecision(const std::string& text);
@@ -82,6 +84,16 @@ struct CheckpointConfig {
   int s3_part_mb = 64;      // multipart part size (and threshold), MiB
 };
 
+// Data parallel (docs/distributed.md): the launcher (mpirun, srun) sets rank and world; these keys say how
+// the ranks talk. Keys dist.*.
+struct DistConfig {
+  DistBackend backend = DistBackend::kAuto;  // auto: one rank -> none, CPU -> mpi, GPU -> nccl
+  int zero = 0;                              // 1: ZeRO-1, AdamW moments sharded across ranks
+  double bucket_mb = 25;   // gradients all-reduced in buckets of this size during the backward; 0 = after it
+  double timeout_s = 300;  // a collective unfinished after this long fails naming the missing rank
+  std::string nccl_id_file;  // nccl without MPI: a shared file that hands rank 0's NCCL id to the others
+};
+
 struct TrainConfig {
   GptConfig model;  // model.vocab_size = 0 means "take it from the tokenizer"
 
@@ -124,7 +136,9 @@ struct TrainConfig {
   int log_every = 1;
 
   CheckpointConfig ckpt;
+  DistConfig dist;
 
+  // Micro-batches per optimizer step, over all ranks (each of W ranks runs grad_accum_steps() / W of them).
   int grad_accum_steps() const;
   Status Validate() const;
 };

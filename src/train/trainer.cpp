@@ -9,6 +9,7 @@
 
 #include "core/file_util.h"
 #include "core/progress.h"
+#include "dist/setup.h"
 #include "infer/generate.h"
 #include "metrics/gpu_sampler_thread.h"
 #include "model/safetensors.h"
@@ -48,13 +49,54 @@ Status Trainer::OpenTokenizer() {
   return Status::Ok();
 }
 
+// Data parallel: each rank reads its run of every step's micro-batches, and every world()-th validation
+// batch.
 Status Trainer::OpenLoaders(const std::string& dir) {
   TERN_ASSIGN_OR_RETURN(auto train_shards, FindShards(dir, "train"));
   TERN_ASSIGN_OR_RETURN(auto val_shards, FindShards(dir, "val"));
-  TERN_ASSIGN_OR_RETURN(train_loader_,
-                        DataLoader::Open(train_shards, cfg_.batch_size, cfg_.seq_len, cfg_.seed, true));
-  TERN_ASSIGN_OR_RETURN(val_loader_,
-                        DataLoader::Open(val_shards, cfg_.batch_size, cfg_.seq_len, cfg_.seed, false));
+  const int W = world(), r = rank();
+  const DataSlice train_slice{r, W, std::max(1, cfg_.grad_accum_steps() / W)}, val_slice{r, W, 1};
+  TERN_ASSIGN_OR_RETURN(train_loader_, DataLoader::Open(train_shards, cfg_.batch_size, cfg_.seq_len,
+                                                        cfg_.seed, true, 4, train_slice));
+  TERN_ASSIGN_OR_RETURN(val_loader_, DataLoader::Open(val_shards, cfg_.batch_size, cfg_.seq_len, cfg_.seed,
+                                                      false, 4, val_slice));
+  return Status::Ok();
+}
+
+Status Trainer::OpenComm() {
+  dist::CommSetup cs;
+  switch (cfg_.dist.backend) {
+    case DistBackend::kAuto:
+      cs.backend = dist::CommBackend::kAuto;
+      break;
+    case DistBackend::kNone:
+      cs.backend = dist::CommBackend::kNone;
+      break;
+    case DistBackend::kMpi:
+      cs.backend = dist::CommBackend::kMpi;
+      break;
+    case DistBackend::kNccl:
+      cs.backend = dist::CommBackend::kNccl;
+      break;
+  }
+  cs.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg_.dist.timeout_s * 1000));
+  cs.compute = setup_.backend.get();
+  cs.cuda_stream = setup_.backend->native_stream();
+  cs.nccl_id_file = cfg_.dist.nccl_id_file;
+  TERN_ASSIGN_OR_RETURN(comm_, dist::MakeCommunicator(cs, launch_));
+  const int W = comm_->world(), accum = cfg_.grad_accum_steps();
+  if (accum % W != 0) {
+    const int64_t micro = static_cast<int64_t>(cfg_.batch_size) * cfg_.seq_len;
+    return Status::InvalidArgument(fmt::format(
+        "{} ranks cannot share {} micro-batches per step (train.total_batch_tokens {} / B*T {}): each rank "
+        "runs an equal part. Set train.total_batch_tokens to a multiple of {} (e.g. {}) or launch a divisor "
+        "of "
+        "{} ranks",
+        W, accum, cfg_.total_batch_tokens, micro, micro * W, micro * W * std::max(1, (accum + W - 1) / W),
+        accum));
+  }
+  if (cfg_.dist.zero > 0 && W == 1 && !quiet_)
+    std::fprintf(stderr, "tern train: dist.zero=1 with one rank shards nothing\n");
   return Status::Ok();
 }
 
@@ -70,6 +112,16 @@ Status Trainer::OpenDevice() {
 void Trainer::BuildModel() {
   model_ = std::make_unique<Gpt>(setup_.backend.get(), cfg_.model, cfg_.batch_size, cfg_.seq_len,
                                  setup_.compute, cfg_.recompute);
+  // Any real communicator (even a world of one: `mpirun -np 1`, the GPU check's one-GPU NCCL run) takes the
+  // data-parallel path; only the single-process one skips it.
+  if (comm_ && comm_->name() != "single") {
+    if (cfg_.dist.zero > 0) {
+      const dist::Shard sh = dist::ShardOf(model_->num_params(), world(), rank());
+      model_->SetOptimizerShard({sh.offset, sh.count});
+    }
+    grad_sync_ = std::make_unique<GradSync>(comm_.get(), model_->grads(), model_->num_params(),
+                                            static_cast<size_t>(cfg_.dist.bucket_mb * (1 << 20)));
+  }
   schedule_ = {cfg_.lr, cfg_.min_lr_ratio, cfg_.warmup_steps, cfg_.steps,
                cfg_.schedule == LrScheduleKind::kCosine};
   flops_per_token_ = GptFlopsPerToken(cfg_.model, cfg_.seq_len);
@@ -85,8 +137,14 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   TERN_RETURN_IF_ERROR(t->OpenTokenizer());
   TERN_RETURN_IF_ERROR(cfg.model.Validate());
   TERN_RETURN_IF_ERROR(cfg.Validate());
-  TERN_RETURN_IF_ERROR(t->OpenLoaders(cfg.data_dir));
+  // The launcher (mpirun, srun) says which rank this is; on GPUs each rank of a machine takes its own GPU.
+  TERN_ASSIGN_OR_RETURN(t->launch_, dist::DetectLaunch());
+  if (t->launch_.world != 1 && !std::getenv("TERN_CUDA_DEVICE"))
+    setenv("TERN_CUDA_DEVICE", std::to_string(t->launch_.local_rank).c_str(), 0);
   TERN_RETURN_IF_ERROR(t->OpenDevice());
+  TERN_RETURN_IF_ERROR(t->OpenComm());
+  if (!t->writer()) t->quiet_ = true;  // rank 0 speaks for the job
+  TERN_RETURN_IF_ERROR(t->OpenLoaders(cfg.data_dir));
   // The model's buffers; InitWeights waits until we know whether a checkpoint replaces the weights
   // (OpenCheckpoints below): initialising 124M parameters only to overwrite them is a second of the time to
   // the first resumed step.
@@ -103,18 +161,35 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
 
   const std::string tok_path = cfg.data_dir + "/tokenizer.model";
   TERN_RETURN_IF_ERROR(MakeDirs(cfg.run_dir));
-  TERN_RETURN_IF_ERROR(WriteFileAtomic(cfg.run_dir + "/config.yaml", TrainConfigToYaml(cfg)));
-  std::error_code ec;
-  std::filesystem::copy_file(tok_path, cfg.run_dir + "/tokenizer.model",
-                             std::filesystem::copy_options::overwrite_existing, ec);
-  if (ec) return Status::IoError(fmt::format("copying {} into {}: {}", tok_path, cfg.run_dir, ec.message()));
+  if (t->writer()) {
+    TERN_RETURN_IF_ERROR(WriteFileAtomic(cfg.run_dir + "/config.yaml", TrainConfigToYaml(cfg)));
+    std::error_code ec;
+    std::filesystem::copy_file(tok_path, cfg.run_dir + "/tokenizer.model",
+                               std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec)
+      return Status::IoError(fmt::format("copying {} into {}: {}", tok_path, cfg.run_dir, ec.message()));
+  }
   nlohmann::json resume_row;
   TERN_RETURN_IF_ERROR(t->OpenCheckpoints(&resume_row));
+  if (t->world() > 1) {  // every rank must continue from the same step
+    int64_t v[2] = {t->resumed_from_, -t->resumed_from_};
+    TERN_RETURN_IF_ERROR(
+        t->comm_->AllReduceInt(v, 2, dist::IntOp::kMax).WithContext("comparing resumed steps"));
+    if (v[0] != -v[1]) {
+      return Status::InvalidArgument(fmt::format(
+          "the ranks found different checkpoints (steps {} to {}; -1 = none): every rank reads its own. Put "
+          "ckpt.dir on a filesystem every machine shares, or resume from the durable tier (ckpt.resume=PATH)",
+          -v[1], v[0]));
+    }
+  }
   if (t->resumed_from_ < 0) t->model_->InitWeights(cfg.seed);
-  // A resumed run appends: the rows of the steps it repeats follow a "resume" row (the last row wins).
+  // A resumed run appends: the rows of the steps it repeats follow a "resume" row (the last row wins). Ranks
+  // other than 0 keep no log (their RunLog stays closed and discards rows).
   const std::string metrics = cfg.run_dir + "/metrics.jsonl";
-  if (t->resumed_from_ >= 0) TERN_RETURN_IF_ERROR(EndWithNewline(metrics));
-  TERN_RETURN_IF_ERROR(t->log_.Open(metrics, /*append=*/t->resumed_from_ >= 0));
+  if (t->writer()) {
+    if (t->resumed_from_ >= 0) TERN_RETURN_IF_ERROR(EndWithNewline(metrics));
+    TERN_RETURN_IF_ERROR(t->log_.Open(metrics, /*append=*/t->resumed_from_ >= 0));
+  }
   const GptMemory mem = t->model_->memory();  // what the model allocated (the backend's scratch comes on top)
   nlohmann::json start_row = {{"event", "start"},
                               {"model", cfg.model.ToString()},
@@ -130,7 +205,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
                               {"peak_gflops", t->peak_gflops_},
                               {"memory_bytes", mem.total()},
                               {"tokenizer", t->tokenizer_->fingerprint()},
-                              {"price_per_hour", cfg.price_per_hour}};
+                              {"price_per_hour", cfg.price_per_hour},
+                              {"world", t->world()},
+                              {"dist", t->comm_->name()},
+                              {"zero", t->world() > 1 ? cfg.dist.zero : 0}};
   if (t->gpu_) start_row["gpu_metrics"] = t->gpu_->status();
   if (t->setup_.compute == Compute::kF16) start_row["loss_scale"] = t->scaler_.scale();
   TERN_RETURN_IF_ERROR(t->log_.Write(start_row));
@@ -140,8 +218,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
 
 Result<StepStats> Trainer::Step() {
   auto start = std::chrono::steady_clock::now();
-  const int accum = cfg_.grad_accum_steps();
+  const int accum = cfg_.grad_accum_steps(), W = world();
+  const int local = accum / W;  // this rank's micro-batches (OpenComm checked that W divides accum)
   const int B = cfg_.batch_size, T = cfg_.seq_len;
+  // Over the global batch: the ranks' gradients are summed, so each rank scales by all accum micro-batches.
   const float dloss = 1.0f / (static_cast<float>(B) * T * accum);
   const bool fp16 = setup_.compute == Compute::kF16;
   // fp16: the loss (so every gradient) is multiplied by the scale, keeping small gradients above fp16's
@@ -153,8 +233,9 @@ Result<StepStats> Trainer::Step() {
   Batch batch;
   double loss_sum = 0;
   const LoaderPosition start_pos = train_loader_->position();
-  for (int micro = 0; micro < accum; micro++) {
-    if (micro > 0 && AbandonRequested()) {
+  for (int micro = 0; micro < local; micro++) {
+    // With several ranks the notice is voted on once per step (ReduceStepStats): a rank cannot leave alone.
+    if (micro > 0 && W == 1 && AbandonRequested()) {
       // Rewind the data so the emergency checkpoint resumes with this step's first micro-batch.
       TERN_RETURN_IF_ERROR(train_loader_->Restore(start_pos));
       s.abandoned = true;
@@ -162,7 +243,20 @@ Result<StepStats> Trainer::Step() {
     }
     TERN_RETURN_IF_ERROR(train_loader_->Next(&batch));
     loss_sum += model_->Forward(batch.inputs.data(), batch.targets.data(), B, T, seed);
-    model_->Backward();
+    // The last micro-batch's backward starts the gradient all-reduce bucket by bucket.
+    if (grad_sync_ && micro == local - 1) {
+      model_->Backward(grad_sync_->Hook());
+    } else {
+      model_->Backward();
+    }
+  }
+  if (grad_sync_) {
+    TERN_ASSIGN_OR_RETURN(const double waited, grad_sync_->Finish());
+    const auto t0 = std::chrono::steady_clock::now();
+    float sum = static_cast<float>(loss_sum);
+    TERN_RETURN_IF_ERROR(comm_->AllReduce(&sum, 1, dist::ReduceOp::kSum).WithContext("summing the loss"));
+    loss_sum = sum;
+    s.comm_s += waited + Seconds(t0);
   }
   if (env_.after_backward) env_.after_backward(step_ + 1, *model_);
   s.loss = loss_sum / accum;
@@ -186,19 +280,57 @@ Result<StepStats> Trainer::Step() {
     adam_t_++;
     model_->AdamWStep(static_cast<float>(s.lr), cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay,
                       grad_scale, adam_t_);
+    if (grad_sync_ && cfg_.dist.zero > 0) {  // each rank updated its shard: gather the whole weights
+      const auto t0 = std::chrono::steady_clock::now();
+      const GradRange sh = model_->optimizer_shard();
+      TERN_RETURN_IF_ERROR(
+          comm_->AllGather(model_->params() + sh.offset, model_->params(), model_->num_params())
+              .WithContext("gathering the updated weights (ZeRO-1)"));
+      model_->WeightsChanged();
+      s.comm_s += Seconds(t0);
+    }
   }
   setup_.backend->Synchronize();
   step_++;
   s.step = step_;
   s.step_s = Seconds(start);
   s.data_wait_s = train_loader_->TakeWaitSeconds();
-  const double tokens = static_cast<double>(B) * T * accum;
+  TERN_RETURN_IF_ERROR(ReduceStepStats(&s));
+  const double tokens = static_cast<double>(B) * T * accum;  // every rank's
   s.tokens_per_s = tokens / s.step_s;
-  s.mfu = flops_per_token_ * s.tokens_per_s / (peak_gflops_ * 1e9);
+  s.mfu = flops_per_token_ * s.tokens_per_s / (peak_gflops_ * 1e9 * W);
   tokens_seen_ += static_cast<uint64_t>(tokens);
   train_seconds_ += s.step_s;
   if (gpu_meter_) s.gpu = gpu_meter_->StepEnd(tokens, s.step_s);
   return s;
+}
+
+Status Trainer::ReduceStepStats(StepStats* s) {
+  s->step_s_min = s->step_s_max = s->step_s;
+  s->data_wait_s_min = s->data_wait_s_max = s->data_wait_s;
+  if (world() == 1) {
+    s->notice = watcher_ && watcher_->notified();
+    return Status::Ok();
+  }
+  // One int all-reduce (max) per step: any rank's notice, and the slowest and fastest rank (as -min).
+  auto us = [](double seconds) { return static_cast<int64_t>(seconds * 1e6); };
+  int64_t v[5] = {watcher_ && watcher_->notified() ? 1 : 0, us(s->step_s), -us(s->step_s), us(s->data_wait_s),
+                  -us(s->data_wait_s)};
+  TERN_RETURN_IF_ERROR(
+      comm_->AllReduceInt(v, 5, dist::IntOp::kMax).WithContext("sharing the step's times and notices"));
+  s->notice = v[0] != 0;
+  s->step_s_max = v[1] / 1e6;
+  s->step_s_min = -v[2] / 1e6;
+  s->data_wait_s_max = v[3] / 1e6;
+  s->data_wait_s_min = -v[4] / 1e6;
+  return Status::Ok();
+}
+
+Result<bool> Trainer::AgreeWithRank0(bool mine) {
+  if (world() == 1) return mine;
+  int64_t v = mine ? 1 : 0;
+  TERN_RETURN_IF_ERROR(comm_->Broadcast(&v, sizeof v, 0).WithContext("agreeing on a checkpoint"));
+  return v != 0;
 }
 
 Status Trainer::DecideFp16Step(double scaled_norm, StepStats* s, float* unscale) {
@@ -218,13 +350,21 @@ Status Trainer::DecideFp16Step(double scaled_norm, StepStats* s, float* unscale)
   return Status::Ok();
 }
 
+// With W ranks, rank r evaluates batches r, r + W, ... of the same eval_batches, and the sums are added.
 Result<double> Trainer::Evaluate() {
   TERN_RETURN_IF_ERROR(val_loader_->Reset());
   Batch batch;
   double sum = 0;
-  for (int i = 0; i < cfg_.eval_batches; i++) {
+  const int W = world(), mine = cfg_.eval_batches / W + (rank() < cfg_.eval_batches % W ? 1 : 0);
+  for (int i = 0; i < mine; i++) {
     TERN_RETURN_IF_ERROR(val_loader_->Next(&batch));
     sum += model_->Forward(batch.inputs.data(), batch.targets.data(), cfg_.batch_size, cfg_.seq_len);
+  }
+  if (W > 1) {
+    float total = static_cast<float>(sum);
+    TERN_RETURN_IF_ERROR(
+        comm_->AllReduce(&total, 1, dist::ReduceOp::kSum).WithContext("summing the validation loss"));
+    sum = total;
   }
   return sum / cfg_.eval_batches;
 }
@@ -301,8 +441,15 @@ Result<TrainSummary> Trainer::Run() {
                           {"mfu", s.mfu},
                           {"step_ms", s.step_s * 1e3},
                           {"data_wait_ms", s.data_wait_s * 1e3},
+                          {"comm_ms", s.comm_s * 1e3},
                           {"precision", PrecisionName(cfg_.precision)},
                           {"elapsed_s", elapsed}};
+    if (world() > 1) {  // a straggler shows as a gap between the slowest and the fastest rank
+      row["step_ms_max"] = s.step_s_max * 1e3;
+      row["step_ms_min"] = s.step_s_min * 1e3;
+      row["data_wait_ms_max"] = s.data_wait_s_max * 1e3;
+      row["data_wait_ms_min"] = s.data_wait_s_min * 1e3;
+    }
     if (setup_.compute == Compute::kF16) {
       row["loss_scale"] = s.loss_scale;
       if (s.skipped) {
@@ -334,7 +481,7 @@ Result<TrainSummary> Trainer::Run() {
                                        {"step", s.step},
                                        {"since_process_start_s", ProcessAgeSeconds()}}));
     }
-    if (watcher_ && watcher_->notified()) {  // finish policy: this step is done; save it and stop
+    if (s.notice) {  // finish policy (any rank's notice, agreed by all): this step is done; save it and stop
       TERN_RETURN_IF_ERROR(EmergencyCheckpoint(&sum, &bar));
       return sum;
     }
@@ -375,10 +522,14 @@ Result<TrainSummary> Trainer::Run() {
   sum.train_s = train_seconds_;
   sum.tokens_per_s = tokens_seen_ / std::max(1e-9, train_seconds_);
   sum.mfu = flops_per_token_ * sum.tokens_per_s / (peak_gflops_ * 1e9);
-  TERN_ASSIGN_OR_RETURN(sum.samples, Samples(cfg_.num_samples, cfg_.sample_tokens));
+  if (writer()) {
+    TERN_ASSIGN_OR_RETURN(sum.samples, Samples(cfg_.num_samples, cfg_.sample_tokens));
+  }
   sum.wall_s = Seconds(start);
   sum.cost_usd = cost_.CostUsd(sum.wall_s);
-  TERN_RETURN_IF_ERROR(WriteRunFiles(sum));
+  if (writer()) TERN_RETURN_IF_ERROR(WriteRunFiles(sum));
+  // Every rank ends once rank 0 has written the run's files (the launcher may end the job at the first exit).
+  if (world() > 1) TERN_RETURN_IF_ERROR(comm_->Barrier().WithContext("finishing the run"));
   return sum;
 }
 

@@ -18,10 +18,13 @@
 #include "core/status.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
+#include "dist/communicator.h"
+#include "dist/launch.h"
 #include "infer/generate.h"
 #include "metrics/nvml_sampler.h"
 #include "metrics/run_log.h"
 #include "model/gpt.h"
+#include "train/grad_sync.h"
 #include "train/lr_schedule.h"
 #include "train/run_setup.h"
 #include "train/train_checkpoint.h"
@@ -36,7 +39,13 @@ struct StepStats {
   int step = 0;  // 1-based, after the update
   double loss = 0, lr = 0, grad_norm = 0;
   double step_s = 0, data_wait_s = 0;
-  double tokens_per_s = 0, mfu = 0;
+  double tokens_per_s = 0, mfu = 0;  // of the whole job (every rank)
+  // Data parallel: communication this rank waited for (gradients, ZeRO's weights, the loss), and the slowest
+  // and fastest rank's step and data-wait times (= this rank's with one rank). notice: some rank got a
+  // preemption notice; every rank saves this step and stops.
+  double comm_s = 0;
+  double step_s_min = 0, step_s_max = 0, data_wait_s_min = 0, data_wait_s_max = 0;
+  bool notice = false;
   bool abandoned = false;  // a preemption notice stopped the step before its update (ckpt.on_notice=abandon)
   // fp16: the loss scale this step ran with, and whether its gradients overflowed so that the update was
   // skipped (weights and AdamW moments unchanged; the step still counts: its data is consumed and the LR
@@ -98,6 +107,11 @@ class Trainer {
   int adam_t() const { return adam_t_; }
   const LossScaler& loss_scaler() const { return scaler_; }
   int resumed_from() const { return resumed_from_; }
+  // Data parallel (docs/distributed.md): this process's rank and the job's world size (1 without a launcher);
+  // rank 0 alone writes metrics.jsonl, summary.json, samples, exports and checkpoints.
+  int rank() const { return comm_ ? comm_->rank() : 0; }
+  int world() const { return comm_ ? comm_->world() : 1; }
+  bool writer() const { return rank() == 0; }
   ckpt::CheckpointManager& checkpoints() { return *ckpt_; }
   // Saves the current state to the fast tier now (tests, tools); waits for it to be persisted.
   Status SaveCheckpoint(const std::string& kind = "manual");
@@ -111,6 +125,7 @@ class Trainer {
   Status OpenTokenizer();                      // cfg_.data_dir's; model.vocab_size 0 becomes its size
   Status OpenLoaders(const std::string& dir);  // dir's train and val shards
   Status OpenDevice();                         // MakeRunSetup (run_setup.h) and the loss scaler
+  Status OpenComm();                           // the communicator of this launch (dist/setup.h)
   void BuildModel();                           // the model's buffers (weights not initialised), LR schedule
   GenerationRequest SampleRequest(int count, int tokens, bool full_length) const;  // Samples' decode
   Status WriteRunFiles(const TrainSummary& summary);
@@ -128,11 +143,21 @@ class Trainer {
   Status DrainCheckpointEvents(ProgressBar* bar, Status* failure = nullptr);
   Status EmergencyCheckpoint(TrainSummary* sum, ProgressBar* bar);
   bool AbandonRequested() const;
+  // Data parallel: rank 0's decision, on every rank (a broadcast); `mine` is only read on rank 0.
+  Result<bool> AgreeWithRank0(bool mine);
+  // ZeRO-1 before a save: every rank takes part; rank 0 ends with the whole AdamW moments in zero_moments_.
+  // `save` is rank 0's decision whether a save follows (other ranks' value is ignored).
+  Status PrepareSave(bool save);
+  Status ReduceStepStats(StepStats* s);  // the per-step int all-reduce: notice vote, slowest/fastest rank
 
   TrainConfig cfg_;
   bool quiet_ = false;
   RunSetup setup_;  // the backend and compute types (run_setup.h)
+  dist::LaunchInfo launch_;
+  std::unique_ptr<dist::Communicator> comm_;  // null until OpenComm (tern bench: one process)
   std::unique_ptr<Gpt> model_;
+  std::unique_ptr<GradSync> grad_sync_;  // world > 1
+  std::vector<float> zero_moments_;      // ZeRO-1, rank 0: adam.m then adam.v gathered for a save
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   LrSchedule schedule_;

@@ -27,7 +27,25 @@ Status Trainer::CaptureSnapshotMeta(ckpt::Snapshot& snap) {
 }
 
 Status Trainer::CopySnapshotTensors(ckpt::Snapshot& snap) {
-  return CopyModelState(*model_, &snap);
+  const bool sharded = world() > 1 && cfg_.dist.zero > 0;
+  return CopyModelState(*model_, &snap, sharded ? &zero_moments_ : nullptr);
+}
+
+// ZeRO-1: each rank's moments go through the gradient buffer (free between the update and the next step's
+// ZeroGrad) to rank 0, which writes a checkpoint like any other: whole moments, resumable at any world size.
+Status Trainer::PrepareSave(bool save) {
+  if (world() == 1 || cfg_.dist.zero == 0) return Status::Ok();
+  TERN_ASSIGN_OR_RETURN(const bool go, AgreeWithRank0(save));
+  if (!go) return Status::Ok();
+  const size_t n = model_->num_params();
+  if (writer()) zero_moments_.resize(2 * n);
+  const float* moments[2] = {model_->adam_m(), model_->adam_v()};
+  for (int i = 0; i < 2; i++) {
+    TERN_RETURN_IF_ERROR(comm_->AllGather(moments[i], model_->grads(), n)
+                             .WithContext("gathering the AdamW moments for a checkpoint (ZeRO-1)"));
+    if (writer()) setup_.backend->Download(zero_moments_.data() + i * n, model_->grads(), n * sizeof(float));
+  }
+  return Status::Ok();
 }
 
 Status Trainer::SaveTo(const std::vector<int>& tiers, const std::string& kind, std::optional<double> val_loss,
@@ -106,6 +124,8 @@ Status Trainer::OpenCheckpoints(nlohmann::json* resume_row) {
 }
 
 Status Trainer::SaveCheckpoint(const std::string& kind) {
+  TERN_RETURN_IF_ERROR(PrepareSave(true));
+  if (!writer()) return Status::Ok();
   TERN_RETURN_IF_ERROR(SaveTo({ckpt_->FindTier("fast")}, kind, std::nullopt, /*sync=*/true));
   Status failure;
   TERN_RETURN_IF_ERROR(DrainCheckpointEvents(nullptr, &failure));
@@ -125,6 +145,9 @@ Status Trainer::MaybeCheckpoint(int step, bool last, std::optional<double> val_l
       tiers.push_back(t);
     }
   }
+  // Rank 0 saves (and decides for ZeRO-1's gather); every rank holds the same weights.
+  TERN_RETURN_IF_ERROR(PrepareSave(!tiers.empty()));
+  if (!writer()) tiers.clear();
   if (!tiers.empty()) {
     const std::string kind = periodic ? "periodic" : last ? "final" : "best";
     TERN_RETURN_IF_ERROR(SaveTo(tiers, kind, val_loss, /*sync=*/false));
@@ -173,7 +196,23 @@ Status Trainer::DrainCheckpointEvents(ProgressBar* bar, Status* failure) {
 }
 
 Status Trainer::EmergencyCheckpoint(TrainSummary* sum, ProgressBar* bar) {
-  const ckpt::PreemptionNotice notice = watcher_->notice();
+  sum->preempted = true;
+  sum->steps = step_;
+  sum->tokens = tokens_seen_;
+  sum->train_s = train_seconds_;
+  if (!writer()) {  // rank 0 saves this step for everyone
+    TERN_RETURN_IF_ERROR(PrepareSave(false));
+    sum->preempt_report =
+        fmt::format("preempted: rank {} stops at step {} with the others; rank 0 saves it", rank(), step_);
+    // Wait for rank 0's save: a rank that left first could make the launcher end the job under it.
+    return comm_->Barrier().WithContext("waiting for rank 0's emergency checkpoint");
+  }
+  ckpt::PreemptionNotice notice = watcher_->notice();
+  if (!watcher_->notified()) {  // the notice reached another rank; the vote brought it here
+    notice.source = "a notice to another rank";
+    notice.at = std::chrono::steady_clock::now();
+    notice.window_s = cfg_.ckpt.notice_window_s;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   // The fastest tier that outlives the instance: the fast one, unless its disk dies with the machine.
   int tier = ckpt_->FindTier("fast");
@@ -184,7 +223,9 @@ Status Trainer::EmergencyCheckpoint(TrainSummary* sum, ProgressBar* bar) {
   std::string what;
   if (ckpt_->NewestStep(tier) == step_) {
     what = "already saved by the save in flight";
+    TERN_RETURN_IF_ERROR(PrepareSave(false));
   } else {
+    TERN_RETURN_IF_ERROR(PrepareSave(true));
     st = SaveTo({tier}, "emergency", std::nullopt, /*sync=*/true);
     Status failure;
     TERN_RETURN_IF_ERROR(DrainCheckpointEvents(bar, &failure));
@@ -195,10 +236,6 @@ Status Trainer::EmergencyCheckpoint(TrainSummary* sum, ProgressBar* bar) {
   const double since_notice =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - notice.at).count();
   const std::string location = ckpt::JoinKey(ckpt_->storage(tier).uri(), ckpt::StepDirName(step_));
-  sum->preempted = true;
-  sum->steps = step_;
-  sum->tokens = tokens_seen_;
-  sum->train_s = train_seconds_;
   sum->preempt_report = fmt::format(
       "preempted ({}): step {} {} to {} in {:.2f} s; {:.2f} s after the notice, {} the {:.0f} s window. "
       "Resume "
@@ -216,6 +253,7 @@ Status Trainer::EmergencyCheckpoint(TrainSummary* sum, ProgressBar* bar) {
                                    {"since_notice_s", since_notice},
                                    {"window_s", notice.window_s},
                                    {"margin_s", notice.window_s - since_notice}}));
+  if (world() > 1) TERN_RETURN_IF_ERROR(comm_->Barrier().WithContext("releasing the other ranks"));
   return Status::Ok();  // even a failed save leaves the run resumable from the previous checkpoint
 }
 

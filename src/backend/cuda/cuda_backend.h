@@ -68,6 +68,7 @@ class CudaBackend : public Backend {
   // flash attention.
   Capabilities capabilities() const override;
   std::string PciBusId() const override { return pci_bus_id_; }
+  void* native_stream() const override { return stream_; }
   bool SetAttentionKernel(const std::string& kind) override;
 
   void* Alloc(size_t bytes) override;
