@@ -75,12 +75,14 @@ TEST_F(SrunJob, ThreeRanksOvercommittedUnderTheDefaultMpi) {
 // As MpiJob (mpi_job_test.cpp) under mpirun: rank 1 hangs, rank 0 names it within the 1 s timeout and exits
 // without MPI_Finalize. PMIx reports the exit and srun cancels the step, ending rank 1: seconds, not 60.
 TEST_F(SrunJob, AHungRankIsNamedAndTheWholeStepEnds) {
-  testing::CommandResult r = Srun("--mpi=pmix -n 2", "--gtest_also_run_disabled_tests --gtest_filter=MpiHang.*");
+  testing::CommandResult r =
+      Srun("--mpi=pmix -n 2", "--gtest_also_run_disabled_tests --gtest_filter=MpiHang.*");
   EXPECT_NE(r.code, 0) << r.output;
   EXPECT_LT(took_, 30.0) << r.output;
-  EXPECT_NE(r.output.find("rank 0: rank 0: mpi collective #2 (all-reduce of 1 float) did not finish within 1 s: "
-                          "rank 1 never started it"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find("rank 0: rank 0: mpi collective #2 (all-reduce of 1 float) did not finish within 1 s: "
+                    "rank 1 never started it"),
+      std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("leaving without MPI_Finalize"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("rank 1 woke up"), std::string::npos) << r.output;
