@@ -153,6 +153,10 @@ Result<LaunchInfo> DetectLaunch(const EnvLookup& env_in) {
     TERN_RETURN_IF_ERROR(ReadSlurmLocal(env, &l));
     const std::string job = Str(env, "SLURM_JOB_ID"), step = Str(env, "SLURM_STEP_ID");
     l.job_id = step.empty() ? job : job + "." + step;
+    // srun --mpi=pmix exports PMIX_RANK (and --mpi=pmi2 PMI_RANK, read above); under --mpi=none MPI finds no
+    // peers.
+    l.mpi_wired = env("PMIX_RANK") != nullptr;
+    l.slurm_mpi = Str(env, "SLURM_MPI_TYPE");
     TERN_RETURN_IF_ERROR(CheckRanks(l, "SLURM_PROCID", step_tasks ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS"));
     return l;
   }

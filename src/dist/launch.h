@@ -20,6 +20,11 @@ struct LaunchInfo {
   // An id the ranks of one launch share and the next launch does not (Slurm job.step, the PMIx namespace,
   // Open MPI's job id); empty when the launcher gives none. Tags the NCCL id file.
   std::string job_id;
+  // Whether the launcher gave MPI a way to find the other ranks: Open MPI's or PMI's variables, or PMIx
+  // (PMIX_RANK). False under srun without PMIx (--mpi=none), where Open MPI's MPI_Init aborts.
+  bool mpi_wired = true;
+  // srun's MPI plugin (SLURM_MPI_TYPE: pmix; srun --mpi=none leaves it unset), for messages.
+  std::string slurm_mpi;
 
   // "launched by Slurm (srun) with 2 tasks", for messages.
   std::string Describe() const;
@@ -32,7 +37,8 @@ using EnvLookup = std::function<const char*(const char* name)>;
 //   Open MPI  OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE
 //   PMI       PMI_RANK, PMI_SIZE (+ MPI_LOCALRANKID, MPI_LOCALNRANKS, else Slurm's local ids)
 //   Slurm     SLURM_PROCID, SLURM_STEP_NUM_TASKS (else SLURM_NTASKS), SLURM_LOCALID,
-//             SLURM_STEP_TASKS_PER_NODE (else SLURM_TASKS_PER_NODE, "2(x3),1") with SLURM_NODEID
+//             SLURM_STEP_TASKS_PER_NODE (else SLURM_TASKS_PER_NODE, "2(x3),1") with SLURM_NODEID;
+//             PMIX_RANK says whether srun wired up PMIx (mpi_wired), SLURM_MPI_TYPE which plugin it ran
 //   PMIx      PMIX_RANK
 // InvalidArgument naming the variable when one is not a number or the ranks do not fit the world.
 [[nodiscard]] Result<LaunchInfo> DetectLaunch(const EnvLookup& env = nullptr);

@@ -101,6 +101,25 @@ TEST(DetectLaunch, Slurm) {
   EXPECT_EQ(l.local_world, 8);
   EXPECT_EQ(l.job_id, "4711.0");
   EXPECT_EQ(l.Describe(), "launched by Slurm (srun) with 16 tasks");
+  EXPECT_FALSE(l.mpi_wired);  // no PMIX_RANK: srun --mpi=none
+}
+
+TEST(DetectLaunch, SrunWithPmixWiresUpMpi) {
+  const LaunchInfo l = Detect({{"SLURM_PROCID", "1"},
+                               {"SLURM_NTASKS", "2"},
+                               {"SLURM_LOCALID", "1"},
+                               {"SLURM_STEP_TASKS_PER_NODE", "2"},
+                               {"SLURM_MPI_TYPE", "pmix"},
+                               {"PMIX_RANK", "1"},
+                               {"PMIX_NAMESPACE", "slurm.pmix.14.0"},
+                               {"SLURM_JOB_ID", "14"},
+                               {"SLURM_STEP_ID", "0"}});
+  EXPECT_EQ(l.launcher, "slurm");  // Slurm's variables give the world, which PMIx alone does not
+  EXPECT_EQ(l.world, 2);
+  EXPECT_EQ(l.local_world, 2);
+  EXPECT_TRUE(l.mpi_wired);
+  EXPECT_EQ(l.slurm_mpi, "pmix");
+  EXPECT_EQ(l.job_id, "14.0");
 }
 
 TEST(DetectLaunch, SlurmStepVariablesWinOverTheAllocations) {
@@ -208,7 +227,24 @@ TEST(MakeCommunicator, NcclOnTheCpuPointsToMpi) {
   EXPECT_NE(c.status().message().find("dist.backend: mpi"), std::string::npos) << c.status().message();
 }
 
-#ifndef TERN_HAVE_MPI
+#ifdef TERN_HAVE_MPI
+// Refused before MPI_Init, which would abort the process.
+TEST(MakeCommunicator, SrunWithoutPmixSaysHowToLaunch) {
+  LaunchInfo l = SlurmTwoTasks();
+  l.mpi_wired = false;
+  for (CommBackend b : {CommBackend::kAuto, CommBackend::kMpi}) {
+    CommSetup setup;
+    setup.backend = b;
+    Result<std::unique_ptr<Communicator>> c = MakeCommunicator(setup, l);
+    ASSERT_FALSE(c.ok());
+    const std::string& m = c.status().message();
+    EXPECT_NE(m.find("launched by Slurm (srun) with 2 tasks, but without PMIx (srun --mpi=none)"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("srun --mpi=pmix"), std::string::npos) << m;
+  }
+}
+#else
 // Only in builds without MPI (with MPI, mpi_test.cpp checks what auto makes of several ranks).
 TEST(MakeCommunicator, WithoutMpiSaysHowToGetIt) {
   CommSetup setup;

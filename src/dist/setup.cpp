@@ -73,6 +73,13 @@ std::unique_ptr<Communicator> Single(const CommSetup& s) {
 
 Result<std::unique_ptr<Communicator>> Mpi(const CommSetup& s, const LaunchInfo& l) {
 #ifdef TERN_HAVE_MPI
+  // Checked before MPI_Init, which would abort the process (Open MPI under srun without PMIx).
+  if (!l.mpi_wired)
+    return Status::InvalidArgument(fmt::format(
+        "{}, but without PMIx (srun --mpi={}): MPI cannot find the other ranks there (Open MPI's "
+        "MPI_Init aborts). Run srun --mpi=pmix (or set MpiDefault=pmix in slurm.conf, as scripts/slurm-local "
+        "does), or launch with mpirun; on GPUs dist.backend: nccl with dist.nccl_id_file needs no MPI",
+        l.Describe(), l.slurm_mpi.empty() ? "none" : l.slurm_mpi));
   MpiOptions o;
   o.timeout = s.timeout;
   o.track_arrivals = s.track_arrivals;
