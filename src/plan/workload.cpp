@@ -139,6 +139,7 @@ MemoryFit Workload::Fit(Precision p, double gpu_mem_gib, int dp_ranks, const Pla
       for (ActRecompute r : {ActRecompute::kNone, ActRecompute::kGelu, ActRecompute::kBlocks}) {
         if (Memory(p, b_min, z, r, dp_ranks).total() <= fit.available) {
           fit.would_fit_with = z;
+          fit.would_fit_recompute = r;
           return fit;
         }
       }

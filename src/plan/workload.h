@@ -54,8 +54,9 @@ struct MemoryFit {
   // recompute allowed; kNone if none does. tern train shards only the moments (ZeRO-1), so such a job is
   // excluded, and the reason says what it would take.
   ZeroStage would_fit_with = ZeroStage::kNone;
-  int micro_batch = 0;  // sequences per GPU per micro-step
-  int grad_accum = 0;   // micro-steps per optimizer step
+  ActRecompute would_fit_recompute = ActRecompute::kNone;  // ... with this recompute
+  int micro_batch = 0;                                     // sequences per GPU per micro-step
+  int grad_accum = 0;                                      // micro-steps per optimizer step
   bool zero1 = false;
   ActRecompute recompute = ActRecompute::kNone;
   MemoryBreakdown used;  // at the chosen micro-batch
