@@ -23,7 +23,7 @@ std::string SizeName(size_t bytes) {
 // The send and receive buffers of the largest size, on the host or on the device.
 class Buffers {
  public:
-  Buffers(Backend* device, size_t count, float fill) : device_(device), count_(count) {
+  Buffers(Backend* device, size_t count, float fill) : device_(device) {
     if (device_) {
       send_ = static_cast<float*>(device_->Alloc(count * sizeof(float)));
       recv_ = static_cast<float*>(device_->Alloc(count * sizeof(float)));
@@ -56,7 +56,6 @@ class Buffers {
 
  private:
   Backend* device_;
-  size_t count_;
   float* send_ = nullptr;
   float* recv_ = nullptr;
   std::vector<float> host_send_, host_recv_;
