@@ -1,5 +1,6 @@
 // tern bench --model gpt2-124m --batch 4 --seq 64 --precision bf16 --json
 // tern bench --config configs/demo.yaml [--set key=value]... --json   # the run `tern train` would do
+// mpirun -np 2 tern bench --dist --json                                # the ranks' all-reduce (bench_dist.h)
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -7,6 +8,7 @@
 
 #include <fmt/ranges.h>
 
+#include "cli/bench_dist.h"
 #include "cli/command.h"
 #include "data/tokenizer.h"
 #include "plan/gpu_specs.h"
@@ -21,7 +23,8 @@ struct BenchCliOptions {
   std::string model = "gpt2-124m", config_path, io_dir;
   std::vector<std::string> overrides;
   BenchOptions bench;
-  bool json = false, run = false, no_run = false;
+  bool json = false, run = false, no_run = false, dist = false;
+  DistBenchFlags dist_flags;
   int n_layer = 0, n_head = 0, n_embd = 0, vocab_size = 0;  // overrides of the preset's shape
   // Which of the shape flags were given: with --config, the others come from the config.
   bool batch_given = false, seq_given = false, accum_given = false, precision_given = false,
@@ -120,6 +123,18 @@ void PrintMemory(const BenchResult& r) {
 }
 
 int RunBenchCommand(BenchCliOptions o) {
+  if (o.dist) {
+    if (!o.config_path.empty() || !o.overrides.empty()) {
+      std::fprintf(stderr, "tern bench: --dist measures the all-reduce only; drop --config/--set\n");
+      return 2;
+    }
+    DistBenchFlags& d = o.dist_flags;
+    d.json = o.json;
+    d.iters = o.bench.steps;
+    d.warmup = o.bench.warmup;
+    if (o.device_given) d.device = DeviceName(o.bench.device);
+    return RunDistBench(d);
+  }
   if (!o.config_path.empty()) {
     Status st = ApplyConfig(&o);
     if (!st.ok()) {
@@ -217,7 +232,14 @@ void AddBenchCommand(CLI::App& root, CommandTable& table) {
       "NVML\n"
       "memory in use (GPU). Examples:\n"
       "  tern bench --model gpt2-124m --batch 4 --seq 64 --precision bf16\n"
-      "  tern bench --config configs/demo.yaml --json > bench.json   # for tern plan --calibrate");
+      "  tern bench --config configs/demo.yaml --json > bench.json   # for tern plan --calibrate\n"
+      "  mpirun -np 8 tern bench --dist --json > dist.json           # the ranks' all-reduce, for "
+      "--calibrate\n\n"
+      "--dist times AllReduce (sum, fp32) of the launched ranks (mpirun/srun; one process is world 1) from\n"
+      "--dist-min-kb to --dist-max-mb, doubling, --steps times after --warmup: time, algorithm bandwidth\n"
+      "(bytes/time) and bus bandwidth (2(W-1)/W x algbw, as nccl-tests); latency is the smallest size's "
+      "time.\n"
+      "Only rank 0 prints. --device cuda (auto: where there is a GPU) reduces GPU buffers over NCCL.");
   sub->add_option("--model", o->model, "preset: " + GptPresetList());
   sub->add_option("--n-layer", o->n_layer, "override the preset's layers");
   sub->add_option("--n-head", o->n_head, "override the preset's heads");
@@ -267,6 +289,14 @@ void AddBenchCommand(CLI::App& root, CommandTable& table) {
   sub->add_flag("--run", o->run,
                 "also time start-up, eval, a sample (and a save with --io-dir); default with --config");
   sub->add_flag("--no-run", o->no_run, "time the steps only, even with --config");
+  sub->add_flag("--dist", o->dist,
+                "time the all-reduce of the launched ranks (mpirun/srun) instead of training steps");
+  sub->add_option("--dist-min-kb", o->dist_flags.min_kb, "--dist: smallest message, KiB")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--dist-max-mb", o->dist_flags.max_mb, "--dist: largest message, MiB")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   sub->add_flag("--json", o->json, "print one JSON object (the format tern plan --calibrate reads)");
   table.Add(sub, [o] { return RunBenchCommand(*o); });
 }

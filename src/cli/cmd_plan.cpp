@@ -8,10 +8,12 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "core/file_util.h"
 #include "data/tokenizer.h"
 #include "plan/calibration.h"
 #include "plan/catalog.h"
 #include "plan/explain.h"
+#include "plan/link_calibration.h"
 #include "plan/model_spec.h"
 #include "plan/planner.h"
 #include "plan/report.h"
@@ -27,13 +29,13 @@ struct PlanFlags {
   std::string model, params, tokens, deadline, budget, batch_tokens, spot_mtbf;
   std::string providers, regions, gpus, instance, billing = "on-demand,spot,reserved";
   std::string precision = "auto", zero = "auto", recompute = "auto";
-  std::string calibrate, config;
-  std::vector<std::string> catalogs, overrides;
+  std::string config;
+  std::vector<std::string> calibrate, catalogs, overrides;
   int seq = 0, max_gpus = 64, top = 10, explain = 0;
   double price_per_hour = 0, local_mem_gib = 0, reserved_discount = -1, reserved_utilization = 0;
   double dataset_gb = -1, data_egress = -1;
-  bool json = false, show_excluded = false, show_defaults = false, strict = false, no_shipped = false,
-       ascii = false;
+  bool json = false, csv = false, show_excluded = false, show_defaults = false, strict = false,
+       no_shipped = false, ascii = false;
 };
 
 Result<Toggle> ParseToggle(const std::string& s, const char* flag) {
@@ -106,11 +108,32 @@ Status ApplyTrainConfig(const PlanFlags& f, const std::optional<BenchProfile>& b
   return Status::Ok();
 }
 
+// --calibrate FILE, repeatable: at most one `tern bench --json` (MFU and run overheads) and any number of
+// `tern bench --dist --json` (measured links), told apart by their "tool".
+Status LoadCalibrations(const std::vector<std::string>& files, PlanRequest* req) {
+  for (const std::string& path : files) {
+    Result<std::string> text = ReadFileToString(path);
+    if (!text.ok()) return text.status().WithContext("--calibrate");
+    if (IsDistBenchJson(*text)) {
+      TERN_ASSIGN_OR_RETURN(LinkProfile link, ParseDistBenchJson(*text, path));
+      req->links.push_back(std::move(link));
+      continue;
+    }
+    if (req->calibration) {
+      return Status::InvalidArgument(
+          fmt::format("--calibrate: {} and {} are both `tern bench --json` files; give one (and any number "
+                      "of `tern bench "
+                      "--dist --json` files)",
+                      req->calibration->file, path));
+    }
+    TERN_ASSIGN_OR_RETURN(req->calibration, ParseBenchJson(*text, path));
+  }
+  return Status::Ok();
+}
+
 Result<PlanRequest> BuildRequest(const PlanFlags& f) {
   PlanRequest req;
-  if (!f.calibrate.empty()) {
-    TERN_ASSIGN_OR_RETURN(req.calibration, LoadBenchJson(f.calibrate));
-  }
+  TERN_RETURN_IF_ERROR(LoadCalibrations(f.calibrate, &req));
   if (!f.config.empty()) {
     if (!f.model.empty() || !f.params.empty()) {
       return Status::InvalidArgument(
@@ -227,6 +250,8 @@ int RunPlan(const PlanFlags& f) {
   }
   if (f.json) {
     std::puts(ReportJson(plan.value(), cat.value(), defaults, opt).dump(2).c_str());
+  } else if (f.csv) {
+    std::fputs(RenderCsv(plan.value(), cat.value(), opt).c_str(), stdout);
   } else {
     std::fputs(RenderReport(plan.value(), cat.value(), opt).c_str(), stdout);
   }
@@ -249,12 +274,14 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
       "  tern plan --model gpt2-124m --tokens 20M --seq 64 --calibrate bench.json --instance local\n"
       "  tern bench --config configs/demo.yaml --json > bench.json     # then the wall time of that run "
       "here:\n"
-      "  tern plan --config configs/demo.yaml --calibrate bench.json --instance local --explain 1\n\n"
+      "  tern plan --config configs/demo.yaml --calibrate bench.json --instance local --explain 1\n"
+      "  mpirun -np 8 tern bench --dist --json > dist.json           # on an 8-GPU instance, then:\n"
+      "  tern plan --model gpt2-124m --tokens 10B --calibrate dist.json --gpus H100 --explain 1\n\n"
       "How it decides: FLOPs/token = 6(12LC^2+CV)+12LTC (as the trainer reports MFU); memory per GPU from\n"
       "the trainer's own layout (ZeRO-1 and recomputation only when needed to fit; with --config its "
       "train.recompute);\n"
       "time = FLOPs / (peak x MFU) plus the exposed ring all-reduce; spot adds Young/Daly checkpointing and\n"
-      "expected preemptions.\n"
+      "expected preemptions. The `runs` column says whether tern train can run the row (and why not).\n"
       "Every default: `tern plan --show-defaults`; models and sources: docs/planning.md.\n"
       "Exit status: 0 plans found, 3 no option meets the constraints, 1 error.");
   sub->add_option("--model", flags->model,
@@ -298,8 +325,10 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
       "a tern train config: plan that run (model, batch, steps) incl. start-up, eval, samples, checkpoints");
   sub->add_option("--set", flags->overrides,
                   "with --config: override a key, as tern train does (repeatable)");
-  sub->add_option("--calibrate", flags->calibrate,
-                  "bench.json from `tern bench --json`: use its measured MFU (and run times)");
+  sub->add_option(
+      "--calibrate", flags->calibrate,
+      "bench.json from `tern bench --json`: use its measured MFU (and run times); or dist.json from "
+      "`tern bench --dist --json`: its measured link for the all-reduce (repeatable)");
   sub->add_option("--price-per-hour", flags->price_per_hour,
                   "price of --instance local per hour (default 0)");
   sub->add_option("--local-mem-gib", flags->local_mem_gib,
@@ -310,6 +339,7 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
   sub->add_flag("--strict-catalog", flags->strict, "exclude options whose catalog row raised a warning");
   sub->add_option("--top", flags->top, "rows to show")->capture_default_str();
   sub->add_flag("--json", flags->json, "print JSON instead of the table");
+  sub->add_flag("--csv", flags->csv, "print the ranked rows as CSV instead of the table");
   sub->add_flag("--show-excluded", flags->show_excluded, "list every excluded option with its reason");
   sub->add_option("--explain", flags->explain, "print the arithmetic of ranked row ROW (1 = best)");
   sub->add_flag("--show-defaults", flags->show_defaults, "print every default with its source and exit");

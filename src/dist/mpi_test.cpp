@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "dist/allreduce_bench.h"
 #include "dist/launch.h"
 #include "dist/mpi_communicator.h"
 #include "dist/setup.h"
@@ -195,6 +196,29 @@ TEST_F(Mpi, IntegerAllReduceMaxAndSum) {
   ASSERT_TRUE(comm_->AllReduceInt(w, 2, IntOp::kMax).ok());
   EXPECT_EQ(w[0], world_ - 1);
   EXPECT_EQ(w[1], 10);
+}
+
+// `tern bench --dist`'s measurement on real ranks: every rank gets the same figures (the slowest rank's
+// time), the sums check out (RunAllReduceBench verifies W(W+1)/2), and the bus factor is the ring's.
+TEST_F(Mpi, AllReduceBenchGivesEveryRankTheSameFigures) {
+  AllReduceBenchOptions o;
+  o.min_bytes = 1024;
+  o.max_bytes = 65536;
+  o.warmup = 1;
+  o.iters = 3;
+  Result<AllReduceBenchResult> r = RunAllReduceBench(*comm_, nullptr, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->world, world_);
+  EXPECT_EQ(r->nodes, 1);
+  ASSERT_EQ(r->sizes.size(), 7u);
+  for (const AllReduceSample& s : r->sizes)
+    EXPECT_DOUBLE_EQ(s.busbw_gb_per_s, s.algbw_gb_per_s * 2.0 * (world_ - 1) / world_);
+  // Rank 0's figures reach everyone; each rank compares its own with them.
+  double mine[2] = {r->latency_us, r->link_gb_per_s}, root[2] = {mine[0], mine[1]};
+  ASSERT_TRUE(comm_->Broadcast(root, 2 * sizeof(double), 0).ok());
+  EXPECT_EQ(mine[0], root[0]);
+  EXPECT_EQ(mine[1], root[1]);
+  EXPECT_GT(r->link_gb_per_s, 0);
 }
 
 TEST_F(Mpi, BarrierAndABadRootLeaveTheCommunicatorUsable) {

@@ -140,4 +140,37 @@ GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recom
   return m;
 }
 
+const char* ZeroStageName(ZeroStage z) {
+  switch (z) {
+    case ZeroStage::kOptimizer:
+      return "ZeRO-1";
+    case ZeroStage::kGradients:
+      return "ZeRO-2";
+    case ZeroStage::kWeights:
+      return "ZeRO-3";
+    case ZeroStage::kNone:
+      break;
+  }
+  return "none";
+}
+
+size_t ShardElements(size_t n, int world, int rank) {
+  const size_t w = static_cast<size_t>(world < 1 ? 1 : world), r = static_cast<size_t>(rank);
+  return n / w + (r < n % w ? 1 : 0);
+}
+
+GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recompute recompute, int world,
+                            ZeroStage zero, int rank) {
+  GptMemory m = GptMemoryEstimate(cfg, B, T, bf16, recompute);
+  if (world <= 1 || zero == ZeroStage::kNone) return m;
+  const size_t shard = ShardElements(GptParamCount(cfg), world, rank);
+  m.adam_state = shard * 8;
+  if (zero >= ZeroStage::kGradients) m.grads = shard * 4;
+  if (zero >= ZeroStage::kWeights) {
+    m.params = shard * 4;
+    m.params_bf16 = bf16 ? shard * 2 : 0;
+  }
+  return m;
+}
+
 }  // namespace tern

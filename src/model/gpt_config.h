@@ -84,4 +84,21 @@ struct GptMemory {
 GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16,
                             Recompute recompute = Recompute::kNone);
 
+// Data-parallel sharding of the training state over `world` ranks, by ZeRO stage. tern train runs kNone and
+// kOptimizer (ZeRO-1: each rank keeps the AdamW moments of its shard of the parameters; the fp32 weights,
+// the bf16 copy and the gradients stay whole on every rank). kGradients (ZeRO-2) also shards the gradients
+// and kWeights (ZeRO-3) every weight copy too: tern train does neither; the planner names them only to say
+// what would fit.
+enum class ZeroStage : uint8_t { kNone = 0, kOptimizer = 1, kGradients = 2, kWeights = 3 };
+const char* ZeroStageName(ZeroStage z);  // "none", "ZeRO-1", "ZeRO-2", "ZeRO-3"
+// Elements of n that rank `rank` of `world` holds: contiguous shards in rank order, the first n % world ranks
+// one more (dist::ShardOf's count; model/ does not depend on dist/). Rank 0 holds the largest.
+size_t ShardElements(size_t n, int world, int rank);
+// The memory of rank `rank` in a data-parallel job: the sharded parts are ShardElements(P, world, rank)
+// elements (ZeRO-1: adam_state = 8 x shard bytes); activations and scratch are the micro-batch's, as on one
+// GPU. world 1 or kNone is GptMemoryEstimate above. The engine's Gpt allocates this for its rank; a test
+// (plan/memory_agreement_test.cpp) holds the planner to it.
+GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recompute recompute, int world,
+                            ZeroStage zero, int rank = 0);
+
 }  // namespace tern

@@ -89,6 +89,45 @@ TEST(PlanCli, TableJsonAndExplain) {
   EXPECT_NE(e.text.find("1. FLOPs"), std::string::npos) << e.text;
 }
 
+// --calibrate takes a `tern bench --dist --json` file beside (or instead of) a `tern bench --json` one: the
+// measured link sets the comm term of the H100 single-instance rows, and the explanation says so; --csv
+// prints the rows with their runs column.
+TEST(PlanCli, CalibrateWithAMeasuredLinkAndCsv) {
+  const std::string dir = (fs::path(TERN_TEST_SOURCE_DIR) / "src/plan/testdata").string();
+  const std::string args =
+      "plan --model gpt2-124m --tokens 10B --gpus H100 --billing on-demand --max-gpus 8 "
+      "--calibrate " +
+      dir + "/dist_h100x8.json --calibrate " + dir + "/bench_h100.json";
+  Output j = Tern(args + " --json --top 100");
+  ASSERT_RAN(j);
+  ASSERT_EQ(j.code, 0) << j.text;
+  const auto doc = nlohmann::json::parse(j.text, nullptr, false);
+  ASSERT_TRUE(doc.is_object()) << j.text.substr(0, 500);
+  bool measured = false;
+  for (const auto& p : doc["plans"]) {
+    if (p["gpus"] == 8 && p["instances"] == 1) {
+      EXPECT_EQ(p["throughput"]["link_measured"], true) << p.dump();
+      measured = true;
+    }
+    EXPECT_NE(p["throughput"]["mfu_source"].get<std::string>().find("calibrated"), std::string::npos);
+  }
+  EXPECT_TRUE(measured);
+  Output e = Tern(args + " --explain 1");
+  ASSERT_EQ(e.code, 0) << e.text;
+  EXPECT_NE(
+      e.text.find("measured by tern bench --dist: " + dir + "/dist_h100x8.json: nccl, 8 ranks on 1 node"),
+      std::string::npos)
+      << e.text;
+  Output csv = Tern(args + " --csv --top 3");
+  ASSERT_EQ(csv.code, 0) << csv.text;
+  EXPECT_EQ(csv.text.rfind("rank,provider,region,instance,", 0), 0u) << csv.text;
+  EXPECT_NE(csv.text.find(",runs,runs_why,why\n1,"), std::string::npos) << csv.text;
+  Output two = Tern("plan --model gpt2-124m --tokens 10B --calibrate " + dir +
+                    "/bench_h100.json --calibrate " + dir + "/bench_cpu.json");
+  EXPECT_EQ(two.code, 1);
+  EXPECT_NE(two.text.find("are both `tern bench --json` files; give one"), std::string::npos) << two.text;
+}
+
 TEST(PlanCli, ConstraintsAndFilters) {
   Output none = Tern("plan --model gpt2-124m --tokens 10B --budget 1");
   ASSERT_RAN(none);

@@ -57,6 +57,7 @@ Result<std::string> ExplainRow(const PlanResult& r, const Catalog& cat, const Pl
   s += fmt::format("Catalog   {}price ${:g}/instance-hour ({}), {} x {} with {:g} GiB each\n", o.where,
                    p.price_hr, BillingName(p.billing), o.gpu_count, o.gpu, o.gpu_mem_gib);
   for (const auto& wn : p.warnings) s += "          warning: " + wn + "\n";
+  s += p.runs ? "Runs      yes: tern train runs this plan\n" : "Runs      no: " + p.runs_why + "\n";
 
   s += fmt::format(
       "\n1. FLOPs   per token = 6*(12*L*C^2 + C*V) + 12*L*T*C   (GptFlopsPerToken, as the trainer "
@@ -71,6 +72,13 @@ Result<std::string> ExplainRow(const PlanResult& r, const Catalog& cat, const Pl
       fmt::format("\n2. Memory  {} training, {} parameters, micro-batch {} x T={}, ZeRO-1 {}, recompute {}\n",
                   PrecisionName(p.precision), FormatCount(w.params()), f.micro_batch, w.seq(),
                   f.zero1 ? fmt::format("over {} ranks", p.gpus) : "off", ActRecomputeName(f.recompute));
+  if (f.zero1) {
+    s += fmt::format(
+        "           ZeRO-1: AdamW moments of rank 0's shard, 8 B x {} of {} parameters (the first P % {} "
+        "ranks "
+        "hold one more); weights and grads whole\n",
+        ShardElements(static_cast<size_t>(w.params()), p.gpus, 0), static_cast<size_t>(w.params()), p.gpus);
+  }
   s += fmt::format(
       "           weights {:.2f} + grads {:.2f} + AdamW {:.2f} + activations {:.2f} = {:.2f} GiB per GPU\n",
       f.used.weights / GiB, f.used.grads / GiB, f.used.optimizer / GiB, f.used.activations / GiB,
@@ -94,19 +102,42 @@ Result<std::string> ExplainRow(const PlanResult& r, const Catalog& cat, const Pl
                   st.peak_tflops * st.mfu, st.compute_s);
 
   s += fmt::format("\n4. Comm    ring all-reduce of {} fp32 gradients over {} GPUs via {}\n",
-                   FormatBytes(w.grad_bytes()), p.gpus, p.link.what);
-  if (p.gpus > 1) {
+                   FormatBytes(w.grad_bytes()), p.gpus, p.link.measured ? "a measured link" : p.link.what);
+  if (p.gpus > 1 && p.link.measured) {
+    const LinkModel& l = p.link;
+    s += fmt::format("           measured by tern bench --dist: {}\n", l.source);
+    s += fmt::format(
+        "           = 2*({}-1)/{} x {} / {:.3g} GB/s (measured bus bandwidth) + latency {:.1f} us x "
+        "({}-1)/({}-1) = "
+        "{:.4f} s\n",
+        p.gpus, p.gpus, FormatBytes(w.grad_bytes()), l.gb_per_s, l.measured_latency_us, p.gpus,
+        l.measured_world, st.allreduce_s);
+  } else if (p.gpus > 1) {
     s += fmt::format("           = 2*({}-1)/{} x {} / ({:.1f} GB/s after x{:g} efficiency) = {:.4f} s\n",
                      p.gpus, p.gpus, FormatBytes(w.grad_bytes()), p.link.gb_per_s,
                      d.allreduce_link_efficiency, st.allreduce_s);
+  }
+  if (p.gpus > 1) {
     s += fmt::format(
         "           hidden behind {:g} of the last micro-batch's backward: {:.4f} s; exposed {:.4f} s\n",
         d.overlap_fraction, st.hidden_s, st.exposed_s);
   } else {
     s += "           = 0 (one GPU)\n";
   }
-  s += fmt::format("           step = {:.4f} + {:.4f} = {:.4f} s for {:g} tokens -> {:.0f} tokens/s\n",
-                   st.compute_s, st.exposed_s, st.step_s, st.tokens_per_step, st.tokens_per_s);
+  if (st.allgather_s > 0) {
+    s += fmt::format(
+        "           ZeRO-1 all-gather of the {} fp32 weights after the update = ({}-1)/{} x {} / {:.3g} "
+        "GB/s{} = "
+        "{:.4f} s, not hidden\n",
+        FormatBytes(w.model_bytes()), p.gpus, p.gpus, FormatBytes(w.model_bytes()), p.link.gb_per_s,
+        p.link.latency_s > 0 ? " + latency / 2" : "", st.allgather_s);
+    s += fmt::format(
+        "           step = {:.4f} + {:.4f} + {:.4f} = {:.4f} s for {:g} tokens -> {:.0f} tokens/s\n",
+        st.compute_s, st.exposed_s, st.allgather_s, st.step_s, st.tokens_per_step, st.tokens_per_s);
+  } else {
+    s += fmt::format("           step = {:.4f} + {:.4f} = {:.4f} s for {:g} tokens -> {:.0f} tokens/s\n",
+                     st.compute_s, st.exposed_s, st.step_s, st.tokens_per_step, st.tokens_per_s);
+  }
   s += fmt::format("           time = {} / {:.0f} = {:.0f} s = {}\n", FormatCount(w.spec().tokens),
                    st.tokens_per_s, st.wall_s, FormatHours(st.wall_s / 3600));
 

@@ -85,9 +85,19 @@ TEST(Workload, MemoryOfGpt2SmallWithAdamWBf16AndZero1) {
   MemoryBreakdown m = w.Memory(Precision::kBf16, 1, false, ActRecompute::kNone, 1);
   // bf16 adds a 2P working copy: 18P = 2,239,916,544 bytes of weights, grads and moments.
   EXPECT_DOUBLE_EQ(m.weights + m.grads + m.optimizer, 2239916544.0);
-  // ZeRO-1 over 8 ranks shards the fp32 master and the moments: 2P + 4P/8 + 4P + 8P/8 = 7.5P.
+  // tern train's ZeRO-1 over 8 ranks shards only the moments; the fp32 master, the bf16 copy and the
+  // gradients stay whole: 2P + 4P + 4P + 8P/8 = 11P.
   MemoryBreakdown z = w.Memory(Precision::kBf16, 1, true, ActRecompute::kNone, 8);
-  EXPECT_DOUBLE_EQ(z.weights + z.grads + z.optimizer, 7.5 * kP124);
+  EXPECT_DOUBLE_EQ(z.weights + z.grads + z.optimizer, 11 * kP124);
+  EXPECT_DOUBLE_EQ(z.weights, 6 * kP124);
+  // ZeRO-2 (not in tern) would shard the gradients too (2P + 4P + 4P/8 + 8P/8 = 7.5P), ZeRO-3 everything
+  // (18P/8).
+  EXPECT_DOUBLE_EQ(
+      w.Memory(Precision::kBf16, 1, ZeroStage::kGradients, ActRecompute::kNone, 8).total() - z.activations,
+      7.5 * kP124);
+  EXPECT_DOUBLE_EQ(
+      w.Memory(Precision::kBf16, 1, ZeroStage::kWeights, ActRecompute::kNone, 8).total() - z.activations,
+      18 * kP124 / 8);
   // In fp32 the weights are the working copy: only the moments shard (4P + 4P + 8P/8 = 9P).
   MemoryBreakdown zf = w.Memory(Precision::kFp32, 1, true, ActRecompute::kNone, 8);
   EXPECT_DOUBLE_EQ(zf.weights + zf.grads + zf.optimizer, 9 * kP124);
@@ -112,16 +122,26 @@ TEST(Workload, FitPicksLargestMicroBatchAndAccumulation) {
   EXPECT_EQ(f.grad_accum, 16);
   EXPECT_FALSE(f.zero1);
   EXPECT_EQ(f.recompute, ActRecompute::kNone);
-  // GPT-2 1.5B in bf16 needs 18 x 1.56B = 28 GB of states: no fit on a 16 GB T4 even with recompute alone,
-  // but ZeRO-1 over 8 GPUs brings the states to 7.5P = 11.7 GB.
+  // GPT-2 1.5B in bf16 needs 18 x 1.56B = 28.0 GB of states + 11.1 GB at B=1 (36.5 GiB): a 32 GiB GPU
+  // (29.4 usable) fits it alone only with block recompute (26.8 GiB), which tern train lacks; ZeRO-1 over 8
+  // GPUs brings the states to 11P = 17.1 GB (26.3 GiB in all) without recompute.
   WorkloadSpec spec;
   spec.cfg = GptPreset("gpt2-1.5b").value();
   spec.tokens = 1e9;
   Workload xl = Workload::Make(spec, PlanDefaults()).value();
-  EXPECT_FALSE(xl.Fit(Precision::kBf16, 16, 1, PlanDefaults()).fits);
-  MemoryFit z = xl.Fit(Precision::kBf16, 16, 8, PlanDefaults());
+  const MemoryFit alone = xl.Fit(Precision::kBf16, 32, 1, PlanDefaults());
+  ASSERT_TRUE(alone.fits);
+  EXPECT_EQ(alone.recompute, ActRecompute::kBlocks);
+  MemoryFit z = xl.Fit(Precision::kBf16, 32, 8, PlanDefaults());
   ASSERT_TRUE(z.fits);
   EXPECT_TRUE(z.zero1);
+  EXPECT_EQ(z.recompute, ActRecompute::kNone);
+  // 16 GiB (14.2 usable): ZeRO-1's 17.1 GB of states alone do not fit; ZeRO-2 (7.5P = 10.9 GiB) with block
+  // recompute would: the exclusion says so.
+  const MemoryFit small = xl.Fit(Precision::kBf16, 16, 8, PlanDefaults());
+  EXPECT_FALSE(small.fits);
+  EXPECT_EQ(small.would_fit_with, ZeroStage::kGradients);
+  EXPECT_EQ(xl.Fit(Precision::kBf16, 16, 1, PlanDefaults()).would_fit_with, ZeroStage::kNone);  // one GPU
 }
 
 TEST(Workload, FitTriesGeluRecomputeBeforeBlockRecompute) {
@@ -167,6 +187,23 @@ TEST(Throughput, RingAllReduceFor8GpusOnNvlink) {
   LinkModel two = AllReduceLink(p5, h100, 2, d);
   EXPECT_DOUBLE_EQ(two.gb_per_s, 400 * d.allreduce_link_efficiency);
   EXPECT_TRUE(two.inter_node);
+}
+
+// tern train's ZeRO-1 all-reduces the gradients, updates its shard and all-gathers the fp32 weights: the
+// all-gather, (n-1)/n x 4P / link, is added to the step whole (nothing is left to hide it behind).
+TEST(Throughput, Zero1AddsTheWeightAllGather) {
+  Workload w = Gpt2Small(1e9);
+  PlanDefaults d;
+  MemoryFit f = w.Fit(Precision::kBf16, 80, 8, d);
+  LinkModel link;
+  link.gb_per_s = 360;
+  StepModel plain = ModelStep(w, f, 1000, 0.5, 8, link, d);
+  EXPECT_EQ(plain.allgather_s, 0.0);
+  f.zero1 = true;
+  StepModel z = ModelStep(w, f, 1000, 0.5, 8, link, d);
+  // 7/8 x 497,759,232 B / 360 GB/s = 1.2099 ms.
+  EXPECT_NEAR(z.allgather_s, 7.0 / 8 * 4 * kP124 / 360e9, 1e-12);
+  EXPECT_NEAR(z.step_s, plain.step_s + z.allgather_s, 1e-12);
 }
 
 TEST(Throughput, StepTimeOnOneGpu) {

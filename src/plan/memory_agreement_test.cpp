@@ -3,6 +3,11 @@
 // Gpt::Allocation (the sizing code the Gpt constructor runs; model/gpt_recompute_test.cpp checks that a
 // constructed Gpt allocates exactly that). Agreement within 10% would do; both sides describe the
 // same buffers, so the test holds them to the byte, and prints the relative error when they drift.
+//
+// Data parallel (world W, ZeRO-1): the planner's per-GPU memory must be GptMemoryEstimate(..., W, ZeRO-1,
+// rank 0) and both the hand formula (the moments of a dist::ShardOf shard, everything else whole). The model
+// side of that agreement, Gpt allocating the moments of its shard only, is the engine's to write: its test
+// then holds Gpt::memory() on each rank to GptMemoryEstimate(cfg, B, T, bf16, recompute, W, ZeRO-1, rank).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "backend/backend.h"
+#include "dist/communicator.h"
 #include "model/gpt.h"
 #include "plan/workload.h"
 
@@ -78,6 +84,80 @@ TEST(MemoryAgreement, GeluRecomputeSavesLMinusOneGeluOutputs) {
   const GptMemory gelu = Gpt::Allocation(cfg, 16, 1024, Compute::kBF16, Recompute::kGelu);
   EXPECT_EQ(none.activations - gelu.activations, size_t{11} * 16 * 1024 * 4 * 768 * 4);  // 2,214,592,512 B
   EXPECT_EQ(none.activations - gelu.activations, size_t{2214592512});
+}
+
+// GPT-2 124M over 7 ranks, by hand: P = 124,439,808 = 7 x 17,777,115 + 3, so ranks 0-2 hold 17,777,116
+// parameters' moments (142,216,928 B) and ranks 3-6 17,777,115 (142,216,920 B); over 8 ranks P divides:
+// 15,554,976 each (124,439,808 B = P bytes, 8P/8). Weights and gradients stay whole: 4P each (+2P bf16).
+TEST(MemoryAgreement, Zero1ShardsTheMomentsByHand) {
+  const GptConfig cfg{12, 12, 768, 50257, 1024};
+  ASSERT_EQ(GptParamCount(cfg), size_t{124439808});
+  const GptMemory one = GptMemoryEstimate(cfg, 16, 1024, true);
+  for (int r = 0; r < 7; ++r) {
+    const GptMemory m = GptMemoryEstimate(cfg, 16, 1024, true, Recompute::kNone, 7, ZeroStage::kOptimizer, r);
+    EXPECT_EQ(m.adam_state, r < 3 ? size_t{142216928} : size_t{142216920}) << "rank " << r;
+    EXPECT_EQ(m.params, one.params);
+    EXPECT_EQ(m.params_bf16, one.params_bf16);
+    EXPECT_EQ(m.grads, one.grads);
+    EXPECT_EQ(m.activations, one.activations);
+    EXPECT_EQ(m.scratch, one.scratch);
+  }
+  EXPECT_EQ(GptMemoryEstimate(cfg, 16, 1024, false, Recompute::kNone, 8, ZeroStage::kOptimizer, 5).adam_state,
+            size_t{124439808});
+  // World 1, or no ZeRO: the one-GPU estimate.
+  EXPECT_EQ(GptMemoryEstimate(cfg, 16, 1024, true, Recompute::kNone, 1, ZeroStage::kOptimizer).total(),
+            one.total());
+  EXPECT_EQ(GptMemoryEstimate(cfg, 16, 1024, true, Recompute::kNone, 8, ZeroStage::kNone).total(),
+            one.total());
+}
+
+TEST(MemoryAgreement, PlannerZero1IsRankZerosShardForEveryWorld) {
+  const Shape shapes[] = {
+      {"gpt2-124m B=4 T=64", {12, 12, 768, 50257, 1024}, 4, 64},
+      {"odd L3 H2 C20 V31 B=3 T=7", {3, 2, 20, 31, 9}, 3, 7},
+  };
+  for (const Shape& s : shapes) {
+    const size_t P = GptParamCount(s.cfg);
+    WorkloadSpec spec;
+    spec.cfg = s.cfg;
+    spec.seq = s.T;
+    spec.tokens = 1e9;
+    spec.micro_batch = s.B;
+    Result<Workload> w = Workload::Make(spec, PlanDefaults());
+    ASSERT_TRUE(w.ok()) << w.status().message();
+    for (const Precision p : {Precision::kFp32, Precision::kBf16}) {
+      for (const ActRecompute ar : {ActRecompute::kNone, ActRecompute::kGelu}) {
+        const Recompute r = ar == ActRecompute::kGelu ? Recompute::kGelu : Recompute::kNone;
+        const bool bf16 = p == Precision::kBf16;
+        for (int world : {1, 2, 3, 7, 8, 64}) {
+          SCOPED_TRACE(fmt::format("{}, {}, recompute {}, world {}", s.what, PrecisionName(p),
+                                   RecomputeName(r), world));
+          const MemoryBreakdown planned = w->Memory(p, s.B, true, ar, world);
+          const GptMemory est = GptMemoryEstimate(s.cfg, s.B, s.T, bf16, r, world, ZeroStage::kOptimizer, 0);
+          const GptMemory whole = GptMemoryEstimate(s.cfg, s.B, s.T, bf16, r);
+          // The hand formula: 8 bytes x rank 0's shard, the first P % W ranks holding one more.
+          const size_t shard0 = P / world + (P % world != 0 ? 1 : 0);
+          EXPECT_EQ(est.adam_state, 8 * shard0);
+          EXPECT_EQ(est.adam_state, 8 * dist::ShardOf(P, world, 0).count);
+          ExpectSameBytes("optimizer", planned.optimizer, static_cast<double>(est.adam_state));
+          ExpectSameBytes("weights", planned.weights, static_cast<double>(whole.params + whole.params_bf16));
+          ExpectSameBytes("grads", planned.grads, static_cast<double>(whole.grads));
+          ExpectSameBytes("activations + scratch", planned.activations,
+                          static_cast<double>(whole.activations + whole.scratch));
+          ExpectSameBytes("total", planned.total(), static_cast<double>(est.total()));
+          // Every rank's moments are its ShardOf; together they are all 8P bytes.
+          size_t sum = 0;
+          for (int rank = 0; rank < world; ++rank) {
+            const size_t a =
+                GptMemoryEstimate(s.cfg, s.B, s.T, bf16, r, world, ZeroStage::kOptimizer, rank).adam_state;
+            EXPECT_EQ(a, 8 * dist::ShardOf(P, world, rank).count) << "rank " << rank;
+            sum += a;
+          }
+          EXPECT_EQ(sum, 8 * P);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

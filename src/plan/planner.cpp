@@ -45,6 +45,33 @@ bool Passes(const std::vector<std::string>& filter, const std::string& value) {
                      [&](const std::string& f) { return EqualsIgnoreCase(f, value); });
 }
 
+// What tern train lacks for a plan on GPU `g` with this fit (docs/planning.md, "What tern runs"); empty
+// when it can run it. Data parallelism over any number of GPUs and nodes and ZeRO-1 it has.
+std::vector<std::string> NotInTern(const GpuSpec& g, const MemoryFit& fit) {
+  std::vector<std::string> lacks;
+  switch (g.generation) {
+    case GpuGeneration::kVolta:
+      lacks.push_back(
+          fmt::format("{} is compute capability 7.0; tern's CUDA backend needs 8.0+ (docs/gpu.md)", g.name));
+      break;
+    case GpuGeneration::kTuring:
+      lacks.push_back(
+          fmt::format("{} (sm_75) is not in tern's CUDA build; it needs 8.0+ (docs/gpu.md: "
+                      "-DCMAKE_CUDA_ARCHITECTURES=75 with CUDA 12 may work, untested)",
+                      g.name));
+      break;
+    case GpuGeneration::kUnknown:
+      lacks.push_back(fmt::format(
+          "{}: unknown GPU generation; tern's CUDA backend needs compute capability 8.0+", g.name));
+      break;
+    default:
+      break;
+  }
+  if (fit.recompute == ActRecompute::kBlocks)
+    lacks.push_back("needs whole-block recompute (tern train has train.recompute none|gelu)");
+  return lacks;
+}
+
 // Everything about one (offer, node count) that does not depend on billing.
 struct Shape {
   size_t offer;
@@ -54,6 +81,7 @@ struct Shape {
   LinkModel link;
   StepModel step;
   std::optional<RunBreakdown> run;
+  std::vector<std::string> not_in_tern;
   double work_s() const { return run ? run->total_s() : step.wall_s; }
 };
 
@@ -63,6 +91,7 @@ class Planner {
       : cat_(cat), req_(req), d_(d), out_(out) {}
 
   void Run() {
+    used_links_.assign(req_.links.size(), false);
     if (req_.run) schedule_ = ScheduleRun(*req_.run);
     for (size_t i = 0; i < cat_.offers.size(); ++i) PlanOffer(i);
   }
@@ -154,15 +183,30 @@ class Planner {
                              : DefaultRunOverheads(d_);
     }
     for (int nodes = 1; nodes * o.gpu_count <= req_.max_gpus; nodes *= 2) {
-      Shape s{i, nodes, nodes * o.gpu_count, p, {}, {}, {}, {}};
+      Shape s{i, nodes, nodes * o.gpu_count, p, {}, {}, {}, {}, {}};
       s.fit = out_->workload.Fit(p, o.gpu_mem_gib, s.gpus, d_);
       if (!s.fit.fits) {
+        const std::string hint =
+            s.fit.would_fit_with == ZeroStage::kNone
+                ? ""
+                : fmt::format(
+                      "; {}{} would fit it, which tern train does not do (its ZeRO-1 shards only the "
+                      "AdamW moments)",
+                      ZeroStageName(s.fit.would_fit_with),
+                      s.fit.would_fit_recompute == ActRecompute::kBlocks ? " + block recompute"
+                      : s.fit.would_fit_recompute == ActRecompute::kGelu ? " + GELU recompute"
+                                                                         : "");
         Exclude(i, nodes, std::nullopt, "memory",
-                fmt::format("needs {}/GPU at micro-batch {}, {} usable", FormatGiB(s.fit.need_b1),
-                            std::max(1, req_.workload.micro_batch), FormatGiB(s.fit.available)));
+                fmt::format("needs {}/GPU at micro-batch {}, {} usable{}", FormatGiB(s.fit.need_b1),
+                            std::max(1, req_.workload.micro_batch), FormatGiB(s.fit.available), hint));
         continue;
       }
+      s.not_in_tern = local ? std::vector<std::string>() : NotInTern(g, s.fit);
       s.link = AllReduceLink(o, g, nodes, d_);
+      if (const LinkProfile* lp = FindLinkProfile(req_.links, o, nodes)) {
+        s.link = MeasuredLink(*lp, s.gpus, nodes > 1);
+        used_links_[static_cast<size_t>(lp - req_.links.data())] = true;
+      }
       s.step = ModelStep(out_->workload, s.fit, *peak, mfu, s.gpus, s.link, d_);
       s.step.mfu_source = mfu_source;
       if (overheads) {
@@ -194,6 +238,8 @@ class Planner {
     r.step = s.step;
     r.run = s.run;
     r.warnings = Warnings(o, b);
+    r.runs = s.not_in_tern.empty();
+    r.runs_why = fmt::format("{}", fmt::join(s.not_in_tern, "; "));
     r.wall_s = s.work_s();
     const double work_h = s.work_s() / 3600;
     if (b == Billing::kOnDemand) {
@@ -260,6 +306,7 @@ class Planner {
   // One line on what shapes this option: the first thing a reader should know about it.
   std::string Why(const PlanRow& r) const {
     std::vector<std::string> parts;
+    if (!r.runs) parts.push_back("tern cannot run it: " + r.runs_why);
     if (!r.warnings.empty()) parts.push_back(fmt::format("catalog warning: {}", r.warnings.front()));
     const bool recompute = r.fit.recompute != ActRecompute::kNone;
     if (r.fit.zero1 || recompute) {
@@ -276,10 +323,11 @@ class Planner {
       parts.push_back(
           fmt::format("reserved: break-even at {:.0f}% busy", 100 * r.reserved.break_even_utilization));
     }
-    const double exposed = r.step.exposed_s / r.step.step_s;
+    const double exposed = (r.step.exposed_s + r.step.allgather_s) / r.step.step_s;
     if (r.gpus > 1 && exposed > 0.10) {
-      parts.push_back(
-          fmt::format("comm-bound: all-reduce {:.0f}% of step over {}", 100 * exposed, r.link.what));
+      parts.push_back(fmt::format("comm-bound: {} {:.0f}% of step over {}",
+                                  r.step.allgather_s > 0 ? "all-reduce + ZeRO-1 all-gather" : "all-reduce",
+                                  100 * exposed, r.link.what));
     } else if (parts.empty()) {
       parts.push_back(r.gpus > 1 ? fmt::format("compute-bound; all-reduce {:.0f}% of step", 100 * exposed)
                                  : "compute-bound on one device");
@@ -289,6 +337,7 @@ class Planner {
 
  public:
   bool used_calibration_ = false;
+  std::vector<bool> used_links_;  // per PlanRequest::links: did it speak for some row
 
  private:
   const Catalog& cat_;
@@ -319,6 +368,22 @@ Result<PlanResult> MakePlan(const Catalog& cat, const PlanRequest& req, const Pl
       out.notes.push_back(
           fmt::format("calibration model {} differs from the planned {}: MFU transfers only roughly",
                       b.model.ToString(), m.ToString()));
+    }
+  }
+  for (size_t i = 0; i < req.links.size(); ++i) {
+    const LinkProfile& l = req.links[i];
+    if (planner.used_links_[i]) {
+      out.notes.push_back(
+          fmt::format("measured link {}: {:.3g} GB/s bus bandwidth, {:.1f} us latency, for the "
+                      "comm term of {} rows (--explain shows it)",
+                      l.Describe(), l.bus_gb_per_s, l.latency_us,
+                      l.nodes > 1 ? "multi-instance " + l.gpu : "single-instance " + l.gpu));
+    } else {
+      out.notes.push_back(fmt::format("measured link {} matched no planned row{}; catalog links used",
+                                      l.Describe(),
+                                      l.device == "cpu" ? " (a CPU measurement speaks for no catalog GPU)"
+                                      : l.gpu.empty()   ? " (no catalog GPU named: set \"gpu\" in the file)"
+                                                        : ""));
     }
   }
   if (req.run) {

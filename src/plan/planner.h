@@ -12,6 +12,7 @@
 #include "plan/catalog.h"
 #include "plan/cost.h"
 #include "plan/defaults.h"
+#include "plan/link_calibration.h"
 #include "plan/run_model.h"
 #include "plan/throughput.h"
 #include "plan/workload.h"
@@ -33,6 +34,7 @@ struct PlanRequest {
   std::vector<Billing> billing = {Billing::kOnDemand, Billing::kSpot, Billing::kReserved};
   PrecisionMode precision = PrecisionMode::kAuto;
   std::optional<BenchProfile> calibration;
+  std::vector<LinkProfile> links;            // `tern bench --dist` files: measured links (link_calibration.h)
   std::optional<TrainRunSpec> run;           // --config: model the whole `tern train` run, not only its steps
   std::optional<double> spot_hazard_per_hr;  // overrides catalog and default
   std::optional<double> reserved_discount;
@@ -59,6 +61,11 @@ struct PlanRow {
   double wall_s = 0;      // expected: steps (+ the run's other work) (+ preemptions for spot)
   double compute_usd = 0, total_usd = 0, usd_per_mtok = 0;
   std::vector<std::string> warnings;  // catalog warnings that apply to this billing
+  // Whether `tern train` can run this plan (data parallel over 1..N GPUs and nodes, ZeRO-1, recompute
+  // none|gelu, CUDA compute capability 8.0+); if not, what it lacks ("; "-separated). Ranked after the
+  // rows it can run.
+  bool runs = true;
+  std::string runs_why;
   std::string why;
   std::string risk = "-";  // on-demand: none
 };

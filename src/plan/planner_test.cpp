@@ -2,6 +2,7 @@
 // constraints, the Pareto frontier, the recommendation, --explain and the JSON shape.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -117,18 +118,21 @@ TEST(Planner, BudgetFiltersAndParetoIsNotDominated) {
   Result<PlanResult> all = MakePlan(cat, req, PlanDefaults());
   ASSERT_TRUE(all.ok());
   ASSERT_GT(all->rows.size(), 5u);
-  // Clean rows by cost, then rows on suspicious catalog entries by cost.
+  // Rows tern runs before rows it cannot; within each, clean rows by cost, then rows on suspicious catalog
+  // entries by cost.
   for (size_t i = 1; i < all->rows.size(); ++i) {
     const PlanRow &a = all->rows[i - 1], &b = all->rows[i];
-    EXPECT_TRUE(a.warnings.empty() > b.warnings.empty() ||
-                (a.warnings.empty() == b.warnings.empty() && a.total_usd <= b.total_usd))
+    EXPECT_TRUE(a.runs > b.runs || (a.runs == b.runs && (a.warnings.empty() > b.warnings.empty() ||
+                                                         (a.warnings.empty() == b.warnings.empty() &&
+                                                          a.total_usd <= b.total_usd))))
         << "rows " << i << " and " << i + 1 << " out of order";
   }
   for (size_t f : all->pareto) {
     const PlanRow& p = all->rows[f];
     EXPECT_TRUE(p.warnings.empty());
+    EXPECT_TRUE(p.runs);
     for (const auto& row : all->rows) {
-      if (!row.warnings.empty()) continue;
+      if (!row.warnings.empty() || !row.runs) continue;
       EXPECT_FALSE(row.wall_s <= p.wall_s && row.total_usd < p.total_usd)
           << "Pareto row #" << f + 1 << " is dominated";
     }
@@ -192,10 +196,67 @@ TEST(Planner, MemoryBoundModelNeedsSharding) {
   Result<PlanResult> r = MakePlan(cat, req, PlanDefaults());
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->rows.empty());  // fp32 on a 16 GB T4 with no recomputation never fits
-  bool memory = false;
-  for (const auto& e : r->excluded)
+  bool memory = false, zero2 = false;
+  for (const auto& e : r->excluded) {
     memory |= e.category == "memory" && e.reason.find("at micro-batch 1") != std::string::npos;
+    // Over 8 T4s, ZeRO-1 leaves 4P + 4P + 8P/8 = 9P = 13 GiB of states; ZeRO-2 (5.5P) with block recompute
+    // would fit: the reason says so, and that tern does neither.
+    zero2 |= e.nodes == 8 && e.reason.find(
+                                 "usable; ZeRO-2 + block recompute would fit it, which tern train does "
+                                 "not do") != std::string::npos;
+  }
   EXPECT_TRUE(memory);
+  EXPECT_TRUE(zero2);
+}
+
+// tern train runs data parallel (1..N GPUs and nodes), ZeRO-1 and recompute none|gelu on compute capability
+// 8.0+; a row that needs anything else is marked (runs: no, and why) in the table, the CSV and the JSON, and
+// ranks after every row it can run.
+TEST(Planner, RowsTernCannotRunAreMarkedAndRankLast) {
+  Catalog cat = SmallCatalog();
+  PlanRequest req = Request("gpt2-124m", 2e9);
+  req.billing = {Billing::kOnDemand};
+  Result<PlanResult> r = MakePlan(cat, req, PlanDefaults());
+  ASSERT_TRUE(r.ok());
+  bool t4 = false, seen_no = false;
+  for (const PlanRow& row : r->rows) {
+    const bool is_t4 = cat.offers[row.offer].gpu == "T4";
+    EXPECT_EQ(row.runs, !is_t4);
+    if (is_t4) {
+      t4 = true;
+      EXPECT_NE(row.runs_why.find("T4 (sm_75) is not in tern's CUDA build"), std::string::npos)
+          << row.runs_why;
+      EXPECT_EQ(row.why.rfind("tern cannot run it: T4 (sm_75)", 0), 0u) << row.why;
+    }
+    EXPECT_FALSE(seen_no && row.runs) << "a row tern runs ranks after one it cannot";
+    seen_no |= !row.runs;
+  }
+  EXPECT_TRUE(t4);
+  ReportOptions opt;
+  opt.top = 100;
+  opt.ascii = true;
+  EXPECT_NE(RenderTable(*r, cat, opt).find(" risk  runs  why"), std::string::npos);
+  const std::string csv = RenderCsv(*r, cat, opt);
+  EXPECT_NE(csv.find(",runs,runs_why,why\n"), std::string::npos);
+  EXPECT_NE(csv.find(",no,\"T4 (sm_75) is not in tern's CUDA build"), std::string::npos) << csv;
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), static_cast<long>(r->rows.size()) + 1);
+  const nlohmann::json j = ReportJson(*r, cat, PlanDefaults(), opt);
+  EXPECT_EQ(j["plans"][0]["runs"], true);
+  EXPECT_TRUE(j["plans"][0]["runs_why"].is_null());
+  EXPECT_EQ(j["plans"].back()["runs"], false);
+
+  // Whole-block recompute, forced: no row runs, and the recommendation says so first.
+  req.workload.recompute = ActRecompute::kBlocks;
+  req.gpus = {"H100"};
+  Result<PlanResult> blocks = MakePlan(cat, req, PlanDefaults());
+  ASSERT_TRUE(blocks.ok());
+  ASSERT_FALSE(blocks->rows.empty());
+  for (const PlanRow& row : blocks->rows) {
+    EXPECT_FALSE(row.runs);
+    EXPECT_NE(row.runs_why.find("needs whole-block recompute"), std::string::npos) << row.runs_why;
+  }
+  EXPECT_NE(blocks->recommendation.at(1).find("Caution: tern cannot run any option"), std::string::npos)
+      << blocks->recommendation.at(1);
 }
 
 TEST(Planner, ExplainShowsTheArithmetic) {

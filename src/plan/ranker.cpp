@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "plan/units.h"
 
@@ -38,7 +39,9 @@ void Rank(const Catalog& cat, const PlanRequest& req, PlanResult* out) {
   auto& rows = out->rows;
   // Rows built on a catalog row with a warning rank after every clean row: a suspicious price is shown
   // (the report names the cheapest one) but never outranks one that can be trusted.
+  // Rows tern cannot run rank after every row it can (they are shown, marked, as what it would take).
   auto less = [&](const PlanRow& a, const PlanRow& b) {
+    if (a.runs != b.runs) return a.runs;
     const bool wa = !a.warnings.empty(), wb = !b.warnings.empty();
     if (wa != wb) return wb;
     if (a.total_usd != b.total_usd) return a.total_usd < b.total_usd;
@@ -57,8 +60,11 @@ void Rank(const Catalog& cat, const PlanRequest& req, PlanResult* out) {
   std::stable_sort(out->excluded.begin(), out->excluded.end(), [](const Exclusion& a, const Exclusion& b) {
     return std::tie(a.category, a.offer, a.nodes) < std::tie(b.category, b.offer, b.nodes);
   });
+  // Clean rows: tern runs them and their catalog row raised no warning; they lead the order.
   size_t clean = 0;
-  while (clean < rows.size() && rows[clean].warnings.empty()) ++clean;
+  while (clean < rows.size() && rows[clean].runs && rows[clean].warnings.empty()) ++clean;
+  size_t runnable = clean;
+  while (runnable < rows.size() && rows[runnable].runs) ++runnable;
   out->pareto = ParetoFrontier(rows, clean > 0 ? clean : rows.size());
   auto& why = out->recommendation;
   if (rows.empty()) {
@@ -89,17 +95,21 @@ void Rank(const Catalog& cat, const PlanRequest& req, PlanResult* out) {
   if (req.budget_usd)
     constraints +=
         fmt::format("{} under the {} budget", constraints.empty() ? "" : " and", FormatUsd(*req.budget_usd));
-  const std::string more =
-      clean > 0 && clean < rows.size()
-          ? fmt::format(" ({} more rest on catalog rows with warnings)", rows.size() - clean)
-          : "";
+  std::vector<std::string> others;
+  if (clean > 0 && runnable > clean)
+    others.push_back(fmt::format("{} more rest on catalog rows with warnings", runnable - clean));
+  if (clean > 0 && rows.size() > runnable)
+    others.push_back(fmt::format("{} more need what tern train lacks", rows.size() - runnable));
+  const std::string more = others.empty() ? "" : fmt::format(" ({})", fmt::join(others, "; "));
   const size_t considered = clean > 0 ? clean : rows.size();
   why.push_back(fmt::format(
       "#1 {}: {} in {}, {} per 1M tokens; {}{}{}.", RowName(cat, r), FormatUsd(r.total_usd),
       FormatHours(r.wall_s / 3600), FormatUsd(r.usd_per_mtok),
       considered == 1 ? std::string("the only option") : fmt::format("cheapest of {} options", considered),
       constraints, more));
-  if (clean == 0) {
+  if (!r.runs) {
+    why.push_back(fmt::format("Caution: tern cannot run any option; #1 {}.", r.runs_why));
+  } else if (clean == 0) {
     why.push_back(fmt::format("Caution: every option rests on a catalog row with a warning; #1's: {}.",
                               r.warnings.front()));
   }
@@ -128,12 +138,20 @@ void Rank(const Catalog& cat, const PlanRequest& req, PlanResult* out) {
                               FormatUsd(f.total_usd), r.wall_s / f.wall_s, f.total_usd / r.total_usd));
   }
   // The cheapest option that was ranked down for a catalog warning, so nobody misses a real bargain.
-  if (clean > 0 && clean < rows.size() && rows[clean].total_usd < r.total_usd) {
+  if (clean > 0 && clean < runnable && rows[clean].total_usd < r.total_usd) {
     why.push_back(
         fmt::format("Cheaper on paper: #{} {} at {}, ranked after the clean rows because its catalog row is "
                     "suspicious: {}.",
                     clean + 1, RowName(cat, rows[clean]), FormatUsd(rows[clean].total_usd),
                     rows[clean].warnings.front()));
+  }
+  // The cheapest option tern cannot run, when it is cheaper: what the missing feature would be worth.
+  for (size_t i = runnable; r.runs && i < rows.size(); ++i) {
+    if (rows[i].total_usd < r.total_usd) {
+      why.push_back(fmt::format("Cheaper, but tern cannot run it: #{} {} at {}: {}.", i + 1,
+                                RowName(cat, rows[i]), FormatUsd(rows[i].total_usd), rows[i].runs_why));
+      break;
+    }
   }
 }
 

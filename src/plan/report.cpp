@@ -65,9 +65,9 @@ std::string RenderHeader(const PlanResult& r, const Catalog& cat, bool ascii) {
 std::string RenderTable(const PlanResult& r, const Catalog& cat, const ReportOptions& opt) {
   std::vector<std::vector<std::string>> cells = {{"#", "provider", "region", "instance", "GPUs", "billing",
                                                   "mem/GPU GiB", "tok/s", "wall", "compute", "stor+egr",
-                                                  "total", "$/1M tok", "risk", "why"}};
-  const std::vector<bool> right = {true, false, false, false, false, false, true, true,
-                                   true, true,  true,  true,  true,  false, false};
+                                                  "total", "$/1M tok", "risk", "runs", "why"}};
+  const std::vector<bool> right = {true, false, false, false, false, false, true,  true,
+                                   true, true,  true,  true,  true,  false, false, false};
   const size_t n = std::min(r.rows.size(), static_cast<size_t>(std::max(0, opt.top)));
   for (size_t i = 0; i < n; ++i) {
     const PlanRow& row = r.rows[i];
@@ -79,7 +79,7 @@ std::string RenderTable(const PlanResult& r, const Catalog& cat, const ReportOpt
          fmt::format("{:.1f}/{:.0f}", row.fit.used.total() / (1024.0 * 1024 * 1024), o.gpu_mem_gib),
          FormatCount(row.step.tokens_per_s), FormatHours(row.wall_s / 3600), FormatUsd(row.compute_usd),
          FormatUsd(row.storage.total()), FormatUsd(row.total_usd), FormatUsd(row.usd_per_mtok), row.risk,
-         row.why});
+         row.runs ? "yes" : "no", row.why});
   }
   return Tabulate(cells, right);
 }
@@ -118,6 +118,57 @@ std::string RenderReport(const PlanResult& r, const Catalog& cat, const ReportOp
                          e.nodes > 1 ? fmt::format(" x{}", e.nodes) : "",
                          e.billing ? BillingName(*e.billing) : "any billing", e.reason);
     }
+  }
+  return out;
+}
+
+std::string RenderCsv(const PlanResult& r, const Catalog& cat, const ReportOptions& opt) {
+  auto field = [](const std::string& v) {  // RFC 4180: quote a field with a comma, quote or newline
+    if (v.find_first_of(",\"\n") == std::string::npos) return v;
+    std::string q = "\"";
+    for (char c : v) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+  };
+  std::string out =
+      "rank,provider,region,instance,instances,gpus,gpu,billing,precision,micro_batch,grad_accum,zero1,"
+      "recompute,"
+      "mem_used_gib,gpu_mem_gib,tokens_per_s,wall_h,compute_usd,storage_egress_usd,total_usd,usd_per_1m_"
+      "tokens,"
+      "allreduce_s,link,link_measured,runs,runs_why,why\n";
+  const size_t n = std::min(r.rows.size(), static_cast<size_t>(std::max(0, opt.top)));
+  for (size_t i = 0; i < n; ++i) {
+    const PlanRow& row = r.rows[i];
+    const InstanceOffer& o = cat.offers[row.offer];
+    const std::vector<std::string> cells = {
+        fmt::format("{}", i + 1),
+        o.provider,
+        o.region,
+        o.instance_type,
+        fmt::format("{}", row.nodes),
+        fmt::format("{}", row.gpus),
+        o.gpu,
+        BillingName(row.billing),
+        PrecisionName(row.precision),
+        fmt::format("{}", row.fit.micro_batch),
+        fmt::format("{}", row.fit.grad_accum),
+        row.fit.zero1 ? "yes" : "no",
+        ActRecomputeName(row.fit.recompute),
+        fmt::format("{:.3f}", row.fit.used.total() / (1024.0 * 1024 * 1024)),
+        fmt::format("{:g}", o.gpu_mem_gib),
+        fmt::format("{:.0f}", row.step.tokens_per_s),
+        fmt::format("{:.4f}", row.wall_s / 3600),
+        fmt::format("{:.2f}", row.compute_usd),
+        fmt::format("{:.2f}", row.storage.total()),
+        fmt::format("{:.2f}", row.total_usd),
+        fmt::format("{:.6f}", row.usd_per_mtok),
+        fmt::format("{:.6g}", row.step.allreduce_s),
+        row.link.what,
+        row.link.measured ? "yes" : "no",
+        row.runs ? "yes" : "no",
+        row.runs_why,
+        row.why};
+    for (size_t c = 0; c < cells.size(); ++c) out += (c ? "," : "") + field(cells[c]);
+    out += "\n";
   }
   return out;
 }
@@ -172,7 +223,14 @@ json ReportJson(const PlanResult& r, const Catalog& cat, const PlanDefaults& d, 
                 {"compute_s", row.step.compute_s},
                 {"allreduce_s", row.step.allreduce_s},
                 {"exposed_comm_s", row.step.exposed_s},
-                {"link", row.link.what}}},
+                {"zero1_allgather_s", row.step.allgather_s},
+                {"link", row.link.what},
+                {"link_gb_per_s", row.link.gb_per_s},
+                {"link_measured", row.link.measured},
+                {"link_latency_s", row.link.latency_s},
+                {"link_source", row.link.measured ? json(row.link.source) : json(nullptr)}}},
+              {"runs", row.runs},
+              {"runs_why", row.runs ? json(nullptr) : json(row.runs_why)},
               {"wall_s", row.wall_s},
               {"compute_usd", row.compute_usd},
               {"storage_usd", row.storage.storage_usd},

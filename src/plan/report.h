@@ -19,6 +19,8 @@ struct ReportOptions {
 std::string RenderHeader(const PlanResult& r, const Catalog& cat, bool ascii = false);
 std::string RenderTable(const PlanResult& r, const Catalog& cat, const ReportOptions& opt);
 std::string RenderReport(const PlanResult& r, const Catalog& cat, const ReportOptions& opt);
+// The ranked rows (opt.top of them) as CSV, one header line; `runs`/`runs_why` say whether tern can run each.
+std::string RenderCsv(const PlanResult& r, const Catalog& cat, const ReportOptions& opt);
 nlohmann::json ReportJson(const PlanResult& r, const Catalog& cat, const PlanDefaults& d,
                           const ReportOptions& opt);
 

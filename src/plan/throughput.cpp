@@ -45,12 +45,16 @@ StepModel ModelStep(const Workload& w, const MemoryFit& fit, double peak_tflops,
   const double micro_s = micro_tokens * w.flops_per_token() * rc / flops_per_s;
   s.compute_s = micro_s * fit.grad_accum;
   s.allreduce_s = RingAllReduceSeconds(w.grad_bytes(), n_gpus, link.gb_per_s);
+  if (n_gpus > 1) s.allreduce_s += link.latency_s;
+  if (fit.zero1 && n_gpus > 1) {
+    s.allgather_s = (n_gpus - 1.0) / n_gpus * w.model_bytes() / (link.gb_per_s * 1e9) + link.latency_s / 2;
+  }
   // Only the last micro-batch's backward (2/3 of its model FLOPs, 4 of 6 per parameter) can overlap:
   // earlier micro-batches accumulate into the same gradient buffer before it is reduced.
   const double backward_last = micro_s * (2.0 / 3.0) / rc;
   s.hidden_s = std::min(s.allreduce_s, d.overlap_fraction * backward_last);
   s.exposed_s = s.allreduce_s - s.hidden_s;
-  s.step_s = s.compute_s + s.exposed_s;
+  s.step_s = s.compute_s + s.exposed_s + s.allgather_s;
   s.tokens_per_s = s.tokens_per_step / s.step_s;
   s.wall_s = w.spec().tokens / s.tokens_per_s;
   return s;

@@ -62,16 +62,24 @@ Result<Workload> Workload::Make(const WorkloadSpec& spec_in, const PlanDefaults&
 
 MemoryBreakdown Workload::Memory(Precision p, int micro_batch, bool zero1, ActRecompute recompute,
                                  int dp_ranks) const {
+  return Memory(p, micro_batch, zero1 ? ZeroStage::kOptimizer : ZeroStage::kNone, recompute, dp_ranks);
+}
+
+MemoryBreakdown Workload::Memory(Precision p, int micro_batch, ZeroStage zero, ActRecompute recompute,
+                                 int dp_ranks) const {
   const GptMemory& m = base_[p == Precision::kBf16 ? 1 : 0][recompute == ActRecompute::kGelu ? 1 : 0];
-  const double B = micro_batch, n = zero1 ? dp_ranks : 1;
-  MemoryBreakdown out;
-  // ZeRO-1 shards the optimizer state: the AdamW moments, and in bf16 also the fp32 master weights
-  // (each rank updates its shard, then all-gathers bf16 weights). In fp32 the weights are the working
-  // copy every rank needs, so they stay whole.
+  const double B = micro_batch;
+  // Rank 0's shard of the P parameters (the largest), as GptMemoryEstimate(..., world, zero) counts it.
+  const bool sharded = zero != ZeroStage::kNone && dp_ranks > 1;
+  const double shard =
+      sharded ? static_cast<double>(ShardElements(static_cast<size_t>(params_), dp_ranks, 0)) : params_;
   const double master = static_cast<double>(m.params), working = static_cast<double>(m.params_bf16);
-  out.weights = (p == Precision::kBf16) ? working + master / n : master;
-  out.grads = static_cast<double>(m.grads);
-  out.optimizer = static_cast<double>(m.adam_state) / n;
+  MemoryBreakdown out;
+  const bool bf16_copy = working > 0;
+  out.weights =
+      zero >= ZeroStage::kWeights && sharded ? 4 * shard + (bf16_copy ? 2 * shard : 0) : master + working;
+  out.grads = zero >= ZeroStage::kGradients && sharded ? 4 * shard : static_cast<double>(m.grads);
+  out.optimizer = sharded ? 8 * shard : static_cast<double>(m.adam_state);
   double act = static_cast<double>(m.activations);
   if (recompute == ActRecompute::kBlocks) {
     // Keep each block's input and recompute the block in backward: L full blocks become L inputs
@@ -123,6 +131,19 @@ MemoryFit Workload::Fit(Precision p, double gpu_mem_gib, int dp_ranks, const Pla
     const double per_micro = static_cast<double>(B) * T * dp_ranks;
     fit.grad_accum = std::max(1, static_cast<int>(std::ceil(spec_.global_batch_tokens / per_micro - 1e-9)));
     return fit;
+  }
+  // What it would take: ZeRO-2 or ZeRO-3 over the ranks, at the same micro-batch, any recompute.
+  if (dp_ranks > 1) {
+    const int b_min = std::max(1, spec_.micro_batch);
+    for (ZeroStage z : {ZeroStage::kGradients, ZeroStage::kWeights}) {
+      for (ActRecompute r : {ActRecompute::kNone, ActRecompute::kGelu, ActRecompute::kBlocks}) {
+        if (Memory(p, b_min, z, r, dp_ranks).total() <= fit.available) {
+          fit.would_fit_with = z;
+          fit.would_fit_recompute = r;
+          return fit;
+        }
+      }
+    }
   }
   return fit;
 }

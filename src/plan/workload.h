@@ -1,6 +1,7 @@
 // What the training job asks of the hardware: FLOPs (the trainer's own formula, GptFlopsPerToken) and
-// memory per GPU (GptMemoryEstimate, plus the options tern plan reasons about: ZeRO-1 optimizer-state
-// sharding across data-parallel ranks, and activation recomputation of the GELU outputs or of whole blocks),
+// memory per GPU (GptMemoryEstimate, plus the options tern plan reasons about: ZeRO-1 sharding of the AdamW
+// moments across data-parallel ranks as tern train does it, and activation recomputation of the GELU outputs
+// or of whole blocks),
 // and the micro-batch and gradient accumulation that fit a GPU.
 #pragma once
 
@@ -49,8 +50,13 @@ struct MemoryBreakdown {
 
 struct MemoryFit {
   bool fits = false;
-  int micro_batch = 0;  // sequences per GPU per micro-step
-  int grad_accum = 0;   // micro-steps per optimizer step
+  // When it does not fit: the ZeRO stage (2 or 3) that would fit it at the same micro-batch, with any
+  // recompute allowed; kNone if none does. tern train shards only the moments (ZeRO-1), so such a job is
+  // excluded, and the reason says what it would take.
+  ZeroStage would_fit_with = ZeroStage::kNone;
+  ActRecompute would_fit_recompute = ActRecompute::kNone;  // ... with this recompute
+  int micro_batch = 0;                                     // sequences per GPU per micro-step
+  int grad_accum = 0;                                      // micro-steps per optimizer step
   bool zero1 = false;
   ActRecompute recompute = ActRecompute::kNone;
   MemoryBreakdown used;  // at the chosen micro-batch
@@ -76,7 +82,12 @@ class Workload {
   // fp32 weights: what is downloaded at the end.
   double model_bytes() const { return static_cast<double>(base_[0][0].params); }
 
+  // Per GPU, for the rank that holds the most (rank 0: uneven shards give the first P % n ranks one more
+  // element). zero1 is tern train's ZeRO-1: the AdamW moments of a shard (8 bytes x ShardElements(P, n, 0));
+  // the fp32 weights, the bf16 copy and the gradients stay whole (GptMemoryEstimate's world/zero overload).
   MemoryBreakdown Memory(Precision p, int micro_batch, bool zero1, ActRecompute recompute,
+                         int dp_ranks) const;
+  MemoryBreakdown Memory(Precision p, int micro_batch, ZeroStage zero, ActRecompute recompute,
                          int dp_ranks) const;
   MemoryFit Fit(Precision p, double gpu_mem_gib, int dp_ranks, const PlanDefaults& d) const;
 
