@@ -5,9 +5,9 @@
 // same buffers, so the test holds them to the byte, and prints the relative error when they drift.
 //
 // Data parallel (world W, ZeRO-1): the planner's per-GPU memory must be GptMemoryEstimate(..., W, ZeRO-1,
-// rank 0) and both the hand formula (the moments of a dist::ShardOf shard, everything else whole). The model
-// side of that agreement, Gpt allocating the moments of its shard only, is the engine's to write: its test
-// then holds Gpt::memory() on each rank to GptMemoryEstimate(cfg, B, T, bf16, recompute, W, ZeRO-1, rank).
+// rank 0) and both the hand formula (the moments of a dist::ShardOf shard, everything else whole); and a Gpt
+// given its rank's optimizer shard (as the trainer does with dist.zero=1) allocates exactly
+// GptMemoryEstimate(cfg, B, T, bf16, recompute, W, ZeRO-1, rank) on every rank.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -154,6 +154,29 @@ TEST(MemoryAgreement, PlannerZero1IsRankZerosShardForEveryWorld) {
             sum += a;
           }
           EXPECT_EQ(sum, 8 * P);
+        }
+      }
+    }
+  }
+}
+
+TEST(MemoryAgreement, AShardedModelAllocatesTheEstimateOnEveryRank) {
+  auto backend = MakeCpuReferenceBackend();
+  const Shape shapes[] = {{"odd L3 H2 C20 V31 B=3 T=7", {3, 2, 20, 31, 9}, 3, 7},
+                          {"demo L4 H4 C256 V4096 B=2 T=16", {4, 4, 256, 4096, 128}, 2, 16}};
+  for (const Shape& s : shapes) {
+    for (const Compute c : {Compute::kF32, Compute::kBF16}) {
+      for (int world : {2, 3, 7}) {
+        for (int rank = 0; rank < world; ++rank) {
+          SCOPED_TRACE(
+              fmt::format("{}, bf16 {}, world {}, rank {}", s.what, c == Compute::kBF16, world, rank));
+          Gpt model(backend.get(), s.cfg, s.B, s.T, c);
+          const dist::Shard sh = dist::ShardOf(model.num_params(), world, rank);
+          model.SetOptimizerShard({sh.offset, sh.count});
+          const GptMemory est = GptMemoryEstimate(s.cfg, s.B, s.T, c == Compute::kBF16, Recompute::kNone,
+                                                  world, ZeroStage::kOptimizer, rank);
+          EXPECT_EQ(model.memory().adam_state, est.adam_state);
+          EXPECT_EQ(model.memory().total(), est.total());
         }
       }
     }

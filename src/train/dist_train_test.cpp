@@ -248,24 +248,30 @@ TEST_F(DistTrainTest, NoticeToOneRankSavesOnceAndResumesAtAnyWorldSize) {
 }
 
 // A rank that stops answering (SIGSTOP: hung, not dead) fails the job within dist.timeout_s with a message
-// naming it, every rank exits non-zero, and the newest checkpoint resumes.
-TEST_F(DistTrainTest, AHungRankIsNamedAndTheNewestCheckpointResumes) {
-  std::string log;
-  const std::string cmd = "OMP_NUM_THREADS=1 " + mpirun_ + " --allow-run-as-root --oversubscribe -np 2 " +
-                          tern_ + " train " + config_.string() +
-                          " --quiet --set run.dir=" + (root() / "hang").string() + kLong +
-                          " --set ckpt.every=2 --set dist.timeout_s=2";
-  const auto t0 = std::chrono::steady_clock::now();
-  const int code = TrainAndSignal(cmd, root() / "hang", 4, /*victim=*/1, SIGSTOP, &log);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_NE(code, 0) << log;
-  EXPECT_NE(code, -1) << log;
-  EXPECT_LT(took, 30) << log;  // the 2 s timeout, not one per gradient bucket
-  EXPECT_NE(log.find("rank 1"), std::string::npos) << log;
-  const int k = LastStep(Rows("hang", "loss"));
-  auto resumed =
-      Train(2, "hang", std::string(kLong) + " --set train.steps=" + std::to_string(k + 2) + " --resume auto");
-  EXPECT_EQ(resumed.code, 0) << resumed.output;
+// naming it; a rank killed with -9 ends the job at once (mpirun names it). Either way every rank exits
+// non-zero, and the newest checkpoint resumes.
+TEST_F(DistTrainTest, AHungOrKilledRankIsNamedAndTheNewestCheckpointResumes) {
+  for (const int sig : {SIGSTOP, SIGKILL}) {
+    SCOPED_TRACE(sig == SIGSTOP ? "SIGSTOP" : "SIGKILL");
+    const std::string run = sig == SIGSTOP ? "hang" : "killed";
+    std::string log;
+    const std::string cmd = "OMP_NUM_THREADS=1 " + mpirun_ + " --allow-run-as-root --oversubscribe -np 2 " +
+                            tern_ + " train " + config_.string() +
+                            " --quiet --set run.dir=" + (root() / run).string() + kLong +
+                            " --set ckpt.every=2 --set dist.timeout_s=2";
+    const auto t0 = std::chrono::steady_clock::now();
+    const int code = TrainAndSignal(cmd, root() / run, 4, /*victim=*/1, sig, &log);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_NE(code, 0) << log;
+    EXPECT_NE(code, -1) << log;
+    EXPECT_LT(took, 30) << log;  // the 2 s timeout, not one per gradient bucket
+    EXPECT_NE(log.find("rank 1"), std::string::npos) << log;
+    if (sig == SIGSTOP) EXPECT_NE(log.find("did not finish within 2 s: rank 1"), std::string::npos) << log;
+    const int k = LastStep(Rows(run, "loss"));
+    auto resumed =
+        Train(2, run, std::string(kLong) + " --set train.steps=" + std::to_string(k + 2) + " --resume auto");
+    EXPECT_EQ(resumed.code, 0) << resumed.output;
+  }
 }
 
 // Slurm: `srun --mpi=pmix -n 2 tern train` (rank and world from Slurm and PMIx) trains exactly as mpirun
