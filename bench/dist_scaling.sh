@@ -29,7 +29,7 @@ mpi=(mpirun --oversubscribe -np 2)
 out=runs/bench-dist
 rm -rf "$out"
 quiet=(--quiet --set eval.every=0 --set eval.batches=1 --set sample.count=0 --set ckpt.every=0
-       --set ckpt.durable= --set ckpt.best_k=0 --set run.peak_gflops=100)
+       --set ckpt.durable= --set ckpt.durable_every=0 --set ckpt.best_k=0 --set run.peak_gflops=100)
 
 # name, steps, then overrides
 run_pair() {
