@@ -1,5 +1,5 @@
 // tern train CONFIG.yaml [--set key=value]... [--resume auto|none|PATH]
-// Exit codes: 0 done, 1 failed, 2 bad usage or config, 75 preempted after an emergency checkpoint
+// Exit codes: 0 done, 1 failed, 2 bad usage or config (also a config the trainer refuses at start), 75 preempted after an emergency checkpoint
 // (resumable).
 #include <cstdio>
 #include <memory>
@@ -75,7 +75,10 @@ int RunTrain(const TrainOptions& o) {
   auto trainer = Trainer::Create(cfg, o.quiet);
   if (!trainer.ok()) {
     std::fprintf(stderr, "tern train: %s\n", trainer.status().message().c_str());
-    return 1;
+    // A config that cannot work (a bad value, missing data, a refused resume) is a usage error: exit 2, which
+    // `tern run` does not retry. Anything else (I/O, a store down) may pass: exit 1.
+    const Status::Code code = trainer.status().code();
+    return code == Status::Code::kInvalidArgument || code == Status::Code::kNotFound ? 2 : 1;
   }
   auto summary = (*trainer)->Run();
   if (!summary.ok()) {

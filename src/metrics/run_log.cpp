@@ -1,6 +1,8 @@
 #include "metrics/run_log.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 namespace tern {
@@ -25,6 +27,13 @@ Status RunLog::Write(const nlohmann::json& row) {
     return Status::IoError(fmt::format("writing {} failed: {} (disk full?)", path_, std::strerror(errno)));
   }
   return Status::Ok();
+}
+
+void CostMeter::StartClock(double billing_start_unix) {
+  if (billing_start_unix <= 0) return;
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  startup_s = std::max(0.0, now - billing_start_unix);
 }
 
 }  // namespace tern

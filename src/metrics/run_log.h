@@ -28,14 +28,24 @@ class RunLog {
   std::string path_;
 };
 
-// Dollars for a run priced by the hour: cumulative cost and cost per million tokens.
+// Dollars for a run priced by the hour: cumulative cost and cost per million tokens. Under `tern run`
+// (docs/jobs.md) the cost is the job's, not the process's: `offset_usd` is what the job's earlier attempts
+// cost, and `startup_s` bills this attempt's start-up (from its launch to the trainer's first clock tick).
 struct CostMeter {
   double price_per_hour = 0;
+  double offset_usd = 0;  // spent before this process by earlier attempts of the same job
+  double startup_s = 0;   // seconds billed before the trainer's clock started
   bool enabled() const { return price_per_hour > 0; }
-  double CostUsd(double elapsed_s) const { return price_per_hour * elapsed_s / 3600.0; }
+  // The spend so far, `elapsed_s` seconds after the trainer's clock started.
+  double CostUsd(double elapsed_s) const {
+    return offset_usd + price_per_hour * (startup_s + elapsed_s) / 3600.0;
+  }
   double UsdPerMillionTokens(double tokens_per_s) const {
     return tokens_per_s > 0 ? price_per_hour / 3600.0 / tokens_per_s * 1e6 : 0;
   }
+  // The trainer's clock starts now: bills the start-up since `billing_start_unix` (UTC seconds, the
+  // attempt's launch; 0 = no start-up is billed, as for a plain `tern train`).
+  void StartClock(double billing_start_unix);
 };
 
 }  // namespace tern

@@ -156,7 +156,9 @@ Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const 
   RestoredTrain out;
   const auto& saved = j["config"];
   for (const auto& [k, now] : TrainConfigValues(cfg)) {
-    if (!saved.contains(k) || k == "ckpt.resume") continue;
+    // Not configuration: where to resume from, and what `tern run` sets for each attempt.
+    if (!saved.contains(k) || k == "ckpt.resume" || k == "run.cost_offset_usd" || k == "run.billing_start_unix")
+      continue;
     const std::string then = saved[k].get<std::string>();
     if (then == now) continue;
     const bool must = std::find(std::begin(kMustMatch), std::end(kMustMatch), k) != std::end(kMustMatch);

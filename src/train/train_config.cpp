@@ -253,6 +253,11 @@ const std::vector<Key>& Registry() {
       Number("sample.count", &C::num_samples, 0, "samples printed at the end"),
       String("run.dir", &C::run_dir, "run directory (metrics.jsonl, config.yaml, model.safetensors)"),
       Number("run.price_per_hour", &C::price_per_hour, 0.0, "USD per hour of this machine, for cost metrics"),
+      Number("run.cost_offset_usd", &C::cost_offset_usd, 0.0,
+             "USD the job spent before this process (set by `tern run`); added to cost_usd"),
+      Number("run.billing_start_unix", &C::billing_start_unix, 0.0,
+             "UTC seconds when this attempt was launched (set by `tern run`); 0 = bill from the trainer's "
+             "start"),
       Number("run.peak_gflops", &C::peak_gflops, 0.0,
              "peak GFLOP/s for MFU; 0 = measure with a matmul probe"),
       Number("run.log_every", &C::log_every, 1, "write a console line every N steps"),
@@ -447,7 +452,12 @@ Status LoadTrainConfigFile(const std::string& path, TrainConfig* cfg) {
         fmt::format("{}: YAML syntax error at line {}: {}", path, e.mark.line + 1, e.msg));
   }
   if (!root.IsMap()) return Status::InvalidArgument(fmt::format("{}: expected a mapping of sections", path));
-  return WalkYaml(root, "", cfg).WithContext(path);
+  for (const auto& kv : root) {
+    const std::string section = kv.first.as<std::string>();
+    if (section == "job") continue;  // `tern run`'s options (docs/jobs.md), not the trainer's
+    TERN_RETURN_IF_ERROR(WalkYaml(kv.second, section, cfg).WithContext(path));
+  }
+  return Status::Ok();
 }
 
 Status ApplyOverride(const std::string& assignment, TrainConfig* cfg) {

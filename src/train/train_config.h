@@ -132,6 +132,10 @@ struct TrainConfig {
   // run
   std::string run_dir = "runs/run";
   double price_per_hour = 0;  // USD per hour of this machine; > 0 adds cost_usd and usd_per_mtok
+  // Set by `tern run` for each attempt (docs/jobs.md), so that cost_usd is the job's: the cost of its earlier
+  // attempts, and when this attempt was launched (UTC seconds; 0 = bill from the trainer's own start).
+  double cost_offset_usd = 0;
+  double billing_start_unix = 0;
   double peak_gflops = 0;     // peak FLOP/s of this machine for the precision; 0 = measure at start
   int log_every = 1;
 
@@ -143,7 +147,8 @@ struct TrainConfig {
   Status Validate() const;
 };
 
-// Loads a YAML file (nested sections) into cfg. Unknown keys and bad values are errors naming them.
+// Loads a YAML file (nested sections) into cfg. Unknown keys and bad values are errors naming them. A
+// top-level `job:` section belongs to `tern run` (run/job_spec.h) and is skipped here.
 Status LoadTrainConfigFile(const std::string& path, TrainConfig* cfg);
 // Applies one "section.key=value" override.
 Status ApplyOverride(const std::string& assignment, TrainConfig* cfg);

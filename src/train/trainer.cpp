@@ -150,6 +150,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   // the first resumed step.
   t->BuildModel();
   t->cost_.price_per_hour = cfg.price_per_hour;
+  t->cost_.offset_usd = cfg.cost_offset_usd;  // `tern run`: the job's earlier attempts (docs/jobs.md)
   t->peak_gflops_ = cfg.peak_gflops > 0 ? cfg.peak_gflops : ProbeRunPeak(t->setup_);
   Backend* backend = t->setup_.backend.get();
   if (t->env_.gpu_sampler) {
@@ -403,6 +404,7 @@ Result<std::vector<std::string>> Trainer::Samples(int count, int tokens, bool fu
 
 Result<TrainSummary> Trainer::Run() {
   auto start = std::chrono::steady_clock::now();
+  cost_.StartClock(cfg_.billing_start_unix);  // `tern run` bills the start-up since the attempt's launch
   TrainSummary sum;
   sum.run_dir = cfg_.run_dir;
   sum.peak_gflops = peak_gflops_;
