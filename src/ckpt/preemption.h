@@ -1,7 +1,7 @@
 // Knowing that the machine is about to go away, early enough to save.
 //
-// Sources: SIGTERM (cloud shutdown, Kubernetes, `tern run`) and SIGUSR1 (Slurm's --signal=USR1@SECS), and
-// a poller for the cloud metadata endpoints:
+// Sources: SIGTERM (cloud shutdown, Kubernetes, `tern run` forwarding its own: docs/jobs.md) and SIGUSR1
+// (Slurm's --signal=USR1@SECS), and a poller for the cloud metadata endpoints:
 //   aws  PUT  BASE/latest/api/token (IMDSv2) then GET BASE/latest/meta-data/spot/instance-action:
 //        404 = nothing planned, 200 {"action":"terminate","time":"2025-01-01T12:00:00Z"} = notice
 //        (about 2 minutes ahead). BASE defaults to http://169.254.169.254.
@@ -24,7 +24,8 @@
 namespace tern::ckpt {
 
 // Process exit code for "preempted after saving a checkpoint: run again with --resume auto"
-// (sysexits.h EX_TEMPFAIL). Supervisors restart on it; 0 is success, anything else a failure.
+// (sysexits.h EX_TEMPFAIL). Supervisors (`tern run`, run/supervisor.h) relaunch on it at once; 0 is success,
+// anything else a failure.
 inline constexpr int kExitPreempted = 75;
 
 struct PreemptionNotice {

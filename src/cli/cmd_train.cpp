@@ -1,6 +1,6 @@
 // tern train CONFIG.yaml [--set key=value]... [--resume auto|none|PATH]
-// Exit codes: 0 done, 1 failed, 2 bad usage or config (also a config the trainer refuses at start), 75 preempted after an emergency checkpoint
-// (resumable).
+// Exit codes: 0 done, 1 failed, 2 bad usage or config (also a config the trainer refuses at start), 75
+// preempted after an emergency checkpoint (resumable).
 #include <cstdio>
 #include <memory>
 

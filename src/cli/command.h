@@ -23,5 +23,7 @@ void AddExportCommand(CLI::App& root, CommandTable& table);
 void AddPlanCommand(CLI::App& root, CommandTable& table);
 void AddServeCommand(CLI::App& root, CommandTable& table);
 void AddCkptCommand(CLI::App& root, CommandTable& table);
+void AddRunCommand(CLI::App& root, CommandTable& table);
+void AddJobCommand(CLI::App& root, CommandTable& table);
 
 }  // namespace tern::cli

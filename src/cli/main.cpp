@@ -13,7 +13,9 @@ int main(int argc, char** argv) {
       "  tern serve runs/demo --port 8080                                       # OpenAI-compatible API\n"
       "  tern bench --model gpt2-124m --batch 4 --seq 64 --json                 # measure speed and MFU\n"
       "  tern plan --model gpt2-124m --tokens 10B                               # cheapest GPU plan\n"
-      "  tern ckpt ls runs/demo                                                 # checkpoints, verify, gc\n\n"
+      "  tern ckpt ls runs/demo                                                 # checkpoints, verify, gc\n"
+      "  tern run configs/demo.yaml --instance aws:us-east-1:p5.48xlarge:spot   # a job: relaunched, billed\n"
+      "  tern job status runs/demo                                              # its attempts and $\n\n"
       "Run `tern <command> --help` for each command's options.",
       "tern"};
   app.require_subcommand(1);
@@ -27,6 +29,8 @@ int main(int argc, char** argv) {
   tern::cli::AddPlanCommand(app, table);
   tern::cli::AddServeCommand(app, table);
   tern::cli::AddCkptCommand(app, table);
+  tern::cli::AddRunCommand(app, table);
+  tern::cli::AddJobCommand(app, table);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -114,6 +114,33 @@ TEST_F(CostTest, CostIsElapsedHoursTimesPriceAndPerTokenFromTheStep) {
   EXPECT_LE(wall_s, measured_s);
 }
 
+// Under `tern run` the cost is the job's: what earlier attempts cost (run.cost_offset_usd) plus this attempt
+// from its launch (run.billing_start_unix), so its start-up is billed too.
+TEST_F(CostTest, TheJobsEarlierSpendAndThisAttemptsStartUpAreBilled) {
+  const double price = 36.0;
+  TrainConfig c = Config("job", price);
+  c.cost_offset_usd = 1.25;
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  c.billing_start_unix = now - 100;  // launched 100 s ago
+  TrainerEnv env;
+  env.handle_signals = false;
+  auto t = Trainer::Create(c, true, env);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto sum = (*t)->Run();
+  const double measured_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+  for (const json& r : StepRows(sum->run_dir)) {
+    SCOPED_TRACE(r.dump());
+    const double elapsed_s = r["elapsed_s"].get<double>(), cost = r["cost_usd"].get<double>();
+    // 100 s before Run began, plus the time Create took (at most the whole test so far).
+    EXPECT_GE(cost, 1.25 + (100 + elapsed_s) / 3600 * price - 1e-9);
+    EXPECT_LE(cost, 1.25 + (100 + measured_s + 60) / 3600 * price);
+  }
+  EXPECT_GE(sum->cost_usd, 1.25 + (100 + sum->wall_s) / 3600 * price - 1e-9);
+}
+
 TEST_F(CostTest, NoPriceNoCostFields) {
   TrainerEnv env;
   env.handle_signals = false;

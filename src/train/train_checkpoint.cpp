@@ -157,7 +157,8 @@ Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const 
   const auto& saved = j["config"];
   for (const auto& [k, now] : TrainConfigValues(cfg)) {
     // Not configuration: where to resume from, and what `tern run` sets for each attempt.
-    if (!saved.contains(k) || k == "ckpt.resume" || k == "run.cost_offset_usd" || k == "run.billing_start_unix")
+    if (!saved.contains(k) || k == "ckpt.resume" || k == "run.cost_offset_usd" ||
+        k == "run.billing_start_unix")
       continue;
     const std::string then = saved[k].get<std::string>();
     if (then == now) continue;

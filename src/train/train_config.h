@@ -136,7 +136,7 @@ struct TrainConfig {
   // attempts, and when this attempt was launched (UTC seconds; 0 = bill from the trainer's own start).
   double cost_offset_usd = 0;
   double billing_start_unix = 0;
-  double peak_gflops = 0;     // peak FLOP/s of this machine for the precision; 0 = measure at start
+  double peak_gflops = 0;  // peak FLOP/s of this machine for the precision; 0 = measure at start
   int log_every = 1;
 
   CheckpointConfig ckpt;

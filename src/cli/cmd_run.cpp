@@ -1,0 +1,147 @@
+// tern run CONFIG [--set k=v]... [--instance P:R:T[:BILLING] | --price-per-hour P] [--ranks N] [--on local]
+//          [--max-attempts N] [--budget USD] [--deadline 12h] [--project TAG] ...
+// Supervises `tern train CONFIG --resume auto` until the job is done (run/supervisor.h, docs/jobs.md).
+// Exit codes: 0 done, 1 stopped (max attempts, budget, deadline, cancelled), 2 bad usage or config,
+// 75 interrupted (SIGTERM/SIGUSR1/SIGINT: the trainer saved; run the same command again to continue).
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
+#include "cli/command.h"
+#include "run/instance_price.h"
+#include "run/job_report.h"
+#include "run/supervisor.h"
+
+namespace tern::cli {
+namespace {
+
+struct RunOptions {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::vector<std::pair<std::string, std::string>> job_flags;  // (job key, value), in the order given
+  std::string trainer;
+  bool quiet = false;
+};
+
+int Fail(int code, const std::string& message) {
+  std::fprintf(stderr, "tern run: %s\n", message.c_str());
+  return code;
+}
+
+// The job from the config's job: section, the environment's mpirun arguments, and the flags (a flag wins).
+Result<run::JobSpec> BuildSpec(const RunOptions& o) {
+  run::JobSpec spec;
+  spec.config_path = o.config_path;
+  spec.overrides = o.overrides;
+  if (const char* args = std::getenv("TERN_MPIRUN_ARGS"); args && *args)
+    TERN_RETURN_IF_ERROR(run::SetJobKey("mpirun_args", args, &spec).WithContext("TERN_MPIRUN_ARGS"));
+  TERN_RETURN_IF_ERROR(run::LoadJobSection(o.config_path, &spec));
+  for (const auto& [key, value] : o.job_flags) {
+    if (key == "instance") spec.billing = "none";  // a flag's instance replaces the section's price
+    if (key == "price_per_hour") spec.instance.clear();
+    TERN_RETURN_IF_ERROR(run::SetJobKey(key, value, &spec));
+  }
+  double config_price = 0;
+  TERN_RETURN_IF_ERROR(run::ReadTrainConfig(&spec, &config_price));
+  if (!spec.instance.empty()) {
+    TERN_ASSIGN_OR_RETURN(run::InstancePrice p, run::PriceInstanceFromShippedCatalog(spec.instance));
+    spec.instance = p.instance;
+    spec.billing = p.billing;
+    spec.price_per_hour = p.price_per_hour;
+    std::fprintf(stderr, "tern run: %s: $%.4f/h (%d x %s) from the catalog\n", p.instance.c_str(),
+                 p.price_per_hour, p.gpu_count, p.gpu.c_str());
+    for (const auto& w : p.warnings) std::fprintf(stderr, "tern run: catalog warning: %s\n", w.c_str());
+  } else if (spec.billing != "custom" && config_price > 0) {
+    spec.price_per_hour = config_price;  // the config's run.price_per_hour
+    spec.billing = "custom";
+  }
+  TERN_RETURN_IF_ERROR(run::ValidateJobSpec(spec));
+  if (spec.budget_usd > 0 && spec.price_per_hour <= 0) {
+    return Status::InvalidArgument(
+        "--budget needs a price: give --instance (priced from the catalog) or --price-per-hour");
+  }
+  TERN_RETURN_IF_ERROR(run::CheckMpirunAllowed(spec));
+  return spec;
+}
+
+int RunJob(const RunOptions& o) {
+  if (o.config_path.empty()) return Fail(2, "give a config file, e.g. `tern run configs/demo.yaml`");
+  Result<run::JobSpec> spec = BuildSpec(o);
+  if (!spec.ok()) return Fail(2, spec.status().message());
+  run::SupervisorOptions so;
+  so.spec = *spec;
+  if (!o.trainer.empty()) {
+    std::istringstream words(o.trainer);
+    for (std::string w; words >> w;) so.trainer.push_back(w);
+  } else {
+    std::error_code ec;
+    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    so.trainer = {ec ? "tern" : self.string(), "train"};
+  }
+  so.ledger_path = run::DefaultLedgerPath();
+  so.echo_trainer = !o.quiet;
+  run::RealClock clock;
+  run::LocalLauncher launcher;
+  run::Supervisor supervisor(so, &clock, &launcher);
+  Result<run::JobOutcome> out = supervisor.Run();
+  if (!out.ok()) return Fail(1, out.status().message());
+  if (out->exit_code == run::kRunInterrupted) {
+    std::fprintf(stderr,
+                 "tern run: interrupted; the trainer saved. Run the same command again to continue.\n");
+  }
+  return out->exit_code;
+}
+
+}  // namespace
+
+void AddRunCommand(CLI::App& root, CommandTable& table) {
+  auto o = std::make_shared<RunOptions>();
+  auto* sub = root.add_subcommand(
+      "run", "Run a training job to the end: relaunch on preemption and crashes, resume, bill every attempt");
+  sub->footer(
+      "\nA job is `tern train CONFIG --resume auto`, launched again until it finishes:\n"
+      "  exit 0 -> done | 75 (preempted, saved) -> again at once | crash, signal, hung -> again after a\n"
+      "  backoff (10 s, doubling) | 2 (bad config) -> stop with the trainer's message |\n"
+      "  max attempts, budget or deadline reached -> stop and say which.\n"
+      "SIGTERM/SIGUSR1/Ctrl-C: the trainer saves, and tern run exits 75; run it again to continue.\n"
+      "Every attempt is a row of the ledger ($TERN_HOME/ledger.sqlite, default ~/.tern/, and "
+      "RUN_DIR/ledger.sqlite):\n"
+      "start, end, exit reason, steps, wall time with start-up, steps redone, $. The trainer's cost_usd is "
+      "the\n"
+      "job's, and summary.json gets a \"job\" block with the totals.\n\n"
+      "Examples:\n"
+      "  tern run configs/demo.yaml --price-per-hour 0.10\n"
+      "  tern run configs/demo.yaml --instance aws:us-east-1:p5.48xlarge:spot --budget 50 --deadline 12h\n"
+      "  tern job status runs/demo            # attempts, reasons, time, lost work and $\n\n"
+      "The same options can live in the config, in a job: section (flags win):\n" +
+      run::DescribeJobKeys() +
+      "Exit codes: 0 done, 1 stopped, 2 bad usage or config, 75 interrupted. docs/jobs.md.");
+  sub->add_option("config", o->config_path, "YAML training config (as for tern train)");
+  sub->add_option("--set", o->overrides, "override a training key: section.key=value (repeatable)");
+  auto flag = [&](const char* name, const char* key, const char* help) {
+    sub->add_option_function<std::string>(
+        name, [o, key](const std::string& v) { o->job_flags.emplace_back(key, v); }, help);
+  };
+  flag("--instance", "instance", "provider:region:type[:on-demand|spot|reserved]: priced from the catalog");
+  flag("--price-per-hour", "price_per_hour", "USD per hour of the machine, instead of --instance");
+  flag("--ranks", "ranks", "trainer processes (> 1: through mpirun -np N)");
+  flag("--on", "on", "where: local (this machine)");
+  flag("--max-attempts", "max_attempts", "attempts in all before giving up (default 10)");
+  flag("--budget", "budget", "USD the job may spend in all; it stops (after a save) when spent");
+  flag("--deadline", "deadline", "12h, 2d (after the job's first start) or a UTC time 2025-01-02T00:00:00Z");
+  flag("--project", "project", "a tag for the spend reports (tern job ls --json)");
+  flag("--heartbeat", "heartbeat", "metrics.jsonl silent this long = hung (default 600 s; 0 = off)");
+  flag("--kill-grace", "kill_grace", "seconds a stopped trainer may take to save before SIGKILL (120)");
+  flag("--backoff", "backoff", "first wait after a crash, doubling per failure in a row (10 s)");
+  flag("--backoff-max", "backoff_max", "the longest wait (600 s)");
+  flag("--mpirun-args", "mpirun_args",
+       "extra mpirun arguments when ranks > 1, e.g. \"--allow-run-as-root --oversubscribe\" "
+       "(default $TERN_MPIRUN_ARGS)");
+  sub->add_option("--trainer", o->trainer,
+                  "the command before CONFIG (default: this tern's `train`), e.g. a wrapper script");
+  sub->add_flag("--quiet", o->quiet, "only tern run's own lines, not the trainer's output");
+  table.Add(sub, [o] { return RunJob(*o); });
+}
+
+}  // namespace tern::cli

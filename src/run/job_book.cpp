@@ -1,0 +1,118 @@
+#include "run/job_book.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/file_util.h"
+
+namespace tern::run {
+
+Result<std::unique_ptr<JobBook>> JobBook::Open(const std::string& run_dir, const std::string& global_path) {
+  std::unique_ptr<JobBook> b(new JobBook());
+  TERN_ASSIGN_OR_RETURN(b->local_, Ledger::Open(RunDirLedgerPath(run_dir)));
+  if (!global_path.empty() && global_path != b->local_->path()) {
+    TERN_ASSIGN_OR_RETURN(b->global_, Ledger::Open(global_path));
+  }
+  for (Ledger* l : {b->local_.get(), b->global_.get()}) {
+    if (!l) continue;
+    TERN_ASSIGN_OR_RETURN(auto job, l->FindJob(run_dir));
+    if (!job) continue;
+    b->job_ = *job;
+    TERN_ASSIGN_OR_RETURN(b->attempts_, l->Attempts(job->job_id));
+    break;
+  }
+  return b;
+}
+
+int JobBook::LastStepBefore(int attempt) const {
+  int best = -1;
+  for (const AttemptRow& a : attempts_)
+    if (a.attempt < attempt) best = std::max(best, a.last_step);
+  return best;
+}
+
+Status JobBook::SaveJob() {
+  Status first;
+  for (Ledger* l : {local_.get(), global_.get()}) {
+    if (!l) continue;
+    Status st = l->PutJob(job_);
+    if (first.ok()) first = st;
+  }
+  return first;
+}
+
+Status JobBook::SaveAttempt(const AttemptRow& a) {
+  bool found = false;
+  for (AttemptRow& r : attempts_) {
+    if (r.attempt == a.attempt) {
+      r = a;
+      found = true;
+    }
+  }
+  if (!found) attempts_.push_back(a);
+  Status first;
+  for (Ledger* l : {local_.get(), global_.get()}) {
+    if (!l) continue;
+    Status st = l->PutAttempt(a);
+    if (first.ok()) first = st;
+  }
+  return first;
+}
+
+bool JobBook::CancelRequested() {
+  auto job = local_->GetJob(job_.job_id);
+  return job.ok() && job->has_value() && (*job)->cancel_requested;
+}
+
+Status JobBook::ClearCancel() {
+  Status first;
+  for (Ledger* l : {local_.get(), global_.get()}) {
+    if (!l) continue;
+    Status st = l->SetCancel(job_.job_id, false);
+    if (first.ok()) first = st;
+  }
+  return first;
+}
+
+std::vector<std::string> JobBook::ledger_paths() const {
+  std::vector<std::string> out = {local_->path()};
+  if (global_) out.push_back(global_->path());
+  return out;
+}
+
+Result<std::unique_ptr<RunDirLock>> RunDirLock::Take(const std::string& run_dir) {
+  TERN_RETURN_IF_ERROR(MakeDirs(run_dir));
+  const std::string path = run_dir + "/.tern-run.lock";
+  std::unique_ptr<RunDirLock> lock(new RunDirLock());
+  lock->fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock->fd_ < 0) return Status::IoError(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+  if (flock(lock->fd_, LOCK_EX | LOCK_NB) != 0) {
+    char holder[256] = {};
+    (void)!pread(lock->fd_, holder, sizeof holder - 1, 0);
+    return Status::Unavailable(
+        fmt::format("another `tern run` (pid and host: {}) is supervising {}; watch it with `tern job status "
+                    "{}`, or stop "
+                    "it with `tern job cancel {}`",
+                    holder[0] ? holder : "unknown", run_dir, run_dir, run_dir));
+  }
+  const std::string me = fmt::format("{} {}\n", getpid(), HostName());
+  if (ftruncate(lock->fd_, 0) != 0 || pwrite(lock->fd_, me.data(), me.size(), 0) < 0)
+    return Status::IoError(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+  return lock;
+}
+
+RunDirLock::~RunDirLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "localhost";
+  return name;
+}
+
+}  // namespace tern::run

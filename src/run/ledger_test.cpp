@@ -1,0 +1,141 @@
+// The ledger's rows round-trip, the cancel flag survives the supervisor's writes, the job_totals view sums
+// what SumAttempts sums, and `tern job ls --json` splits spend by project and by UTC day.
+#include "run/ledger.h"
+
+#include <gtest/gtest.h>
+
+#include "run/attempt_metrics.h"
+#include "run/clock.h"
+#include "run/job_report.h"
+#include "testing/files.h"
+
+namespace tern::run {
+namespace {
+
+AttemptRow Attempt(const std::string& job, int n, double start, double wall, double price) {
+  AttemptRow a;
+  a.job_id = job;
+  a.attempt = n;
+  a.state = "ended";
+  a.reason = n == 1 ? "preempted" : "done";
+  a.start_unix = start;
+  a.end_unix = start + wall;
+  a.wall_s = wall;
+  a.price_per_hour = price;
+  a.cost_usd = price * wall / 3600;
+  a.first_step = n * 10 - 9;
+  a.last_step = n * 10;
+  a.lost_steps = n - 1;
+  a.startup_s = n == 1 ? -1 : 2.5;
+  return a;
+}
+
+TEST(LedgerTest, RowsRoundTripAndTheCancelFlagIsOnlySetBySetCancel) {
+  testing::TempDir tmp;
+  auto l = Ledger::Open(tmp / "sub/dir/ledger.sqlite");
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  JobRow j;
+  j.job_id = "demo-20250101T000000";
+  j.run_dir = "/runs/demo";
+  j.project = "p1";
+  j.price_per_hour = 36;
+  j.created_unix = 1.7e9;
+  ASSERT_TRUE((*l)->PutJob(j).ok());
+  ASSERT_TRUE((*l)->SetCancel(j.job_id, true).ok());
+  j.state = "done";
+  ASSERT_TRUE((*l)->PutJob(j).ok());  // the supervisor's next write keeps the flag
+  auto got = (*l)->FindJob("/runs/demo");
+  ASSERT_TRUE(got.ok() && *got);
+  EXPECT_EQ((*got)->state, "done");
+  EXPECT_TRUE((*got)->cancel_requested);
+  EXPECT_EQ((*got)->project, "p1");
+
+  AttemptRow a1 = Attempt(j.job_id, 1, 1.7e9, 100, 36), a2 = Attempt(j.job_id, 2, 1.7e9 + 200, 50, 36);
+  a1.message = "it's \"quoted\"";
+  ASSERT_TRUE((*l)->PutAttempt(a1).ok());
+  ASSERT_TRUE((*l)->PutAttempt(a2).ok());
+  a2.tokens = 999;
+  ASSERT_TRUE((*l)->PutAttempt(a2).ok());  // an update, not a second row
+  auto rows = (*l)->Attempts(j.job_id);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].message, a1.message);
+  EXPECT_EQ((*rows)[0].startup_s, -1);
+  EXPECT_EQ((*rows)[0].exit_code, -1);
+  EXPECT_EQ((*rows)[1].tokens, 999u);
+  EXPECT_EQ((*rows)[1].first_step, 11);
+  const JobTotals t = SumAttempts(*rows);
+  EXPECT_EQ(t.attempts, 2);
+  EXPECT_DOUBLE_EQ(t.cost_usd, 1.5);
+  EXPECT_DOUBLE_EQ(t.wall_s, 150);
+  EXPECT_DOUBLE_EQ(t.startup_s, 2.5);
+  EXPECT_EQ(t.lost_steps, 1);
+  EXPECT_EQ(t.last_step, 20);
+}
+
+TEST(LedgerTest, JobsJsonSplitsSpendByProjectAndByUtcDay) {
+  const double midnight = ParseUtc("2025-03-02T00:00:00Z");
+  ASSERT_GT(midnight, 0);
+  JobRow a, b;
+  a.job_id = "a";
+  a.project = "research";
+  b.job_id = "b";
+  // 3600 s at $36/h = $36: a quarter before midnight, three quarters after.
+  std::vector<JobWithAttempts> jobs = {{a, {Attempt("a", 1, midnight - 900, 3600, 36)}},
+                                       {b, {Attempt("b", 1, midnight + 7200, 100, 36)}}};
+  const nlohmann::json j = JobsJson(jobs);
+  EXPECT_NEAR(j["spend"]["total_usd"].get<double>(), 37, 1e-9);
+  EXPECT_NEAR(j["spend"]["by_project"]["research"].get<double>(), 36, 1e-9);
+  EXPECT_NEAR(j["spend"]["by_project"]["(none)"].get<double>(), 1, 1e-9);
+  EXPECT_NEAR(j["spend"]["by_day_utc"]["2025-03-01"].get<double>(), 9, 1e-9);
+  EXPECT_NEAR(j["spend"]["by_day_utc"]["2025-03-02"].get<double>(), 28, 1e-9);
+  EXPECT_EQ(j["jobs"].size(), 2u);
+  EXPECT_NEAR(j["jobs"][0]["totals"]["cost_usd"].get<double>(), 36, 1e-9);
+}
+
+TEST(LedgerTest, UtcTimesRoundTrip) {
+  EXPECT_EQ(FormatUtc(ParseUtc("2025-01-02T03:04:05.678Z")), "2025-01-02T03:04:05.678Z");
+  EXPECT_EQ(ParseUtc("2025-01-02T03:04:05Z"), ParseUtc("2025-01-02T03:04:05.000Z"));
+  EXPECT_EQ(ParseUtc("yesterday"), 0);
+}
+
+TEST(MetricsTailTest, CountsStepsTokensRedoneWorkAndSavesFromWhereTheAttemptBegan) {
+  testing::TempDir tmp;
+  const std::string m = tmp / "metrics.jsonl";
+  testing::WriteFile(m, "{\"step\":1,\"loss\":2,\"tokens\":100,\"step_ms\":10}\n");
+  const uint64_t offset = testing::ReadFile(m).size();
+  MetricsTail tail(m, offset, /*job_last_step=*/5);
+  EXPECT_FALSE(tail.Poll(1));
+  std::ofstream(m, std::ios::app)
+      << "{\"event\":\"start\"}\n{\"event\":\"resume\",\"step\":3}\n"
+      << "{\"step\":4,\"loss\":2,\"tokens\":400,\"step_ms\":20,\"elapsed_s\":0.5}\n"
+      << "torn{\n"
+      << "{\"step\":5,\"loss\":2,\"tokens\":500,\"step_ms\":20}\n"
+      << "{\"step\":6,\"loss\":2,\"tokens\":600,\"step_ms\":30}\n"
+      << "{\"step\":6,\"val_loss\":2}\n"
+      << "{\"event\":\"checkpoint\",\"stall_ms\":1,\"wait_ms\":99}\n"
+      << "{\"step\":7,\"loss\":2,\"tok";  // not yet ended
+  EXPECT_TRUE(tail.Poll(2));
+  const AttemptProgress& p = tail.progress();
+  EXPECT_EQ(p.resumed_from, 3);
+  EXPECT_EQ(p.first_step, 4);
+  EXPECT_EQ(p.last_step, 6);
+  EXPECT_EQ(p.tokens, 300u);
+  EXPECT_EQ(p.lost_steps, 2);  // 4 and 5 were done before
+  EXPECT_NEAR(p.lost_s, 0.04, 1e-12);
+  EXPECT_NEAR(p.productive_s, 0.03, 1e-12);
+  EXPECT_NEAR(p.checkpoint_s, 0.1, 1e-12);
+  EXPECT_EQ(p.run_start, 1.5);  // read at 2, 0.5 s after the trainer's clock started
+  std::ofstream(m, std::ios::app) << "ens\":700,\"step_ms\":30}\n";
+  EXPECT_TRUE(tail.Poll(3));
+  EXPECT_EQ(tail.progress().last_step, 7);
+  // A fresh start (nothing to resume) rewrites the file: read it from the top.
+  testing::WriteFile(m, "{\"step\":1,\"loss\":2,\"tokens\":100,\"step_ms\":10}\n");
+  MetricsTail fresh(m, 500, 5);
+  EXPECT_TRUE(fresh.Poll(4));
+  EXPECT_EQ(fresh.progress().first_step, 1);
+  EXPECT_EQ(fresh.progress().lost_steps, 1);
+}
+
+}  // namespace
+}  // namespace tern::run

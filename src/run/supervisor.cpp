@@ -1,0 +1,154 @@
+#include "run/supervisor.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+
+#include "core/file_util.h"
+#include "run/job_book.h"
+#include "run/job_report.h"
+#include "run/signals.h"
+
+namespace tern::run {
+void Supervisor::Interrupt(int sig) {
+  RaiseSupervisorSignal(sig);
+}
+
+void Supervisor::Print(const std::string& line) {
+  if (!o_.console) return;
+  std::fprintf(o_.console, "tern run: %s\n", line.c_str());
+  std::fflush(o_.console);
+}
+
+Status Supervisor::OpenJob(JobBook* book) {
+  const JobSpec& s = o_.spec;
+  JobRow& j = book->job();
+  const double now = clock_->Now();
+  if (!book->has_job()) {
+    std::string stamp = FormatUtc(now).substr(0, 19);  // 2025-01-02T03:04:05 -> 20250102T030405
+    stamp.erase(std::remove_if(stamp.begin(), stamp.end(), [](char c) { return c == '-' || c == ':'; }),
+                stamp.end());
+    // The run directory's name and the time, and 4 hex digits of its path: two run directories of the same
+    // name started in the same second are still two jobs.
+    j.job_id = fmt::format("{}-{}-{:04x}", std::filesystem::path(s.run_dir).filename().string(), stamp,
+                           std::hash<std::string>{}(s.run_dir) & 0xffff);
+    j.created_unix = now;
+    Print(fmt::format("new job {} in {}", j.job_id, s.run_dir));
+  } else {
+    const JobTotals t = book->totals();
+    Print(fmt::format("continuing job {} ({}: {} attempts so far, {} spent)", j.job_id, j.state, t.attempts,
+                      FormatDollars(t.cost_usd)));
+  }
+  j.run_dir = s.run_dir;
+  j.config = s.config_path;
+  j.overrides.clear();
+  for (const auto& o : s.overrides) j.overrides += o + "\n";
+  j.project = s.project;
+  j.instance = s.instance;
+  j.billing = s.billing;
+  j.price_per_hour = s.price_per_hour;
+  j.ranks = s.ranks;
+  j.where = s.where;
+  j.max_attempts = s.max_attempts;
+  j.budget_usd = s.budget_usd;
+  TERN_ASSIGN_OR_RETURN(deadline_unix_, DeadlineUnix(s.deadline, j.created_unix));
+  j.deadline_unix = deadline_unix_;
+  j.updated_unix = now;
+  j.state = "running";
+  j.reason = "";
+  j.host = HostName();
+  j.supervisor_pid = getpid();
+  TERN_RETURN_IF_ERROR(book->SaveJob());
+  return book->ClearCancel();  // a job cancelled before and started again goes on
+}
+
+Result<JobOutcome> Supervisor::Run() {
+  ClearSupervisorSignal();
+  interrupted_ = false;
+  SupervisorSignals signals(o_.handle_signals);
+  TERN_ASSIGN_OR_RETURN(auto lock, RunDirLock::Take(o_.spec.run_dir));
+  TERN_RETURN_IF_ERROR(MakeDirs(o_.spec.run_dir + "/logs"));
+  TERN_ASSIGN_OR_RETURN(auto book, JobBook::Open(o_.spec.run_dir, o_.ledger_path));
+  TERN_RETURN_IF_ERROR(OpenJob(book.get()));
+  TERN_RETURN_IF_ERROR(RecoverLost(book.get()));
+  JobOutcome out;
+  auto finish = [&](const std::string& state, const std::string& reason, int code) -> Result<JobOutcome> {
+    JobRow& j = book->job();
+    j.state = state;
+    j.reason = reason;
+    j.updated_unix = clock_->Now();
+    j.supervisor_pid = 0;
+    TERN_RETURN_IF_ERROR(book->SaveJob());
+    out.exit_code = code;
+    out.job = j;
+    out.attempts = book->attempts();
+    out.totals = book->totals();
+    if (o_.console) std::fputs(JobTable(out.job, out.attempts).c_str(), o_.console);
+    return out;
+  };
+
+  while (true) {
+    if (book->CancelRequested()) return finish("cancelled", "cancelled by `tern job cancel`", kRunStopped);
+    if (interrupted_ || PendingSupervisorSignal() != 0)
+      return finish("paused", "the supervisor was signalled; run `tern run` again to continue",
+                    kRunInterrupted);
+    const std::string limit = LimitReached(o_.spec, book->job(), book->totals(), clock_->Now());
+    if (!limit.empty()) {
+      Print("stopping: " + limit);
+      return finish("stopped", limit, kRunStopped);
+    }
+    const int n = book->attempts().empty() ? 1 : book->attempts().back().attempt + 1;
+    TERN_ASSIGN_OR_RETURN(AttemptRow a, RunAttempt(book.get(), n));
+    switch (NextAfter(a.reason)) {
+      case Next::kDone: {
+        TERN_RETURN_IF_ERROR(AddJobToSummary(o_.spec.run_dir, book->job(), book->attempts()));
+        return finish("done", "finished", kRunDone);
+      }
+      case Next::kFailed:
+        Print(fmt::format("stopping: {}: {}",
+                          a.reason == "bad_config" ? "the trainer refused the config (exit 2)"
+                                                   : "the trainer could not be started",
+                          a.message));
+        return finish("failed", a.message, a.reason == "bad_config" ? kRunBadConfig : kRunStopped);
+      case Next::kPaused:
+        return finish("paused", "the supervisor was signalled; run `tern run` again to continue",
+                      kRunInterrupted);
+      case Next::kCancelled:
+        return finish("cancelled", "cancelled by `tern job cancel`", kRunStopped);
+      case Next::kStopped:
+        return finish("stopped", a.message, kRunStopped);
+      case Next::kRelaunchNow:
+        Print(fmt::format("attempt {} {}; relaunching now", n, a.reason));
+        break;
+      case Next::kRelaunchAfterBackoff: {
+        const int failures = FailuresInARow(book->attempts());
+        const double wait = BackoffSeconds(o_.spec, failures);
+        Print(fmt::format("attempt {} {} ({}); relaunching in {:.1f} s ({} failure{} in a row)", n, a.reason,
+                          a.message, wait, failures, failures == 1 ? "" : "s"));
+        const double until = clock_->Now() + wait;
+        if (deadline_unix_ > 0 && until >= deadline_unix_) {
+          const std::string why = fmt::format(
+              "deadline: the next attempt could start only after {} (job.deadline = {}); "
+              "give a later --deadline to go on",
+              FormatUtc(deadline_unix_), o_.spec.deadline);
+          Print("stopping: " + why);
+          return finish("stopped", why, kRunStopped);
+        }
+        // Interruptible: a signal pauses the job, a cancel (checked every second) ends it.
+        double checked = clock_->Now();
+        while (clock_->Now() < until && PendingSupervisorSignal() == 0 && !interrupted_) {
+          clock_->Sleep(std::min(o_.poll_s, until - clock_->Now()));
+          if (clock_->Now() - checked >= 1.0) {
+            checked = clock_->Now();
+            if (book->CancelRequested()) break;
+          }
+        }
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace tern::run
