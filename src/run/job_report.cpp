@@ -1,6 +1,7 @@
 #include "run/job_report.h"
 
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <map>
 
@@ -17,7 +18,10 @@ std::string Steps(const AttemptRow& a) {
 
 std::string ExitText(const AttemptRow& a) {
   if (a.state == "running") return "running";
-  if (a.signal != 0) return fmt::format("signal {}", a.signal);
+  if (a.signal != 0) {
+    const char* name = sigabbrev_np(a.signal);
+    return name ? fmt::format("SIG{}", name) : fmt::format("signal {}", a.signal);
+  }
   if (a.exit_code < 0) return "-";
   return fmt::format("exit {}", a.exit_code);
 }

@@ -296,7 +296,9 @@ Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n) {
     a.message = LastWords(a.log);
   } else {
     a.reason = exit->signal != 0 ? "signal" : "crashed";
-    a.message = exit->Describe() + ": " + LastWords(a.log);
+    // A signal it did not handle (the OOM killer, SIGKILL, SIGSEGV) says nothing in the log: the signal is
+    // it.
+    a.message = exit->signal != 0 ? exit->Describe() : exit->Describe() + ": " + LastWords(a.log);
   }
   TERN_RETURN_IF_ERROR(book->SaveAttempt(a));
   Print(fmt::format("attempt {} ended: {}", n, AttemptLine(a)));
