@@ -70,7 +70,8 @@ TEST(Cli, HelpTeachesTheCommands) {
     words >> name;
     listed.insert(name);
   }
-  for (const char* cmd : {"prepare", "train", "generate", "bench", "export", "plan", "serve", "ckpt"}) {
+  for (const char* cmd :
+       {"prepare", "train", "generate", "bench", "export", "plan", "serve", "ckpt", "run", "job"}) {
     SCOPED_TRACE(cmd);
     EXPECT_TRUE(listed.count(cmd)) << "not under Subcommands:\n" << r.output;
     CmdResult h = RunTern(std::string(cmd) + " --help");
