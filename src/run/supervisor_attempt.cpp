@@ -230,6 +230,12 @@ Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n) {
                       sigabbrev_np(sig), a.trainer_pid));
     (*proc)->Signal(sig);
   };
+  // `tern job cancel` sets a flag in the run directory's ledger: read it once a second.
+  auto cancel_due = [&](double now) {
+    if (now - last_cancel_check < 1.0) return false;
+    last_cancel_check = now;
+    return book->CancelRequested();
+  };
   while (true) {
     exit = (*proc)->Poll();
     const double now = clock_->Now();
@@ -248,7 +254,7 @@ Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n) {
     } else if (sig != 0) {
       stop(book->CancelRequested() ? "cancelled" : "interrupted",
            s.ranks > 1 || sig == SIGINT ? stop_signal : sig, fmt::format("got SIG{}", sigabbrev_np(sig)));
-    } else if (now - last_cancel_check >= 1.0 && (last_cancel_check = now, book->CancelRequested())) {
+    } else if (cancel_due(now)) {
       stop("cancelled", stop_signal, "cancelled by `tern job cancel`");
     } else if (s.budget_usd > 0 &&
                before.cost_usd + s.price_per_hour * (now - a.start_unix) / 3600 >= s.budget_usd) {
