@@ -4,6 +4,7 @@
 // steps it redoes after resuming are counted as lost work. Then `tern job status|ls|cancel`.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "testing/files.h"
 #include "testing/prepared_data.h"
 #include "testing/processes.h"
+#include "testing/skip.h"
 #include "testing/tern_binary.h"
 
 namespace tern::run {
@@ -185,8 +187,13 @@ TEST_F(RunE2eTest, ATrainerKilledWithSigkillIsRelaunchedAndItsRedoneStepsAreLost
   testing::Child run({tern_, "run", root_ + "/tiny.yaml", "--set", "run.dir=" + root_ + "/killed", "--quiet",
                       "--price-per-hour", "36"},
                      Env(), root_ + "/run.log");
-  // Past the checkpoint of step 10 and some steps beyond it: those are lost with the process.
-  ASSERT_TRUE(WaitRows("killed", [](const std::vector<json>& rows) { return MaxStep(rows) >= 16; }));
+  // Past the checkpoint of step 10 (published: its row is written once it is persisted) and some steps
+  // beyond it: those are lost with the process.
+  ASSERT_TRUE(WaitRows("killed", [](const std::vector<json>& rows) {
+    bool saved = false;
+    for (const json& r : rows) saved = saved || (r.value("event", "") == "checkpoint" && r["step"] == 10);
+    return saved && MaxStep(rows) >= 16;
+  }));
   const int pid = TrainerPid("killed", 1);
   ASSERT_GT(pid, 0);
   ASSERT_EQ(kill(pid, SIGKILL), 0);
@@ -205,6 +212,39 @@ TEST_F(RunE2eTest, ATrainerKilledWithSigkillIsRelaunchedAndItsRedoneStepsAreLost
   EXPECT_NEAR(a2["lost_usd"].get<double>(), kPrice * a2["lost_s"].get<double>() / 3600, 1e-12);
   EXPECT_EQ(s["totals"]["lost_steps"], redone);
   EXPECT_GE(a2["start_utc"].get<std::string>(), a1["end_utc"].get<std::string>());
+}
+
+// Two ranks through mpirun: a SIGTERM to tern run reaches the ranks as SIGUSR1 (mpirun forwards it), they
+// save and exit 75, tern run exits 75; run again, the job finishes with the weights of an uninterrupted
+// two-rank run.
+TEST_F(RunE2eTest, TwoRanksThroughMpirunPauseOnSigtermAndContinueBitForBit) {
+  if (testing::FindProgram("mpirun").empty())
+    TERN_SKIP_OR_FAIL_IN_CI("mpirun is not on PATH; scripts/install-deps installs openmpi-bin");
+  const std::string mpi_args = geteuid() == 0 ? "--oversubscribe --allow-run-as-root" : "--oversubscribe";
+  const std::vector<std::string> argv = {
+      tern_,     "run", root_ + "/tiny.yaml", "--set", "run.dir=" + root_ + "/dp", "--quiet",
+      "--ranks", "2",   "--mpirun-args",      mpi_args};
+  {
+    testing::Child run(argv, Env(), root_ + "/run1.log");
+    ASSERT_TRUE(WaitRows("dp", [](const std::vector<json>& rows) { return MaxStep(rows) >= 5; }))
+        << testing::ReadFile(root_ + "/run1.log");
+    run.Signal(SIGTERM);
+    ASSERT_EQ(run.Wait(), 75) << testing::ReadFile(root_ + "/run1.log");
+  }
+  testing::Child again(argv, Env(), root_ + "/run2.log");
+  ASSERT_EQ(again.Wait(), 0) << testing::ReadFile(root_ + "/run2.log");
+  const json s = Status("dp");
+  ASSERT_EQ(s["attempts"].size(), 2u);
+  EXPECT_EQ(s["attempts"][0]["reason"], "interrupted");
+  EXPECT_EQ(s["attempts"][0]["ranks"], 2);
+  EXPECT_EQ(s["attempts"][1]["resumed_from"], s["attempts"][0]["last_step"]);
+  testing::CommandResult ref =
+      testing::RunCommand("OMP_NUM_THREADS=1 mpirun " + mpi_args + " -np 2 " + tern_ + " train " + root_ +
+                          "/tiny.yaml --quiet --set run.dir=" + root_ + "/dp_ref 2>&1");
+  ASSERT_EQ(ref.code, 0) << ref.output;
+  EXPECT_TRUE(testing::ReadFile(root_ + "/dp/model.safetensors") ==
+              testing::ReadFile(root_ + "/dp_ref/model.safetensors"))
+      << "final weights bit-identical to the uninterrupted two-rank run";
 }
 
 TEST_F(RunE2eTest, JobCommandsNameWhatIsWrong) {

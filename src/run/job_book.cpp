@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 
 #include "core/file_util.h"
 
@@ -17,14 +18,26 @@ Result<std::unique_ptr<JobBook>> JobBook::Open(const std::string& run_dir, const
   if (!global_path.empty() && global_path != b->local_->path()) {
     TERN_ASSIGN_OR_RETURN(b->global_, Ledger::Open(global_path));
   }
+  // The run directory's copy is the job's own record; the global ledger may know more (the copy was deleted
+  // with the run directory, or a write to it failed): take every attempt either has, and write the union back
+  // to both.
   for (Ledger* l : {b->local_.get(), b->global_.get()}) {
     if (!l) continue;
     TERN_ASSIGN_OR_RETURN(auto job, l->FindJob(run_dir));
-    if (!job) continue;
-    b->job_ = *job;
-    TERN_ASSIGN_OR_RETURN(b->attempts_, l->Attempts(job->job_id));
-    break;
+    if (job && b->job_.job_id.empty()) b->job_ = *job;
   }
+  if (b->job_.job_id.empty()) return b;
+  std::map<int, AttemptRow> merged;
+  for (Ledger* l : {b->local_.get(), b->global_.get()}) {
+    if (!l) continue;
+    TERN_ASSIGN_OR_RETURN(auto rows, l->Attempts(b->job_.job_id));
+    for (AttemptRow& a : rows) {
+      auto it = merged.find(a.attempt);
+      if (it == merged.end() || a.seen_unix > it->second.seen_unix) merged[a.attempt] = std::move(a);
+    }
+  }
+  TERN_RETURN_IF_ERROR(b->SaveJob());
+  for (auto& [n, a] : merged) TERN_RETURN_IF_ERROR(b->SaveAttempt(a));
   return b;
 }
 

@@ -291,9 +291,11 @@ Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n) {
   } else if (!stop_reason.empty()) {
     a.reason = stop_reason;
     a.message = fmt::format("stopped by tern run ({}); {}", stop_reason, exit->Describe());
-  } else if (exit->code == 75) {
+  } else if (exit->code == 75 || (p.preempted && exit->code > 0 && s.ranks > 1)) {
+    // mpirun reports 1 when a SIGTERM that reached it directly stopped ranks that saved and exited 75.
     a.reason = "preempted";
     a.message = p.preempted ? "saved an emergency checkpoint" : "exit 75";
+    if (exit->code != 75) a.message += fmt::format(" (mpirun: {})", exit->Describe());
   } else if (exit->code == 2) {
     a.reason = "bad_config";
     a.message = LastWords(a.log);

@@ -296,5 +296,40 @@ TEST_F(SupervisorTest, RanksAboveOneLaunchThroughMpirun) {
   EXPECT_EQ(out->attempts[0].ranks, 2);
 }
 
+TEST_F(SupervisorTest, MpirunsExitOneAfterRanksThatSavedIsAPreemption) {
+  if (testing::FindProgram("mpirun").empty())
+    TERN_SKIP_OR_FAIL_IN_CI("mpirun is not on PATH; scripts/install-deps installs openmpi-bin");
+  spec_.ranks = 2;
+  spec_.mpirun_args = {"--oversubscribe"};
+  if (geteuid() == 0) spec_.mpirun_args.push_back("--allow-run-as-root");
+  spec_.backoff_s = 60;  // a crash would wait a minute: the test would time out
+  FakeClock clock;
+  auto out = Supervise(Script(R"(
+    if [ "$TERN_ATTEMPT" = 2 ]; then exit 0; fi
+    if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then row 1; preempted 1; fi
+    exit 1)"),
+                       &clock);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->exit_code, kRunDone) << console_;
+  ASSERT_EQ(out->attempts.size(), 2u);
+  EXPECT_EQ(out->attempts[0].reason, "preempted");
+  EXPECT_EQ(out->attempts[1].start_unix, out->attempts[0].end_unix) << "relaunched at once";
+}
+
+TEST_F(SupervisorTest, ARunDirectoryLedgerDeletedWithTheRunIsRebuiltFromTheGlobalOne) {
+  auto first = Supervise(Script("row 1; exit 0"));
+  ASSERT_TRUE(first.ok());
+  std::filesystem::remove(RunDirLedgerPath(spec_.run_dir));
+  auto second = Supervise(Script("row 2; exit 0"));
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ASSERT_EQ(second->attempts.size(), 2u);
+  EXPECT_EQ(second->attempts[1].attempt, 2);
+  auto local = Ledger::Open(RunDirLedgerPath(spec_.run_dir));
+  ASSERT_TRUE(local.ok());
+  auto rows = (*local)->Attempts(second->job.job_id);
+  ASSERT_TRUE(rows.ok());
+  EXPECT_EQ(rows->size(), 2u) << "the run directory's copy has attempt 1 again";
+}
+
 }  // namespace
 }  // namespace tern::run
