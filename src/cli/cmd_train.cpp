@@ -89,7 +89,7 @@ int RunTrain(const TrainOptions& o) {
     std::fprintf(stderr, "tern train: %s\n", summary->preempt_report.c_str());
     return ckpt::kExitPreempted;
   }
-  PrintSummary(*summary, (*trainer)->config());
+  if ((*trainer)->writer()) PrintSummary(*summary, (*trainer)->config());  // rank 0 speaks for the job
   return 0;
 }
 
