@@ -31,7 +31,6 @@ void GradSync::StartPending() {
   }
   pending_.clear();
   pending_bytes_ = 0;
-  buckets_++;
 }
 
 Result<double> GradSync::Finish() {
@@ -39,7 +38,6 @@ Result<double> GradSync::Finish() {
   if (bucket_bytes_ == 0) {
     inflight_.push_back(comm_->AllReduceAsync(grads_, grads_, n_, dist::ReduceOp::kSum));
     covered_ = n_;
-    buckets_ = 1;
   } else {
     StartPending();
   }
@@ -51,9 +49,6 @@ Result<double> GradSync::Finish() {
   inflight_.clear();
   const size_t covered = covered_;
   covered_ = 0;
-  const int buckets = buckets_;
-  buckets_ = 0;
-  last_buckets_ = buckets;
   TERN_RETURN_IF_ERROR(first.WithContext("averaging the gradients across ranks"));
   if (covered != n_) {
     return Status::Internal(fmt::format("the backward announced {} of the {} gradients", covered, n_));

@@ -31,8 +31,6 @@ class GradSync {
   // the rank.
   [[nodiscard]] Result<double> Finish();
 
-  int last_buckets() const { return last_buckets_; }  // the last step's buckets (tests: overlap happened)
-
  private:
   void StartPending();
 
@@ -42,7 +40,6 @@ class GradSync {
   std::vector<GradRange> pending_;  // final gradients not yet started, adjacent ranges merged
   size_t pending_bytes_ = 0, covered_ = 0;
   std::vector<dist::CommHandle> inflight_;
-  int buckets_ = 0, last_buckets_ = 0;
 };
 
 }  // namespace tern

@@ -65,20 +65,8 @@ Status Trainer::OpenLoaders(const std::string& dir) {
 
 Status Trainer::OpenComm() {
   dist::CommSetup cs;
-  switch (cfg_.dist.backend) {
-    case DistBackend::kAuto:
-      cs.backend = dist::CommBackend::kAuto;
-      break;
-    case DistBackend::kNone:
-      cs.backend = dist::CommBackend::kNone;
-      break;
-    case DistBackend::kMpi:
-      cs.backend = dist::CommBackend::kMpi;
-      break;
-    case DistBackend::kNccl:
-      cs.backend = dist::CommBackend::kNccl;
-      break;
-  }
+  TERN_ASSIGN_OR_RETURN(cs.backend,
+                        dist::ParseCommBackend(DistBackendName(cfg_.dist.backend)));  // same names
   cs.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg_.dist.timeout_s * 1000));
   cs.compute = setup_.backend.get();
   cs.cuda_stream = setup_.backend->native_stream();
