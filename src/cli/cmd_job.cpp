@@ -8,12 +8,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "cli/command.h"
 #include "run/job_book.h"
 #include "run/job_report.h"
 #include "run/ledger.h"
+#include "run/slurm.h"
 
 namespace tern::cli {
 namespace {
@@ -51,9 +53,10 @@ Result<std::pair<std::unique_ptr<run::Ledger>, run::JobRow>> OpenRunDirJob(const
   return std::make_pair(std::move(ledger), *job);
 }
 
-// A job marked running whose supervisor is not (it was killed): say so.
+// A job marked running whose supervisor is not (it was killed): say so. (Under Slurm the supervisor is
+// Slurm's to keep: its state says.)
 bool SupervisorGone(const run::JobRow& job) {
-  return job.state == "running" && job.host == run::HostName() &&
+  return job.state == "running" && job.where != "slurm" && job.host == run::HostName() &&
          (job.supervisor_pid <= 0 || (kill(job.supervisor_pid, 0) != 0 && errno == ESRCH));
 }
 
@@ -64,13 +67,37 @@ int ShowStatus(const JobOptions& o) {
   auto attempts = ledger->Attempts(job.job_id);
   if (!attempts.ok()) return Fail(attempts.status().message());
   const bool gone = SupervisorGone(job);
+  std::optional<run::SlurmJobInfo> slurm;
+  std::string slurm_error;
+  if (job.where == "slurm" && !job.slurm_job_id.empty()) {
+    auto info = run::QuerySlurmJob(job.slurm_job_id);
+    if (info.ok())
+      slurm = *info;
+    else
+      slurm_error = info.status().message();
+  }
   if (o.json) {
     nlohmann::json j = run::JobJson(job, *attempts);
     j["supervisor_alive"] = job.state == "running" && !gone;
+    if (slurm) {
+      j["slurm"] = {{"job_id", slurm->id},   {"state", slurm->state},       {"reason", slurm->reason},
+                    {"nodes", slurm->nodes}, {"restarts", slurm->restarts}, {"active", slurm->active()}};
+    } else if (!slurm_error.empty()) {
+      j["slurm"] = {{"job_id", job.slurm_job_id}, {"error", slurm_error}};
+    }
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
   std::fputs(run::JobTable(job, *attempts).c_str(), stdout);
+  if (slurm) {
+    std::string state = slurm->state.empty() ? "no longer in Slurm's records" : slurm->state;
+    if (slurm->state == "PENDING") state += " (" + slurm->reason + ")";
+    if (slurm->state == "RUNNING") state += " on " + slurm->nodes;
+    std::printf("  Slurm job %s: %s, %d restart%s\n", slurm->id.c_str(), state.c_str(), slurm->restarts,
+                slurm->restarts == 1 ? "" : "s");
+  } else if (!slurm_error.empty()) {
+    std::printf("  Slurm job %s: cannot ask Slurm: %s\n", job.slurm_job_id.c_str(), slurm_error.c_str());
+  }
   if (gone) {
     std::printf("  its supervisor (pid %d) is gone: run `tern run %s` again to continue the job\n",
                 job.supervisor_pid, job.config.c_str());
@@ -106,19 +133,69 @@ int List(const JobOptions& o) {
   return 0;
 }
 
+// Sets the cancel flag in both ledgers (the run directory's is the one that counts).
+Status RequestCancel(run::Ledger* ledger, const run::JobRow& job) {
+  TERN_RETURN_IF_ERROR(ledger->SetCancel(job.job_id, true));
+  if (auto global = run::Ledger::Open(run::DefaultLedgerPath()); global.ok())
+    (void)(*global)->SetCancel(job.job_id, true);
+  return Status::Ok();
+}
+
+// Waits up to --wait for the job's supervisor to leave "running"; prints what it found.
+void AwaitSupervisor(const JobOptions& o, run::Ledger* ledger, const run::JobRow& job) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::duration<double>(o.wait_s)) {
+    auto now = ledger->GetJob(job.job_id);
+    if (now.ok() && *now && (*now)->state != "running") {
+      std::printf("job %s: %s\n", job.job_id.c_str(), (*now)->state.c_str());
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  std::printf("job %s: still stopping (the trainer is saving); `tern job status %s` shows when it is done\n",
+              job.job_id.c_str(), o.run_dir.c_str());
+}
+
+// A job under Slurm: the flag first (no supervisor relaunches or requeues it). Running: its supervisor
+// stops the trainer, which saves, and ends the batch script (a scancel would make srun SIGKILL a
+// multi-rank step). Waiting in the queue: scancel, and the job is marked cancelled here.
+int CancelSlurm(const JobOptions& o, run::Ledger* ledger, run::JobRow job) {
+  auto info = run::QuerySlurmJob(job.slurm_job_id);
+  if (!info.ok()) return Fail(info.status().message());
+  if (!info->active()) {
+    std::printf("job %s: its Slurm job %s is %s: nothing to cancel\n", job.job_id.c_str(),
+                job.slurm_job_id.c_str(), info->state.empty() ? "gone" : info->state.c_str());
+    return 0;
+  }
+  if (Status st = RequestCancel(ledger, job); !st.ok()) return Fail(st.message());
+  if (info->state == "RUNNING") {
+    std::printf("job %s: cancel requested; its supervisor in Slurm job %s stops the trainer (it saves)...\n",
+                job.job_id.c_str(), job.slurm_job_id.c_str());
+    AwaitSupervisor(o, ledger, job);
+    return 0;
+  }
+  if (Status st = run::CancelSlurmJob(job.slurm_job_id); !st.ok()) return Fail(st.message());
+  job.state = "cancelled";
+  job.reason =
+      fmt::format("cancelled by `tern job cancel` (scancel {} while {})", job.slurm_job_id, info->state);
+  if (Status st = ledger->PutJob(job); !st.ok()) return Fail(st.message());
+  if (auto global = run::Ledger::Open(run::DefaultLedgerPath()); global.ok()) (void)(*global)->PutJob(job);
+  std::printf("job %s: Slurm job %s cancelled while %s\n", job.job_id.c_str(), job.slurm_job_id.c_str(),
+              info->state.c_str());
+  return 0;
+}
+
 int Cancel(const JobOptions& o) {
   auto opened = OpenRunDirJob(o.run_dir);
   if (!opened.ok()) return Fail(opened.status().message());
   auto& [ledger, job] = *opened;
+  if (job.where == "slurm" && !job.slurm_job_id.empty()) return CancelSlurm(o, ledger.get(), job);
   if (job.state != "running") {
     std::printf("job %s is %s already: nothing to cancel\n", job.job_id.c_str(), job.state.c_str());
     return 0;
   }
-  // The flag goes in both ledgers; the supervisor reads the run directory's every second (also from
-  // another machine sharing the directory).
-  if (Status st = ledger->SetCancel(job.job_id, true); !st.ok()) return Fail(st.message());
-  if (auto global = run::Ledger::Open(run::DefaultLedgerPath()); global.ok())
-    (void)(*global)->SetCancel(job.job_id, true);  // the run directory's flag is the one that counts
+  // The supervisor reads the run directory's flag every second (also from another machine sharing it).
+  if (Status st = RequestCancel(ledger.get(), job); !st.ok()) return Fail(st.message());
   if (SupervisorGone(job)) {
     job.state = "cancelled";
     job.reason = "cancelled by `tern job cancel` (no supervisor was running)";
@@ -128,17 +205,7 @@ int Cancel(const JobOptions& o) {
   }
   std::printf("job %s: cancel requested; waiting for its supervisor (pid %d on %s) to stop the trainer...\n",
               job.job_id.c_str(), job.supervisor_pid, job.host.c_str());
-  const auto t0 = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - t0 < std::chrono::duration<double>(o.wait_s)) {
-    auto now = ledger->GetJob(job.job_id);
-    if (now.ok() && *now && (*now)->state != "running") {
-      std::printf("job %s: %s\n", job.job_id.c_str(), (*now)->state.c_str());
-      return 0;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  std::printf("job %s: still stopping (the trainer is saving); `tern job status %s` shows when it is done\n",
-              job.job_id.c_str(), o.run_dir.c_str());
+  AwaitSupervisor(o, ledger.get(), job);
   return 0;
 }
 

@@ -1,8 +1,10 @@
-// tern run CONFIG [--set k=v]... [--instance P:R:T[:BILLING] | --price-per-hour P] [--ranks N] [--on local]
-//          [--max-attempts N] [--budget USD] [--deadline 12h] [--project TAG] ...
-// Supervises `tern train CONFIG --resume auto` until the job is done (run/supervisor.h, docs/jobs.md).
+// tern run CONFIG [--set k=v]... [--instance P:R:T[:BILLING] | --price-per-hour P] [--ranks N]
+//          [--on local|slurm [--wait]] [--max-attempts N] [--budget USD] [--deadline 12h] [--project TAG] ...
+// Supervises `tern train CONFIG --resume auto` until the job is done (run/supervisor.h, docs/jobs.md);
+// --on slurm submits a batch script whose supervisor does the same inside the allocation (run/slurm.h).
 // Exit codes: 0 done, 1 stopped (max attempts, budget, deadline, cancelled), 2 bad usage or config,
 // 75 interrupted (SIGTERM/SIGUSR1/SIGINT: the trainer saved; run the same command again to continue).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -11,6 +13,7 @@
 #include "cli/command.h"
 #include "run/instance_price.h"
 #include "run/job_report.h"
+#include "run/slurm_job.h"
 #include "run/supervisor.h"
 
 namespace tern::cli {
@@ -22,11 +25,50 @@ struct RunOptions {
   std::vector<std::pair<std::string, std::string>> job_flags;  // (job key, value), in the order given
   std::string trainer;
   bool quiet = false;
+  bool wait = false;         // --on slurm: follow the Slurm job to its end
+  bool slurm_batch = false;  // the supervisor inside the allocation (what the batch script runs)
 };
 
 int Fail(int code, const std::string& message) {
   std::fprintf(stderr, "tern run: %s\n", message.c_str());
   return code;
+}
+
+// The arguments to give `tern run` again inside the allocation: the same config, overrides and flags.
+std::vector<std::string> RunArgs(const RunOptions& o) {
+  std::vector<std::string> args = {o.config_path};
+  for (const auto& v : o.overrides) args.insert(args.end(), {"--set", v});
+  for (const auto& [key, value] : o.job_flags) {
+    std::string flag = "--" + key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    args.insert(args.end(), {flag, value});
+  }
+  if (!o.trainer.empty()) args.insert(args.end(), {"--trainer", o.trainer});
+  if (o.quiet) args.push_back("--quiet");
+  return args;
+}
+
+std::string SelfPath() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "tern" : self.string();
+}
+
+// --on slurm, from the submitting side.
+int Submit(const RunOptions& o, const run::JobSpec& spec) {
+  run::BatchCommand command{SelfPath(), RunArgs(o), std::filesystem::current_path().string()};
+  run::RealClock clock;
+  Result<run::Submitted> sub = run::SubmitSlurmJob(spec, command, run::DefaultLedgerPath(), &clock);
+  if (!sub.ok()) return Fail(1, sub.status().message());
+  std::fprintf(stderr,
+               "tern run: submitted job %s as Slurm job %s (%s)\n"
+               "tern run: its output: %s; follow it with `tern job status %s`\n",
+               sub->job_id.c_str(), sub->slurm_job_id.c_str(), sub->script.c_str(), sub->slurm_log.c_str(),
+               spec.run_dir.c_str());
+  if (!o.wait) return 0;
+  Result<run::JobOutcome> out = run::WaitForSlurmJob(spec, *sub, run::DefaultLedgerPath(), &clock, stderr);
+  if (!out.ok()) return Fail(1, out.status().message());
+  return out->exit_code;
 }
 
 // The job from the config's job: section, the environment's mpirun arguments, and the flags (a flag wins).
@@ -69,15 +111,20 @@ int RunJob(const RunOptions& o) {
   if (o.config_path.empty()) return Fail(2, "give a config file, e.g. `tern run configs/demo.yaml`");
   Result<run::JobSpec> spec = BuildSpec(o);
   if (!spec.ok()) return Fail(2, spec.status().message());
+  if (o.slurm_batch && (spec->where != "slurm" || run::SlurmJobIdFromEnv().empty())) {
+    return Fail(2,
+                "--slurm-batch is what the batch script of `tern run --on slurm` runs inside its Slurm "
+                "allocation; submit with `tern run CONFIG --on slurm`");
+  }
+  if (spec->where == "slurm" && !o.slurm_batch) return Submit(o, *spec);
+  if (o.wait) return Fail(2, "--wait follows a Slurm job: it goes with --on slurm");
   run::SupervisorOptions so;
   so.spec = *spec;
   if (!o.trainer.empty()) {
     std::istringstream words(o.trainer);
     for (std::string w; words >> w;) so.trainer.push_back(w);
   } else {
-    std::error_code ec;
-    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-    so.trainer = {ec ? "tern" : self.string(), "train"};
+    so.trainer = {SelfPath(), "train"};
   }
   so.ledger_path = run::DefaultLedgerPath();
   so.echo_trainer = !o.quiet;
@@ -113,6 +160,7 @@ void AddRunCommand(CLI::App& root, CommandTable& table) {
       "Examples:\n"
       "  tern run configs/demo.yaml --price-per-hour 0.10\n"
       "  tern run configs/demo.yaml --instance aws:us-east-1:p5.48xlarge:spot --budget 50 --deadline 12h\n"
+      "  tern run configs/demo.yaml --on slurm --ranks 8 --time-limit 4:00:00   # sbatch; a requeue resumes\n"
       "  tern job status runs/demo            # attempts, reasons, time, lost work and $\n\n"
       "The same options can live in the config, in a job: section (flags win):\n" +
       run::DescribeJobKeys() +
@@ -125,8 +173,19 @@ void AddRunCommand(CLI::App& root, CommandTable& table) {
   };
   flag("--instance", "instance", "provider:region:type[:on-demand|spot|reserved]: priced from the catalog");
   flag("--price-per-hour", "price_per_hour", "USD per hour of the machine, instead of --instance");
-  flag("--ranks", "ranks", "trainer processes (> 1: through mpirun -np N)");
-  flag("--on", "on", "where: local (this machine)");
+  flag("--ranks", "ranks", "trainer processes (> 1: through mpirun -np N; srun -n N under Slurm)");
+  flag("--on", "on",
+       "where: local (this machine) or slurm (writes RUN_DIR/slurm/job.sbatch and submits it: --requeue, "
+       "--signal=B:USR1@120; a requeued job resumes)");
+  flag("--nodes", "nodes", "Slurm: nodes (sbatch --nodes; default 1)");
+  flag("--gpus-per-rank", "gpus_per_rank",
+       "Slurm: GPUs per trainer process (default 1 for train.device cuda)");
+  flag("--time-limit", "time_limit",
+       "Slurm: sbatch --time, e.g. 4:00:00; the trainer saves before it and "
+       "the job is requeued");
+  flag("--signal-lead", "signal_lead", "Slurm: seconds before the time limit to save (default 120)");
+  flag("--sbatch-args", "sbatch_args", "Slurm: more sbatch options, e.g. \"--partition=gpu --account=ml\"");
+  flag("--srun-args", "srun_args", "Slurm: srun options for the trainer (default --mpi=pmix when ranks > 1)");
   flag("--max-attempts", "max_attempts", "attempts in all before giving up (default 10)");
   flag("--budget", "budget", "USD the job may spend in all; it stops (after a save) when spent");
   flag("--deadline", "deadline", "12h, 2d (after the job's first start) or a UTC time 2025-01-02T00:00:00Z");
@@ -141,6 +200,12 @@ void AddRunCommand(CLI::App& root, CommandTable& table) {
   sub->add_option("--trainer", o->trainer,
                   "the command before CONFIG (default: this tern's `train`), e.g. a wrapper script");
   sub->add_flag("--quiet", o->quiet, "only tern run's own lines, not the trainer's output");
+  sub->add_flag(
+      "--wait", o->wait,
+      "with --on slurm: follow the Slurm job until it ends (requeues included), then print the bill "
+      "and exit as a local tern run would");
+  sub->add_flag("--slurm-batch", o->slurm_batch, "internal: the supervisor inside a Slurm allocation")
+      ->group("");
   table.Add(sub, [o] { return RunJob(*o); });
 }
 

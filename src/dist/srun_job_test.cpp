@@ -13,24 +13,10 @@
 
 #include "testing/processes.h"
 #include "testing/skip.h"
+#include "testing/slurm.h"
 
 namespace tern::dist {
 namespace {
-
-// Why srun cannot run jobs here, or "" when it can.
-std::string NoCluster() {
-  if (testing::FindProgram("srun").empty())
-    return "srun is not on PATH: scripts/install-deps installs Debian's slurm-wlm";
-  const char* conf = std::getenv("SLURM_CONF");
-  if (!conf || !*conf)
-    return "SLURM_CONF is not set: start the repository's one-node cluster with "
-           "eval \"$(scripts/slurm-local start)\" (.ci/run does)";
-  testing::CommandResult r = testing::RunCommand("timeout 20 sinfo -h -o %t");
-  if (r.code != 0 || r.output.empty())
-    return "the Slurm cluster of SLURM_CONF=" + std::string(conf) + " does not answer (sinfo: " + r.output +
-           "): scripts/slurm-local start, or scripts/slurm-local status";
-  return "";
-}
 
 int Count(const std::string& text, const std::string& what) {
   int n = 0;
@@ -41,7 +27,7 @@ int Count(const std::string& text, const std::string& what) {
 class SrunJob : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string why = NoCluster();
+    const std::string why = testing::NoSlurmCluster();
     if (!why.empty()) TERN_SKIP_OR_FAIL_IN_CI(why);
   }
 

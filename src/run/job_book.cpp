@@ -4,11 +4,15 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <map>
 
 #include "core/file_util.h"
+#include "run/clock.h"
 
 namespace tern::run {
 
@@ -126,6 +130,29 @@ std::string HostName() {
   char name[256] = {};
   if (gethostname(name, sizeof name - 1) != 0) return "localhost";
   return name;
+}
+
+std::string NewJobId(const std::string& run_dir, double now_unix) {
+  std::string stamp = FormatUtc(now_unix).substr(0, 19);  // 2025-01-02T03:04:05 -> 20250102T030405
+  stamp.erase(std::remove_if(stamp.begin(), stamp.end(), [](char c) { return c == '-' || c == ':'; }),
+              stamp.end());
+  return fmt::format("{}-{}-{:04x}", std::filesystem::path(run_dir).filename().string(), stamp,
+                     std::hash<std::string>{}(run_dir)&0xffff);
+}
+
+void DescribeJob(const JobSpec& s, JobRow* j) {
+  j->run_dir = s.run_dir;
+  j->config = s.config_path;
+  j->overrides.clear();
+  for (const auto& o : s.overrides) j->overrides += o + "\n";
+  j->project = s.project;
+  j->instance = s.instance;
+  j->billing = s.billing;
+  j->price_per_hour = s.price_per_hour;
+  j->ranks = s.ranks;
+  j->where = s.where;
+  j->max_attempts = s.max_attempts;
+  j->budget_usd = s.budget_usd;
 }
 
 }  // namespace tern::run

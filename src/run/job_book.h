@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "run/job_spec.h"
 #include "run/ledger.h"
 
 namespace tern::run {
@@ -54,5 +55,11 @@ class RunDirLock {
 };
 
 std::string HostName();
+
+// A new job's id: the run directory's name, the UTC time, and 4 hex digits of its path (two run directories
+// of the same name started in the same second are still two jobs): "demo-20250102T030405-1a2b".
+std::string NewJobId(const std::string& run_dir, double now_unix);
+// Copies what the job spec says about the job (config, price, ranks, limits, ...) into its row.
+void DescribeJob(const JobSpec& spec, JobRow* job);
 
 }  // namespace tern::run

@@ -108,7 +108,10 @@ nlohmann::json AttemptJson(const AttemptRow& a) {
           {"price_per_hour", a.price_per_hour},
           {"cost_usd", a.cost_usd},
           {"trainer_pid", a.trainer_pid},
-          {"log", a.log}};
+          {"log", a.log},
+          {"slurm_job_id", a.slurm_job_id.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.slurm_job_id)},
+          {"slurm_restart_count",
+           a.slurm_restart_count < 0 ? nlohmann::json(nullptr) : nlohmann::json(a.slurm_restart_count)}};
 }
 
 nlohmann::json JobJson(const JobRow& job, const std::vector<AttemptRow>& attempts) {
@@ -131,7 +134,9 @@ nlohmann::json JobJson(const JobRow& job, const std::vector<AttemptRow>& attempt
                       {"updated_utc", FormatUtc(job.updated_unix)},
                       {"host", job.host},
                       {"supervisor_pid", job.supervisor_pid},
-                      {"cancel_requested", job.cancel_requested}};
+                      {"cancel_requested", job.cancel_requested},
+                      {"slurm_job_id", job.slurm_job_id.empty() ? nlohmann::json(nullptr)
+                                                                : nlohmann::json(job.slurm_job_id)}};
   j["totals"] = {{"attempts", t.attempts},     {"last_step", t.last_step},
                  {"tokens", t.tokens},         {"wall_s", t.wall_s},
                  {"startup_s", t.startup_s},   {"productive_s", t.productive_s},

@@ -37,6 +37,13 @@ Result<int> Integer(const std::string& key, const std::string& text, int min_val
   return v;
 }
 
+std::vector<std::string> Words(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream words(text);
+  for (std::string w; words >> w;) out.push_back(w);
+  return out;
+}
+
 struct JobKey {
   const char* name;
   const char* help;
@@ -61,7 +68,7 @@ const std::vector<JobKey>& Keys() {
          TERN_ASSIGN_OR_RETURN(s.ranks, Integer("ranks", v, 1));
          return Status::Ok();
        }},
-      {"on", "where the trainer runs: local (this machine)",
+      {"on", "where the trainer runs: local (this machine) or slurm (sbatch; a requeued job resumes)",
        [](JobSpec& s, const std::string& v) {
          s.where = v;
          return Status::Ok();
@@ -112,9 +119,37 @@ const std::vector<JobKey>& Keys() {
        }},
       {"mpirun_args", "extra mpirun arguments when ranks > 1, e.g. \"--allow-run-as-root --oversubscribe\"",
        [](JobSpec& s, const std::string& v) {
-         s.mpirun_args.clear();
-         std::istringstream words(v);
-         for (std::string w; words >> w;) s.mpirun_args.push_back(w);
+         s.mpirun_args = Words(v);
+         return Status::Ok();
+       }},
+      {"nodes", "Slurm: nodes for the job (sbatch --nodes)",
+       [](JobSpec& s, const std::string& v) -> Status {
+         TERN_ASSIGN_OR_RETURN(s.nodes, Integer("nodes", v, 1));
+         return Status::Ok();
+       }},
+      {"gpus_per_rank", "Slurm: GPUs per trainer process (--gpus-per-task); default 1 for train.device cuda",
+       [](JobSpec& s, const std::string& v) -> Status {
+         TERN_ASSIGN_OR_RETURN(s.gpus_per_rank, Integer("gpus_per_rank", v, 0));
+         return Status::Ok();
+       }},
+      {"time_limit", "Slurm: the job's time limit (sbatch --time, e.g. 4:00:00); saved and requeued at it",
+       [](JobSpec& s, const std::string& v) {
+         s.time_limit = v;
+         return Status::Ok();
+       }},
+      {"signal_lead", "Slurm: how long before the time limit the trainer saves (--signal=B:USR1@N; 120 s)",
+       [](JobSpec& s, const std::string& v) -> Status {
+         TERN_ASSIGN_OR_RETURN(s.signal_lead_s, ParseSeconds(v, "job.signal_lead"));
+         return Status::Ok();
+       }},
+      {"sbatch_args", "Slurm: more sbatch options, e.g. \"--partition=gpu --account=ml\"",
+       [](JobSpec& s, const std::string& v) {
+         s.sbatch_args = Words(v);
+         return Status::Ok();
+       }},
+      {"srun_args", "Slurm: srun options for the trainer (default --mpi=pmix when ranks > 1)",
+       [](JobSpec& s, const std::string& v) {
+         s.srun_args = Words(v);
          return Status::Ok();
        }},
   };
@@ -156,13 +191,10 @@ Status LoadJobSection(const std::string& config_path, JobSpec* spec) {
 }
 
 Status ValidateJobSpec(const JobSpec& spec) {
-  if (spec.where == "slurm") {
-    return Status::InvalidArgument(
-        "--on slurm is not built yet; run with --on local (on a Slurm node, `tern run` inside your own "
-        "sbatch script works: it exits 75 on SIGTERM/SIGUSR1 so that Slurm can requeue it)");
-  }
-  if (spec.where != "local")
-    return Status::InvalidArgument(fmt::format("job.on: '{}' is not one of local", spec.where));
+  if (spec.where != "local" && spec.where != "slurm")
+    return Status::InvalidArgument(fmt::format("job.on: '{}' is not one of local, slurm", spec.where));
+  if (spec.where == "local" && spec.nodes > 1)
+    return Status::InvalidArgument("job.nodes > 1 needs a cluster: run with --on slurm");
   if (!spec.instance.empty() && spec.billing == "custom") {
     return Status::InvalidArgument(
         "give either an instance (its price comes from the catalog) or a price per hour, not both");
@@ -204,6 +236,7 @@ Status ReadTrainConfig(JobSpec* spec, double* config_price) {
   spec->run_dir = std::filesystem::absolute(cfg.run_dir).lexically_normal().string();
   while (spec->run_dir.size() > 1 && spec->run_dir.back() == '/') spec->run_dir.pop_back();
   spec->total_steps = cfg.steps;
+  spec->cuda = cfg.device == TrainDevice::kCuda;
   *config_price = cfg.price_per_hour;
   return Status::Ok();
 }

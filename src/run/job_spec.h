@@ -15,13 +15,21 @@ struct JobSpec {
   std::vector<std::string> overrides;  // --set section.key=value, passed on too
   std::string run_dir;                 // the config's run.dir after the overrides, absolute
   int total_steps = 0;                 // the config's train.steps (progress lines)
+  bool cuda = false;                   // the config's train.device is cuda (Slurm: a GPU per rank)
   // where, and for how much
   std::string instance;          // job.instance / --instance: provider:region:type[:billing]; "" = none
   std::string billing = "none";  // on-demand | spot | reserved (from the instance) | custom | none
   double price_per_hour = 0;     // USD for the machine (all ranks); from the catalog or job.price_per_hour
-  int ranks = 1;                 // trainer processes; > 1 launches them through mpirun
-  std::string where = "local";   // local (slurm: not yet)
+  int ranks = 1;                 // trainer processes; > 1 launches them through mpirun (srun under Slurm)
+  std::string where = "local";   // local | slurm
   std::vector<std::string> mpirun_args;  // e.g. --allow-run-as-root --oversubscribe (job.mpirun_args)
+  // Slurm (where = slurm; docs/jobs.md)
+  int nodes = 1;                         // sbatch --nodes
+  int gpus_per_rank = -1;                // sbatch --gpus-per-task; -1 = 1 for a cuda config, else 0
+  std::string time_limit;                // sbatch --time (e.g. "4:00:00"); "" = the partition's
+  double signal_lead_s = 120;            // sbatch --signal=B:USR1@N: save this long before the limit
+  std::vector<std::string> sbatch_args;  // more sbatch options, e.g. --partition=gpu --account=ml
+  std::vector<std::string> srun_args;    // srun options for the trainer step; ranks > 1 default --mpi=pmix
   // when to give up
   int max_attempts = 10;  // attempts in all, across supervisor restarts
   double budget_usd = 0;  // stop when the job has spent this; 0 = no budget

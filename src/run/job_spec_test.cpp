@@ -44,7 +44,16 @@ TEST(JobSpecTest, TheJobSectionSetsTheKeysAndUnknownOnesAreNamed) {
   EXPECT_FALSE(SetJobKey("ranks", "0", &s).ok());
   EXPECT_FALSE(SetJobKey("deadline", "soon", &s).ok());
   s.where = "slurm";
-  EXPECT_NE(ValidateJobSpec(s).message().find("not built yet"), std::string::npos);
+  EXPECT_TRUE(ValidateJobSpec(s).ok());
+  s.where = "k8s";
+  EXPECT_NE(ValidateJobSpec(s).message().find("local, slurm"), std::string::npos);
+  s.where = "local";
+  ASSERT_TRUE(SetJobKey("nodes", "2", &s).ok());
+  EXPECT_NE(ValidateJobSpec(s).message().find("--on slurm"), std::string::npos);
+  ASSERT_TRUE(SetJobKey("sbatch_args", " --partition=gpu  --account=ml ", &s).ok());
+  EXPECT_EQ(s.sbatch_args, (std::vector<std::string>{"--partition=gpu", "--account=ml"}));
+  ASSERT_TRUE(SetJobKey("signal_lead", "5m", &s).ok());
+  EXPECT_EQ(s.signal_lead_s, 300);
 }
 
 TEST(JobSpecTest, ReadTrainConfigTakesTheRunDirectoryAndRefusesABadConfig) {

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "run/slurm.h"
+
 namespace tern::run {
 namespace {
 
@@ -112,7 +114,9 @@ Result<std::unique_ptr<TrainerProcess>> LocalLauncher::Launch(const LaunchSpec& 
 std::vector<std::string> AttemptArgv(const JobSpec& spec, const std::vector<std::string>& trainer,
                                      const AttemptVars& vars) {
   std::vector<std::string> argv;
-  if (spec.ranks > 1) {
+  if (spec.where == "slurm") {
+    argv = SrunPrefix(spec);  // inside the allocation (the supervisor of the batch script); may be empty
+  } else if (spec.ranks > 1) {
     argv.push_back("mpirun");
     argv.insert(argv.end(), spec.mpirun_args.begin(), spec.mpirun_args.end());
     argv.insert(argv.end(), {"-np", std::to_string(spec.ranks)});
@@ -132,7 +136,7 @@ std::vector<std::pair<std::string, std::string>> AttemptEnv(const AttemptVars& v
 }
 
 Status CheckMpirunAllowed(const JobSpec& spec) {
-  if (spec.ranks <= 1 || geteuid() != 0) return Status::Ok();
+  if (spec.ranks <= 1 || spec.where != "local" || geteuid() != 0) return Status::Ok();
   for (const auto& a : spec.mpirun_args)
     if (a == "--allow-run-as-root") return Status::Ok();
   const char* allow = std::getenv("OMPI_ALLOW_RUN_AS_ROOT");

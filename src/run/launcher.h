@@ -1,6 +1,6 @@
 // Starting the trainer of one attempt and watching it: a narrow interface (launch; then poll, signal,
 // kill), one implementation per place a job runs. `local` is this machine: fork/exec, through mpirun when
-// the job has more than one rank. (Slurm is to come: docs/jobs.md.)
+// the job has more than one rank; inside a Slurm allocation the same fork/exec runs srun (run/slurm.h).
 #pragma once
 
 #include <sys/types.h>
@@ -61,9 +61,10 @@ struct AttemptVars {
   double billing_start_unix = 0;  // this attempt's launch
 };
 
-// The attempt's command: [mpirun ARGS -np N] TRAINER... CONFIG --resume auto [--set k=v]... plus the keys
-// that make the trainer's cost the job's (run.price_per_hour, run.cost_offset_usd, run.billing_start_unix).
-// `trainer` is the command before CONFIG, e.g. {"/usr/bin/tern", "train"}.
+// The attempt's command: [mpirun ARGS -np N | srun ARGS (job.on slurm)] TRAINER... CONFIG --resume auto
+// [--set k=v]... plus the keys that make the trainer's cost the job's (run.price_per_hour,
+// run.cost_offset_usd, run.billing_start_unix). `trainer` is the command before CONFIG, e.g.
+// {"/usr/bin/tern", "train"}.
 std::vector<std::string> AttemptArgv(const JobSpec& spec, const std::vector<std::string>& trainer,
                                      const AttemptVars& vars);
 // The variables the trainer gets: TERN_JOB_ID, TERN_ATTEMPT.

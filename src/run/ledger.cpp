@@ -15,12 +15,13 @@ namespace {
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
-INSERT OR IGNORE INTO meta VALUES ('schema_version', '1');
+INSERT OR IGNORE INTO meta VALUES ('schema_version', '2');
 CREATE TABLE IF NOT EXISTS jobs(
   job_id TEXT PRIMARY KEY, run_dir TEXT NOT NULL, config TEXT, overrides TEXT, project TEXT,
   instance TEXT, billing TEXT, price_per_hour REAL, ranks INTEGER, where_run TEXT,
   max_attempts INTEGER, budget_usd REAL, deadline_unix REAL, created_unix REAL, updated_unix REAL,
-  state TEXT, reason TEXT, host TEXT, supervisor_pid INTEGER, cancel_requested INTEGER NOT NULL DEFAULT 0);
+  state TEXT, reason TEXT, host TEXT, supervisor_pid INTEGER, cancel_requested INTEGER NOT NULL DEFAULT 0,
+  slurm_job_id TEXT);
 CREATE INDEX IF NOT EXISTS jobs_by_run_dir ON jobs(run_dir, created_unix);
 CREATE TABLE IF NOT EXISTS attempts(
   job_id TEXT NOT NULL, attempt INTEGER NOT NULL, state TEXT,
@@ -30,6 +31,7 @@ CREATE TABLE IF NOT EXISTS attempts(
   wall_s REAL, startup_s REAL, productive_s REAL, lost_steps INTEGER, lost_s REAL, lost_usd REAL,
   checkpoint_s REAL, instance TEXT, billing TEXT, price_per_hour REAL, cost_usd REAL,
   trainer_pid INTEGER, trainer_start TEXT, metrics_offset INTEGER, log TEXT,
+  slurm_job_id TEXT, slurm_restart_count INTEGER,
   PRIMARY KEY(job_id, attempt));
 CREATE VIEW IF NOT EXISTS job_totals AS
   SELECT job_id, COUNT(*) AS attempts, SUM(wall_s) AS wall_s, SUM(MAX(startup_s, 0)) AS startup_s,
@@ -38,6 +40,20 @@ CREATE VIEW IF NOT EXISTS job_totals AS
          MAX(last_step) AS last_step, SUM(cost_usd) AS cost_usd
   FROM attempts GROUP BY job_id;
 )sql";
+
+// Columns added after schema version 1, by table: a ledger written by an older tern gets them (empty) when
+// it is opened, so its rows read as they were and new rows have room for the new facts.
+struct AddedColumn {
+  const char* table;
+  const char* column;
+  const char* type;
+};
+constexpr AddedColumn kAddedColumns[] = {
+    {"jobs", "slurm_job_id", "TEXT"},
+    {"attempts", "slurm_job_id", "TEXT"},
+    {"attempts", "slurm_restart_count", "INTEGER"},
+};
+constexpr int kSchemaVersion = 2;
 
 // One prepared statement: bind in order, step, read columns in order.
 class Stmt {
@@ -102,7 +118,7 @@ class Stmt {
 constexpr const char* kJobColumns =
     "job_id, run_dir, config, overrides, project, instance, billing, price_per_hour, ranks, where_run, "
     "max_attempts, budget_usd, deadline_unix, created_unix, updated_unix, state, reason, host, "
-    "supervisor_pid, cancel_requested";
+    "supervisor_pid, cancel_requested, slurm_job_id";
 
 JobRow ReadJob(Stmt& s) {
   JobRow j;
@@ -126,6 +142,7 @@ JobRow ReadJob(Stmt& s) {
   j.host = s.Text();
   j.supervisor_pid = static_cast<int>(s.Int());
   j.cancel_requested = s.Int() != 0;
+  j.slurm_job_id = s.Text();
   return j;
 }
 
@@ -133,7 +150,7 @@ constexpr const char* kAttemptColumns =
     "job_id, attempt, state, start_unix, end_unix, seen_unix, host, ranks, exit_code, signal, reason, "
     "message, first_step, last_step, resumed_from, tokens, wall_s, startup_s, productive_s, lost_steps, "
     "lost_s, lost_usd, checkpoint_s, instance, billing, price_per_hour, cost_usd, trainer_pid, "
-    "trainer_start, metrics_offset, log";
+    "trainer_start, metrics_offset, log, slurm_job_id, slurm_restart_count";
 
 AttemptRow ReadAttempt(Stmt& s) {
   AttemptRow a;
@@ -168,6 +185,8 @@ AttemptRow ReadAttempt(Stmt& s) {
   a.trainer_start = s.Text();
   a.metrics_offset = static_cast<uint64_t>(s.Int());
   a.log = s.Text();
+  a.slurm_job_id = s.Text();
+  a.slurm_restart_count = s.StepOrNone();
   return a;
 }
 
@@ -204,6 +223,7 @@ Result<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path) {
   sqlite3_busy_timeout(l->db_, 15000);  // another supervisor or `tern job` holds the lock for milliseconds
   TERN_RETURN_IF_ERROR(l->Exec("PRAGMA synchronous=NORMAL;"));
   TERN_RETURN_IF_ERROR(l->Exec(kSchema));
+  TERN_RETURN_IF_ERROR(l->Migrate());
   return l;
 }
 
@@ -219,22 +239,45 @@ Status Ledger::Exec(const std::string& sql) {
   return Status::IoError(fmt::format("ledger {}: {}", path_, msg));
 }
 
+Status Ledger::Migrate() {
+  Stmt version(db_, "SELECT value FROM meta WHERE key = 'schema_version'");
+  Status st;
+  const int found = version.Step(&st) ? std::atoi(version.Text().c_str()) : kSchemaVersion;
+  TERN_RETURN_IF_ERROR(st);
+  if (found > kSchemaVersion) {
+    return Status::InvalidArgument(
+        fmt::format("ledger {} has schema version {}, newer than this tern's {}: upgrade tern to read it",
+                    path_, found, kSchemaVersion));
+  }
+  if (found == kSchemaVersion) return Status::Ok();
+  for (const AddedColumn& c : kAddedColumns) {
+    Stmt has(
+        db_,
+        fmt::format("SELECT 1 FROM pragma_table_info('{}') WHERE name = '{}'", c.table, c.column).c_str());
+    const bool present = has.Step(&st);
+    TERN_RETURN_IF_ERROR(st);
+    if (!present)
+      TERN_RETURN_IF_ERROR(Exec(fmt::format("ALTER TABLE {} ADD COLUMN {} {};", c.table, c.column, c.type)));
+  }
+  return Exec(fmt::format("UPDATE meta SET value = '{}' WHERE key = 'schema_version';", kSchemaVersion));
+}
+
 Status Ledger::PutJob(const JobRow& j) {
   Stmt s(db_,
          "INSERT INTO jobs (job_id, run_dir, config, overrides, project, instance, billing, price_per_hour, "
          "ranks, where_run, max_attempts, budget_usd, deadline_unix, created_unix, updated_unix, state, "
-         "reason, host, supervisor_pid) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+         "reason, host, supervisor_pid, slurm_job_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
          "ON CONFLICT(job_id) DO UPDATE SET run_dir=excluded.run_dir, config=excluded.config, "
          "overrides=excluded.overrides, project=excluded.project, instance=excluded.instance, "
          "billing=excluded.billing, price_per_hour=excluded.price_per_hour, ranks=excluded.ranks, "
          "where_run=excluded.where_run, max_attempts=excluded.max_attempts, budget_usd=excluded.budget_usd, "
          "deadline_unix=excluded.deadline_unix, created_unix=excluded.created_unix, "
          "updated_unix=excluded.updated_unix, state=excluded.state, reason=excluded.reason, "
-         "host=excluded.host, supervisor_pid=excluded.supervisor_pid");
+         "host=excluded.host, supervisor_pid=excluded.supervisor_pid, slurm_job_id=excluded.slurm_job_id");
   s.Bind(j.job_id).Bind(j.run_dir).Bind(j.config).Bind(j.overrides).Bind(j.project).Bind(j.instance);
   s.Bind(j.billing).Bind(j.price_per_hour).Bind(j.ranks).Bind(j.where).Bind(j.max_attempts);
   s.Bind(j.budget_usd).Bind(j.deadline_unix).Bind(j.created_unix).Bind(j.updated_unix).Bind(j.state);
-  s.Bind(j.reason).Bind(j.host).Bind(j.supervisor_pid);
+  s.Bind(j.reason).Bind(j.host).Bind(j.supervisor_pid).Bind(j.slurm_job_id);
   Status st;
   s.Step(&st);
   return st;
@@ -242,7 +285,7 @@ Status Ledger::PutJob(const JobRow& j) {
 
 Status Ledger::PutAttempt(const AttemptRow& a) {
   Stmt s(db_, fmt::format("INSERT OR REPLACE INTO attempts ({}, start_utc, end_utc) VALUES "
-                          "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                          "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                           kAttemptColumns)
                   .c_str());
   s.Bind(a.job_id).Bind(a.attempt).Bind(a.state).Bind(a.start_unix).Bind(a.end_unix).Bind(a.seen_unix);
@@ -253,6 +296,8 @@ Status Ledger::PutAttempt(const AttemptRow& a) {
   s.Bind(a.billing).Bind(a.price_per_hour).Bind(a.cost_usd).Bind(a.trainer_pid).Bind(a.trainer_start);
   s.Bind(static_cast<int64_t>(a.metrics_offset))
       .Bind(a.log)
+      .Bind(a.slurm_job_id)
+      .BindStep(a.slurm_restart_count)
       .Bind(FormatUtc(a.start_unix))
       .Bind(FormatUtc(a.end_unix));
   Status st;
@@ -263,6 +308,17 @@ Status Ledger::PutAttempt(const AttemptRow& a) {
 Status Ledger::SetCancel(const std::string& job_id, bool cancel) {
   Stmt s(db_, "UPDATE jobs SET cancel_requested = ? WHERE job_id = ?");
   s.Bind(cancel ? 1 : 0).Bind(job_id);
+  Status st;
+  s.Step(&st);
+  return st;
+}
+
+Status Ledger::SetSlurmJob(const std::string& job_id, const std::string& slurm_job_id,
+                           const std::string& reason) {
+  Stmt s(db_,
+         "UPDATE jobs SET slurm_job_id = ?, reason = CASE WHEN state = 'queued' THEN ? ELSE reason END "
+         "WHERE job_id = ?");
+  s.Bind(slurm_job_id).Bind(reason).Bind(job_id);
   Status st;
   s.Step(&st);
   return st;

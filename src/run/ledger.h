@@ -41,6 +41,7 @@ struct JobRow {
   std::string host;    // of the supervisor
   int supervisor_pid = 0;
   bool cancel_requested = false;  // read only here; set by SetCancel
+  std::string slurm_job_id;       // where = slurm: the Slurm job that runs it ("" = none yet)
 };
 
 struct AttemptRow {
@@ -68,9 +69,11 @@ struct AttemptRow {
   double price_per_hour = 0;
   double cost_usd = 0;  // price x wall
   int trainer_pid = 0;
-  std::string trainer_start;    // /proc/PID/stat start time, to recognise the process after a restart
-  uint64_t metrics_offset = 0;  // size of metrics.jsonl at launch: this attempt's rows follow
-  std::string log;              // the trainer's stdout and stderr
+  std::string trainer_start;     // /proc/PID/stat start time, to recognise the process after a restart
+  uint64_t metrics_offset = 0;   // size of metrics.jsonl at launch: this attempt's rows follow
+  std::string log;               // the trainer's stdout and stderr
+  std::string slurm_job_id;      // under Slurm: SLURM_JOB_ID of the allocation it ran in
+  int slurm_restart_count = -1;  // SLURM_RESTART_COUNT (0 = the job's first start; -1 = not under Slurm)
 };
 
 struct JobTotals {
@@ -92,7 +95,11 @@ class Ledger {
 
   Status PutJob(const JobRow& job);  // insert or update; never touches cancel_requested
   Status PutAttempt(const AttemptRow& attempt);
-  Status SetCancel(const std::string& job_id, bool cancel);  // `tern job cancel`; a new supervisor clears it
+  Status SetCancel(const std::string& job_id, bool cancel);
+  // Sets jobs.slurm_job_id, and the reason while the job is still "queued" (one statement: a supervisor
+  // that started meanwhile keeps its state).
+  Status SetSlurmJob(const std::string& job_id, const std::string& slurm_job_id,
+                     const std::string& reason);  // `tern job cancel`; a new supervisor clears it
   Result<std::optional<JobRow>> FindJob(const std::string& run_dir);  // the newest job of that run dir
   Result<std::optional<JobRow>> GetJob(const std::string& job_id);
   Result<std::vector<JobRow>> Jobs();  // newest first
@@ -102,6 +109,7 @@ class Ledger {
  private:
   Ledger() = default;
   Status Exec(const std::string& sql);
+  Status Migrate();  // adds the columns an older ledger lacks; refuses a newer one
   sqlite3* db_ = nullptr;
   std::string path_;
 };

@@ -3,6 +3,7 @@
 #include "run/ledger.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include "run/attempt_metrics.h"
 #include "run/clock.h"
@@ -71,6 +72,67 @@ TEST(LedgerTest, RowsRoundTripAndTheCancelFlagIsOnlySetBySetCancel) {
   EXPECT_DOUBLE_EQ(t.startup_s, 2.5);
   EXPECT_EQ(t.lost_steps, 1);
   EXPECT_EQ(t.last_step, 20);
+}
+
+// A ledger written by schema version 1 (no Slurm columns) opens: its rows read as they were, and the new
+// columns take new facts. A ledger from a newer tern is refused, not misread.
+TEST(LedgerTest, AnOlderLedgerGetsTheNewColumnsAndANewerOneIsRefused) {
+  testing::TempDir tmp;
+  const std::string path = tmp / "old.sqlite";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const char* v1 =
+      "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
+      "INSERT INTO meta VALUES ('schema_version', '1');"
+      "CREATE TABLE jobs(job_id TEXT PRIMARY KEY, run_dir TEXT NOT NULL, config TEXT, overrides TEXT,"
+      " project TEXT, instance TEXT, billing TEXT, price_per_hour REAL, ranks INTEGER, where_run TEXT,"
+      " max_attempts INTEGER, budget_usd REAL, deadline_unix REAL, created_unix REAL, updated_unix REAL,"
+      " state TEXT, reason TEXT, host TEXT, supervisor_pid INTEGER,"
+      " cancel_requested INTEGER NOT NULL DEFAULT 0);"
+      "INSERT INTO jobs (job_id, run_dir, state, price_per_hour) VALUES ('old', '/runs/old', 'done', 2.5);"
+      "CREATE TABLE attempts(job_id TEXT NOT NULL, attempt INTEGER NOT NULL, state TEXT, start_unix REAL,"
+      " end_unix REAL, seen_unix REAL, start_utc TEXT, end_utc TEXT, host TEXT, ranks INTEGER,"
+      " exit_code INTEGER, signal INTEGER, reason TEXT, message TEXT, first_step INTEGER,"
+      " last_step INTEGER, resumed_from INTEGER, tokens INTEGER, wall_s REAL, startup_s REAL,"
+      " productive_s REAL, lost_steps INTEGER, lost_s REAL, lost_usd REAL, checkpoint_s REAL,"
+      " instance TEXT, billing TEXT, price_per_hour REAL, cost_usd REAL, trainer_pid INTEGER,"
+      " trainer_start TEXT, metrics_offset INTEGER, log TEXT, PRIMARY KEY(job_id, attempt));"
+      "INSERT INTO attempts (job_id, attempt, reason, cost_usd) VALUES ('old', 1, 'done', 0.75);";
+  ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  sqlite3_close(db);
+
+  {
+    auto l = Ledger::Open(path);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    auto job = (*l)->GetJob("old");
+    ASSERT_TRUE(job.ok() && *job) << job.status().ToString();
+    EXPECT_EQ((*job)->state, "done");
+    EXPECT_EQ((*job)->price_per_hour, 2.5);
+    EXPECT_EQ((*job)->slurm_job_id, "");
+    auto rows = (*l)->Attempts("old");
+    ASSERT_TRUE(rows.ok() && rows->size() == 1u);
+    EXPECT_EQ((*rows)[0].cost_usd, 0.75);
+    EXPECT_EQ((*rows)[0].slurm_restart_count, -1);
+    AttemptRow a = (*rows)[0];
+    a.attempt = 2;
+    a.slurm_job_id = "42";
+    a.slurm_restart_count = 1;
+    ASSERT_TRUE((*l)->PutAttempt(a).ok());
+    auto again = (*l)->Attempts("old");
+    ASSERT_TRUE(again.ok() && again->size() == 2u);
+    EXPECT_EQ((*again)[1].slurm_job_id, "42");
+    EXPECT_EQ((*again)[1].slurm_restart_count, 1);
+  }
+  ASSERT_TRUE(Ledger::Open(path).ok());  // opening a migrated ledger again changes nothing
+
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = '99' WHERE key = 'schema_version';", nullptr, nullptr,
+                         nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto newer = Ledger::Open(path);
+  ASSERT_FALSE(newer.ok());
+  EXPECT_NE(newer.status().message().find("upgrade tern"), std::string::npos) << newer.status().message();
 }
 
 TEST(LedgerTest, JobsJsonSplitsSpendByProjectAndByUtcDay) {

@@ -10,6 +10,7 @@
 #include "run/job_book.h"
 #include "run/job_report.h"
 #include "run/signals.h"
+#include "run/slurm.h"
 
 namespace tern::run {
 void Supervisor::Interrupt(int sig) {
@@ -27,13 +28,7 @@ Status Supervisor::OpenJob(JobBook* book) {
   JobRow& j = book->job();
   const double now = clock_->Now();
   if (!book->has_job()) {
-    std::string stamp = FormatUtc(now).substr(0, 19);  // 2025-01-02T03:04:05 -> 20250102T030405
-    stamp.erase(std::remove_if(stamp.begin(), stamp.end(), [](char c) { return c == '-' || c == ':'; }),
-                stamp.end());
-    // The run directory's name and the time, and 4 hex digits of its path: two run directories of the same
-    // name started in the same second are still two jobs.
-    j.job_id = fmt::format("{}-{}-{:04x}", std::filesystem::path(s.run_dir).filename().string(), stamp,
-                           std::hash<std::string>{}(s.run_dir) & 0xffff);
+    j.job_id = NewJobId(s.run_dir, now);
     j.created_unix = now;
     Print(fmt::format("new job {} in {}", j.job_id, s.run_dir));
   } else {
@@ -41,18 +36,8 @@ Status Supervisor::OpenJob(JobBook* book) {
     Print(fmt::format("continuing job {} ({}: {} attempts so far, {} spent)", j.job_id, j.state, t.attempts,
                       FormatDollars(t.cost_usd)));
   }
-  j.run_dir = s.run_dir;
-  j.config = s.config_path;
-  j.overrides.clear();
-  for (const auto& o : s.overrides) j.overrides += o + "\n";
-  j.project = s.project;
-  j.instance = s.instance;
-  j.billing = s.billing;
-  j.price_per_hour = s.price_per_hour;
-  j.ranks = s.ranks;
-  j.where = s.where;
-  j.max_attempts = s.max_attempts;
-  j.budget_usd = s.budget_usd;
+  DescribeJob(s, &j);
+  if (const std::string id = SlurmJobIdFromEnv(); !id.empty()) j.slurm_job_id = id;
   TERN_ASSIGN_OR_RETURN(deadline_unix_, DeadlineUnix(s.deadline, j.created_unix));
   j.deadline_unix = deadline_unix_;
   j.updated_unix = now;
@@ -61,7 +46,24 @@ Status Supervisor::OpenJob(JobBook* book) {
   j.host = HostName();
   j.supervisor_pid = getpid();
   TERN_RETURN_IF_ERROR(book->SaveJob());
-  return book->ClearCancel();  // a job cancelled before and started again goes on
+  // A job cancelled before and started again by hand goes on; one that Slurm starts (a requeue that raced
+  // `tern job cancel`) keeps the cancel, and stops at once.
+  if (InsideSlurmBatch()) return Status::Ok();
+  return book->ClearCancel();
+}
+
+bool Supervisor::InsideSlurmBatch() const {
+  return o_.spec.where == "slurm" && !SlurmJobIdFromEnv().empty();
+}
+
+std::string Supervisor::PausedReason() const {
+  if (InsideSlurmBatch()) {
+    return fmt::format(
+        "the supervisor was signalled (Slurm job {}): the trainer saved; a requeue resumes it, or run "
+        "`tern run --on slurm` again",
+        SlurmJobIdFromEnv());
+  }
+  return "the supervisor was signalled; run `tern run` again to continue";
 }
 
 Result<JobOutcome> Supervisor::Run() {
@@ -92,8 +94,7 @@ Result<JobOutcome> Supervisor::Run() {
   while (true) {
     if (book->CancelRequested()) return finish("cancelled", "cancelled by `tern job cancel`", kRunStopped);
     if (interrupted_ || PendingSupervisorSignal() != 0)
-      return finish("paused", "the supervisor was signalled; run `tern run` again to continue",
-                    kRunInterrupted);
+      return finish("paused", PausedReason(), kRunInterrupted);
     const std::string limit = LimitReached(o_.spec, book->job(), book->totals(), clock_->Now());
     if (!limit.empty()) {
       Print("stopping: " + limit);
@@ -113,8 +114,9 @@ Result<JobOutcome> Supervisor::Run() {
                           a.message));
         return finish("failed", a.message, a.reason == "bad_config" ? kRunBadConfig : kRunStopped);
       case Next::kPaused:
-        return finish("paused", "the supervisor was signalled; run `tern run` again to continue",
-                      kRunInterrupted);
+        if (book->CancelRequested())
+          return finish("cancelled", "cancelled by `tern job cancel`", kRunStopped);
+        return finish("paused", PausedReason(), kRunInterrupted);
       case Next::kCancelled:
         return finish("cancelled", "cancelled by `tern job cancel`", kRunStopped);
       case Next::kStopped:

@@ -75,6 +75,8 @@ class Supervisor {
   Status RecoverLost(JobBook* book);
   Result<AttemptRow> RunAttempt(JobBook* book, int attempt);
   void Print(const std::string& line);
+  bool InsideSlurmBatch() const;     // the supervisor of a Slurm batch script (`tern run --slurm-batch`)
+  std::string PausedReason() const;  // what a paused job's row says
 
   SupervisorOptions o_;
   Clock* clock_;

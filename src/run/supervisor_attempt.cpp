@@ -12,6 +12,7 @@
 #include "run/job_book.h"
 #include "run/job_report.h"
 #include "run/signals.h"
+#include "run/slurm.h"
 #include "run/supervisor.h"
 
 namespace tern::run {
@@ -196,6 +197,8 @@ Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n) {
   a.metrics_offset = SizeOf(metrics);
   a.log = fmt::format("{}/logs/attempt_{:03}.log", s.run_dir, n);
   a.start_unix = a.seen_unix = clock_->Now();
+  a.slurm_job_id = SlurmJobIdFromEnv();
+  if (!a.slurm_job_id.empty()) a.slurm_restart_count = SlurmRestartCountFromEnv();
   const AttemptVars vars{n, a.job_id, before.cost_usd, a.start_unix};
   LaunchSpec launch{AttemptArgv(s, o_.trainer, vars), AttemptEnv(vars), a.log};
   Print(fmt::format("attempt {} of at most {} ({} rank{}, {}{}): {}", n, s.max_attempts, s.ranks,
@@ -216,8 +219,10 @@ Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n) {
 
   MetricsTail tail(metrics, a.metrics_offset, before.last_step);
   LogEcho echo(a.log, o_.echo_trainer ? o_.console : nullptr);
-  // SIGTERM makes mpirun end the job at once; SIGUSR1 it forwards, and the trainer saves on either.
-  const int stop_signal = s.ranks > 1 ? SIGUSR1 : SIGTERM;
+  // SIGTERM makes mpirun end the job at once and srun SIGKILL its tasks; SIGUSR1 both forward, and the
+  // trainer saves on either.
+  const bool launcher = s.ranks > 1;  // mpirun, or srun under Slurm
+  const int stop_signal = launcher ? SIGUSR1 : SIGTERM;
   double last_growth = a.start_unix, last_save = a.start_unix, last_cancel_check = a.start_unix;
   double stop_sent = 0;
   std::string stop_reason;
@@ -253,7 +258,7 @@ Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n) {
       }
     } else if (sig != 0) {
       stop(book->CancelRequested() ? "cancelled" : "interrupted",
-           s.ranks > 1 || sig == SIGINT ? stop_signal : sig, fmt::format("got SIG{}", sigabbrev_np(sig)));
+           launcher || sig == SIGINT ? stop_signal : sig, fmt::format("got SIG{}", sigabbrev_np(sig)));
     } else if (cancel_due(now)) {
       stop("cancelled", stop_signal, "cancelled by `tern job cancel`");
     } else if (s.budget_usd > 0 &&
