@@ -17,6 +17,7 @@ struct TrainOptions {
   std::vector<std::string> overrides;
   std::string resume;  // empty = the config's ckpt.resume
   double price_per_hour = -1;
+  int metrics_port = -1;  // -1 = the config's metrics.port
   bool list_keys = false;
   bool quiet = false;
 };
@@ -56,6 +57,7 @@ int RunTrain(const TrainOptions& o) {
     }
   }
   if (o.price_per_hour >= 0) cfg.price_per_hour = o.price_per_hour;
+  if (o.metrics_port >= 0) cfg.metrics_port = o.metrics_port;
   if (!o.resume.empty()) {  // an empty --resume is the config's ckpt.resume
     auto from = ParseResume(o.resume);
     if (!from.ok()) {
@@ -108,11 +110,19 @@ void AddTrainCommand(CLI::App& root, CommandTable& table) {
       "Checkpoints (docs/checkpoints.md): --set ckpt.every=100 saves to RUN_DIR/checkpoints; "
       "ckpt.durable=DIR or\n"
       "s3://bucket/prefix adds a durable tier; --resume auto continues from the newest valid checkpoint.\n"
-      "On SIGTERM, SIGUSR1 or a spot notice (ckpt.notice_url) it saves and exits with code 75 (resumable).");
+      "On SIGTERM, SIGUSR1 or a spot notice (ckpt.notice_url) it saves and exits with code 75 (resumable).\n"
+      "Live metrics (docs/report.md): --metrics-port 9400 serves Prometheus text at "
+      "http://127.0.0.1:9400/metrics\n"
+      "while training (step, losses, tokens/s, MFU, $ so far, data wait, checkpoint stall, communication, "
+      "GPU);\n"
+      "metrics.bind=0.0.0.0 listens on every interface. A port in use stops the run at start (exit 2).");
   sub->add_option("config", o->config_path, "YAML config file");
   sub->add_option("--set", o->overrides, "override a key: section.key=value (repeatable)");
   sub->add_option("--price-per-hour", o->price_per_hour,
                   "USD/hour of this machine: adds cost_usd and usd_per_mtok");
+  sub->add_option("--metrics-port", o->metrics_port,
+                  "serve live Prometheus metrics on this port at /metrics (metrics.port; 0 = off)")
+      ->check(CLI::Range(0, 65535));
   sub->add_option("--resume", o->resume,
                   "auto (newest valid checkpoint, else fresh) | none | PATH; overrides ckpt.resume");
   sub->add_flag("--list-keys", o->list_keys, "list every config key with its value and meaning, then exit");

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "metrics/run_record.h"
+
 namespace tern::dist {
 namespace {
 
@@ -153,26 +155,29 @@ nlohmann::json AllReduceBenchResult::ToJson() const {
                        {"busbw_gb_per_s", s.busbw_gb_per_s}});
   }
   auto or_null = [](const std::string& v) { return v.empty() ? json(nullptr) : json(v); };
-  return {{"tool", "tern bench --dist"},
-          {"collective", "all_reduce"},
-          {"op", "sum"},
-          {"dtype", "fp32"},
-          {"communicator", communicator},
-          {"world", world},
-          {"nodes", nodes},
-          {"local_world", local_world},
-          {"device", device_memory ? "cuda" : "cpu"},
-          {"backend", backend},
-          {"gpu", or_null(gpu)},
-          {"gpu_name", or_null(gpu_name)},
-          {"machine",
-           {{"cpu", cpu.model}, {"isa", cpu.isa}, {"threads", threads}, {"logical_cpus", cpu.logical_cpus}}},
-          {"warmup", options.warmup},
-          {"iters", options.iters},
-          {"sizes", samples},
-          {"latency_us", latency_us},
-          {"link_gb_per_s", link_gb_per_s},
-          {"bus_factor", BusBandwidthFactor(world)}};
+  json j = {
+      {"tool", "tern bench --dist"},
+      {"collective", "all_reduce"},
+      {"op", "sum"},
+      {"dtype", "fp32"},
+      {"communicator", communicator},
+      {"world", world},
+      {"nodes", nodes},
+      {"local_world", local_world},
+      {"device", device_memory ? "cuda" : "cpu"},
+      {"backend", backend},
+      {"gpu", or_null(gpu)},
+      {"gpu_name", or_null(gpu_name)},
+      {"machine",
+       {{"cpu", cpu.model}, {"isa", cpu.isa}, {"threads", threads}, {"logical_cpus", cpu.logical_cpus}}},
+      {"warmup", options.warmup},
+      {"iters", options.iters},
+      {"sizes", samples},
+      {"latency_us", latency_us},
+      {"link_gb_per_s", link_gb_per_s},
+      {"bus_factor", BusBandwidthFactor(world)}};
+  StampRecordVersion(&j);  // the format version (metrics/run_record.h)
+  return j;
 }
 
 std::string AllReduceBenchResult::ToText() const {

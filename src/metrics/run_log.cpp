@@ -20,12 +20,14 @@ Status RunLog::Open(const std::string& path, bool append) {
   return Status::Ok();
 }
 
-Status RunLog::Write(const nlohmann::json& row) {
+Status RunLog::Write(nlohmann::json row) {
   if (!file_) return Status::Ok();  // never opened: discards (data-parallel ranks other than 0)
+  if (!row.contains(kRunRecordVersionKey)) StampRecordVersion(&row);
   std::string line = row.dump() + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
     return Status::IoError(fmt::format("writing {} failed: {} (disk full?)", path_, std::strerror(errno)));
   }
+  if (observer_) observer_(row);
   return Status::Ok();
 }
 

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "metrics/run_record.h"
 
 namespace tern {
 
@@ -19,13 +21,18 @@ class RunLog {
   RunLog& operator=(const RunLog&) = delete;
 
   Status Open(const std::string& path, bool append);
-  // A log never opened discards its rows (the data-parallel ranks other than 0 keep none).
-  Status Write(const nlohmann::json& row);
+  // A log never opened discards its rows (the data-parallel ranks other than 0 keep none). A row without a
+  // format version gets the current one (run_record.h); the observer, if any, then sees the row as written.
+  [[nodiscard]] Status Write(nlohmann::json row);
+  [[nodiscard]] Status Write(const RunRecord& record) { return Write(ToJson(record)); }
+  // Called with every row written (the live metrics server's feed, metrics/live_metrics.h).
+  void SetObserver(std::function<void(const nlohmann::json&)> observer) { observer_ = std::move(observer); }
   const std::string& path() const { return path_; }
 
  private:
   FILE* file_ = nullptr;
   std::string path_;
+  std::function<void(const nlohmann::json&)> observer_;
 };
 
 // Dollars for a run priced by the hour: cumulative cost and cost per million tokens. Under `tern run`

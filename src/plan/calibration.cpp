@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_util.h"
+#include "metrics/run_record.h"
 
 namespace tern::plan {
 namespace {
@@ -109,6 +110,7 @@ Result<BenchProfile> ParseBenchJson(const std::string& text, const std::string& 
   if (!j.is_object())
     return Status::InvalidArgument(
         fmt::format("{}: expected one JSON object from `tern bench --json`", file));
+  TERN_RETURN_IF_ERROR(CheckRecordVersion(j, file).status());  // a newer bench's file is refused, not guessed
   BenchProfile b;
   b.file = file;
   TERN_RETURN_IF_ERROR(Need(j, "model", file));

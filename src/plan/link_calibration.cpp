@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "metrics/run_record.h"
 #include "plan/gpu_specs.h"
 
 namespace tern::plan {
@@ -57,6 +58,7 @@ Result<LinkProfile> ParseDistBenchJson(const std::string& text, const std::strin
   if (!j.is_object())
     return Status::InvalidArgument(
         fmt::format("{}: not a JSON object; expected `tern bench --dist --json`", file));
+  TERN_RETURN_IF_ERROR(CheckRecordVersion(j, file).status());  // a newer bench's file is refused, not guessed
   LinkProfile p;
   p.file = file;
   TERN_RETURN_IF_ERROR(Read(j, "communicator", file, &p.communicator));

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include <nlohmann/json.hpp>
+#include "metrics/run_record.h"
 
 namespace tern::run {
 
@@ -40,33 +40,32 @@ bool MetricsTail::Poll(double now) {
 }
 
 void MetricsTail::Row(const std::string& line, double now) {
-  const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-  if (!j.is_object()) return;
-  const std::string event = j.value("event", "");
-  if (event == "resume") {
-    p_.resumed_from = j.value("step", -1);
+  // The typed reader (metrics/run_record.h): a torn line, or a row this tern cannot read, is skipped.
+  const Result<RunRow> row = ParseRunLine(line, path_);
+  if (!row.ok()) return;
+  if (const auto* e = std::get_if<EventRecord>(&row->record)) {
+    if (e->event == "resume") {
+      p_.resumed_from = e->step;
+    } else if (e->event == "checkpoint") {
+      p_.checkpoint_s += (e->Number("stall_ms") + e->Number("wait_ms")) / 1e3;
+    } else if (e->event == "preempted") {
+      p_.preempted = true;
+      p_.checkpoint_s += e->Number("save_s");
+    }
     return;
   }
-  if (event == "checkpoint") {
-    p_.checkpoint_s += (j.value("stall_ms", 0.0) + j.value("wait_ms", 0.0)) / 1e3;
-    return;
-  }
-  if (event == "preempted") {
-    p_.preempted = true;
-    p_.checkpoint_s += j.value("save_s", 0.0);
-    return;
-  }
-  if (!event.empty() || !j.contains("loss") || !j.contains("step")) return;  // eval rows, summaries
-  const int step = j.value("step", 0);
-  const uint64_t tokens = j.value("tokens", uint64_t{0});
-  const double step_s = j.value("step_ms", 0.0) / 1e3;
+  const auto* r = std::get_if<StepRecord>(&row->record);
+  if (!r) return;  // start, eval and end rows
+  const int step = r->step;
+  const uint64_t tokens = r->tokens;
+  const double step_s = r->step_ms / 1e3;
   if (p_.first_step < 0) {
     p_.first_step = step;
     // Tokens are cumulative over the job: what came before this attempt's first step.
     tokens_before_first_ = step > 0 ? tokens - tokens / static_cast<uint64_t>(step) : 0;
   }
-  if (now > 0 && j.contains("elapsed_s")) {
-    const double start = now - j.value("elapsed_s", 0.0);
+  if (now > 0 && r->elapsed_s) {
+    const double start = now - *r->elapsed_s;
     p_.run_start = p_.run_start > 0 ? std::min(p_.run_start, start) : start;
   }
   p_.last_step = std::max(p_.last_step, step);

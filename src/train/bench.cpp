@@ -16,6 +16,7 @@
 #include "data/shard.h"
 #include "infer/generate.h"
 #include "metrics/nvml_sampler.h"
+#include "metrics/run_record.h"
 #include "model/gpt.h"
 #include "model/safetensors.h"
 #include "train/train_checkpoint.h"
@@ -176,6 +177,7 @@ nlohmann::json BenchResult::ToJson() const {
                 {"model_save_ms", or_null(run.model_save_ms)},
                 {"io_dir", run.io_dir.empty() ? nlohmann::json(nullptr) : nlohmann::json(run.io_dir)}};
   }
+  StampRecordVersion(&j);  // the format version (metrics/run_record.h)
   return j;
 }
 

@@ -261,6 +261,10 @@ const std::vector<Key>& Registry() {
       Number("run.peak_gflops", &C::peak_gflops, 0.0,
              "peak GFLOP/s for MFU; 0 = measure with a matmul probe"),
       Number("run.log_every", &C::log_every, 1, "write a console line every N steps"),
+      Number("metrics.port", &C::metrics_port, 0,
+             "serve live Prometheus metrics at http://metrics.bind:PORT/metrics (rank 0); 0 = off"),
+      String("metrics.bind", &C::metrics_bind,
+             "address the live metrics listen on (0.0.0.0 = every interface)"),
       Resume(
           "auto (newest valid checkpoint across tiers, else start fresh) | none | PATH (step dir or tier)"),
       CkptString("ckpt.dir", &CheckpointConfig::dir, "fast tier directory; empty = RUN_DIR/checkpoints"),
@@ -429,6 +433,9 @@ Status TrainConfig::Validate() const {
   if (data_dir.empty()) {
     return Status::InvalidArgument("data.dir is not set: point it at the output of `tern prepare`");
   }
+  if (metrics_port > 65535)
+    return Status::InvalidArgument(
+        fmt::format("metrics.port {} is not a TCP port: give 1 to 65535, or 0 for off", metrics_port));
   if (beta1 >= 1 || beta2 >= 1) return Status::InvalidArgument("train.beta1 and train.beta2 must be below 1");
   if (ckpt.durable_every > 0 && ckpt.durable.empty()) {
     return Status::InvalidArgument(

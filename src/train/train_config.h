@@ -139,6 +139,10 @@ struct TrainConfig {
   double peak_gflops = 0;  // peak FLOP/s of this machine for the precision; 0 = measure at start
   int log_every = 1;
 
+  // live metrics (metrics/metrics_server.h, docs/report.md): Prometheus text at /metrics; port 0 = off
+  int metrics_port = 0;
+  std::string metrics_bind = "127.0.0.1";
+
   CheckpointConfig ckpt;
   DistConfig dist;
 

@@ -131,7 +131,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
     setenv("TERN_CUDA_DEVICE", std::to_string(t->launch_.local_rank).c_str(), 0);
   TERN_RETURN_IF_ERROR(t->OpenDevice());
   TERN_RETURN_IF_ERROR(t->OpenComm());
-  if (!t->writer()) t->quiet_ = true;  // rank 0 speaks for the job
+  if (!t->writer()) t->quiet_ = true;             // rank 0 speaks for the job
+  TERN_RETURN_IF_ERROR(t->StartMetricsServer());  // before the slow part: a port in use fails at once
   TERN_RETURN_IF_ERROR(t->OpenLoaders(cfg.data_dir));
   // The model's buffers; InitWeights waits until we know whether a checkpoint replaces the weights
   // (OpenCheckpoints below): initialising 124M parameters only to overwrite them is a second of the time to
@@ -179,28 +180,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
     if (t->resumed_from_ >= 0) TERN_RETURN_IF_ERROR(EndWithNewline(metrics));
     TERN_RETURN_IF_ERROR(t->log_.Open(metrics, /*append=*/t->resumed_from_ >= 0));
   }
-  const GptMemory mem = t->model_->memory();  // what the model allocated (the backend's scratch comes on top)
-  nlohmann::json start_row = {{"event", "start"},
-                              {"model", cfg.model.ToString()},
-                              {"params", t->model_->num_params()},
-                              {"device", backend->name()},
-                              {"threads", omp_get_max_threads()},
-                              {"precision", PrecisionName(cfg.precision)},
-                              {"batch_size", cfg.batch_size},
-                              {"seq_len", cfg.seq_len},
-                              {"grad_accum_steps", cfg.grad_accum_steps()},
-                              {"recompute", RecomputeName(cfg.recompute)},
-                              {"flops_per_token", t->flops_per_token_},
-                              {"peak_gflops", t->peak_gflops_},
-                              {"memory_bytes", mem.total()},
-                              {"tokenizer", t->tokenizer_->fingerprint()},
-                              {"price_per_hour", cfg.price_per_hour},
-                              {"world", t->world()},
-                              {"dist", t->comm_->name()},
-                              {"zero", t->world() > 1 ? cfg.dist.zero : 0}};
-  if (t->gpu_) start_row["gpu_metrics"] = t->gpu_->status();
-  if (t->setup_.compute == Compute::kF16) start_row["loss_scale"] = t->scaler_.scale();
-  TERN_RETURN_IF_ERROR(t->log_.Write(start_row));
+  TERN_RETURN_IF_ERROR(t->log_.Write(t->StartRow()));
   if (!resume_row.is_null()) TERN_RETURN_IF_ERROR(t->log_.Write(resume_row));
   return t;
 }
@@ -422,48 +402,14 @@ Result<TrainSummary> Trainer::Run() {
     mfu_sum += s.mfu;
     sum.train_loss = s.loss;
     double elapsed = Seconds(start);
-    nlohmann::json row = {{"step", s.step},
-                          {"loss", s.loss},
-                          {"lr", s.lr},
-                          {"grad_norm", s.grad_norm},
-                          {"tokens", tokens_seen_},
-                          {"tokens_per_s", s.tokens_per_s},
-                          {"mfu", s.mfu},
-                          {"step_ms", s.step_s * 1e3},
-                          {"data_wait_ms", s.data_wait_s * 1e3},
-                          {"comm_ms", s.comm_s * 1e3},
-                          {"precision", PrecisionName(cfg_.precision)},
-                          {"elapsed_s", elapsed}};
-    if (world() > 1) {  // a straggler shows as a gap between the slowest and the fastest rank
-      row["step_ms_max"] = s.step_s_max * 1e3;
-      row["step_ms_min"] = s.step_s_min * 1e3;
-      row["data_wait_ms_max"] = s.data_wait_s_max * 1e3;
-      row["data_wait_ms_min"] = s.data_wait_s_min * 1e3;
+    const StepRecord row = StepRow(s, elapsed);
+    if (row.skipped && !quiet_) {
+      bar.Print(
+          fmt::format("step {}: fp16 gradients overflowed at loss scale {}; update skipped, scale now {}",
+                      s.step, s.loss_scale, scaler_.scale()));
     }
-    if (setup_.compute == Compute::kF16) {
-      row["loss_scale"] = s.loss_scale;
-      if (s.skipped) {
-        row["skipped"] = true;
-        if (!quiet_) {
-          bar.Print(
-              fmt::format("step {}: fp16 gradients overflowed at loss scale {}; update skipped, scale now {}",
-                          s.step, s.loss_scale, scaler_.scale()));
-        }
-      }
-    }
-    if (s.gpu.ok) {  // absent (not null) on CPU runs and where NVML is missing
-      row["gpu_util"] = s.gpu.util_pct;
-      row["gpu_mem_gb"] = s.gpu.mem_used_gb;
-      row["gpu_power_w"] = s.gpu.power_w;
-      row["joules_per_token"] = s.gpu.joules_per_token;
-    }
-    std::string cost_text;
-    if (cost_.enabled()) {
-      row["cost_usd"] = cost_.CostUsd(elapsed);
-      row["usd_per_mtok"] = cost_.UsdPerMillionTokens(s.tokens_per_s);
-      cost_text = fmt::format(" | ${:.4f} ({:.2f} $/Mtok)", cost_.CostUsd(elapsed),
-                              cost_.UsdPerMillionTokens(s.tokens_per_s));
-    }
+    const std::string cost_text =
+        row.cost_usd ? fmt::format(" | ${:.4f} ({:.2f} $/Mtok)", *row.cost_usd, *row.usd_per_mtok) : "";
     TERN_RETURN_IF_ERROR(log_.Write(row));
     if (resumed_from_ >= 0 && !first_resumed_step_logged_) {
       first_resumed_step_logged_ = true;
@@ -487,7 +433,7 @@ Result<TrainSummary> Trainer::Run() {
       TERN_ASSIGN_OR_RETURN(double val, Evaluate());
       sum.val_loss = val;
       val_now = val;
-      TERN_RETURN_IF_ERROR(log_.Write({{"step", s.step}, {"val_loss", val}, {"eval_ms", Seconds(t0) * 1e3}}));
+      TERN_RETURN_IF_ERROR(log_.Write(EvalRecord{s.step, val, Seconds(t0) * 1e3}));
       if (!quiet_)
         bar.Print(fmt::format("step {:>6}: val loss {:.4f} (train {:.4f})", s.step, val, loss_ema));
     }
@@ -527,22 +473,7 @@ Status Trainer::WriteRunFiles(const TrainSummary& s) {
   TERN_RETURN_IF_ERROR(WriteGptSafetensors(
       cfg_.run_dir + "/model.safetensors", cfg_.model, model_->GetParameters(),
       {{"tern.tokenizer", tokenizer_->fingerprint()}, {"tern.step", std::to_string(step_)}}));
-  nlohmann::json summary = {{"event", "end"},
-                            {"steps", s.steps},
-                            {"train_loss", s.train_loss},
-                            {"val_loss", s.val_loss},
-                            {"tokens", s.tokens},
-                            {"wall_s", s.wall_s},
-                            {"train_s", s.train_s},
-                            {"tokens_per_s", s.tokens_per_s},
-                            {"mfu", s.mfu},
-                            {"peak_gflops", s.peak_gflops},
-                            {"cost_usd", s.cost_usd},
-                            {"samples", s.samples}};
-  if (setup_.compute == Compute::kF16) {
-    summary["loss_scale"] = scaler_.scale();
-    summary["skipped_steps"] = scaler_.state().skipped_steps;
-  }
+  const nlohmann::json summary = ToJson(EndRow(s));
   TERN_RETURN_IF_ERROR(log_.Write(summary));
   return WriteFileAtomic(cfg_.run_dir + "/summary.json", summary.dump(2) + "\n");
 }

@@ -21,6 +21,8 @@
 #include "dist/communicator.h"
 #include "dist/launch.h"
 #include "infer/generate.h"
+#include "metrics/live_metrics.h"
+#include "metrics/metrics_server.h"
 #include "metrics/nvml_sampler.h"
 #include "metrics/run_log.h"
 #include "model/gpt.h"
@@ -115,6 +117,8 @@ class Trainer {
   ckpt::CheckpointManager& checkpoints() { return *ckpt_; }
   // Saves the current state to the fast tier now (tests, tools); waits for it to be persisted.
   Status SaveCheckpoint(const std::string& kind = "manual");
+  // The port live metrics are served on (metrics.port; rank 0 only), or -1 when they are off.
+  int metrics_port() const { return metrics_server_ ? metrics_server_->port() : -1; }
 
  private:
   Trainer() = default;
@@ -129,6 +133,11 @@ class Trainer {
   void BuildModel();                           // the model's buffers (weights not initialised), LR schedule
   GenerationRequest SampleRequest(int count, int tokens, bool full_length) const;  // Samples' decode
   Status WriteRunFiles(const TrainSummary& summary);
+  // trainer_rows.cpp: the typed rows of metrics.jsonl (metrics/run_record.h) and the live metrics server.
+  StartRecord StartRow() const;
+  StepRecord StepRow(const StepStats& s, double elapsed_s) const;
+  EndRecord EndRow(const TrainSummary& s) const;
+  Status StartMetricsServer();  // metrics.port > 0, rank 0: serve GET /metrics
   // fp16: turns the scaled gradient norm into the step's decision (trainer.cpp).
   Status DecideFp16Step(double scaled_norm, StepStats* s, float* unscale);
   // trainer_ckpt.cpp
@@ -178,6 +187,9 @@ class Trainer {
   int resumed_from_ = -1;
   int last_saved_step_ = -1;
   bool first_resumed_step_logged_ = false;
+  // Live metrics (metrics.port): fed by log_'s rows; the server is declared last so it stops first.
+  std::shared_ptr<LiveRunState> live_;
+  std::unique_ptr<MetricsServer> metrics_server_;
 };
 
 }  // namespace tern

@@ -1,0 +1,379 @@
+#include "metrics/run_record.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+
+namespace tern {
+namespace {
+
+using json = nlohmann::json;
+
+std::string TypeError(std::string_view where, const char* key, const char* want, const json& got) {
+  return fmt::format("{}: \"{}\" is {} ({}), expected {}; the file is not one tern wrote, or is damaged",
+                     where, key, got.type_name(), got.dump(), want);
+}
+
+// Reads a record's fields by type. The first error sticks; a missing optional field leaves its default.
+class Fields {
+ public:
+  Fields(const json& j, std::string_view where) : j_(j), where_(where) {}
+  const Status& status() const { return status_; }
+
+  template <typename T>
+  void Need(const char* key, T* out) {
+    if (!status_.ok()) return;
+    if (!j_.contains(key)) {
+      status_ = Status::InvalidArgument(fmt::format("{}: \"{}\" is missing", where_, key));
+      return;
+    }
+    Get(key, out);
+  }
+  template <typename T>
+  void Maybe(const char* key, T* out) {
+    if (status_.ok() && j_.contains(key)) Get(key, out);
+  }
+  template <typename T>
+  void Maybe(const char* key, std::optional<T>* out) {
+    if (!status_.ok() || !j_.contains(key)) return;
+    T v{};
+    Get(key, &v);
+    *out = v;
+  }
+
+ private:
+  void Fail(const char* key, const char* want) {
+    status_ = Status::InvalidArgument(TypeError(where_, key, want, j_[key]));
+  }
+  void Get(const char* key, double* out) {
+    const json& v = j_[key];
+    if (v.is_null()) {
+      *out = std::numeric_limits<double>::quiet_NaN();  // JSON's stand-in for inf and NaN
+    } else if (v.is_number()) {
+      *out = v.get<double>();
+    } else {
+      Fail(key, "a number");
+    }
+  }
+  template <typename I>
+  void GetInteger(const char* key, I* out) {
+    const json& v = j_[key];
+    if (!v.is_number_integer()) return Fail(key, "an integer");
+    if (std::is_unsigned_v<I> && !v.is_number_unsigned() && v.get<int64_t>() < 0)
+      return Fail(key, "a non-negative integer");
+    *out = v.get<I>();
+  }
+  void Get(const char* key, int* out) { GetInteger(key, out); }
+  void Get(const char* key, int64_t* out) { GetInteger(key, out); }
+  void Get(const char* key, uint64_t* out) { GetInteger(key, out); }
+  void Get(const char* key, bool* out) {
+    if (!j_[key].is_boolean()) return Fail(key, "true or false");
+    *out = j_[key].get<bool>();
+  }
+  void Get(const char* key, std::string* out) {
+    if (!j_[key].is_string()) return Fail(key, "a string");
+    *out = j_[key].get<std::string>();
+  }
+  void Get(const char* key, std::vector<std::string>* out) {
+    const json& v = j_[key];
+    bool ok = v.is_array();
+    for (size_t i = 0; ok && i < v.size(); i++) ok = v[i].is_string();
+    if (!ok) return Fail(key, "an array of strings");
+    *out = v.get<std::vector<std::string>>();
+  }
+
+  const json& j_;
+  std::string_view where_;
+  Status status_;
+};
+
+Result<StartRecord> ReadStart(const json& j, std::string_view where) {
+  StartRecord r;
+  Fields f(j, where);
+  f.Maybe("model", &r.model);
+  f.Maybe("params", &r.params);
+  f.Maybe("device", &r.device);
+  f.Maybe("threads", &r.threads);
+  f.Maybe("precision", &r.precision);
+  f.Maybe("batch_size", &r.batch_size);
+  f.Maybe("seq_len", &r.seq_len);
+  f.Maybe("grad_accum_steps", &r.grad_accum_steps);
+  f.Maybe("recompute", &r.recompute);
+  f.Maybe("flops_per_token", &r.flops_per_token);
+  f.Maybe("peak_gflops", &r.peak_gflops);
+  f.Maybe("memory_bytes", &r.memory_bytes);
+  f.Maybe("tokenizer", &r.tokenizer);
+  f.Maybe("price_per_hour", &r.price_per_hour);
+  f.Maybe("world", &r.world);
+  f.Maybe("dist", &r.dist);
+  f.Maybe("zero", &r.zero);
+  f.Maybe("gpu_metrics", &r.gpu_metrics);
+  f.Maybe("loss_scale", &r.loss_scale);
+  if (!f.status().ok()) return f.status();
+  return r;
+}
+
+Result<StepRecord> ReadStep(const json& j, std::string_view where) {
+  StepRecord r;
+  Fields f(j, where);
+  f.Need("step", &r.step);
+  f.Need("loss", &r.loss);
+  f.Maybe("lr", &r.lr);
+  f.Maybe("grad_norm", &r.grad_norm);
+  f.Maybe("tokens", &r.tokens);
+  f.Maybe("tokens_per_s", &r.tokens_per_s);
+  f.Maybe("mfu", &r.mfu);
+  f.Maybe("step_ms", &r.step_ms);
+  f.Maybe("data_wait_ms", &r.data_wait_ms);
+  f.Maybe("comm_ms", &r.comm_ms);
+  f.Maybe("precision", &r.precision);
+  f.Maybe("elapsed_s", &r.elapsed_s);
+  if (j.contains("step_ms_max")) {
+    RankSpreadRecord s;
+    f.Need("step_ms_max", &s.step_ms_max);
+    f.Need("step_ms_min", &s.step_ms_min);
+    f.Need("data_wait_ms_max", &s.data_wait_ms_max);
+    f.Need("data_wait_ms_min", &s.data_wait_ms_min);
+    r.ranks = s;
+  }
+  f.Maybe("loss_scale", &r.loss_scale);
+  f.Maybe("skipped", &r.skipped);
+  if (j.contains("gpu_util")) {
+    GpuRecord g;
+    f.Need("gpu_util", &g.util_pct);
+    f.Need("gpu_mem_gb", &g.mem_used_gb);
+    f.Need("gpu_power_w", &g.power_w);
+    f.Need("joules_per_token", &g.joules_per_token);
+    r.gpu = g;
+  }
+  f.Maybe("cost_usd", &r.cost_usd);
+  f.Maybe("usd_per_mtok", &r.usd_per_mtok);
+  if (!f.status().ok()) return f.status();
+  return r;
+}
+
+Result<EvalRecord> ReadEval(const json& j, std::string_view where) {
+  EvalRecord r;
+  Fields f(j, where);
+  f.Need("step", &r.step);
+  f.Need("val_loss", &r.val_loss);
+  f.Maybe("eval_ms", &r.eval_ms);
+  if (!f.status().ok()) return f.status();
+  return r;
+}
+
+Result<EndRecord> ReadEnd(const json& j, std::string_view where) {
+  EndRecord r;
+  Fields f(j, where);
+  f.Maybe("steps", &r.steps);
+  f.Maybe("train_loss", &r.train_loss);
+  f.Maybe("val_loss", &r.val_loss);
+  f.Maybe("tokens", &r.tokens);
+  f.Maybe("wall_s", &r.wall_s);
+  f.Maybe("train_s", &r.train_s);
+  f.Maybe("tokens_per_s", &r.tokens_per_s);
+  f.Maybe("mfu", &r.mfu);
+  f.Maybe("peak_gflops", &r.peak_gflops);
+  f.Maybe("cost_usd", &r.cost_usd);
+  f.Maybe("samples", &r.samples);
+  f.Maybe("loss_scale", &r.loss_scale);
+  f.Maybe("skipped_steps", &r.skipped_steps);
+  if (!f.status().ok()) return f.status();
+  if (j.contains("job")) r.job = j["job"];
+  return r;
+}
+
+}  // namespace
+
+Result<int> CheckRecordVersion(const json& record, std::string_view where) {
+  if (!record.is_object()) return Status::InvalidArgument(fmt::format("{}: not a JSON object", where));
+  if (!record.contains(kRunRecordVersionKey)) return 0;  // written before records carried a version
+  const json& v = record[kRunRecordVersionKey];
+  if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+    return Status::InvalidArgument(
+        fmt::format("{}: format version \"v\": {} is not a version number tern writes", where, v.dump()));
+  }
+  const int64_t version = v.get<int64_t>();
+  if (version > kRunRecordVersion) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: format version {} is newer than this tern reads (up to {}): read it with the tern that wrote "
+        "it, or upgrade tern",
+        where, version, kRunRecordVersion));
+  }
+  return static_cast<int>(version);
+}
+
+void StampRecordVersion(json* record) {
+  (*record)[kRunRecordVersionKey] = kRunRecordVersion;
+}
+
+double EventRecord::Number(const char* key, double otherwise) const {
+  return fields.contains(key) && fields[key].is_number() ? fields[key].get<double>() : otherwise;
+}
+
+json ToJson(const StartRecord& r) {
+  json j = {{"event", "start"},
+            {"model", r.model},
+            {"params", r.params},
+            {"device", r.device},
+            {"threads", r.threads},
+            {"precision", r.precision},
+            {"batch_size", r.batch_size},
+            {"seq_len", r.seq_len},
+            {"grad_accum_steps", r.grad_accum_steps},
+            {"recompute", r.recompute},
+            {"flops_per_token", r.flops_per_token},
+            {"peak_gflops", r.peak_gflops},
+            {"memory_bytes", r.memory_bytes},
+            {"tokenizer", r.tokenizer},
+            {"price_per_hour", r.price_per_hour},
+            {"world", r.world},
+            {"dist", r.dist},
+            {"zero", r.zero}};
+  if (r.gpu_metrics) j["gpu_metrics"] = *r.gpu_metrics;
+  if (r.loss_scale) j["loss_scale"] = *r.loss_scale;
+  StampRecordVersion(&j);
+  return j;
+}
+
+json ToJson(const StepRecord& r) {
+  json j = {{"step", r.step},
+            {"loss", r.loss},
+            {"lr", r.lr},
+            {"grad_norm", r.grad_norm},  // inf is dumped as null
+            {"tokens", r.tokens},
+            {"tokens_per_s", r.tokens_per_s},
+            {"mfu", r.mfu},
+            {"step_ms", r.step_ms},
+            {"data_wait_ms", r.data_wait_ms},
+            {"comm_ms", r.comm_ms},
+            {"precision", r.precision}};
+  if (r.elapsed_s) j["elapsed_s"] = *r.elapsed_s;
+  if (r.ranks) {  // a straggler shows as a gap between the slowest and the fastest rank
+    j["step_ms_max"] = r.ranks->step_ms_max;
+    j["step_ms_min"] = r.ranks->step_ms_min;
+    j["data_wait_ms_max"] = r.ranks->data_wait_ms_max;
+    j["data_wait_ms_min"] = r.ranks->data_wait_ms_min;
+  }
+  if (r.loss_scale) j["loss_scale"] = *r.loss_scale;
+  if (r.skipped) j["skipped"] = true;
+  if (r.gpu) {  // absent (not null) on CPU runs and where NVML is missing
+    j["gpu_util"] = r.gpu->util_pct;
+    j["gpu_mem_gb"] = r.gpu->mem_used_gb;
+    j["gpu_power_w"] = r.gpu->power_w;
+    j["joules_per_token"] = r.gpu->joules_per_token;
+  }
+  if (r.cost_usd) j["cost_usd"] = *r.cost_usd;
+  if (r.usd_per_mtok) j["usd_per_mtok"] = *r.usd_per_mtok;
+  StampRecordVersion(&j);
+  return j;
+}
+
+json ToJson(const EvalRecord& r) {
+  json j = {{"step", r.step}, {"val_loss", r.val_loss}, {"eval_ms", r.eval_ms}};
+  StampRecordVersion(&j);
+  return j;
+}
+
+json ToJson(const EndRecord& r) {
+  json j = {{"event", "end"},
+            {"steps", r.steps},
+            {"train_loss", r.train_loss},
+            {"val_loss", r.val_loss},
+            {"tokens", r.tokens},
+            {"wall_s", r.wall_s},
+            {"train_s", r.train_s},
+            {"tokens_per_s", r.tokens_per_s},
+            {"mfu", r.mfu},
+            {"peak_gflops", r.peak_gflops},
+            {"cost_usd", r.cost_usd},
+            {"samples", r.samples}};
+  if (r.loss_scale) j["loss_scale"] = *r.loss_scale;
+  if (r.skipped_steps) j["skipped_steps"] = *r.skipped_steps;
+  if (r.job) j["job"] = *r.job;
+  StampRecordVersion(&j);
+  return j;
+}
+
+json ToJson(const EventRecord& r) {
+  json j = r.fields.is_object() ? r.fields : json::object();
+  j["event"] = r.event;
+  if (r.step >= 0) j["step"] = r.step;
+  StampRecordVersion(&j);
+  return j;
+}
+
+json ToJson(const RunRecord& r) {
+  return std::visit([](const auto& x) { return ToJson(x); }, r);
+}
+
+Result<RunRow> ParseRunRow(const json& j, std::string_view where) {
+  TERN_ASSIGN_OR_RETURN(const int version, CheckRecordVersion(j, where));
+  RunRow row;
+  row.version = version;
+  if (j.contains("event")) {
+    if (!j["event"].is_string())
+      return Status::InvalidArgument(TypeError(where, "event", "a string", j["event"]));
+    const std::string event = j["event"].get<std::string>();
+    if (event == "start") {
+      TERN_ASSIGN_OR_RETURN(row.record, ReadStart(j, where));
+    } else if (event == "end") {
+      TERN_ASSIGN_OR_RETURN(row.record, ReadEnd(j, where));
+    } else {
+      EventRecord e;
+      e.event = event;
+      e.fields = j;
+      e.fields.erase("event");
+      e.fields.erase(kRunRecordVersionKey);
+      if (j.contains("step")) {
+        if (!j["step"].is_number_integer())
+          return Status::InvalidArgument(TypeError(where, "step", "an integer", j["step"]));
+        e.step = j["step"].get<int>();
+        e.fields.erase("step");
+      }
+      row.record = std::move(e);
+    }
+  } else if (j.contains("loss")) {
+    TERN_ASSIGN_OR_RETURN(row.record, ReadStep(j, where));
+  } else if (j.contains("val_loss")) {
+    TERN_ASSIGN_OR_RETURN(row.record, ReadEval(j, where));
+  } else {
+    return Status::InvalidArgument(fmt::format(
+        "{}: a row with neither \"event\", \"loss\" nor \"val_loss\" is no row tern writes", where));
+  }
+  return row;
+}
+
+Result<RunRow> ParseRunLine(const std::string& line, std::string_view where) {
+  const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return Status::InvalidArgument(fmt::format("{}: not a JSON object", where));
+  return ParseRunRow(j, where);
+}
+
+Result<std::vector<RunRow>> ReadMetricsFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    return Status::NotFound(fmt::format("cannot open {}: is it a run directory's metrics.jsonl?", path));
+  std::vector<RunRow> rows;
+  std::string line;
+  for (int n = 1; std::getline(in, line); n++) {
+    const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) continue;  // torn by a kill mid-write
+    TERN_ASSIGN_OR_RETURN(RunRow row, ParseRunRow(j, fmt::format("{} line {}", path, n)));
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+Result<EndRecord> ReadSummaryFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(fmt::format("cannot open {} (a run writes it when it finishes)", path));
+  const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return Status::InvalidArgument(fmt::format("{}: not a JSON object", path));
+  TERN_RETURN_IF_ERROR(CheckRecordVersion(j, path).status());
+  if (j.value("event", "") != "end")
+    return Status::InvalidArgument(fmt::format("{}: not a run summary (no \"event\": \"end\")", path));
+  return ReadEnd(j, path);
+}
+
+}  // namespace tern
