@@ -105,8 +105,9 @@ void AddTrainCommand(CLI::App& root, CommandTable& table) {
       "  tern train configs/demo.yaml --set train.steps=200 --set train.precision=bf16 --set run.dir=runs/x\n"
       "Writes RUN_DIR/metrics.jsonl (one JSON object per step), config.yaml, model.safetensors, "
       "summary.json.\n"
-      "Checkpoints (docs/checkpoints.md): --set ckpt.every=100 saves to RUN_DIR/checkpoints; "
-      "ckpt.durable=DIR or\n"
+      "Checkpoints (docs/checkpoints.md): --set ckpt.every=100 saves to RUN_DIR/checkpoints "
+      "(ckpt.every=auto:\n"
+      "the Young/Daly interval from the measured saves and ckpt.mtbf); ckpt.durable=DIR or\n"
       "s3://bucket/prefix adds a durable tier; --resume auto continues from the newest valid checkpoint.\n"
       "On SIGTERM, SIGUSR1 or a spot notice (ckpt.notice_url) it saves and exits with code 75 (resumable).");
   sub->add_option("config", o->config_path, "YAML config file");
