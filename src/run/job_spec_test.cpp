@@ -117,12 +117,18 @@ TEST(LaunchTest, TheAttemptCommandResumesAndCarriesTheJobsCost) {
   s.overrides = {"train.steps=9"};
   s.run_dir = "/r";
   s.price_per_hour = 2.5;
-  const AttemptVars v{3, "job", 0.125, 1700000000.5};
+  AttemptVars v{3, "job", 0.125, 1700000000.5, 0, ""};
   EXPECT_EQ(AttemptArgv(s, {"tern", "train"}, v),
             (std::vector<std::string>{"tern", "train", "c.yaml", "--resume", "auto", "--set", "train.steps=9",
                                       "--set", "run.dir=/r", "--set", "run.price_per_hour=2.5", "--set",
                                       "run.cost_offset_usd=0.125", "--set",
                                       "run.billing_start_unix=1700000000.500"}));
+  v.mtbf_s = 21600;
+  v.mtbf_source = "spot default (6 h)";
+  const auto with_hazard = AttemptArgv(s, {"tern", "train"}, v);
+  EXPECT_EQ(
+      std::vector<std::string>(with_hazard.end() - 4, with_hazard.end()),
+      (std::vector<std::string>{"--set", "ckpt.mtbf=21600", "--set", "ckpt.mtbf_source=spot default (6 h)"}));
   s.ranks = 2;
   s.mpirun_args = {"--oversubscribe"};
   const auto argv = AttemptArgv(s, {"tern", "train"}, v);

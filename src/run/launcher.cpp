@@ -128,6 +128,10 @@ std::vector<std::string> AttemptArgv(const JobSpec& spec, const std::vector<std:
   argv.insert(argv.end(), {"--set", fmt::format("run.price_per_hour={}", spec.price_per_hour)});
   argv.insert(argv.end(), {"--set", fmt::format("run.cost_offset_usd={}", vars.cost_offset_usd)});
   argv.insert(argv.end(), {"--set", fmt::format("run.billing_start_unix={:.3f}", vars.billing_start_unix)});
+  if (vars.mtbf_s > 0) {
+    argv.insert(argv.end(), {"--set", fmt::format("ckpt.mtbf={:.0f}", vars.mtbf_s), "--set",
+                             "ckpt.mtbf_source=" + vars.mtbf_source});
+  }
   return argv;
 }
 

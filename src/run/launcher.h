@@ -59,6 +59,8 @@ struct AttemptVars {
   std::string job_id;
   double cost_offset_usd = 0;     // the job's spend before this attempt
   double billing_start_unix = 0;  // this attempt's launch
+  double mtbf_s = 0;              // the job's preemption hazard for ckpt.every: auto (run/hazard.h); 0 = none
+  std::string mtbf_source;        // where it came from, in words
 };
 
 // The attempt's command: [mpirun ARGS -np N | srun ARGS (job.on slurm)] TRAINER... CONFIG --resume auto

@@ -42,7 +42,8 @@ Result<ProgramResult> RunProgram(const std::vector<std::string>& argv, const std
     ::close(out[0]);
     ::close(err[0]);
     if (rc == ENOENT) {
-      return Status::NotFound(fmt::format("{} is not installed or not on PATH: {}", argv[0], what_to_install));
+      return Status::NotFound(
+          fmt::format("{} is not installed or not on PATH: {}", argv[0], what_to_install));
     }
     return Status::Unavailable(fmt::format("cannot run {}: {}", argv[0], std::strerror(rc)));
   }
@@ -169,9 +170,9 @@ Result<std::string> SubmitBatch(const std::string& script_path) {
   TERN_ASSIGN_OR_RETURN(ProgramResult r, RunProgram({"sbatch", "--parsable", script_path}, kSlurmClient));
   std::string id = r.out.substr(0, r.out.find_first_of(";\n"));  // "123" or "123;cluster"
   if (r.code != 0 || id.empty() || id.find_first_not_of("0123456789_") != std::string::npos) {
-    return Status::Unavailable(fmt::format(
-        "sbatch refused {} (exit {}): {}{}; is the cluster up (sinfo) and SLURM_CONF right?", script_path,
-        r.code, r.err, r.out));
+    return Status::Unavailable(
+        fmt::format("sbatch refused {} (exit {}): {}{}; is the cluster up (sinfo) and SLURM_CONF right?",
+                    script_path, r.code, r.err, r.out));
   }
   return id;
 }

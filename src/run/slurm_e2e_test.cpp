@@ -112,10 +112,10 @@ class SlurmE2eTest : public ::testing::Test {
 
 // One rank runs in the batch step itself; two are an srun step, which the supervisor stops with SIGUSR1.
 void SlurmE2eTest::ThroughTheTimeLimit(int ranks) {
-  const testing::CommandResult sub =
-      testing::RunCommand(Shell(fmt::format("run {}/tiny.yaml --on slurm --ranks {} --quiet --price-per-hour 36 "
-                                            "--set run.dir={}/job",
-                                            root_, ranks, root_)));
+  const testing::CommandResult sub = testing::RunCommand(
+      Shell(fmt::format("run {}/tiny.yaml --on slurm --ranks {} --quiet --price-per-hour 36 "
+                        "--set run.dir={}/job",
+                        root_, ranks, root_)));
   ASSERT_EQ(sub.code, 0) << sub.output;
   const std::optional<JobRow> queued = Job("job");
   ASSERT_TRUE(queued) << sub.output;
@@ -131,12 +131,20 @@ void SlurmE2eTest::ThroughTheTimeLimit(int ranks) {
   ASSERT_TRUE(WaitFor([&] { return MaxStep("job") >= 5; }, 120)) << Logs("job");
   ASSERT_EQ(testing::RunCommand("scancel --batch --signal=USR1 " + slurm_id_).code, 0);
   ASSERT_TRUE(WaitFor([&] { return HasEvent("job", "preempted"); }, 60)) << Logs("job");
-  // The requeued job waits for its BeginTime (about two minutes): start it now.
+  // The requeued job waits for its BeginTime (about two minutes): start it sooner, but not within seconds
+  // of the requeue (slurmd refuses a start in the second its previous run's credential was revoked).
+  auto pending_since = std::chrono::steady_clock::time_point::max();
   ASSERT_TRUE(WaitFor(
       [&] {
         const std::string state = SlurmState();
-        if (state == "PENDING")
+        const auto now = std::chrono::steady_clock::now();
+        if (state != "PENDING") pending_since = std::chrono::steady_clock::time_point::max();
+        if (state == "PENDING" && pending_since == std::chrono::steady_clock::time_point::max())
+          pending_since = now;
+        if (state == "PENDING" && now - pending_since > std::chrono::seconds(3)) {
           (void)testing::RunCommand("scontrol update jobid=" + slurm_id_ + " StartTime=now");
+          pending_since = now;
+        }
         const std::optional<JobRow> j = Job("job");
         return j && j->state == "done" && state != "RUNNING" && state != "PENDING" && state != "COMPLETING";
       },
@@ -146,9 +154,8 @@ void SlurmE2eTest::ThroughTheTimeLimit(int ranks) {
   EXPECT_EQ(SlurmState(), "COMPLETED");
 
   const std::string srun = ranks > 1 ? fmt::format("srun --ntasks={} --mpi=pmix --time=5 ", ranks) : "";
-  testing::CommandResult ref = testing::RunCommand(
-      "OMP_NUM_THREADS=1 " + srun + tern_ + " train " + root_ + "/tiny.yaml --quiet --set run.dir=" + root_ +
-      "/ref 2>&1");
+  testing::CommandResult ref = testing::RunCommand("OMP_NUM_THREADS=1 " + srun + tern_ + " train " + root_ +
+                                                   "/tiny.yaml --quiet --set run.dir=" + root_ + "/ref 2>&1");
   ASSERT_EQ(ref.code, 0) << ref.output;
   EXPECT_TRUE(testing::ReadFile(root_ + "/job/model.safetensors") ==
               testing::ReadFile(root_ + "/ref/model.safetensors"))
@@ -206,11 +213,13 @@ TEST_F(SlurmE2eTest, AQueuedJobIsNotSubmittedTwiceAndCancelTakesItOutOfTheQueue)
   EXPECT_NE(again.output.find("in Slurm already as job " + slurm_id_), std::string::npos) << again.output;
 
   const testing::CommandResult st = testing::RunCommand(Shell("job status " + root_ + "/later"));
-  EXPECT_NE(st.output.find("Slurm job " + slurm_id_ + ": PENDING (BeginTime)"), std::string::npos) << st.output;
+  EXPECT_NE(st.output.find("Slurm job " + slurm_id_ + ": PENDING (BeginTime)"), std::string::npos)
+      << st.output;
 
   const testing::CommandResult cancel = testing::RunCommand(Shell("job cancel " + root_ + "/later"));
   ASSERT_EQ(cancel.code, 0) << cancel.output;
-  EXPECT_TRUE(WaitFor([&] { return SlurmState() == "CANCELLED" || SlurmState().empty(); }, 30)) << SlurmState();
+  EXPECT_TRUE(WaitFor([&] { return SlurmState() == "CANCELLED" || SlurmState().empty(); }, 30))
+      << SlurmState();
   const std::optional<JobRow> done = Job("later");
   ASSERT_TRUE(done);
   EXPECT_EQ(done->state, "cancelled");

@@ -22,10 +22,11 @@ Result<Submitted> SubmitSlurmJob(const JobSpec& spec, const BatchCommand& comman
     if (book->has_job() && !j.slurm_job_id.empty()) {
       TERN_ASSIGN_OR_RETURN(SlurmJobInfo prev, QuerySlurmJob(j.slurm_job_id));
       if (prev.active()) {
-        return Status::InvalidArgument(fmt::format(
-            "job {} is in Slurm already as job {} ({}): `tern job status {}` follows it, `tern job cancel {}` "
-            "stops it",
-            j.job_id, prev.id, prev.state, spec.run_dir, spec.run_dir));
+        return Status::InvalidArgument(
+            fmt::format("job {} is in Slurm already as job {} ({}): `tern job status {}` follows it, `tern "
+                        "job cancel {}` "
+                        "stops it",
+                        j.job_id, prev.id, prev.state, spec.run_dir, spec.run_dir));
       }
     }
     const double now = clock->Now();
@@ -70,12 +71,12 @@ Result<JobOutcome> WaitForSlurmJob(const JobSpec& spec, const Submitted& submitt
   std::string last;
   while (true) {
     TERN_ASSIGN_OR_RETURN(SlurmJobInfo info, QuerySlurmJob(submitted.slurm_job_id));
-    const std::string now = info.state.empty() ? "gone from Slurm's records"
-                            : info.state == "PENDING"
-                                ? fmt::format("PENDING ({})", info.reason)
-                                : fmt::format("{}{}", info.state, info.nodes.empty() || info.nodes == "(null)"
-                                                                      ? ""
-                                                                      : " on " + info.nodes);
+    const std::string now =
+        info.state.empty() ? "gone from Slurm's records"
+        : info.state == "PENDING"
+            ? fmt::format("PENDING ({})", info.reason)
+            : fmt::format("{}{}", info.state,
+                          info.nodes.empty() || info.nodes == "(null)" ? "" : " on " + info.nodes);
     const std::string line = fmt::format("{}, restarts {}", now, info.restarts);
     if (line != last && console) {
       std::fprintf(console, "tern run: Slurm job %s: %s\n", submitted.slurm_job_id.c_str(), line.c_str());

@@ -26,16 +26,16 @@ JobSpec SlurmSpec() {
 TEST(SlurmScriptTest, TheBatchScriptAsksForTheJobsShapeRequeuesAndQuotesEveryArgument) {
   JobSpec s = SlurmSpec();
   s.cuda = true;
-  const std::string script =
-      SbatchScript(s, {"/opt/tern/bin/tern", {"cfg.yaml", "--set", "train.lr=3e-4", "--project", "it's"}, "/w"});
-  for (const char* line :
-       {"#!/bin/bash\n", "#SBATCH --job-name=tern-demo\n", "#SBATCH --nodes=1\n", "#SBATCH --ntasks=2\n",
-        "#SBATCH --gpus-per-task=1\n", "#SBATCH --time=4:00:00\n", "#SBATCH --requeue\n",
-        "#SBATCH --signal=B:USR1@120\n", "#SBATCH --open-mode=append\n",
-        "#SBATCH --output=/runs/demo/logs/slurm-%j.out\n", "#SBATCH --chdir=/w\n",
-        "#SBATCH --partition=gpu\n", "#SBATCH --account=ml\n",
-        "'/opt/tern/bin/tern' run 'cfg.yaml' '--set' 'train.lr=3e-4' '--project' 'it'\\''s' --slurm-batch &\n",
-        "scontrol requeue \"$SLURM_JOB_ID\"\n"}) {
+  const std::string script = SbatchScript(
+      s, {"/opt/tern/bin/tern", {"cfg.yaml", "--set", "train.lr=3e-4", "--project", "it's"}, "/w"});
+  for (const char* line : {"#!/bin/bash\n", "#SBATCH --job-name=tern-demo\n", "#SBATCH --nodes=1\n",
+                           "#SBATCH --ntasks=2\n", "#SBATCH --gpus-per-task=1\n", "#SBATCH --time=4:00:00\n",
+                           "#SBATCH --requeue\n", "#SBATCH --signal=B:USR1@120\n",
+                           "#SBATCH --open-mode=append\n", "#SBATCH --output=/runs/demo/logs/slurm-%j.out\n",
+                           "#SBATCH --chdir=/w\n", "#SBATCH --partition=gpu\n", "#SBATCH --account=ml\n",
+                           "'/opt/tern/bin/tern' run 'cfg.yaml' '--set' 'train.lr=3e-4' '--project' "
+                           "'it'\\''s' --slurm-batch &\n",
+                           "scontrol requeue \"$SLURM_JOB_ID\"\n"}) {
     EXPECT_NE(script.find(line), std::string::npos) << "missing: " << line << "\nin:\n" << script;
   }
   // The extra options come after tern's, so that they win (sbatch takes the last of a repeated option).
@@ -53,10 +53,9 @@ TEST(SlurmScriptTest, TheBatchScriptAsksForTheJobsShapeRequeuesAndQuotesEveryArg
 // the stub, whose exit 75 makes the script requeue (scontrol is a stub too, on PATH).
 TEST(SlurmScriptTest, AUsr1ReachesTheSupervisorAndItsExit75Requeues) {
   testing::TempDir tmp;
-  testing::WriteFile(tmp / "tern",
-                     "#!/bin/bash\ntrap 'echo got-usr1 >> " + tmp.path() +
-                         "/trace; exit 75' USR1\necho \"$@\" >> " + tmp.path() +
-                         "/trace\nwhile :; do sleep 0.05; done\n");
+  testing::WriteFile(tmp / "tern", "#!/bin/bash\ntrap 'echo got-usr1 >> " + tmp.path() +
+                                       "/trace; exit 75' USR1\necho \"$@\" >> " + tmp.path() +
+                                       "/trace\nwhile :; do sleep 0.05; done\n");
   testing::WriteFile(tmp / "bin/scontrol", "#!/bin/bash\necho \"scontrol $*\" >> " + tmp.path() + "/trace\n");
   JobSpec s = SlurmSpec();
   s.run_dir = tmp.path();
@@ -65,8 +64,8 @@ TEST(SlurmScriptTest, AUsr1ReachesTheSupervisorAndItsExit75Requeues) {
   ASSERT_EQ(testing::RunCommand("bash -n " + tmp.path() + "/job.sbatch").code, 0);
   const testing::CommandResult r = testing::RunCommand(
       "cd " + tmp.path() + " && PATH=" + tmp.path() + "/bin:$PATH SLURM_JOB_ID=7 bash job.sbatch & pid=$!; " +
-      "for i in $(seq 100); do grep -q slurm-batch " + tmp.path() + "/trace 2>/dev/null && break; sleep 0.05; " +
-      "done; kill -USR1 $pid; wait $pid");
+      "for i in $(seq 100); do grep -q slurm-batch " + tmp.path() +
+      "/trace 2>/dev/null && break; sleep 0.05; " + "done; kill -USR1 $pid; wait $pid");
   EXPECT_EQ(r.code, 75) << r.output;
   EXPECT_EQ(testing::ReadFile(tmp / "trace"), "run c.yaml --slurm-batch\ngot-usr1\nscontrol requeue 7\n");
   EXPECT_NE(r.output.find("requeueing Slurm job 7"), std::string::npos) << r.output;
@@ -77,8 +76,9 @@ TEST(SlurmScriptTest, InsideTheAllocationAMultiRankAttemptIsAnSrunStep) {
   s.run_dir = "/runs/demo";
   const std::vector<std::string> argv = AttemptArgv(s, {"/t", "train"}, AttemptVars{});
   ASSERT_GE(argv.size(), 5u);
-  EXPECT_EQ(std::vector<std::string>(argv.begin(), argv.begin() + 6),
-            (std::vector<std::string>{"srun", "--ntasks=2", "--kill-on-bad-exit=1", "--mpi=pmix", "/t", "train"}));
+  EXPECT_EQ(
+      std::vector<std::string>(argv.begin(), argv.begin() + 6),
+      (std::vector<std::string>{"srun", "--ntasks=2", "--kill-on-bad-exit=1", "--mpi=pmix", "/t", "train"}));
   s.srun_args = {"--mpi=pmix_v4", "--cpu-bind=cores"};
   const std::vector<std::string> two = AttemptArgv(s, {"/t", "train"}, AttemptVars{});
   EXPECT_EQ(std::vector<std::string>(two.begin(), two.begin() + 5),

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "run/attempt_metrics.h"
+#include "run/hazard.h"
 #include "run/job_book.h"
 #include "run/job_report.h"
 #include "run/signals.h"
@@ -199,7 +200,8 @@ Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n) {
   a.start_unix = a.seen_unix = clock_->Now();
   a.slurm_job_id = SlurmJobIdFromEnv();
   if (!a.slurm_job_id.empty()) a.slurm_restart_count = SlurmRestartCountFromEnv();
-  const AttemptVars vars{n, a.job_id, before.cost_usd, a.start_unix};
+  const Hazard hazard = JobHazardWithShippedCatalog(s, book->attempts());
+  const AttemptVars vars{n, a.job_id, before.cost_usd, a.start_unix, hazard.mtbf_s, hazard.source};
   LaunchSpec launch{AttemptArgv(s, o_.trainer, vars), AttemptEnv(vars), a.log};
   Print(fmt::format("attempt {} of at most {} ({} rank{}, {}{}): {}", n, s.max_attempts, s.ranks,
                     s.ranks == 1 ? "" : "s", s.where,

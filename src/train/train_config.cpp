@@ -8,6 +8,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "ckpt/interval.h"
+
 namespace tern {
 namespace {
 
@@ -268,7 +270,31 @@ const std::vector<Key>& Registry() {
       Resume(
           "auto (newest valid checkpoint across tiers, else start fresh) | none | PATH (step dir or tier)"),
       CkptString("ckpt.dir", &CheckpointConfig::dir, "fast tier directory; empty = RUN_DIR/checkpoints"),
-      CkptNumber("ckpt.every", &CheckpointConfig::every, 0, "fast-tier save every N steps; 0 = off"),
+      {"ckpt.every",
+       "fast-tier save every N steps; 0 = off; auto = Young/Daly from measured saves and ckpt.mtbf",
+       {},
+       [](TrainConfig& c, const std::string& s) -> Status {
+         c.ckpt.every_auto = s == "auto";
+         c.ckpt.every = 0;
+         if (c.ckpt.every_auto || ParseNumber("ckpt.every", s, &c.ckpt.every, 0).ok()) return Status::Ok();
+         return Status::InvalidArgument(fmt::format(
+             "ckpt.every: '{}' is not a step count; write e.g. ckpt.every=100, 0 for none, or auto", s));
+       },
+       [](const TrainConfig& c) { return c.ckpt.every_auto ? "auto" : std::to_string(c.ckpt.every); }},
+      CkptNumber("ckpt.every_max", &CheckpointConfig::every_max, 0,
+                 "ckpt.every=auto: the longest interval, steps; 0 = train.steps"),
+      {"ckpt.mtbf",
+       "ckpt.every=auto: mean time between interruptions (seconds, or 90m, 6h, 2d); 0 = the default 6 h",
+       {},
+       [](TrainConfig& c, const std::string& s) -> Status {
+         c.ckpt.mtbf_s = 0;
+         if (s == "0") return Status::Ok();
+         TERN_ASSIGN_OR_RETURN(c.ckpt.mtbf_s, ckpt::ParseDurationSeconds(s, "ckpt.mtbf"));
+         return Status::Ok();
+       },
+       [](const TrainConfig& c) { return fmt::format("{}", c.ckpt.mtbf_s); }},
+      CkptString("ckpt.mtbf_source", &CheckpointConfig::mtbf_source,
+                 "where ckpt.mtbf came from (free text for the log; `tern run` sets it)"),
       CkptNumber("ckpt.keep_last", &CheckpointConfig::keep_last, 0, "fast tier keeps the newest N; 0 = all"),
       CkptNumber("ckpt.keep_every", &CheckpointConfig::keep_every, 0,
                  "fast and durable tiers also keep steps that are multiples of N (milestones); 0 = none"),

@@ -60,6 +60,13 @@ struct CheckpointConfig {
   int every = 0;       // steps between saves; 0 = no periodic saves
   int keep_last = 2;   // newest N kept; 0 = all
   int keep_every = 0;  // also keep every step that is a multiple of this (milestones); 0 = none
+
+  // ckpt.every=auto: the interval tuned at run time from the measured saves and M (ckpt/interval.h); `every`
+  // is then 0 and the trainer's tuner decides.
+  bool every_auto = false;
+  int every_max = 0;        // auto: the longest interval, steps; 0 = train.steps
+  double mtbf_s = 0;        // auto: mean time between interruptions (ckpt.mtbf); 0 = the default, 6 h
+  std::string mtbf_source;  // auto: where ckpt.mtbf came from, for the log (`tern run` sets both)
   // durable tier: less frequent, to a shared filesystem or an S3-compatible store.
   std::string durable;    // a directory or s3://bucket/prefix; empty = off
   int durable_every = 0;  // steps between durable saves; 0 = none

@@ -441,6 +441,7 @@ Result<TrainSummary> Trainer::Run() {
       TERN_ASSIGN_OR_RETURN(auto samples, Samples(1, cfg_.sample_tokens));
       for (const auto& text : samples) bar.Print("sample: " + text);
     }
+    TERN_RETURN_IF_ERROR(TuneInterval(s.step_s, &bar));
     TERN_RETURN_IF_ERROR(MaybeCheckpoint(s.step, last, val_now, &bar));
   }
   ckpt_->WaitIdle();  // the last save is published before the run reports success

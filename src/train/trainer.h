@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/loss_scaler.h"
+#include "ckpt/interval.h"
 #include "ckpt/manager.h"
 #include "ckpt/preemption.h"
 #include "core/progress.h"
@@ -158,6 +159,14 @@ class Trainer {
   // `save` is rank 0's decision whether a save follows (other ranks' value is ignored).
   Status PrepareSave(bool save);
   Status ReduceStepStats(StepStats* s);  // the per-step int all-reduce: notice vote, slowest/fastest rank
+  // trainer_interval.cpp: ckpt.every=auto. Rank 0 alone tunes (it alone saves and measures the saves); the
+  // other ranks follow its decisions through PrepareSave (ZeRO-1) or take no part in saves.
+  void OpenIntervalTuner();
+  int Cadence(int tier) const;                 // the tier's interval now (the tuned one for auto's fast tier)
+  bool PeriodicDue(int tier, int step) const;  // a periodic save of the tier falls on this step
+  Status TuneInterval(double step_s, ProgressBar* bar);  // after each step: observe, retune, log a change
+  void IntervalSaveStarted(int step, const std::vector<int>& tiers);
+  void ObserveIntervalSave(const ckpt::SaveEvent& e);
 
   TrainConfig cfg_;
   bool quiet_ = false;
@@ -187,6 +196,8 @@ class Trainer {
   int resumed_from_ = -1;
   int last_saved_step_ = -1;
   bool first_resumed_step_logged_ = false;
+  std::unique_ptr<ckpt::IntervalTuner> interval_;  // ckpt.every=auto, rank 0
+  int interval_last_ = 0;                          // the step of the last periodic fast-tier save
   // Live metrics (metrics.port): fed by log_'s rows; the server is declared last so it stops first.
   std::shared_ptr<LiveRunState> live_;
   std::unique_ptr<MetricsServer> metrics_server_;

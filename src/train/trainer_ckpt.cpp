@@ -71,6 +71,7 @@ Status Trainer::OpenCheckpoints(nlohmann::json* resume_row) {
   po.poll_s = cfg_.ckpt.notice_poll_s;
   po.signal_window_s = cfg_.ckpt.notice_window_s;
   TERN_ASSIGN_OR_RETURN(watcher_, ckpt::PreemptionWatcher::Start(po));
+  OpenIntervalTuner();
 
   const ResumeFrom& from = cfg_.ckpt.resume;
   if (from.mode == ResumeFrom::Mode::kNone) return Status::Ok();
@@ -138,9 +139,9 @@ Status Trainer::MaybeCheckpoint(int step, bool last, std::optional<double> val_l
   bool periodic = false;
   for (int t = 0; t < ckpt_->num_tiers(); t++) {
     const auto& tier = ckpt_->tier(t);
-    if (tier.every > 0 && (step % tier.every == 0 || last)) {
+    if (Cadence(t) > 0 && (PeriodicDue(t, step) || last)) {
       tiers.push_back(t);
-      periodic = periodic || step % tier.every == 0;
+      periodic = periodic || PeriodicDue(t, step);
     } else if (tier.keep.keep_best > 0 && val_loss && ckpt_->WouldKeepBest(t, *val_loss)) {
       tiers.push_back(t);
     }
@@ -151,6 +152,7 @@ Status Trainer::MaybeCheckpoint(int step, bool last, std::optional<double> val_l
   if (!tiers.empty()) {
     const std::string kind = periodic ? "periodic" : last ? "final" : "best";
     TERN_RETURN_IF_ERROR(SaveTo(tiers, kind, val_loss, /*sync=*/false));
+    IntervalSaveStarted(step, tiers);
     last_saved_step_ = step;
   }
   Status failure;
@@ -165,6 +167,7 @@ Status Trainer::MaybeCheckpoint(int step, bool last, std::optional<double> val_l
 Status Trainer::DrainCheckpointEvents(ProgressBar* bar, Status* failure) {
   Status first_error;
   for (const auto& e : ckpt_->TakeEvents()) {
+    ObserveIntervalSave(e);
     nlohmann::json row = {{"event", "checkpoint"}, {"step", e.step}, {"tier", e.tier}, {"kind", e.kind}};
     if (e.skipped) {
       row["event"] = "checkpoint_skipped";
