@@ -173,7 +173,13 @@ void AddRunCommand(CLI::App& root, CommandTable& table) {
   };
   flag("--instance", "instance", "provider:region:type[:on-demand|spot|reserved]: priced from the catalog");
   flag("--price-per-hour", "price_per_hour", "USD per hour of the machine, instead of --instance");
-  flag("--ranks", "ranks", "trainer processes (> 1: through mpirun -np N; srun -n N under Slurm)");
+  flag("--ranks", "ranks",
+       "trainer processes (> 1: through mpirun -np N; srun -n N under Slurm); MIN-MAX (1-2) is elastic: each "
+       "attempt starts with the ranks that can run then");
+  flag("--ranks-probe", "ranks_probe",
+       "elastic: a shell command printing how many ranks can run now (default: nvidia-smi -L's GPUs for a "
+       "cuda "
+       "config)");
   flag("--on", "on",
        "where: local (this machine) or slurm (writes RUN_DIR/slurm/job.sbatch and submits it: --requeue, "
        "--signal=B:USR1@120; a requeued job resumes)");

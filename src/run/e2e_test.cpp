@@ -247,6 +247,36 @@ TEST_F(RunE2eTest, TwoRanksThroughMpirunPauseOnSigtermAndContinueBitForBit) {
       << "final weights bit-identical to the uninterrupted two-rank run";
 }
 
+// Elastic (--ranks 1-2): two ranks preempted while one of them went away (the probe says 1): the relaunch
+// resumes the two-rank checkpoint on one rank and finishes the job.
+TEST_F(RunE2eTest, AnElasticJobThatLostARankResumesOnOneAndFinishes) {
+  if (testing::FindProgram("mpirun").empty())
+    TERN_SKIP_OR_FAIL_IN_CI("mpirun is not on PATH; scripts/install-deps installs openmpi-bin");
+  const std::string mpi_args = geteuid() == 0 ? "--oversubscribe --allow-run-as-root" : "--oversubscribe";
+  const std::string available = root_ + "/available";
+  testing::WriteFile(available, "2\n");
+  testing::Child run({tern_, "run", root_ + "/tiny.yaml", "--set", "run.dir=" + root_ + "/el", "--quiet",
+                      "--ranks", "1-2", "--ranks-probe", "cat " + available, "--mpirun-args", mpi_args},
+                     Env(), root_ + "/run.log");
+  ASSERT_TRUE(WaitRows("el", [](const std::vector<json>& rows) { return MaxStep(rows) >= 5; }))
+      << testing::ReadFile(root_ + "/run.log");
+  testing::WriteFile(available, "1\n");
+  const int pid = TrainerPid("el", 1);  // mpirun's: it passes the SIGTERM on, the ranks save
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  ASSERT_EQ(run.Wait(), 0) << testing::ReadFile(root_ + "/run.log");
+  const json s = Status("el");
+  ASSERT_EQ(s["attempts"].size(), 2u) << s.dump(2);
+  EXPECT_EQ(s["attempts"][0]["ranks"], 2);
+  EXPECT_EQ(s["attempts"][0]["reason"], "preempted");
+  EXPECT_EQ(s["attempts"][1]["ranks"], 1);
+  EXPECT_EQ(s["attempts"][1]["reason"], "done");
+  EXPECT_EQ(s["attempts"][1]["resumed_from"], s["attempts"][0]["last_step"]);
+  EXPECT_EQ(s["attempts"][1]["last_step"], 80);
+  EXPECT_NE(testing::ReadFile(root_ + "/run.log").find("1 of at most 2 ranks can run now"),
+            std::string::npos);
+}
+
 TEST_F(RunE2eTest, JobCommandsNameWhatIsWrong) {
   testing::CommandResult none = testing::RunCommand(Shell("job status " + root_ + "/nothing"));
   EXPECT_EQ(none.code, 1);

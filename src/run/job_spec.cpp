@@ -63,9 +63,29 @@ const std::vector<JobKey>& Keys() {
          s.billing = "custom";
          return Status::Ok();
        }},
-      {"ranks", "trainer processes (1 = plain `tern train`; more go through mpirun -np N)",
+      {"ranks",
+       "trainer processes (1 = plain `tern train`; more go through mpirun -np N); MIN-MAX (\"1-2\") is "
+       "elastic: an attempt starts with as many as job.ranks_probe says can run, at least MIN",
        [](JobSpec& s, const std::string& v) -> Status {
-         TERN_ASSIGN_OR_RETURN(s.ranks, Integer("ranks", v, 1));
+         const size_t dash = v.find('-');
+         if (dash == std::string::npos) {
+           TERN_ASSIGN_OR_RETURN(s.ranks, Integer("ranks", v, 1));
+           s.min_ranks = 0;
+           return Status::Ok();
+         }
+         TERN_ASSIGN_OR_RETURN(s.min_ranks, Integer("ranks", v.substr(0, dash), 1));
+         TERN_ASSIGN_OR_RETURN(s.ranks, Integer("ranks", v.substr(dash + 1), 1));
+         if (s.min_ranks > s.ranks) {
+           return Status::InvalidArgument(
+               fmt::format("job.ranks: '{}' has its minimum above its maximum; write MIN-MAX, e.g. 1-2", v));
+         }
+         return Status::Ok();
+       }},
+      {"ranks_probe",
+       "elastic ranks: a shell command printing how many ranks can run now (default: for train.device cuda, "
+       "the GPUs `nvidia-smi -L` lists; else the maximum)",
+       [](JobSpec& s, const std::string& v) {
+         s.ranks_probe = v;
          return Status::Ok();
        }},
       {"on", "where the trainer runs: local (this machine) or slurm (sbatch; a requeued job resumes)",
@@ -193,6 +213,12 @@ Status LoadJobSection(const std::string& config_path, JobSpec* spec) {
 Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.where != "local" && spec.where != "slurm")
     return Status::InvalidArgument(fmt::format("job.on: '{}' is not one of local, slurm", spec.where));
+  if (spec.where == "slurm" && Elastic(spec)) {
+    return Status::InvalidArgument(
+        "elastic job.ranks (MIN-MAX) is for --on local: a Slurm allocation has the tasks sbatch gave it; "
+        "give "
+        "one number");
+  }
   if (spec.where == "local" && spec.nodes > 1)
     return Status::InvalidArgument("job.nodes > 1 needs a cluster: run with --on slurm");
   if (!spec.instance.empty() && spec.billing == "custom") {

@@ -21,6 +21,8 @@ struct JobSpec {
   std::string billing = "none";  // on-demand | spot | reserved (from the instance) | custom | none
   double price_per_hour = 0;     // USD for the machine (all ranks); from the catalog or job.price_per_hour
   int ranks = 1;                 // trainer processes; > 1 launches them through mpirun (srun under Slurm)
+  int min_ranks = 0;             // elastic (job.ranks MIN-MAX): fewer may start an attempt; 0 = exactly ranks
+  std::string ranks_probe;       // elastic: a shell command that prints how many ranks can run now
   std::string where = "local";   // local | slurm
   std::vector<std::string> mpirun_args;  // e.g. --allow-run-as-root --oversubscribe (job.mpirun_args)
   // Slurm (where = slurm; docs/jobs.md)
@@ -47,6 +49,10 @@ struct JobSpec {
 [[nodiscard]] Status SetJobKey(const std::string& key, const std::string& value, JobSpec* spec);
 // The `job:` section of a config file, if it has one.
 [[nodiscard]] Status LoadJobSection(const std::string& config_path, JobSpec* spec);
+// Whether an attempt may start with fewer than `ranks` processes (job.ranks MIN-MAX, MIN < MAX).
+inline bool Elastic(const JobSpec& spec) {
+  return spec.min_ranks > 0 && spec.min_ranks < spec.ranks;
+}
 // Checks the spec as a whole (a price without an instance or with one, ranks, where).
 [[nodiscard]] Status ValidateJobSpec(const JobSpec& spec);
 // The deadline as UTC seconds for a job created at `created_unix`; 0 when there is none.

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "core/file_util.h"
+#include "run/elastic.h"
 #include "run/job_book.h"
 #include "run/job_report.h"
 #include "run/signals.h"
@@ -66,6 +67,27 @@ std::string Supervisor::PausedReason() const {
   return "the supervisor was signalled; run `tern run` again to continue";
 }
 
+std::string Supervisor::TooLateAfter(double wait) const {
+  if (deadline_unix_ <= 0 || clock_->Now() + wait < deadline_unix_) return "";
+  return fmt::format(
+      "deadline: the next attempt could start only after {} (job.deadline = {}); give a later --deadline to "
+      "go on",
+      FormatUtc(deadline_unix_), o_.spec.deadline);
+}
+
+void Supervisor::WaitInterruptibly(JobBook* book, double seconds) {
+  // A signal pauses the job, a cancel (checked every second) ends it: both end the wait.
+  const double until = clock_->Now() + seconds;
+  double checked = clock_->Now();
+  while (clock_->Now() < until && PendingSupervisorSignal() == 0 && !interrupted_) {
+    clock_->Sleep(std::min(o_.poll_s, until - clock_->Now()));
+    if (clock_->Now() - checked >= 1.0) {
+      checked = clock_->Now();
+      if (book->CancelRequested()) break;
+    }
+  }
+}
+
 Result<JobOutcome> Supervisor::Run() {
   ClearSupervisorSignal();
   interrupted_ = false;
@@ -91,6 +113,7 @@ Result<JobOutcome> Supervisor::Run() {
     return out;
   };
 
+  int rank_waits = 0;  // elastic: waits in a row for enough ranks
   while (true) {
     if (book->CancelRequested()) return finish("cancelled", "cancelled by `tern job cancel`", kRunStopped);
     if (interrupted_ || PendingSupervisorSignal() != 0)
@@ -100,8 +123,25 @@ Result<JobOutcome> Supervisor::Run() {
       Print("stopping: " + limit);
       return finish("stopped", limit, kRunStopped);
     }
+    int ranks = o_.spec.ranks;
+    if (Elastic(o_.spec)) {
+      const RanksNow now = ChooseRanks(o_.spec, ProbeRanks(o_.spec));
+      if (!now.why.empty()) Print(now.why);
+      if (now.ranks == 0) {
+        const double wait = BackoffSeconds(o_.spec, ++rank_waits);
+        if (const std::string why = TooLateAfter(wait); !why.empty()) {
+          Print("stopping: " + why);
+          return finish("stopped", why, kRunStopped);
+        }
+        Print(fmt::format("asking again in {:.1f} s", wait));
+        WaitInterruptibly(book.get(), wait);
+        continue;
+      }
+      rank_waits = 0;
+      ranks = now.ranks;
+    }
     const int n = book->attempts().empty() ? 1 : book->attempts().back().attempt + 1;
-    TERN_ASSIGN_OR_RETURN(AttemptRow a, RunAttempt(book.get(), n));
+    TERN_ASSIGN_OR_RETURN(AttemptRow a, RunAttempt(book.get(), n, ranks));
     switch (NextAfter(a.reason)) {
       case Next::kDone: {
         TERN_RETURN_IF_ERROR(AddJobToSummary(o_.spec.run_dir, book->job(), book->attempts()));
@@ -129,24 +169,11 @@ Result<JobOutcome> Supervisor::Run() {
         const double wait = BackoffSeconds(o_.spec, failures);
         Print(fmt::format("attempt {} {} ({}); relaunching in {:.1f} s ({} failure{} in a row)", n, a.reason,
                           a.message, wait, failures, failures == 1 ? "" : "s"));
-        const double until = clock_->Now() + wait;
-        if (deadline_unix_ > 0 && until >= deadline_unix_) {
-          const std::string why = fmt::format(
-              "deadline: the next attempt could start only after {} (job.deadline = {}); "
-              "give a later --deadline to go on",
-              FormatUtc(deadline_unix_), o_.spec.deadline);
+        if (const std::string why = TooLateAfter(wait); !why.empty()) {
           Print("stopping: " + why);
           return finish("stopped", why, kRunStopped);
         }
-        // Interruptible: a signal pauses the job, a cancel (checked every second) ends it.
-        double checked = clock_->Now();
-        while (clock_->Now() < until && PendingSupervisorSignal() == 0 && !interrupted_) {
-          clock_->Sleep(std::min(o_.poll_s, until - clock_->Now()));
-          if (clock_->Now() - checked >= 1.0) {
-            checked = clock_->Now();
-            if (book->CancelRequested()) break;
-          }
-        }
+        WaitInterruptibly(book.get(), wait);
         break;
       }
     }

@@ -9,6 +9,8 @@
 //   SIGTERM/SIGUSR1/SIGINT to the supervisor -> forwarded to the trainer (it saves and exits 75), then the
 //                                     supervisor exits 75 itself: run it again to continue
 // Hung: metrics.jsonl did not grow for job.heartbeat seconds: SIGTERM, then SIGKILL after job.kill_grace.
+// Elastic (job.ranks MIN-MAX): each attempt starts with the ranks that can run then (run/elastic.h); with
+// fewer than MIN the supervisor waits (the backoff) and asks again.
 // Restarted on the same run directory (even after kill -9) it reads the ledger and carries on: attempt
 // numbers continue, and an attempt its dead predecessor left running is closed as "lost".
 // The state machine is drawn in docs/jobs.md.
@@ -73,7 +75,9 @@ class Supervisor {
  private:
   Status OpenJob(class JobBook* book);
   Status RecoverLost(JobBook* book);
-  Result<AttemptRow> RunAttempt(JobBook* book, int attempt);
+  Result<AttemptRow> RunAttempt(JobBook* book, int attempt, int ranks);
+  std::string TooLateAfter(double wait) const;  // why a wait would end past the deadline ("" = it would not)
+  void WaitInterruptibly(JobBook* book, double seconds);
   void Print(const std::string& line);
   bool InsideSlurmBatch() const;     // the supervisor of a Slurm batch script (`tern run --slurm-batch`)
   std::string PausedReason() const;  // what a paused job's row says

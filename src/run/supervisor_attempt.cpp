@@ -183,8 +183,9 @@ Status Supervisor::RecoverLost(JobBook* book) {
   return Status::Ok();
 }
 
-Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n) {
-  const JobSpec& s = o_.spec;
+Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n, int ranks) {
+  JobSpec s = o_.spec;
+  s.ranks = ranks;  // an elastic job's attempt may have fewer than job.ranks
   const std::string metrics = s.run_dir + "/metrics.jsonl";
   const JobTotals before = book->totals();
   AttemptRow a;
