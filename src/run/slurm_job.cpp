@@ -47,7 +47,16 @@ Result<Submitted> SubmitSlurmJob(const JobSpec& spec, const BatchCommand& comman
     TERN_RETURN_IF_ERROR(WriteFileAtomic(out.script, SbatchScript(spec, command)));
     ::chmod(out.script.c_str(), 0755);
   }
-  TERN_ASSIGN_OR_RETURN(out.slurm_job_id, SubmitBatch(out.script));
+  Result<std::string> id = SubmitBatch(out.script);
+  if (!id.ok()) {  // nothing runs: the row says so instead of "queued" for ever
+    TERN_ASSIGN_OR_RETURN(auto book, JobBook::Open(spec.run_dir, ledger_path));
+    book->job().state = "stopped";
+    book->job().reason = "not submitted: " + id.status().message();
+    book->job().updated_unix = clock->Now();
+    (void)book->SaveJob();
+    return id.status();
+  }
+  out.slurm_job_id = *id;
   out.slurm_log = fmt::format("{}/logs/slurm-{}.out", spec.run_dir, out.slurm_job_id);
   // Not through JobBook::Open, which writes back the row it read: the job's supervisor may be writing.
   for (const std::string& path : {RunDirLedgerPath(spec.run_dir), ledger_path}) {

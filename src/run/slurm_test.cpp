@@ -4,7 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
+#include "run/clock.h"
+#include "run/job_book.h"
 #include "run/launcher.h"
+#include "run/slurm_job.h"
 #include "testing/files.h"
 #include "testing/processes.h"
 
@@ -105,6 +110,70 @@ TEST(SlurmScriptTest, RunProgramReturnsBothStreamsAndNamesWhatToInstall) {
   EXPECT_FALSE(info.active());
   info.state = "";
   EXPECT_FALSE(info.active());
+}
+
+// sbatch and scontrol stand-ins on PATH: a submission's rows in both ledgers, the id of `sbatch --parsable`
+// ("id;cluster"), scontrol's fields, the refusal of a second submission while the first is queued, and a
+// refused submission that leaves the job "stopped" with sbatch's words, not "queued" for ever.
+TEST(SlurmSubmitTest, TheSubmissionIsInTheLedgerAndARefusalSaysWhy) {
+  testing::TempDir tmp;
+  const std::string bin = tmp / "bin";
+  testing::WriteFile(bin + "/sbatch", "#!/bin/sh\n[ -f " + tmp.path() +
+                                          "/refuse ] && { echo 'sbatch: error: invalid partition' >&2; "
+                                          "exit 1; }\necho '4242;tern-ci'\n");
+  testing::WriteFile(
+      bin + "/scontrol",
+      "#!/bin/sh\necho 'JobId=4242 JobName=tern-job JobState=PENDING Reason=Priority Restarts=0 "
+      "NodeList=(null) Command=/x y'\n");
+  ASSERT_EQ(testing::RunCommand("chmod +x " + bin + "/sbatch " + bin + "/scontrol").code, 0);
+  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  ::setenv("PATH", (bin + ":" + path).c_str(), 1);
+  JobSpec s;
+  s.config_path = "c.yaml";
+  s.run_dir = tmp / "job";
+  s.where = "slurm";
+  s.project = "p";
+  RealClock clock;
+  const BatchCommand command{"/t", {"c.yaml"}, tmp.path()};
+  auto sub = SubmitSlurmJob(s, command, tmp / "home/ledger.sqlite", &clock);
+  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+  EXPECT_EQ(sub->slurm_job_id, "4242");
+  EXPECT_EQ(sub->script, tmp / "job/slurm/job.sbatch");
+  EXPECT_NE(testing::ReadFile(sub->script).find("#SBATCH --requeue"), std::string::npos);
+  for (const std::string& ledger : {RunDirLedgerPath(s.run_dir), tmp / "home/ledger.sqlite"}) {
+    auto l = Ledger::Open(ledger);
+    ASSERT_TRUE(l.ok());
+    auto job = (*l)->FindJob(s.run_dir);
+    ASSERT_TRUE(job.ok() && *job) << ledger;
+    EXPECT_EQ((*job)->state, "queued");
+    EXPECT_EQ((*job)->slurm_job_id, "4242");
+    EXPECT_EQ((*job)->reason, "submitted to Slurm as job 4242");
+    EXPECT_EQ((*job)->project, "p");
+  }
+  auto info = QuerySlurmJob("4242");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->state, "PENDING");
+  EXPECT_EQ(info->reason, "Priority");
+  EXPECT_TRUE(info->active());
+
+  auto again = SubmitSlurmJob(s, command, "", &clock);
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("in Slurm already as job 4242 (PENDING)"), std::string::npos)
+      << again.status().message();
+
+  s.run_dir = tmp / "other";
+  testing::WriteFile(tmp / "refuse", "");
+  auto refused = SubmitSlurmJob(s, command, "", &clock);
+  ::setenv("PATH", path.c_str(), 1);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("invalid partition"), std::string::npos)
+      << refused.status().message();
+  auto l = Ledger::Open(RunDirLedgerPath(s.run_dir));
+  ASSERT_TRUE(l.ok());
+  auto job = (*l)->FindJob(s.run_dir);
+  ASSERT_TRUE(job.ok() && *job);
+  EXPECT_EQ((*job)->state, "stopped");
+  EXPECT_NE((*job)->reason.find("not submitted"), std::string::npos) << (*job)->reason;
 }
 
 }  // namespace

@@ -88,15 +88,17 @@ TEST_F(ElasticSupervisorTest, WithFewerThanTheMinimumItWaitsWithoutSpendingAnAtt
   ASSERT_TRUE(SetJobKey("ranks", "2-3", &spec_).ok());
   spec_.max_attempts = 1;
   // The probe says 1 twice, then 2.
-  spec_.ranks_probe = "n=$(cat '" + (dir_ / "asked").string() + "' 2>/dev/null || echo 0); n=$((n + 1)); echo $n > '" +
-                      (dir_ / "asked").string() + "'; if [ $n -ge 3 ]; then echo 2; else echo 1; fi";
+  spec_.ranks_probe = "n=$(cat '" + (dir_ / "asked").string() +
+                      "' 2>/dev/null || echo 0); n=$((n + 1)); echo $n > '" + (dir_ / "asked").string() +
+                      "'; if [ $n -ge 3 ]; then echo 2; else echo 1; fi";
   auto out = Supervise(Script(R"(echo "${OMPI_COMM_WORLD_SIZE:-1}" >> "$DIR/sizes"; row 1; exit 0)"));
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(out->exit_code, kRunDone) << console_;
   ASSERT_EQ(out->attempts.size(), 1u);
   EXPECT_EQ(out->attempts[0].ranks, 2);
   EXPECT_EQ(ReadFile(dir_ / "run/sizes"), "2\n2\n");
-  EXPECT_NE(console_.find("only 1 rank can run now, job.ranks needs at least 2"), std::string::npos) << console_;
+  EXPECT_NE(console_.find("only 1 rank can run now, job.ranks needs at least 2"), std::string::npos)
+      << console_;
   EXPECT_EQ(ReadFile(dir_ / "asked"), "3\n");
 }
 
