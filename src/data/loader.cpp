@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cassert>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <numeric>
 #include <random>
+#include <thread>
 
 namespace tern {
 
@@ -87,6 +89,8 @@ Result<std::unique_ptr<DataLoader>> DataLoader::Open(const std::vector<std::stri
   dl->seed_ = seed;
   dl->shuffle_ = shuffle;
   dl->depth_ = static_cast<size_t>(prefetch_depth);
+  if (const char* d = std::getenv("TERN_TEST_DATA_DELAY_MS"); d && *d)
+    dl->test_delay_ms_ = std::atoi(d);  // test hook
   dl->slice_ = slice;
   uint64_t largest = 0;
   for (const auto& path : shard_paths) {
@@ -226,6 +230,8 @@ void DataLoader::ProducerLoop(LoaderPosition pos) {
 
 Status DataLoader::Next(Batch* out) {
   auto t0 = std::chrono::steady_clock::now();
+  if (test_delay_ms_ > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(test_delay_ms_));  // test hook
   std::unique_lock<std::mutex> lk(mu_);
   not_empty_.wait(lk, [&] { return stop_ || !queue_.empty(); });
   if (queue_.empty()) return Status::Unavailable("the data loader is shutting down");

@@ -115,6 +115,10 @@ class DataLoader {
   bool stop_ = false;
   LoaderPosition consumer_pos_;
   double wait_seconds_ = 0;
+  // TEST HOOK: $TERN_TEST_DATA_DELAY_MS (read at Create) makes every Next() sleep that long, counted as data
+  // wait: a slow loader for the diagnosis tests (src/report/diagnose_e2e_test.cpp). 0 = off, as in
+  // production.
+  int test_delay_ms_ = 0;
   std::thread thread_;
 };
 
