@@ -25,5 +25,6 @@ void AddServeCommand(CLI::App& root, CommandTable& table);
 void AddCkptCommand(CLI::App& root, CommandTable& table);
 void AddRunCommand(CLI::App& root, CommandTable& table);
 void AddJobCommand(CLI::App& root, CommandTable& table);
+void AddReportCommand(CLI::App& root, CommandTable& table);
 
 }  // namespace tern::cli

@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
       "  tern plan --model gpt2-124m --tokens 10B                               # cheapest GPU plan\n"
       "  tern ckpt ls runs/demo                                                 # checkpoints, verify, gc\n"
       "  tern run configs/demo.yaml --instance aws:us-east-1:p5.48xlarge:spot   # a job: relaunched, billed\n"
-      "  tern job status runs/demo                                              # its attempts and $\n\n"
+      "  tern job status runs/demo                                              # its attempts and $\n"
+      "  tern report runs/demo [runs/other]                                     # HTML charts, $, A/B\n\n"
       "Run `tern <command> --help` for each command's options.",
       "tern"};
   app.require_subcommand(1);
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
   tern::cli::AddCkptCommand(app, table);
   tern::cli::AddRunCommand(app, table);
   tern::cli::AddJobCommand(app, table);
+  tern::cli::AddReportCommand(app, table);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
