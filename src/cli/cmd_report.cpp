@@ -42,7 +42,8 @@ int RunReport(const ReportOptions& o) {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     f << page;
     if (!f.good()) {
-      std::fprintf(stderr, "tern report: cannot write %s (is the directory there and writable?)\n", tmp.c_str());
+      std::fprintf(stderr, "tern report: cannot write %s (is the directory there and writable?)\n",
+                   tmp.c_str());
       return 1;
     }
   }
@@ -51,7 +52,8 @@ int RunReport(const ReportOptions& o) {
     return 1;
   }
   std::fprintf(stderr, "tern report: wrote %s (%.2f MB, %zu run%s); open it in a browser (works offline)\n",
-               o.out.c_str(), static_cast<double>(page.size()) / 1e6, runs.size(), runs.size() == 1 ? "" : "s");
+               o.out.c_str(), static_cast<double>(page.size()) / 1e6, runs.size(),
+               runs.size() == 1 ? "" : "s");
   return 0;
 }
 

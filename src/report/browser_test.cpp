@@ -25,8 +25,9 @@ class ReportBrowserTest : public ::testing::Test {
   void SetUp() override {
     chromium_ = testing::FindProgram("chromium");
     if (chromium_.empty())
-      TERN_SKIP_OR_FAIL_IN_CI("chromium is not on PATH: the report's browser test needs Debian's chromium "
-                              "(scripts/install-deps installs it)");
+      TERN_SKIP_OR_FAIL_IN_CI(
+          "chromium is not on PATH: the report's browser test needs Debian's chromium "
+          "(scripts/install-deps installs it)");
     tern_ = testing::FindTernBinary().string();
     ASSERT_FALSE(tern_.empty()) << "build the tern binary first";
     data_ = testing::SharedSmallPreparedData();
@@ -34,11 +35,13 @@ class ReportBrowserTest : public ::testing::Test {
     root_ = tmp_.path();
     testing::WriteFile(root_ + "/tiny.yaml",
                        "model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
-                       "data: {dir: " + data_ + "}\n"
-                       "train: {batch_size: 4, seq_len: 32, total_batch_tokens: 256, steps: 30,\n"
-                       "        lr: 3.0e-3, warmup_steps: 2, schedule: constant}\n"
-                       "eval: {every: 10, batches: 2}\nsample: {count: 0}\nrun: {peak_gflops: 100}\n"
-                       "ckpt: {every: 10}\n");
+                       "data: {dir: " +
+                           data_ +
+                           "}\n"
+                           "train: {batch_size: 4, seq_len: 32, total_batch_tokens: 256, steps: 30,\n"
+                           "        lr: 3.0e-3, warmup_steps: 2, schedule: constant}\n"
+                           "eval: {every: 10, batches: 2}\nsample: {count: 0}\nrun: {peak_gflops: 100}\n"
+                           "ckpt: {every: 10}\n");
   }
   std::string Train(const std::string& name, const std::string& extra = "") {
     const std::string dir = root_ + "/" + name;
@@ -72,7 +75,8 @@ class ReportBrowserTest : public ::testing::Test {
   // data-value of the cell (run, key) of the summary table.
   static std::string Cell(const std::string& dom, int run, const std::string& key) {
     std::smatch m;
-    const std::regex re("data-run=\"" + std::to_string(run) + "\" data-key=\"" + key + "\" data-value=\"([^\"]*)\"");
+    const std::regex re("data-run=\"" + std::to_string(run) + "\" data-key=\"" + key +
+                        "\" data-value=\"([^\"]*)\"");
     return std::regex_search(dom, m, re) ? m[1].str() : "";
   }
   std::string Report(const std::string& args, const std::string& out) {

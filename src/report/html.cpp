@@ -15,11 +15,20 @@ std::string Escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -50,7 +59,8 @@ void Fill(std::string* text, const std::string& marker, const std::string& value
 
 Result<std::string> ReadChartJs() {
   std::vector<std::string> paths;
-  if (const char* env = std::getenv("TERN_CHARTJS"); env && *env) paths.push_back(env);
+  if (const char* env = std::getenv("TERN_CHARTJS"); env && *env)
+    paths.push_back(env);
   else
     for (const char* p : kChartJsPaths) paths.push_back(p);
   for (const auto& p : paths) {

@@ -20,7 +20,9 @@ double Round(double x, int digits = 6) {
   return std::strtod(buf, nullptr);
 }
 
-json Opt(const std::optional<double>& v, int digits = 8) { return v ? json(Round(*v, digits)) : json(nullptr); }
+json Opt(const std::optional<double>& v, int digits = 8) {
+  return v ? json(Round(*v, digits)) : json(nullptr);
+}
 
 json SummaryJson(const RunSummary& s) {
   return {{"steps", s.steps},
@@ -41,8 +43,8 @@ json ReachJson(const RunData& run, std::optional<double> target) {
   if (!target) return nullptr;
   const auto e = FirstReach(run, *target);
   if (!e) return {{"target", *target}, {"reached", false}};
-  return {{"target", *target}, {"reached", true},       {"step", e->step}, {"tokens", e->tokens},
-          {"t_s", Round(e->t_s, 8)}, {"usd", Opt(e->usd)}};
+  return {{"target", *target},   {"reached", true},         {"step", e->step},
+          {"tokens", e->tokens}, {"t_s", Round(e->t_s, 8)}, {"usd", Opt(e->usd)}};
 }
 
 json XJson(int step, double tokens, double t, const std::optional<double>& usd) {
@@ -69,7 +71,8 @@ json SeriesJson(const RunData& run) {
   };
   if (gpu) {
     getters.push_back({"gpu_util", [](const Point& p) { return p.row.gpu ? p.row.gpu->util_pct : NAN; }});
-    getters.push_back({"gpu_mem_gb", [](const Point& p) { return p.row.gpu ? p.row.gpu->mem_used_gb : NAN; }});
+    getters.push_back(
+        {"gpu_mem_gb", [](const Point& p) { return p.row.gpu ? p.row.gpu->mem_used_gb : NAN; }});
     getters.push_back({"gpu_power_w", [](const Point& p) { return p.row.gpu ? p.row.gpu->power_w : NAN; }});
   }
   std::vector<std::vector<size_t>> kept;
@@ -91,7 +94,8 @@ json SeriesJson(const RunData& run) {
   }
   std::vector<size_t> table(rows.begin(), rows.end());
   std::vector<size_t> slot(pts.size(), 0);
-  json xs = {{"step", json::array()}, {"tokens", json::array()}, {"t", json::array()}, {"usd", json::array()}};
+  json xs = {
+      {"step", json::array()}, {"tokens", json::array()}, {"t", json::array()}, {"usd", json::array()}};
   for (size_t k = 0; k < table.size(); ++k) {
     const Point& p = pts[table[k]];
     slot[table[k]] = k;
@@ -137,8 +141,11 @@ json SeriesJson(const RunData& run) {
                     {"tokens", {l.tokens0, l.tokens1}},
                     {"t", {Round(l.t0_s, 7), Round(l.t1_s, 7)}},
                     {"usd", {Opt(l.usd0, 7), Opt(l.usd1, 7)}}});
-  return {{"x", std::move(xs)}, {"series", std::move(series)}, {"evals", std::move(evals)},
-          {"marks", std::move(marks)}, {"lost", std::move(lost)}};
+  return {{"x", std::move(xs)},
+          {"series", std::move(series)},
+          {"evals", std::move(evals)},
+          {"marks", std::move(marks)},
+          {"lost", std::move(lost)}};
 }
 
 }  // namespace
@@ -168,9 +175,12 @@ json ReportJson(const std::vector<RunData>& runs, bool with_series) {
   cmp["config_diff"] = std::move(diff);
   if (runs.size() == 2 && target) {
     const Ratios r = CompareTwo(runs[0], runs[1], *target);
-    cmp["ratios"] = {{"a", runs[0].name},    {"b", runs[1].name},
-                     {"usd", Opt(r.usd, 4)}, {"time", Opt(r.time, 4)},
-                     {"tokens_per_s", Opt(r.tokens_per_s, 4)}, {"sentence", r.sentence}};
+    cmp["ratios"] = {{"a", runs[0].name},
+                     {"b", runs[1].name},
+                     {"usd", Opt(r.usd, 4)},
+                     {"time", Opt(r.time, 4)},
+                     {"tokens_per_s", Opt(r.tokens_per_s, 4)},
+                     {"sentence", r.sentence}};
   }
   out["comparison"] = std::move(cmp);
   return out;

@@ -13,7 +13,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void FlattenJson(const nlohmann::json& j, const std::string& prefix, std::map<std::string, std::string>* out) {
+void FlattenJson(const nlohmann::json& j, const std::string& prefix,
+                 std::map<std::string, std::string>* out) {
   if (j.is_object()) {
     for (auto it = j.begin(); it != j.end(); ++it) FlattenJson(it.value(), prefix + "." + it.key(), out);
   } else {
@@ -162,7 +163,8 @@ Result<RunData> LoadRun(const std::string& dir) {
         fmt::format("{} has no metrics.jsonl: give the run directory `tern train` wrote (its run.dir)", dir));
   TERN_ASSIGN_OR_RETURN(auto rows, ReadMetricsFile(metrics));
   auto stitched = StitchRows(rows);
-  if (!stitched.ok()) return Status::InvalidArgument(fmt::format("{}: {}", metrics, stitched.status().message()));
+  if (!stitched.ok())
+    return Status::InvalidArgument(fmt::format("{}: {}", metrics, stitched.status().message()));
   RunData run = std::move(stitched).value();
   run.dir = dir;
   std::string name = fs::path(dir).lexically_normal().filename().string();
@@ -276,7 +278,8 @@ Ratios CompareTwo(const RunData& a, const RunData& b, double target) {
   Ratios out;
   const auto ra = FirstReach(a, target), rb = FirstReach(b, target);
   const RunSummary sa = Summarize(a), sb = Summarize(b);
-  if (sa.tokens_per_s && sb.tokens_per_s && *sa.tokens_per_s > 0) out.tokens_per_s = *sb.tokens_per_s / *sa.tokens_per_s;
+  if (sa.tokens_per_s && sb.tokens_per_s && *sa.tokens_per_s > 0)
+    out.tokens_per_s = *sb.tokens_per_s / *sa.tokens_per_s;
   if (!ra || !rb) {
     out.sentence = fmt::format("{} does not reach val {:.2f}", !rb ? b.name : a.name, target);
     return out;
@@ -284,12 +287,14 @@ Ratios CompareTwo(const RunData& a, const RunData& b, double target) {
   if (ra->usd && rb->usd && *ra->usd > 0) out.usd = *rb->usd / *ra->usd;
   if (ra->t_s > 0) out.time = rb->t_s / ra->t_s;
   if (out.usd) {
-    out.sentence = fmt::format("{} reaches val {:.2f} in {:.2f}× the dollars of {}", b.name, target, *out.usd, a.name);
+    out.sentence =
+        fmt::format("{} reaches val {:.2f} in {:.2f}× the dollars of {}", b.name, target, *out.usd, a.name);
     if (out.time) out.sentence += fmt::format(" ({:.2f}× the time)", *out.time);
   } else if (out.time) {
-    out.sentence = fmt::format("{} reaches val {:.2f} in {:.2f}× the time of {} (no price: run with "
-                               "--price-per-hour for dollars)",
-                               b.name, target, *out.time, a.name);
+    out.sentence = fmt::format(
+        "{} reaches val {:.2f} in {:.2f}× the time of {} (no price: run with "
+        "--price-per-hour for dollars)",
+        b.name, target, *out.time, a.name);
   }
   return out;
 }

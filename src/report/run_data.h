@@ -51,13 +51,13 @@ struct LostSpan {
 struct RunData {
   std::string dir, name;
   StartRecord start;
-  std::optional<EndRecord> end;           // summary.json, else the end row
-  std::vector<Point> points;              // stitched: one row per step, increasing, the later attempt's
-  std::vector<EvalPoint> evals;           // stitched the same way
+  std::optional<EndRecord> end;  // summary.json, else the end row
+  std::vector<Point> points;     // stitched: one row per step, increasing, the later attempt's
+  std::vector<EvalPoint> evals;  // stitched the same way
   std::vector<Mark> marks;
   std::vector<LostSpan> lost;
-  int attempts = 1, lost_steps = 0;        // lost_steps: rows superseded by a later attempt
-  double lost_s = 0;                       // their step time
+  int attempts = 1, lost_steps = 0;           // lost_steps: rows superseded by a later attempt
+  double lost_s = 0;                          // their step time
   std::map<std::string, std::string> config;  // "start.precision", "train.lr" (config.yaml), flattened
 };
 

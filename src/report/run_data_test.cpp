@@ -27,7 +27,9 @@ RunRow Step(int step, double elapsed, double loss) {
   r.cost_usd = elapsed * 0.001;
   return {kRunRecordVersion, r};
 }
-RunRow Eval(int step, double val) { return {kRunRecordVersion, EvalRecord{step, val, 1}}; }
+RunRow Eval(int step, double val) {
+  return {kRunRecordVersion, EvalRecord{step, val, 1}};
+}
 RunRow Event(const std::string& name, int step) {
   EventRecord e;
   e.event = name;
