@@ -43,13 +43,17 @@ int RunDiagnose(const DiagnoseCliOptions& o) {
 
 void AddDiagnoseCommand(CLI::App& root, CommandTable& table) {
   auto o = std::make_shared<DiagnoseCliOptions>();
-  auto* sub = root.add_subcommand("diagnose", "What slowed a run or cost it money, with the fix (findings by $)");
-  sub->add_option("run_dir", o->run_dir, "the run directory (run.dir: metrics.jsonl, summary.json)")->required();
-  sub->add_flag("--json", o->json, "the findings as JSON: rule, evidence, numbers, step_fraction, usd_per_hour, fix");
+  auto* sub =
+      root.add_subcommand("diagnose", "What slowed a run or cost it money, with the fix (findings by $)");
+  sub->add_option("run_dir", o->run_dir, "the run directory (run.dir: metrics.jsonl, summary.json)")
+      ->required();
+  sub->add_flag("--json", o->json,
+                "the findings as JSON: rule, evidence, numbers, step_fraction, usd_per_hour, fix");
   sub->add_option("--calibration", o->calibration,
                   "a `tern bench --json` file: compare the run's MFU with the bench's (rule low_mfu)");
   sub->add_option("--data-wait", o->rules.data_wait_fraction, "data_bound threshold, fraction of step time");
-  sub->add_option("--ckpt-stall", o->rules.ckpt_stall_fraction, "checkpoint_stall threshold, fraction of time");
+  sub->add_option("--ckpt-stall", o->rules.ckpt_stall_fraction,
+                  "checkpoint_stall threshold, fraction of time");
   sub->add_option("--comm", o->rules.comm_fraction, "exposed_comm threshold, fraction of step time");
   sub->add_option("--spike-factor", o->rules.spike_factor, "loss_spike: loss over this x the running median");
   sub->footer("\n" + report::RulesHelp(o->rules) +

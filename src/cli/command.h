@@ -26,5 +26,6 @@ void AddCkptCommand(CLI::App& root, CommandTable& table);
 void AddRunCommand(CLI::App& root, CommandTable& table);
 void AddJobCommand(CLI::App& root, CommandTable& table);
 void AddDiagnoseCommand(CLI::App& root, CommandTable& table);
+void AddReportCommand(CLI::App& root, CommandTable& table);
 
 }  // namespace tern::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
       "  tern run configs/demo.yaml --instance aws:us-east-1:p5.48xlarge:spot   # a job: relaunched, billed\n"
       "  tern job status runs/demo                                              # its attempts and $\n"
       "  tern diagnose runs/demo                                                # bottlenecks, $, fixes\n\n"
+      "  tern report runs/demo [runs/other]                                     # HTML charts, $, A/B\n\n"
       "Run `tern <command> --help` for each command's options.",
       "tern"};
   app.require_subcommand(1);
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   tern::cli::AddRunCommand(app, table);
   tern::cli::AddJobCommand(app, table);
   tern::cli::AddDiagnoseCommand(app, table);
+  tern::cli::AddReportCommand(app, table);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -8,7 +8,9 @@
 namespace tern::report {
 namespace {
 
-double Price(const RunInput& run) { return run.start ? run.start->price_per_hour : 0; }
+double Price(const RunInput& run) {
+  return run.start ? run.start->price_per_hour : 0;
+}
 
 // The step rows the time rules read: all of them but the first when there are ten or more (the first step
 // waits for the loader's first batch and warms the caches: start-up, not the steady state).
@@ -69,7 +71,8 @@ std::string RulesHelp(const DiagnoseOptions& o) {
       "  data_bound        data wait > {:.0f}% of step time (data_wait_ms / step_ms)\n"
       "  checkpoint_stall  checkpoint stalls > {:.0f}% of training time (checkpoint rows' stall_ms)\n"
       "  exposed_comm      communication waited for > {:.0f}% of step time (comm_ms / step_ms)\n"
-      "  low_mfu           median MFU < {:.0f}% of a bench's for the same device and precision (--calibration)\n"
+      "  low_mfu           median MFU < {:.0f}% of a bench's for the same device and precision "
+      "(--calibration)\n"
       "  gpu_idle          mean GPU utilisation < {:.0f}% (GPU runs with NVML fields)\n"
       "  loss_spike        a step's loss > {:g}x the median of the {} steps before it\n"
       "  divergence        a NaN/inf loss, or the mean of the last {} losses > {:g}x the {} before them\n"
@@ -88,12 +91,14 @@ std::optional<Finding> DataBoundRule(const RunInput& run, const DiagnoseOptions&
   if (step <= 0 || wait / step <= o.data_wait_fraction) return std::nullopt;
   Finding f = TimeFinding(run, "data_bound", wait / step);
   f.title = "data-bound: the trainer waits for the data loader";
-  f.evidence = fmt::format("data wait {:.1f}% of step time ({:.1f} of {:.1f} ms summed over the step rows; "
-                           "threshold {:.0f}%)",
-                           100 * wait / step, wait, step, 100 * o.data_wait_fraction);
+  f.evidence = fmt::format(
+      "data wait {:.1f}% of step time ({:.1f} of {:.1f} ms summed over the step rows; "
+      "threshold {:.0f}%)",
+      100 * wait / step, wait, step, 100 * o.data_wait_fraction);
   f.numbers = {{"data_wait_ms", wait}, {"step_ms", step}, {"threshold", o.data_wait_fraction}};
-  f.fix = "keep the shards of `tern prepare` on local disk (data.dir on NVMe, not a network mount); if they are, "
-          "raise train.batch_size (more compute per batch read) or train.seq_len";
+  f.fix =
+      "keep the shards of `tern prepare` on local disk (data.dir on NVMe, not a network mount); if they are, "
+      "raise train.batch_size (more compute per batch read) or train.seq_len";
   return f;
 }
 
@@ -111,11 +116,13 @@ std::optional<Finding> CheckpointStallRule(const RunInput& run, const DiagnoseOp
   if (frac <= o.ckpt_stall_fraction) return std::nullopt;
   Finding f = TimeFinding(run, "checkpoint_stall", frac);
   f.title = "checkpoint stalls: training waits for saves";
-  f.evidence = fmt::format("{} saves stalled training {:.2f} s of {:.1f} s ({:.1f}%; threshold {:.0f}%)", saves,
-                           stall_ms / 1e3, train_s, 100 * frac, 100 * o.ckpt_stall_fraction);
-  f.numbers = {{"saves", saves}, {"stall_ms", stall_ms}, {"train_s", train_s}, {"threshold", o.ckpt_stall_fraction}};
-  f.fix = "ckpt.async: true (save from a snapshot while training goes on) and ckpt.every: auto (Young/Daly "
-          "interval from the measured save cost)";
+  f.evidence = fmt::format("{} saves stalled training {:.2f} s of {:.1f} s ({:.1f}%; threshold {:.0f}%)",
+                           saves, stall_ms / 1e3, train_s, 100 * frac, 100 * o.ckpt_stall_fraction);
+  f.numbers = {
+      {"saves", saves}, {"stall_ms", stall_ms}, {"train_s", train_s}, {"threshold", o.ckpt_stall_fraction}};
+  f.fix =
+      "ckpt.async: true (save from a snapshot while training goes on) and ckpt.every: auto (Young/Daly "
+      "interval from the measured save cost)";
   return f;
 }
 
@@ -128,13 +135,15 @@ std::optional<Finding> ExposedCommRule(const RunInput& run, const DiagnoseOption
   if (step <= 0 || comm / step <= o.comm_fraction) return std::nullopt;
   Finding f = TimeFinding(run, "exposed_comm", comm / step);
   f.title = "exposed communication: ranks wait for gradients and weights";
-  f.evidence = fmt::format("communication waited for {:.1f}% of step time ({:.1f} of {:.1f} ms; threshold {:.0f}%; "
-                           "world {})",
-                           100 * comm / step, comm, step, 100 * o.comm_fraction, run.start ? run.start->world : 1);
+  f.evidence = fmt::format(
+      "communication waited for {:.1f}% of step time ({:.1f} of {:.1f} ms; threshold {:.0f}%; "
+      "world {})",
+      100 * comm / step, comm, step, 100 * o.comm_fraction, run.start ? run.start->world : 1);
   f.numbers = {{"comm_ms", comm}, {"step_ms", step}, {"threshold", o.comm_fraction}};
-  f.fix = "overlap more: tune dist.bucket_mb (docs/distributed.md), raise train.batch_size or gradient "
-          "accumulation (train.total_batch_tokens) so each all-reduce serves more compute, or fewer ranks on a "
-          "faster interconnect (`tern plan`)";
+  f.fix =
+      "overlap more: tune dist.bucket_mb (docs/distributed.md), raise train.batch_size or gradient "
+      "accumulation (train.total_batch_tokens) so each all-reduce serves more compute, or fewer ranks on a "
+      "faster interconnect (`tern plan`)";
   return f;
 }
 
@@ -150,10 +159,11 @@ std::optional<Finding> LowMfuRule(const RunInput& run, const DiagnoseOptions& o)
   if (m >= o.mfu_ratio * c.mfu) return std::nullopt;
   Finding f = TimeFinding(run, "low_mfu", 1 - m / c.mfu);
   f.title = "MFU below the bench's for this device and precision";
-  f.evidence = fmt::format("median MFU {:.1f}% vs {:.1f}% in {} (batch {} seq {}; this run batch {} seq {}); "
-                           "threshold {:.0f}% of it",
-                           100 * m, 100 * c.mfu, c.file, c.batch, c.seq, run.start->batch_size,
-                           run.start->seq_len, 100 * o.mfu_ratio);
+  f.evidence = fmt::format(
+      "median MFU {:.1f}% vs {:.1f}% in {} (batch {} seq {}; this run batch {} seq {}); "
+      "threshold {:.0f}% of it",
+      100 * m, 100 * c.mfu, c.file, c.batch, c.seq, run.start->batch_size, run.start->seq_len,
+      100 * o.mfu_ratio);
   f.numbers = {{"mfu", m}, {"calibration_mfu", c.mfu}, {"calibration", c.file}, {"threshold", o.mfu_ratio}};
   f.fix = "run the bench's shape (train.batch_size, train.seq_len) or `tern plan --calibrate " + c.file +
           "` for the micro-batch that fits; check the other findings (data wait, communication) first";
@@ -175,8 +185,9 @@ std::optional<Finding> GpuIdleRule(const RunInput& run, const DiagnoseOptions& o
   f.evidence = fmt::format("mean GPU utilisation {:.0f}% over {} step rows (threshold {:.0f}%)", util, n,
                            o.gpu_util_pct);
   f.numbers = {{"util_pct", util}, {"rows", n}, {"threshold", o.gpu_util_pct}};
-  f.fix = "see data_bound / checkpoint_stall / exposed_comm for where the time goes; else raise train.batch_size "
-          "(larger kernels) — `tern plan` gives the micro-batch that fits";
+  f.fix =
+      "see data_bound / checkpoint_stall / exposed_comm for where the time goes; else raise train.batch_size "
+      "(larger kernels) — `tern plan` gives the micro-batch that fits";
   return f;
 }
 
@@ -194,8 +205,10 @@ std::vector<Finding> LossRules(const RunInput& run, const DiagnoseOptions& o) {
     f.numbers = {{"step", s.step}, {"loss", nullptr}};
     double at = CostAt(run, s.step);
     if (at >= 0 && spent_end >= at) f.usd_spent = spent_end - at;
-    f.fix = "lower train.lr or raise train.warmup_steps; keep train.grad_clip on (e.g. 1.0); resume from the last "
-            "good checkpoint (`tern ckpt ls`)";
+    f.fix =
+        "lower train.lr or raise train.warmup_steps; keep train.grad_clip on (e.g. 1.0); resume from the "
+        "last "
+        "good checkpoint (`tern ckpt ls`)";
     out.push_back(f);
     return out;  // nothing after a NaN means anything
   }
@@ -219,13 +232,18 @@ std::vector<Finding> LossRules(const RunInput& run, const DiagnoseOptions& o) {
     Finding f;
     f.rule = "loss_spike";
     f.title = "loss spikes";
-    f.evidence = fmt::format("{} step(s) with loss > {:g}x the median of the {} before; worst at step {}: {:.3f} vs "
-                             "median {:.3f} ({:.1f}x)",
-                             spikes, o.spike_factor, o.spike_window, worst_step, worst_loss, worst_median, worst_ratio);
-    f.numbers = {{"spikes", spikes}, {"worst_step", worst_step}, {"worst_loss", worst_loss},
-                 {"median", worst_median}, {"factor", o.spike_factor}};
-    f.fix = "lower train.lr, keep train.grad_clip (e.g. 1.0), or raise train.warmup_steps; with fp16 prefer "
-            "train.precision: bf16";
+    f.evidence = fmt::format(
+        "{} step(s) with loss > {:g}x the median of the {} before; worst at step {}: {:.3f} vs "
+        "median {:.3f} ({:.1f}x)",
+        spikes, o.spike_factor, o.spike_window, worst_step, worst_loss, worst_median, worst_ratio);
+    f.numbers = {{"spikes", spikes},
+                 {"worst_step", worst_step},
+                 {"worst_loss", worst_loss},
+                 {"median", worst_median},
+                 {"factor", o.spike_factor}};
+    f.fix =
+        "lower train.lr, keep train.grad_clip (e.g. 1.0), or raise train.warmup_steps; with fp16 prefer "
+        "train.precision: bf16";
     out.push_back(f);
   }
   // Rising: the mean of the last N losses > factor x the mean of the N before them.
@@ -239,9 +257,10 @@ std::vector<Finding> LossRules(const RunInput& run, const DiagnoseOptions& o) {
       f.rule = "divergence";
       f.title = "divergence: the loss is rising";
       int from = st[st.size() - n].step;
-      f.evidence = fmt::format("mean loss of the last {} step rows {:.3f} vs {:.3f} for the {} before ({:.2f}x; "
-                               "threshold {:g}x)",
-                               n, last, prev, n, last / prev, o.rising_factor);
+      f.evidence = fmt::format(
+          "mean loss of the last {} step rows {:.3f} vs {:.3f} for the {} before ({:.2f}x; "
+          "threshold {:g}x)",
+          n, last, prev, n, last / prev, o.rising_factor);
       f.numbers = {{"last_mean", last}, {"previous_mean", prev}, {"window", n}, {"from_step", from}};
       double at = CostAt(run, from);
       if (at >= 0 && spent_end >= at) f.usd_spent = spent_end - at;
@@ -267,18 +286,20 @@ std::optional<Finding> PreemptionLossRule(const RunInput& run, const DiagnoseOpt
   Finding f;
   f.rule = "preemption_loss";
   f.title = "work lost to preemptions and restarts";
-  f.evidence = fmt::format("{} attempt(s) of {} redid {} steps: {:.0f} s, ${:.4f} (RUN_DIR/ledger.sqlite)", attempts,
-                           run.attempts.size(), steps, lost_s, lost_usd);
+  f.evidence = fmt::format("{} attempt(s) of {} redid {} steps: {:.0f} s, ${:.4f} (RUN_DIR/ledger.sqlite)",
+                           attempts, run.attempts.size(), steps, lost_s, lost_usd);
   f.numbers = {{"attempts", attempts}, {"lost_steps", steps}, {"lost_s", lost_s}, {"lost_usd", lost_usd}};
   f.usd_spent = lost_usd;
-  f.fix = "ckpt.every: auto (Young/Daly from the measured save cost and ckpt.mtbf), ckpt.on_notice with a "
-          "preemption notice (ckpt.notice_kind), or on-demand billing (`tern plan` compares spot and on-demand)";
+  f.fix =
+      "ckpt.every: auto (Young/Daly from the measured save cost and ckpt.mtbf), ckpt.on_notice with a "
+      "preemption notice (ckpt.notice_kind), or on-demand billing (`tern plan` compares spot and on-demand)";
   return f;
 }
 
 std::vector<Finding> Diagnose(const RunInput& run, const DiagnoseOptions& o) {
   std::vector<Finding> out;
-  for (auto* rule : {DataBoundRule, CheckpointStallRule, ExposedCommRule, LowMfuRule, GpuIdleRule, PreemptionLossRule})
+  for (auto* rule :
+       {DataBoundRule, CheckpointStallRule, ExposedCommRule, LowMfuRule, GpuIdleRule, PreemptionLossRule})
     if (auto f = rule(run, o)) out.push_back(std::move(*f));
   for (auto& f : LossRules(run, o)) out.push_back(std::move(f));
   std::stable_sort(out.begin(), out.end(), [](const Finding& a, const Finding& b) {
@@ -301,10 +322,12 @@ nlohmann::json ToJson(const Finding& f) {
 
 std::string FormatFindings(const RunInput& run, const std::vector<Finding>& findings) {
   std::string s = fmt::format("{}: {} step rows", run.run_dir, run.steps.size());
-  if (run.start) s += fmt::format(", {} {} {}, ${:.2f}/h", run.start->model, run.start->device,
-                                  run.start->precision, run.start->price_per_hour);
+  if (run.start)
+    s += fmt::format(", {} {} {}, ${:.2f}/h", run.start->model, run.start->device, run.start->precision,
+                     run.start->price_per_hour);
   s += "\n";
-  if (findings.empty()) return s + "no findings: every rule is within its threshold (`tern diagnose --help`)\n";
+  if (findings.empty())
+    return s + "no findings: every rule is within its threshold (`tern diagnose --help`)\n";
   int i = 0;
   for (const auto& f : findings) {
     s += fmt::format("\n{}. [{}] {}\n   evidence: {}\n", ++i, f.rule, f.title, f.evidence);

@@ -39,21 +39,21 @@ struct RunInput {
   std::vector<StepRecord> steps;
   std::vector<EvalRecord> evals;
   std::vector<EventRecord> events;
-  std::optional<EndRecord> end;        // summary.json, else the end row
-  std::vector<AttemptLoss> attempts;   // empty without a ledger (a run not started by `tern run`)
+  std::optional<EndRecord> end;       // summary.json, else the end row
+  std::vector<AttemptLoss> attempts;  // empty without a ledger (a run not started by `tern run`)
   std::optional<MfuCalibration> calibration;
 };
 
 // The thresholds (docs/report.md gives each one's source).
 struct DiagnoseOptions {
-  double data_wait_fraction = 0.05;     // data-bound: data wait > 5% of step time
-  double ckpt_stall_fraction = 0.02;    // checkpoint stall > 2% of training time
-  double comm_fraction = 0.10;          // exposed communication > 10% of step time
-  double mfu_ratio = 0.8;               // MFU below 80% of the calibration's
-  double gpu_util_pct = 80;             // GPU idle: mean utilisation < 80%
-  double spike_factor = 3;              // loss spike: a step's loss > 3x the median of the steps before it
-  int spike_window = 20;                //   ... the 20 before it (a spike is judged after that many steps)
-  int rising_window = 20;               // divergence: mean of the last 20 losses > 1.1x the 20 before them
+  double data_wait_fraction = 0.05;   // data-bound: data wait > 5% of step time
+  double ckpt_stall_fraction = 0.02;  // checkpoint stall > 2% of training time
+  double comm_fraction = 0.10;        // exposed communication > 10% of step time
+  double mfu_ratio = 0.8;             // MFU below 80% of the calibration's
+  double gpu_util_pct = 80;           // GPU idle: mean utilisation < 80%
+  double spike_factor = 3;            // loss spike: a step's loss > 3x the median of the steps before it
+  int spike_window = 20;              //   ... the 20 before it (a spike is judged after that many steps)
+  int rising_window = 20;             // divergence: mean of the last 20 losses > 1.1x the 20 before them
   double rising_factor = 1.1;
 };
 
@@ -63,10 +63,10 @@ struct Finding {
   std::string title;     // one line
   std::string evidence;  // the numbers, in words
   nlohmann::json numbers = nlohmann::json::object();  // the same numbers as data
-  double step_fraction = 0;  // of step time this costs (0: not a time cost)
-  double usd_per_hour = 0;   // step_fraction x the run's price per hour
-  double usd_spent = 0;      // $ already lost (preemptions, training after a divergence)
-  std::string fix;           // a config key or a command
+  double step_fraction = 0;                           // of step time this costs (0: not a time cost)
+  double usd_per_hour = 0;                            // step_fraction x the run's price per hour
+  double usd_spent = 0;  // $ already lost (preemptions, training after a divergence)
+  std::string fix;       // a config key or a command
 
   // The $ figure findings are ranked by: the hourly cost, else the $ spent.
   double RankUsd() const { return usd_per_hour > 0 ? usd_per_hour : usd_spent; }

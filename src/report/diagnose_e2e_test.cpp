@@ -1,5 +1,5 @@
-// A real short `tern train` whose loader is made slow (the test hook TERN_TEST_DATA_DELAY_MS, src/data/loader.h)
-// is diagnosed data-bound by the built `tern diagnose`; --json parses and names the rule.
+// A real short `tern train` whose loader is made slow (the test hook TERN_TEST_DATA_DELAY_MS,
+// src/data/loader.h) is diagnosed data-bound by the built `tern diagnose`; --json parses and names the rule.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -25,16 +25,17 @@ TEST(DiagnoseE2E, SlowLoaderIsDataBound) {
   const fs::path root = fs::temp_directory_path() / ("tern_diagnose_e2e_" + std::to_string(::getpid()));
   fs::remove_all(root);
   fs::create_directories(root);
-  std::ofstream(root / "tiny.yaml") << "model: {n_layer: 1, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
-                                    << "data: {dir: " << data << "}\n"
-                                    << "train: {batch_size: 4, seq_len: 32, steps: 12, warmup_steps: 2}\n"
-                                    << "eval: {every: 0, batches: 1}\n"
-                                    << "sample: {count: 0}\n"
-                                    << "run: {peak_gflops: 100}\n";
+  std::ofstream(root / "tiny.yaml")
+      << "model: {n_layer: 1, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
+      << "data: {dir: " << data << "}\n"
+      << "train: {batch_size: 4, seq_len: 32, steps: 12, warmup_steps: 2}\n"
+      << "eval: {every: 0, batches: 1}\n"
+      << "sample: {count: 0}\n"
+      << "run: {peak_gflops: 100}\n";
   const std::string run = (root / "run").string();
-  auto train = testing::RunCommand("OMP_NUM_THREADS=1 TERN_TEST_DATA_DELAY_MS=40 " + tern.string() + " train " +
-                                   (root / "tiny.yaml").string() + " --quiet --price-per-hour 3.6 --set run.dir=" +
-                                   run + " 2>&1");
+  auto train = testing::RunCommand("OMP_NUM_THREADS=1 TERN_TEST_DATA_DELAY_MS=40 " + tern.string() +
+                                   " train " + (root / "tiny.yaml").string() +
+                                   " --quiet --price-per-hour 3.6 --set run.dir=" + run + " 2>&1");
   ASSERT_EQ(train.code, 0) << train.output;
 
   auto text = testing::RunCommand(tern.string() + " diagnose " + run + " 2>&1");

@@ -58,7 +58,9 @@ std::vector<std::string> Rules(const RunInput& in) {
   return out;
 }
 
-TEST(Diagnose, HealthyRunHasNoFindings) { EXPECT_TRUE(Rules(Healthy()).empty()); }
+TEST(Diagnose, HealthyRunHasNoFindings) {
+  EXPECT_TRUE(Rules(Healthy()).empty());
+}
 
 TEST(Diagnose, DataBound) {
   RunInput in = Healthy();

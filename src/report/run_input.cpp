@@ -33,7 +33,8 @@ Result<RunInput> LoadRunInput(const std::string& run_dir, const std::string& cal
   RunInput in;
   in.run_dir = run_dir;
   if (!fs::is_directory(run_dir))
-    return Status::NotFound(run_dir + " is not a directory: give the run directory `tern train` wrote (run.dir)");
+    return Status::NotFound(run_dir +
+                            " is not a directory: give the run directory `tern train` wrote (run.dir)");
   std::string metrics = (fs::path(run_dir) / "metrics.jsonl").string();
   if (!fs::exists(metrics))
     return Status::NotFound(metrics + " does not exist: `tern train` writes it into run.dir; is " + run_dir +
@@ -66,7 +67,7 @@ Result<RunInput> LoadRunInput(const std::string& run_dir, const std::string& cal
   if (!calibration_path.empty()) {
     TERN_ASSIGN_OR_RETURN(auto bench, plan::LoadBenchJson(calibration_path));
     in.calibration = MfuCalibration{calibration_path, bench.device, plan::PrecisionName(bench.precision),
-                                    bench.batch, bench.seq, bench.mfu};
+                                    bench.batch,      bench.seq,    bench.mfu};
   }
   return in;
 }

@@ -1,6 +1,7 @@
 // Reads a run directory into the rules' RunInput (report/diagnose.h): RUN_DIR/metrics.jsonl through the typed
-// reader (metrics/run_record.h), summary.json when present, the attempts of RUN_DIR/ledger.sqlite (run/ledger.h)
-// when `tern run` started it, and a bench JSON (plan/calibration.h) given as the MFU calibration.
+// reader (metrics/run_record.h), summary.json when present, the attempts of RUN_DIR/ledger.sqlite
+// (run/ledger.h) when `tern run` started it, and a bench JSON (plan/calibration.h) given as the MFU
+// calibration.
 #pragma once
 
 #include <string>

@@ -255,9 +255,13 @@ TEST_F(RunE2eTest, AnElasticJobThatLostARankResumesOnOneAndFinishes) {
   const std::string mpi_args = geteuid() == 0 ? "--oversubscribe --allow-run-as-root" : "--oversubscribe";
   const std::string available = root_ + "/available";
   testing::WriteFile(available, "2\n");
+  // Each batch a little slower (the loader's test hook), so that the SIGTERM lands mid-run however fast
+  // the machine.
+  std::map<std::string, std::string> env = Env();
+  env["TERN_TEST_DATA_DELAY_MS"] = "15";
   testing::Child run({tern_, "run", root_ + "/tiny.yaml", "--set", "run.dir=" + root_ + "/el", "--quiet",
                       "--ranks", "1-2", "--ranks-probe", "cat " + available, "--mpirun-args", mpi_args},
-                     Env(), root_ + "/run.log");
+                     env, root_ + "/run.log");
   ASSERT_TRUE(WaitRows("el", [](const std::vector<json>& rows) { return MaxStep(rows) >= 5; }))
       << testing::ReadFile(root_ + "/run.log");
   testing::WriteFile(available, "1\n");

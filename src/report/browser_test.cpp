@@ -1,0 +1,155 @@
+// The page in a real browser: Debian's chromium (headless, no network) opens a report of a real short
+// `tern train` run from disk; the page's script says what each chart drew and any JavaScript error
+// (<pre id="tern-drawn">), and the numbers it shows equal metrics.jsonl's. Then an A/B report of two real
+// runs (fp32 vs bf16): both curves and the precision in the config diff.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "metrics/run_record.h"
+#include "testing/files.h"
+#include "testing/prepared_data.h"
+#include "testing/processes.h"
+#include "testing/skip.h"
+#include "testing/tern_binary.h"
+
+namespace tern {
+namespace {
+
+using nlohmann::json;
+
+class ReportBrowserTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    chromium_ = testing::FindProgram("chromium");
+    if (chromium_.empty())
+      TERN_SKIP_OR_FAIL_IN_CI(
+          "chromium is not on PATH: the report's browser test needs Debian's chromium "
+          "(scripts/install-deps installs it)");
+    tern_ = testing::FindTernBinary().string();
+    ASSERT_FALSE(tern_.empty()) << "build the tern binary first";
+    data_ = testing::SharedSmallPreparedData();
+    ASSERT_FALSE(data_.empty());
+    root_ = tmp_.path();
+    testing::WriteFile(root_ + "/tiny.yaml",
+                       "model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
+                       "data: {dir: " +
+                           data_ +
+                           "}\n"
+                           "train: {batch_size: 4, seq_len: 32, total_batch_tokens: 256, steps: 30,\n"
+                           "        lr: 3.0e-3, warmup_steps: 2, schedule: constant}\n"
+                           "eval: {every: 10, batches: 2}\nsample: {count: 0}\nrun: {peak_gflops: 100}\n"
+                           "ckpt: {every: 10}\n");
+  }
+  std::string Train(const std::string& name, const std::string& extra = "") {
+    const std::string dir = root_ + "/" + name;
+    auto r = testing::RunCommand("OMP_NUM_THREADS=1 " + tern_ + " train " + root_ +
+                                 "/tiny.yaml --quiet --price-per-hour 36 --set run.dir=" + dir + " " + extra +
+                                 " 2>&1");
+    EXPECT_EQ(r.code, 0) << r.output;
+    return dir;
+  }
+  // The DOM after the page's script ran, and the JSON it wrote into <pre id="tern-drawn">.
+  json Open(const std::string& html, std::string* dom) {
+    auto r = testing::RunCommand(chromium_ +
+                                 " --headless --no-sandbox --disable-gpu --no-first-run --disable-extensions "
+                                 "--proxy-server=127.0.0.1:9 --virtual-time-budget=10000 --dump-dom file://" +
+                                 html + " 2>/dev/null");
+    EXPECT_EQ(r.code, 0);
+    *dom = r.output;
+    std::smatch m;
+    static const std::regex pre(R"re(<pre id="tern-drawn"[^>]*>([^<]*)</pre>)re");
+    if (!std::regex_search(r.output, m, pre)) {
+      ADD_FAILURE() << "no <pre id=tern-drawn> in the DOM:\n" << r.output.substr(0, 2000);
+      return json::object();
+    }
+    std::string text = m[1];
+    text = std::regex_replace(text, std::regex("&quot;"), "\"");
+    text = std::regex_replace(text, std::regex("&lt;"), "<");
+    text = std::regex_replace(text, std::regex("&gt;"), ">");
+    text = std::regex_replace(text, std::regex("&amp;"), "&");
+    return json::parse(text, nullptr, false);
+  }
+  // data-value of the cell (run, key) of the summary table.
+  static std::string Cell(const std::string& dom, int run, const std::string& key) {
+    std::smatch m;
+    const std::regex re("data-run=\"" + std::to_string(run) + "\" data-key=\"" + key +
+                        "\" data-value=\"([^\"]*)\"");
+    return std::regex_search(dom, m, re) ? m[1].str() : "";
+  }
+  std::string Report(const std::string& args, const std::string& out) {
+    auto r = testing::RunCommand(tern_ + " report " + args + " --out " + out + " 2>&1");
+    EXPECT_EQ(r.code, 0) << r.output;
+    return out;
+  }
+
+  testing::TempDir tmp_;
+  std::string chromium_, tern_, data_, root_;
+};
+
+TEST_F(ReportBrowserTest, OneRealRunDrawsEveryChartAndShowsMetricsNumbers) {
+  const std::string run = Train("one");
+  const std::string html = Report(run, root_ + "/one.html");
+  std::string dom;
+  const json drawn = Open(html, &dom);
+  ASSERT_TRUE(drawn.is_object()) << dom.substr(0, 2000);
+  EXPECT_TRUE(drawn["errors"].empty()) << drawn["errors"].dump();
+  for (const char* id : {"chart-loss", "chart-throughput", "chart-optim", "chart-breakdown-0"}) {
+    ASSERT_TRUE(drawn["charts"].contains(id)) << id << ": " << drawn.dump();
+    for (const auto& ds : drawn["charts"][id]) {
+      const std::string label = ds["label"];
+      if (label == "communication" || label == "checkpoint stall") continue;  // one rank, may be all 0
+      EXPECT_GT(ds["points"].get<int>(), 0) << id << " " << label;
+    }
+  }
+  EXPECT_EQ(drawn["charts"]["chart-loss"][0]["points"], 30);  // train loss: every step
+  EXPECT_EQ(drawn["charts"]["chart-loss"][1]["points"], 3);   // val loss: steps 10, 20, 30
+  // The numbers shown are metrics.jsonl's (its end row).
+  auto rows = ReadMetricsFile(run + "/metrics.jsonl");
+  ASSERT_TRUE(rows.ok());
+  const auto& end = std::get<EndRecord>(rows.value().back().record);
+  EXPECT_NEAR(std::stod(Cell(dom, 0, "final_val_loss")), end.val_loss, 1e-5);
+  EXPECT_NEAR(std::stod(Cell(dom, 0, "usd")), end.cost_usd, 1e-6 + 1e-6 * end.cost_usd);
+  EXPECT_EQ(std::stod(Cell(dom, 0, "tokens")), static_cast<double>(end.tokens));
+  EXPECT_EQ(std::stoi(Cell(dom, 0, "steps")), end.steps);
+  // On the dollar axis too.
+  std::string dom_usd;
+  const json usd = Open(html + "?x=usd", &dom_usd);
+  EXPECT_EQ(usd["axis"], "usd");
+  EXPECT_TRUE(usd["errors"].empty()) << usd["errors"].dump();
+  EXPECT_EQ(usd["charts"]["chart-loss"][0]["points"], 30);
+}
+
+TEST_F(ReportBrowserTest, AbOfFp32AndBf16ShowsBothCurvesAndThePrecisionDiff) {
+  const std::string a = Train("fp32"), b = Train("bf16", "--set train.precision=bf16");
+  const std::string html = Report(a + " " + b, root_ + "/ab.html");
+  std::string dom;
+  const json drawn = Open(html, &dom);
+  ASSERT_TRUE(drawn.is_object());
+  EXPECT_TRUE(drawn["errors"].empty()) << drawn["errors"].dump();
+  EXPECT_EQ(drawn["axis"], "usd");  // several runs with a price: loss against dollars
+  const auto& loss = drawn["charts"]["chart-loss"];
+  ASSERT_EQ(loss.size(), 4u);  // train and val of each run
+  EXPECT_EQ(loss[0]["label"], "fp32 train loss");
+  EXPECT_EQ(loss[2]["label"], "bf16 train loss");
+  EXPECT_EQ(loss[0]["points"], 30);
+  EXPECT_EQ(loss[2]["points"], 30);
+  EXPECT_NE(dom.find("<tr data-key=\"config.train.precision\"><td>config.train.precision</td><td>fp32</td>"
+                     "<td>bf16</td></tr>"),
+            std::string::npos)
+      << dom.substr(dom.find("config-diff") == std::string::npos ? 0 : dom.find("config-diff"), 3000);
+  EXPECT_EQ(dom.find("data-key=\"config.train.lr\""), std::string::npos);  // the same in both: not shown
+  EXPECT_NE(dom.find("id=\"ab-sentence\">bf16 reaches val "), std::string::npos);
+  // --json: the same comparison for machines.
+  auto r = testing::RunCommand(tern_ + " report " + a + " " + b + " --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const json j = json::parse(r.output);
+  EXPECT_EQ(j["comparison"]["config_diff"]["config.train.precision"], json({"fp32", "bf16"}));
+  EXPECT_EQ(j["runs"].size(), 2u);
+  EXPECT_TRUE(j["comparison"]["ratios"]["usd"].is_number());
+}
+
+}  // namespace
+}  // namespace tern
