@@ -70,8 +70,8 @@ TEST(Cli, HelpTeachesTheCommands) {
     words >> name;
     listed.insert(name);
   }
-  for (const char* cmd :
-       {"prepare", "train", "generate", "bench", "export", "plan", "serve", "ckpt", "run", "job"}) {
+  for (const char* cmd : {"prepare", "train", "generate", "bench", "export", "plan", "serve", "ckpt", "run",
+                          "job", "simulate"}) {
     SCOPED_TRACE(cmd);
     EXPECT_TRUE(listed.count(cmd)) << "not under Subcommands:\n" << r.output;
     CmdResult h = RunTern(std::string(cmd) + " --help");
@@ -149,6 +149,31 @@ TEST(Cli, ListKeysShowsDefaults) {
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.output.find("train.precision"), std::string::npos);
   EXPECT_NE(r.output.find("fp32 | bf16"), std::string::npos);
+}
+
+// `tern simulate` on one shipped trace: every policy under both readings, as JSON; a missing deadline and a
+// bad polarity are errors that name the flag.
+TEST(Cli, SimulateReplaysAShippedTrace) {
+  const char* src = std::getenv("TERN_SOURCE_DIR");
+  const std::string trace = std::string(src ? src : TERN_TEST_SOURCE_DIR) +
+                            "/data/spot-traces/availability/1-node/aws-02-15-2023/"
+                            "us-west-2a_v100_1.json";
+  CmdResult r = RunTern("simulate --trace " + trace + " --work-hours 6h --deadline 12h --starts 20 --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* s : {"\"policy\": \"uniform-progress\"", "\"policy\": \"omniscient\"",
+                        "\"polarity\": \"available-if-nonzero\"", "\"polarity\": \"unavailable-if-nonzero\"",
+                        "\"prices\": \"aws/us-west-2/p3.2xlarge\"", "\"zone\": \"us-west-2a\""})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
+  CmdResult no_deadline = RunTern("simulate --trace " + trace + " --work-hours 6h");
+  EXPECT_EQ(no_deadline.code, 1);
+  EXPECT_NE(no_deadline.output.find("--deadline"), std::string::npos) << no_deadline.output;
+  CmdResult bad = RunTern("simulate --trace " + trace + " --work-hours 6h --deadline 8h --polarity nonzero");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.output.find("available-if-nonzero"), std::string::npos) << bad.output;
+  CmdResult hazard =
+      RunTern("simulate --trace " + trace + " --estimate-hazard --polarity available-if-nonzero");
+  EXPECT_EQ(hazard.code, 0) << hazard.output;
+  EXPECT_NE(hazard.output.find("MTBF"), std::string::npos) << hazard.output;
 }
 
 }  // namespace

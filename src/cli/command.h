@@ -27,5 +27,6 @@ void AddRunCommand(CLI::App& root, CommandTable& table);
 void AddJobCommand(CLI::App& root, CommandTable& table);
 void AddDiagnoseCommand(CLI::App& root, CommandTable& table);
 void AddReportCommand(CLI::App& root, CommandTable& table);
+void AddSimulateCommand(CLI::App& root, CommandTable& table);
 
 }  // namespace tern::cli

@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
       "  tern serve runs/demo --port 8080                                       # OpenAI-compatible API\n"
       "  tern bench --model gpt2-124m --batch 4 --seq 64 --json                 # measure speed and MFU\n"
       "  tern plan --model gpt2-124m --tokens 10B                               # cheapest GPU plan\n"
+      "  tern simulate --work-hours 24h --deadline 48h                          # spot policies on real "
+      "traces\n"
       "  tern ckpt ls runs/demo                                                 # checkpoints, verify, gc\n"
       "  tern run configs/demo.yaml --instance aws:us-east-1:p5.48xlarge:spot   # a job: relaunched, billed\n"
       "  tern job status runs/demo                                              # its attempts and $\n"
@@ -35,6 +37,7 @@ int main(int argc, char** argv) {
   tern::cli::AddJobCommand(app, table);
   tern::cli::AddDiagnoseCommand(app, table);
   tern::cli::AddReportCommand(app, table);
+  tern::cli::AddSimulateCommand(app, table);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

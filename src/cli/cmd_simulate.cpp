@@ -1,0 +1,275 @@
+// tern simulate: a job of W hours replayed on real spot traces under each policy, from many start offsets,
+// against a deadline (plan/spot_sim.h; docs/planning.md, "Spot simulation").
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "plan/calibration.h"
+#include "plan/catalog.h"
+#include "plan/spot_sim.h"
+#include "plan/units.h"
+
+namespace tern::cli {
+namespace {
+
+using namespace tern::plan;
+
+struct SimulateFlags {
+  std::vector<std::string> traces;
+  std::string polarity = "both";
+  std::string work, deadline, instance = "aws:us-east-1:p3.2xlarge";
+  std::string restart = "10m", checkpoint, notice = "2m", interval;
+  std::string calibrate;
+  std::string policies = "all";
+  int starts = 200;
+  bool estimate_hazard = false, json = false;
+};
+
+struct Prices {
+  double spot = 0, ondemand = 0;
+  std::string source;  // the catalog row, or "--instance ..." when the zone's region has none
+};
+
+// The instance's prices in the trace's region when the catalog lists them there, else --instance's.
+Result<Prices> PricesFor(const Catalog& cat, const std::string& instance, const std::string& region) {
+  std::vector<std::string> p;
+  for (size_t a = 0, b; a <= instance.size(); a = b + 1) {
+    b = instance.find(':', a);
+    if (b == std::string::npos) b = instance.size();
+    p.push_back(instance.substr(a, b - a));
+  }
+  if (p.size() != 3)
+    return Status::InvalidArgument(
+        fmt::format("--instance {}: write provider:region:type, e.g. aws:us-east-1:p3.2xlarge", instance));
+  const InstanceOffer* given = nullptr;
+  const InstanceOffer* here = nullptr;
+  for (const auto& o : cat.offers) {
+    if (o.provider != p[0] || o.instance_type != p[2]) continue;
+    if (o.region == p[1]) given = &o;
+    if (o.region == region) here = &o;
+  }
+  const InstanceOffer* o = here ? here : given;
+  if (!o)
+    return Status::NotFound(
+        fmt::format("--instance {}: not in the catalog ({}); `tern plan --instance {}` lists the regions",
+                    instance, fmt::join(cat.files, ", "), p[2]));
+  if (!o->price_spot_hr || !o->price_ondemand_hr)
+    return Status::NotFound(fmt::format("{}{} lacks a spot or on-demand price", o->where, o->Key()));
+  return Prices{*o->price_spot_hr, *o->price_ondemand_hr, o->Key()};
+}
+
+Result<double> Hours(const std::string& text, const char* flag) {
+  return ParseDurationHours(text, flag);
+}
+
+int Fail(const Status& st) {
+  std::fprintf(stderr, "tern simulate: %s\n", st.message().c_str());
+  return 1;
+}
+
+void PrintHazard(const std::vector<SpotTrace>& traces, bool json) {
+  nlohmann::json out = nlohmann::json::array();
+  if (!json)
+    std::printf("%-12s %-13s %-23s %6s %6s %7s %9s %9s\n", "zone", "family", "polarity", "up %", "drops",
+                "MTBF h", "outage h", "longest h");
+  for (const auto& t : traces) {
+    const HazardEstimate h = EstimateHazard(t);
+    if (json) {
+      out.push_back({{"file", t.file},
+                     {"zone", t.zone},
+                     {"family", t.family},
+                     {"polarity", PolarityName(t.polarity)},
+                     {"available_fraction", t.AvailableFraction()},
+                     {"preemptions", h.preemptions},
+                     {"mtbf_h", h.mtbf_h},
+                     {"hazard_per_hr", h.hazard_per_hr},
+                     {"mean_outage_h", h.mean_outage_h},
+                     {"longest_outage_h", h.longest_outage_h}});
+    } else {
+      std::printf("%-12s %-13s %-23s %6.1f %6d %7.2f %9.2f %9.1f\n", t.zone.c_str(), t.family.c_str(),
+                  std::string(PolarityName(t.polarity)).c_str(), 100 * t.AvailableFraction(), h.preemptions,
+                  h.mtbf_h, h.mean_outage_h, h.longest_outage_h);
+    }
+  }
+  if (json) std::printf("%s\n", out.dump(2).c_str());
+}
+
+int RunSimulate(const SimulateFlags& f) {
+  std::vector<Polarity> polarities;
+  if (f.polarity == "both") {
+    polarities = {Polarity::kAvailableIfNonzero, Polarity::kUnavailableIfNonzero};
+  } else {
+    auto p = ParsePolarity(f.polarity);
+    if (!p.ok()) return Fail(p.status());
+    polarities = {*p};
+  }
+  std::vector<std::string> paths = f.traces;
+  if (paths.empty()) {
+    auto dir = FindCatalogDir();
+    if (!dir.ok()) return Fail(dir.status());
+    paths = {*dir + "/../spot-traces/availability"};
+  }
+  if (f.estimate_hazard) {
+    for (Polarity pol : polarities) {
+      auto traces = LoadSpotTraces(paths, pol);
+      if (!traces.ok()) return Fail(traces.status());
+      PrintHazard(*traces, f.json);
+    }
+    return 0;
+  }
+  if (f.work.empty())
+    return Fail(Status::InvalidArgument("--work-hours is required (e.g. --work-hours 24h)"));
+  if (f.deadline.empty())
+    return Fail(Status::InvalidArgument("--deadline is required (e.g. --deadline 48h)"));
+  SimJob job;
+  for (auto [text, flag, out] : {std::tuple{&f.work, "--work-hours", &job.work_h},
+                                 std::tuple{&f.deadline, "--deadline", &job.deadline_h},
+                                 std::tuple{&f.restart, "--restart-overhead", &job.restart_h},
+                                 std::tuple{&f.checkpoint, "--checkpoint-time", &job.checkpoint_h},
+                                 std::tuple{&f.notice, "--notice", &job.notice_h}}) {
+    auto h = text->empty() ? Result<double>(0.0) : Hours(*text, flag);
+    if (!h.ok()) return Fail(h.status());
+    *out = *h;
+  }
+  std::string ckpt_source =
+      f.checkpoint.empty() ? "free: give --checkpoint-time or --calibrate" : "--checkpoint-time";
+  if (!f.calibrate.empty()) {  // the bench's measured save: bytes over the persist time
+    auto b = LoadBenchJson(f.calibrate);
+    if (!b.ok()) return Fail(b.status());
+    if (!b->run || b->run->checkpoint_persist_ms < 0)
+      return Fail(Status::InvalidArgument(fmt::format(
+          "{} has no measured checkpoint save (run `tern bench --json` without --no-run)", f.calibrate)));
+    job.checkpoint_h = (b->run->checkpoint_copy_ms + b->run->checkpoint_persist_ms) / 3.6e6;
+    ckpt_source = fmt::format("measured by {}", f.calibrate);
+  }
+  if (!f.interval.empty()) {
+    auto h = Hours(f.interval, "--ckpt-interval");
+    if (!h.ok()) return Fail(h.status());
+    job.interval_h = *h;
+  }
+  if (!(job.work_h > 0) || !(job.deadline_h > 0) || f.starts < 1)
+    return Fail(Status::InvalidArgument("--work-hours, --deadline and --starts must be positive"));
+  auto policies = ParseSpotPolicies(f.policies);
+  if (!policies.ok()) return Fail(policies.status());
+  auto dir = FindCatalogDir();
+  if (!dir.ok()) return Fail(dir.status());
+  auto cat = LoadCatalog(ShippedCatalogFiles(*dir), {});
+  if (!cat.ok()) return Fail(cat.status());
+
+  const auto t0 = std::chrono::steady_clock::now();
+  nlohmann::json out = {{"work_h", job.work_h},
+                        {"deadline_h", job.deadline_h},
+                        {"restart_h", job.restart_h},
+                        {"checkpoint_h", job.checkpoint_h},
+                        {"checkpoint_source", ckpt_source},
+                        {"notice_h", job.notice_h},
+                        {"starts", f.starts},
+                        {"results", nlohmann::json::array()}};
+  std::string text = fmt::format(
+      "Job: {} of work, deadline {}, restart {}, checkpoint {} ({}), notice {}, {} starts per trace\n",
+      FormatHours(job.work_h), FormatHours(job.deadline_h), FormatHours(job.restart_h),
+      FormatHours(job.checkpoint_h), ckpt_source, FormatHours(job.notice_h), f.starts);
+  for (Polarity pol : polarities) {
+    auto traces = LoadSpotTraces(paths, pol);
+    if (!traces.ok()) return Fail(traces.status());
+    text += fmt::format("\nPolarity: {}\n{:<12} {:<17} {:>9} {:>9} {:>9} {:>7} {:>8} {:>6} {:>7} {:>7}\n",
+                        PolarityName(pol), "zone", "policy", "mean $", "p50 $", "p95 $", "vs OD", "p95 wall",
+                        "miss", "preempt", "lost h");
+    for (const SpotTrace& t : *traces) {
+      auto prices = PricesFor(*cat, f.instance, t.Region());
+      if (!prices.ok()) return Fail(prices.status());
+      SimJob j = job;
+      j.spot_usd_h = prices->spot;
+      j.ondemand_usd_h = prices->ondemand;
+      for (const SimStats& s : SimulateStarts(t, j, *policies, f.starts)) {
+        text += fmt::format(
+            "{:<12} {:<17} {:>9.2f} {:>9.2f} {:>9.2f} {:>6.0f}% {:>7.1f}h {:>5.0f}% {:>7.1f} {:>7.2f}\n",
+            t.zone, SpotPolicyName(s.policy), s.mean_cost, s.p50_cost, s.p95_cost, 100 * s.vs_ondemand,
+            s.p95_wall_h, 100 * s.miss_rate, s.mean_preemptions, s.mean_lost_h);
+        out["results"].push_back({{"file", t.file},
+                                  {"zone", t.zone},
+                                  {"polarity", PolarityName(t.polarity)},
+                                  {"prices", prices->source},
+                                  {"spot_usd_h", j.spot_usd_h},
+                                  {"ondemand_usd_h", j.ondemand_usd_h},
+                                  {"interval_h", SimIntervalHours(j, t)},
+                                  {"policy", SpotPolicyName(s.policy)},
+                                  {"runs", s.runs},
+                                  {"mean_cost_usd", s.mean_cost},
+                                  {"p50_cost_usd", s.p50_cost},
+                                  {"p95_cost_usd", s.p95_cost},
+                                  {"vs_ondemand", s.vs_ondemand},
+                                  {"mean_wall_h", s.mean_wall_h},
+                                  {"p95_wall_h", s.p95_wall_h},
+                                  {"miss_rate", s.miss_rate},
+                                  {"mean_preemptions", s.mean_preemptions},
+                                  {"mean_lost_h", s.mean_lost_h},
+                                  {"spot_share", s.spot_share}});
+      }
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out["elapsed_s"] = secs;
+  if (f.json) {
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::fputs(text.c_str(), stdout);
+    std::printf("\nvs OD: mean cost over on-demand's; miss: starts that missed the deadline. %.2f s.\n",
+                secs);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddSimulateCommand(CLI::App& root, CommandTable& table) {
+  auto f = std::make_shared<SimulateFlags>();
+  auto* sub = root.add_subcommand(
+      "simulate", "Replay real spot traces: what a deadline-bound job costs under each spot policy");
+  sub->add_option(
+      "--trace", f->traces,
+      "trace files or directories of *.json (default: the shipped data/spot-traces/availability)");
+  sub->add_option("--polarity", f->polarity,
+                  "how to read an availability trace: available-if-nonzero, unavailable-if-nonzero, or both "
+                  "(default; data/spot-traces/README.md says why)");
+  sub->add_option("--work-hours", f->work,
+                  "hours of work on one instance, e.g. 24h (from `tern plan`'s row)");
+  sub->add_option("--deadline", f->deadline, "finish within, e.g. 48h");
+  sub->add_option("--instance", f->instance,
+                  "provider:region:type for the prices; each trace's own region when the catalog lists it "
+                  "(default aws:us-east-1:p3.2xlarge, the traces' instance)");
+  sub->add_option("--restart-overhead", f->restart, "start-up + resume on a new instance (default 10m)");
+  sub->add_option("--checkpoint-time", f->checkpoint, "one checkpoint save, e.g. 90s (default: free)");
+  sub->add_option("--calibrate", f->calibrate, "a `tern bench --json` file: its measured save time instead");
+  sub->add_option("--notice", f->notice, "preemption notice; a save that fits loses nothing (default 2m)");
+  sub->add_option("--ckpt-interval", f->interval,
+                  "work between saves on spot (default: Young/Daly per zone)");
+  sub->add_option("--policy", f->policies, "on-demand,spot,uniform-progress,omniscient or all (default)");
+  sub->add_option("--starts", f->starts, "start offsets spread over each trace (default 200)");
+  sub->add_flag("--estimate-hazard", f->estimate_hazard,
+                "print each trace's availability, preemptions, MTBF and outages, and stop");
+  sub->add_flag("--json", f->json, "the results as JSON");
+  sub->footer(
+      "\nPolicies: on-demand only; spot only (waits while spot is down); uniform-progress (Can't Be Late,\n"
+      "NSDI 2024: on-demand when behind the straight line to the deadline, spot whenever available, "
+      "hysteresis\n"
+      "of 2x the restart overhead, a safety net near the deadline); omniscient (knows the trace: a lower "
+      "bound).\n"
+      "Examples:\n"
+      "  tern simulate --work-hours 24h --deadline 48h\n"
+      "  tern simulate --trace data/spot-traces/availability --polarity available-if-nonzero \\\n"
+      "      --work-hours 24h --deadline 30h --restart-overhead 5m --calibrate bench.json --json\n"
+      "  tern simulate --estimate-hazard\n"
+      "Model, rules and the traces' source: docs/planning.md, \"Spot simulation\".\n");
+  table.Add(sub, [f] { return RunSimulate(*f); });
+}
+
+}  // namespace tern::cli
