@@ -192,8 +192,8 @@ int RunSimulate(const SimulateFlags& f) {
       for (const SimStats& s : SimulateStarts(t, j, *policies, f.starts)) {
         text += fmt::format(
             "{:<12} {:<17} {:>9.2f} {:>9.2f} {:>9.2f} {:>6.0f}% {:>7.1f}h {:>5.0f}% {:>7.1f} {:>7.2f}\n",
-            t.zone, SpotPolicyName(s.policy), s.mean_cost, s.p50_cost, s.p95_cost, 100 * s.vs_ondemand,
-            s.p95_wall_h, 100 * s.miss_rate, s.mean_preemptions, s.mean_lost_h);
+            t.zone, std::string(SpotPolicyName(s.policy)), s.mean_cost, s.p50_cost, s.p95_cost,
+            100 * s.vs_ondemand, s.p95_wall_h, 100 * s.miss_rate, s.mean_preemptions, s.mean_lost_h);
         out["results"].push_back({{"file", t.file},
                                   {"zone", t.zone},
                                   {"polarity", PolarityName(t.polarity)},
