@@ -30,7 +30,8 @@ struct PlanFlags {
   std::string providers, regions, gpus, instance, billing = "on-demand,spot,reserved";
   std::string precision = "auto", zero = "auto", recompute = "auto";
   std::string config;
-  std::vector<std::string> calibrate, catalogs, overrides;
+  std::vector<std::string> calibrate, catalogs, overrides, spot_traces;
+  std::string polarity = "available-if-nonzero";
   int seq = 0, max_gpus = 64, top = 10, explain = 0;
   double price_per_hour = 0, local_mem_gib = 0, reserved_discount = -1, reserved_utilization = 0;
   double dataset_gb = -1, data_egress = -1;
@@ -171,6 +172,10 @@ Result<PlanRequest> BuildRequest(const PlanFlags& f) {
   if (!f.spot_mtbf.empty()) {
     TERN_ASSIGN_OR_RETURN(double mtbf_h, ParseDurationHours(f.spot_mtbf, "--spot-mtbf"));
     req.spot_hazard_per_hr = 1.0 / mtbf_h;
+  }
+  if (!f.spot_traces.empty()) {
+    TERN_ASSIGN_OR_RETURN(Polarity pol, ParsePolarity(f.polarity));
+    TERN_ASSIGN_OR_RETURN(req.spot_traces, LoadSpotTraces(f.spot_traces, pol));
   }
   req.max_gpus = f.max_gpus;
   req.providers = SplitList(f.providers);
@@ -313,6 +318,14 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
       ->capture_default_str();
   sub->add_option("--spot-mtbf", flags->spot_mtbf,
                   "mean time between spot preemptions per instance, e.g. 6h (default 6h)");
+  sub->add_option(
+      "--spot-traces", flags->spot_traces,
+      "replay spot rows on real traces (files or directories, e.g. data/spot-traces/availability): "
+      "Uniform Progress against --deadline, the p95 cost and wall time (`tern simulate` for more)");
+  sub->add_option(
+         "--polarity", flags->polarity,
+         "how to read the availability traces: available-if-nonzero (default) | unavailable-if-nonzero")
+      ->capture_default_str();
   sub->add_option("--reserved-discount", flags->reserved_discount,
                   "reserved/committed discount off on-demand (default 0.35)");
   sub->add_option("--reserved-utilization", flags->reserved_utilization,

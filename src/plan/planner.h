@@ -14,6 +14,7 @@
 #include "plan/defaults.h"
 #include "plan/link_calibration.h"
 #include "plan/run_model.h"
+#include "plan/spot_sim.h"
 #include "plan/throughput.h"
 #include "plan/workload.h"
 
@@ -42,6 +43,10 @@ struct PlanRequest {
   std::optional<double> dataset_gb;  // default: tokens x bytes/token
   std::optional<double> dataset_egress_usd_per_gb;
   bool strict_catalog = false;  // exclude options whose catalog row has warnings
+  // --spot-traces: spot rows are replayed on these (spot_sim.h; the zones of the row's region, else all of
+  // them as a proxy) under Uniform Progress with a deadline, spot alone without; cost = the p95.
+  std::vector<SpotTrace> spot_traces;
+  int spot_starts = 20;  // start offsets per trace
 };
 
 struct PlanRow {
@@ -52,9 +57,11 @@ struct PlanRow {
   MemoryFit fit;
   LinkModel link;
   StepModel step;
-  std::optional<RunBreakdown> run;  // with a training config: start-up, eval, samples, checkpoints
-  SpotModel spot;                   // billing == spot
-  ReservedModel reserved;           // billing == reserved
+  std::optional<RunBreakdown> run;   // with a training config: start-up, eval, samples, checkpoints
+  SpotModel spot;                    // billing == spot
+  std::optional<SimStats> spot_sim;  // billing == spot with --spot-traces: compute_usd is its p95 cost
+  std::string spot_sim_traces;       // which traces: "us-east-1 (4 zones)" or "all 9 zones (none in ...)"
+  ReservedModel reserved;            // billing == reserved
   StorageEgress storage;
   double price_hr = 0;    // catalog price per instance-hour for this billing
   double hourly_usd = 0;  // all instances; reserved: effective (commitment share)

@@ -264,6 +264,19 @@ json ReportJson(const PlanResult& r, const Catalog& cat, const PlanDefaults& d, 
                    {"checkpoint_interval_s", row.spot.interval_s},
                    {"expected_preemptions", row.spot.expected_preemptions},
                    {"time_lost_s", row.spot.time_lost_s}};
+      if (row.spot_sim) {
+        const SimStats& m = *row.spot_sim;
+        x["spot"]["simulated"] = {{"traces", row.spot_sim_traces},
+                                  {"policy", SpotPolicyName(m.policy)},
+                                  {"polarity", PolarityName(m.polarity)},
+                                  {"runs", m.runs},
+                                  {"mean_cost_usd", m.mean_cost},
+                                  {"p95_cost_usd", m.p95_cost},
+                                  {"p95_wall_h", m.p95_wall_h},
+                                  {"miss_rate", m.miss_rate},
+                                  {"mean_preemptions", m.mean_preemptions},
+                                  {"mean_lost_h", m.mean_lost_h}};
+      }
     }
     if (row.billing == Billing::kReserved) {
       x["reserved"] = {{"discount", row.reserved.discount},

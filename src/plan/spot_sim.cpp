@@ -157,40 +157,59 @@ SimRun OmniscientBound(const SpotTrace& trace, size_t start_tick, const SimJob& 
   return run;
 }
 
+namespace {
+
+// Runs of one policy, summarised.
+SimStats Summarise(const std::vector<SimRun>& runs) {
+  SimStats st;
+  std::vector<double> costs, walls;
+  double spot_h = 0, billed_h = 0;
+  int misses = 0;
+  for (const SimRun& r : runs) {
+    costs.push_back(r.cost_usd);
+    walls.push_back(r.wall_h);
+    misses += r.met_deadline ? 0 : 1;
+    st.mean_preemptions += r.preemptions;
+    st.mean_lost_h += r.lost_h;
+    st.mean_cost += r.cost_usd;
+    st.mean_wall_h += r.wall_h;
+    spot_h += r.spot_h;
+    billed_h += r.spot_h + r.ondemand_h;
+  }
+  const double k = static_cast<double>(std::max<size_t>(1, runs.size()));
+  st.runs = static_cast<int>(runs.size());
+  st.mean_cost /= k;
+  st.mean_wall_h /= k;
+  st.p50_cost = Percentile(costs, 0.5);
+  st.p95_cost = Percentile(costs, 0.95);
+  st.p95_wall_h = Percentile(walls, 0.95);
+  st.miss_rate = misses / k;
+  st.mean_preemptions /= k;
+  st.mean_lost_h /= k;
+  st.spot_share = billed_h > 0 ? spot_h / billed_h : 0;
+  return st;
+}
+
+std::vector<SimRun> RunStarts(const SpotTrace& trace, const SimJob& job, SpotPolicy p, int starts) {
+  const size_t n = trace.ticks();
+  const size_t k = static_cast<size_t>(std::max(1, starts));
+  std::vector<SimRun> runs;
+  runs.reserve(k);
+  for (size_t i = 0; i < k; i++) runs.push_back(Simulate(trace, i * n / k, job, p));
+  return runs;
+}
+
+}  // namespace
+
 std::vector<SimStats> SimulateStarts(const SpotTrace& trace, const SimJob& job,
                                      const std::vector<SpotPolicy>& policies, int starts) {
   std::vector<SimStats> out;
-  const size_t n = trace.ticks();
-  const size_t k = static_cast<size_t>(std::max(1, starts));
   double ondemand_mean = 0;
   for (SpotPolicy p : policies) {
-    SimStats st;
+    SimStats st = Summarise(RunStarts(trace, job, p, starts));
     st.zone = trace.zone;
     st.polarity = trace.polarity;
     st.policy = p;
-    std::vector<double> costs, walls;
-    double spot_h = 0, billed_h = 0;
-    int misses = 0;
-    for (size_t i = 0; i < k; i++) {
-      const SimRun r = Simulate(trace, i * n / k, job, p);
-      costs.push_back(r.cost_usd);
-      walls.push_back(r.wall_h);
-      misses += r.met_deadline ? 0 : 1;
-      st.mean_preemptions += r.preemptions;
-      st.mean_lost_h += r.lost_h;
-      spot_h += r.spot_h;
-      billed_h += r.spot_h + r.ondemand_h;
-    }
-    st.runs = static_cast<int>(k);
-    for (double c : costs) st.mean_cost += c / static_cast<double>(k);
-    for (double w : walls) st.mean_wall_h += w / static_cast<double>(k);
-    st.p50_cost = Percentile(costs, 0.5);
-    st.p95_cost = Percentile(costs, 0.95);
-    st.p95_wall_h = Percentile(walls, 0.95);
-    st.miss_rate = misses / static_cast<double>(k);
-    st.mean_preemptions /= static_cast<double>(k);
-    st.mean_lost_h /= static_cast<double>(k);
-    st.spot_share = billed_h > 0 ? spot_h / billed_h : 0;
     if (p == SpotPolicy::kOnDemand) ondemand_mean = st.mean_cost;
     out.push_back(st);
   }
@@ -198,6 +217,26 @@ std::vector<SimStats> SimulateStarts(const SpotTrace& trace, const SimJob& job,
   if (ondemand_mean <= 0) ondemand_mean = (job.work_h + job.restart_h) * job.ondemand_usd_h;
   for (auto& st : out) st.vs_ondemand = ondemand_mean > 0 ? st.mean_cost / ondemand_mean : 0;
   return out;
+}
+
+SimStats SimulatePooled(const std::vector<const SpotTrace*>& traces, const SimJob& job, SpotPolicy policy,
+                        int starts) {
+  std::vector<SimRun> runs;
+  for (const SpotTrace* t : traces) {
+    std::vector<SimRun> r = RunStarts(*t, job, policy, starts);
+    runs.insert(runs.end(), r.begin(), r.end());
+  }
+  SimStats st = Summarise(runs);
+  st.policy = policy;
+  if (traces.size() == 1) {
+    st.zone = traces.front()->zone;
+  } else {
+    st.zone = std::to_string(traces.size()) + " zones";
+  }
+  if (!traces.empty()) st.polarity = traces.front()->polarity;
+  const double ondemand = (job.work_h + job.restart_h) * job.ondemand_usd_h;
+  st.vs_ondemand = ondemand > 0 ? st.mean_cost / ondemand : 0;
+  return st;
 }
 
 }  // namespace tern::plan

@@ -65,4 +65,9 @@ struct SimStats {
 std::vector<SimStats> SimulateStarts(const SpotTrace& trace, const SimJob& job,
                                      const std::vector<SpotPolicy>& policies, int starts);
 
+// One policy over `starts` offsets of every trace given, pooled into one distribution (zone: "3 zones").
+// vs_ondemand is against on-demand's cost, work + restart at the on-demand price.
+SimStats SimulatePooled(const std::vector<const SpotTrace*>& traces, const SimJob& job, SpotPolicy policy,
+                        int starts);
+
 }  // namespace tern::plan
