@@ -84,8 +84,7 @@ std::vector<DefaultEntry> DescribeDefaults(const PlanDefaults& d) {
   }
   for (const auto& m : d.mfu) {
     e.push_back({fmt::format("mfu[{}]", GenerationName(m.generation)),
-                 fmt::format("{:g}/{:g}/{:g}", m.small, m.medium, m.large),
-                 "tern assumption below llm.c's ~0.6 on A100 (GPT-2 124M, 10B tokens in 90 min on 8xA100)"});
+                 fmt::format("{:g}/{:g}/{:g}", m.small, m.medium, m.large), m.source});
   }
   return e;
 }
