@@ -1,7 +1,8 @@
 // The page in a real browser: Debian's chromium (headless, no network) opens a report of a real short
 // `tern train` run from disk; the page's script says what each chart drew and any JavaScript error
 // (<pre id="tern-drawn">), and the numbers it shows equal metrics.jsonl's. Then an A/B report of two real
-// runs (fp32 vs bf16): both curves and the precision in the config diff.
+// runs (fp32 vs bf16): both curves and the precision in the config diff. And the FinOps page (`tern report
+// --ledger`) of a ledger written through the ledger API: every chart drew, the totals are the ledger's.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "metrics/run_record.h"
+#include "run/ledger.h"
 #include "testing/files.h"
 #include "testing/prepared_data.h"
 #include "testing/processes.h"
@@ -149,6 +151,78 @@ TEST_F(ReportBrowserTest, AbOfFp32AndBf16ShowsBothCurvesAndThePrecisionDiff) {
   EXPECT_EQ(j["comparison"]["config_diff"]["config.train.precision"], json({"fp32", "bf16"}));
   EXPECT_EQ(j["runs"].size(), 2u);
   EXPECT_TRUE(j["comparison"]["ratios"]["usd"].is_number());
+}
+
+TEST_F(ReportBrowserTest, FinOpsPageOfALedgerDrawsItsChartsOffline) {
+  // Two projects over three UTC days: a preempted attempt and its resume (nlp), a crash (vision).
+  const double d0 = 1793577600;  // 2026-11-02T00:00Z
+  const std::string ledger_path = root_ + "/ledger.sqlite";
+  {
+    auto ledger = run::Ledger::Open(ledger_path);
+    ASSERT_TRUE(ledger.ok()) << ledger.status().message();
+    auto attempt = [&](const std::string& job, int n, double start_h, double hours, double usd,
+                       const std::string& reason) {
+      run::AttemptRow a;
+      a.job_id = job;
+      a.attempt = n;
+      a.state = "ended";
+      a.start_unix = d0 + start_h * 3600;
+      a.end_unix = a.start_unix + hours * 3600;
+      a.wall_s = a.productive_s = hours * 3600;
+      a.cost_usd = usd;
+      a.reason = reason;
+      a.ranks = 8;
+      a.lost_usd = n > 1 ? 1.5 : 0;
+      ASSERT_TRUE((*ledger)->PutAttempt(a).ok());
+    };
+    for (const auto& [id, project] : {std::pair{"nlp-1", "nlp"}, std::pair{"vision-1", "vision"}}) {
+      run::JobRow j;
+      j.job_id = id;
+      j.project = project;
+      j.run_dir = root_ + "/" + id;
+      j.state = "done";
+      ASSERT_TRUE((*ledger)->PutJob(j).ok());
+    }
+    attempt("nlp-1", 1, 1, 2, 32, "preempted");
+    attempt("nlp-1", 2, 30, 1, 16, "done");
+    attempt("vision-1", 1, 50, 1, 4, "crashed");
+  }
+  const std::string html = root_ + "/finops.html";
+  auto r =
+      testing::RunCommand(tern_ + " report --ledger " + ledger_path + " --since all --out " + html + " 2>&1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::string dom;
+  const json drawn = Open(html, &dom);
+  ASSERT_TRUE(drawn.is_object()) << dom.substr(0, 2000);
+  EXPECT_TRUE(drawn["errors"].empty()) << drawn["errors"].dump();
+  const auto& day = drawn["charts"]["chart-spend-day"];
+  ASSERT_EQ(day.size(), 2u);  // one dataset per project
+  EXPECT_EQ(day[0]["label"], "nlp");
+  EXPECT_GE(day[0]["points"].get<int>(), 3);  // every day from 2026-11-02 to today
+  for (const char* id : {"chart-project", "chart-events"}) {
+    ASSERT_TRUE(drawn["charts"].contains(id)) << drawn.dump();
+    for (const auto& ds : drawn["charts"][id]) EXPECT_EQ(ds["points"], 2) << id;
+  }
+  std::smatch m;
+  auto value = [&](const std::string& key) {
+    const std::regex re("data-key=\"" + key + "\" data-value=\"([^\"]*)\"");
+    return std::regex_search(dom, m, re) ? std::stod(m[1].str()) : -1.0;
+  };
+  EXPECT_NEAR(value("usd"), 52, 1e-9);
+  EXPECT_NEAR(value("gpu_hours"), 32, 1e-9);
+  EXPECT_EQ(value("preemptions"), 1);
+  EXPECT_EQ(value("failures"), 1);
+  EXPECT_NEAR(value("lost_usd"), 1.5, 1e-9);
+  EXPECT_NEAR(value("project.nlp"), 48, 1e-9);
+  // --json: the same figures.
+  auto j = testing::RunCommand(tern_ + " report --ledger " + ledger_path + " --since all --json");
+  ASSERT_EQ(j.code, 0) << j.output;
+  const json figures = json::parse(j.output);
+  EXPECT_EQ(figures["totals"]["usd"], 52);
+  EXPECT_EQ(figures["top_jobs"][0]["job_id"], "nlp-1");
+  EXPECT_EQ(day[0]["points"], figures["by_day_utc"].size());
+  EXPECT_EQ(figures["by_day_utc"][0]["day"], "2026-11-02");
+  EXPECT_EQ(figures["by_day_utc"][0]["by_project"]["nlp"], 32);
 }
 
 }  // namespace
