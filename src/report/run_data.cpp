@@ -112,6 +112,7 @@ Result<RunData> StitchRows(const std::vector<RunRow>& rows) {
       EvalPoint ep;
       ep.step = e->step;
       ep.val_loss = e->val_loss;
+      ep.eval_ms = e->eval_ms;
       // The point of the step it evaluated (the newest one at or before it).
       for (auto it = run.points.rbegin(); it != run.points.rend(); ++it) {
         if (it->step <= e->step) {

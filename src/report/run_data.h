@@ -29,7 +29,7 @@ struct Point {
 
 struct EvalPoint {
   int step = 0;
-  double val_loss = 0, tokens = 0, t_s = 0;
+  double val_loss = 0, eval_ms = 0, tokens = 0, t_s = 0;
   std::optional<double> usd;
 };
 
