@@ -2,10 +2,15 @@
 // `tern train` run from disk; the page's script says what each chart drew and any JavaScript error
 // (<pre id="tern-drawn">), and the numbers it shows equal metrics.jsonl's. Then an A/B report of two real
 // runs (fp32 vs bf16): both curves and the precision in the config diff. And the FinOps page (`tern report
-// --ledger`) of a ledger written through the ledger API: every chart drew, the totals are the ledger's.
+// --ledger`) of a ledger written through the ledger API: every chart drew, the totals are the ledger's. And a
+// real run preempted (SIGTERM, exit 75) and resumed: one continuous curve, the resume marked.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <chrono>
 #include <regex>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -151,6 +156,71 @@ TEST_F(ReportBrowserTest, AbOfFp32AndBf16ShowsBothCurvesAndThePrecisionDiff) {
   EXPECT_EQ(j["comparison"]["config_diff"]["config.train.precision"], json({"fp32", "bf16"}));
   EXPECT_EQ(j["runs"].size(), 2u);
   EXPECT_TRUE(j["comparison"]["ratios"]["usd"].is_number());
+}
+
+TEST_F(ReportBrowserTest, PreemptedAndResumedRunIsOneContinuousCurve) {
+  const std::string dir = root_ + "/resumed";
+  const std::vector<std::string> argv = {tern_, "train", root_ + "/tiny.yaml", "--quiet", "--price-per-hour",
+                                         "36",  "--set", "run.dir=" + dir};
+  {
+    // Each batch a little slower (the loader's test hook), so that the SIGTERM lands mid-run however fast the
+    // machine: after the step-10 checkpoint, before step 30.
+    testing::Child train(argv, {{"TERN_TEST_DATA_DELAY_MS", "40"}, {"OMP_NUM_THREADS", "1"}},
+                         root_ + "/t1.log");
+    int steps = 0;
+    for (int i = 0; i < 1200 && steps < 12 && train.Running(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      auto rows = ReadMetricsFile(dir + "/metrics.jsonl");
+      steps = 0;
+      if (rows.ok())
+        for (const auto& r : *rows) steps += std::holds_alternative<StepRecord>(r.record);
+    }
+    ASSERT_GE(steps, 12) << testing::ReadFile(root_ + "/t1.log");
+    ASSERT_LT(steps, 30) << "the run ended before the signal: raise TERN_TEST_DATA_DELAY_MS";
+    train.Signal(SIGTERM);
+    ASSERT_EQ(train.Wait(), 75) << "SIGTERM: save and exit 75\n" << testing::ReadFile(root_ + "/t1.log");
+  }
+  std::string cmd = "OMP_NUM_THREADS=1";
+  for (const auto& a : argv) cmd += " " + a;
+  auto resumed = testing::RunCommand(cmd + " --resume auto 2>&1");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+
+  const std::string html = Report(dir, root_ + "/resumed.html");
+  // The page's data (<script id="tern-data">): one run, steps 1..30 strictly increasing, time and $ never
+  // going back (the second process's clock and bill continue the first's), the resume marked.
+  const std::string page = testing::ReadFile(html);
+  const std::string open_tag = "<script id=\"tern-data\" type=\"application/json\">";
+  const size_t from = page.find(open_tag);
+  ASSERT_NE(from, std::string::npos);
+  const size_t begin = from + open_tag.size(), end = page.find("</script>", begin);
+  const json data =
+      json::parse(std::regex_replace(page.substr(begin, end - begin), std::regex("<\\\\/"), "</"));
+  const json& series = data["runs"][0]["series"];
+  const json& steps = series["x"]["step"];
+  ASSERT_EQ(steps.size(), 30u) << steps.dump();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].get<int>(), static_cast<int>(i) + 1) << "zig-zag at " << i << ": " << steps.dump();
+    if (i == 0) continue;
+    EXPECT_GE(series["x"]["t"][i].get<double>(), series["x"]["t"][i - 1].get<double>()) << i;
+    EXPECT_GE(series["x"]["usd"][i].get<double>(), series["x"]["usd"][i - 1].get<double>()) << i;
+  }
+  int resumes = 0, preempted = 0;
+  for (const auto& m : series["marks"]) {
+    resumes += m["kind"] == "resume";
+    preempted += m["kind"] == "preempted";
+  }
+  EXPECT_EQ(resumes, 1) << series["marks"].dump();
+  EXPECT_EQ(preempted, 1) << series["marks"].dump();
+  EXPECT_EQ(data["runs"][0]["attempts"], 2) << data["runs"][0].dump().substr(0, 400);
+  // The evaluations too: steps 10, 20, 30 once each.
+  std::vector<int> evals;
+  for (const auto& e : series["evals"]) evals.push_back(e["step"]);
+  EXPECT_EQ(evals, (std::vector<int>{10, 20, 30}));
+  // In the browser: no error, the loss drawn once per step.
+  std::string dom;
+  const json drawn = Open(html, &dom);
+  EXPECT_TRUE(drawn["errors"].empty()) << drawn["errors"].dump();
+  EXPECT_EQ(drawn["charts"]["chart-loss"][0]["points"], 30);
 }
 
 TEST_F(ReportBrowserTest, FinOpsPageOfALedgerDrawsItsChartsOffline) {
