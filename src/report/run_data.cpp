@@ -163,6 +163,11 @@ Result<RunData> LoadRun(const std::string& dir) {
     return Status::NotFound(
         fmt::format("{} has no metrics.jsonl: give the run directory `tern train` wrote (its run.dir)", dir));
   TERN_ASSIGN_OR_RETURN(auto rows, ReadMetricsFile(metrics));
+  return LoadRunFromRows(dir, rows);
+}
+
+Result<RunData> LoadRunFromRows(const std::string& dir, const std::vector<RunRow>& rows) {
+  const std::string metrics = dir + "/metrics.jsonl";
   auto stitched = StitchRows(rows);
   if (!stitched.ok())
     return Status::InvalidArgument(fmt::format("{}: {}", metrics, stitched.status().message()));

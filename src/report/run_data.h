@@ -66,6 +66,9 @@ struct RunData {
 [[nodiscard]] Result<RunData> StitchRows(const std::vector<RunRow>& rows);
 // RUN_DIR/metrics.jsonl (required), summary.json and config.yaml (when there).
 [[nodiscard]] Result<RunData> LoadRun(const std::string& dir);
+// The same with the rows of RUN_DIR/metrics.jsonl already read (tern report reads them once for the page
+// and the diagnosis).
+[[nodiscard]] Result<RunData> LoadRunFromRows(const std::string& dir, const std::vector<RunRow>& rows);
 
 // Per-run numbers of the cost table.
 struct RunSummary {

@@ -71,7 +71,8 @@ void ReadOffers(RunInput* in) {
 
 }  // namespace
 
-Result<RunInput> LoadRunInput(const std::string& run_dir, const std::string& calibration_path) {
+Result<RunInput> LoadRunInput(const std::string& run_dir, const std::string& calibration_path,
+                              const std::vector<RunRow>* given_rows) {
   RunInput in;
   in.run_dir = run_dir;
   if (!fs::is_directory(run_dir))
@@ -81,10 +82,14 @@ Result<RunInput> LoadRunInput(const std::string& run_dir, const std::string& cal
   if (!fs::exists(metrics))
     return Status::NotFound(metrics + " does not exist: `tern train` writes it into run.dir; is " + run_dir +
                             " a run directory?");
-  TERN_ASSIGN_OR_RETURN(auto rows, ReadMetricsFile(metrics));
-  for (auto& row : rows) {
+  std::vector<RunRow> read;
+  if (!given_rows) {
+    TERN_ASSIGN_OR_RETURN(read, ReadMetricsFile(metrics));
+  }
+  const std::vector<RunRow>& rows = given_rows ? *given_rows : read;
+  for (const auto& row : rows) {
     std::visit(
-        [&](auto& r) {
+        [&](const auto& r) {
           using T = std::decay_t<decltype(r)>;
           if constexpr (std::is_same_v<T, StartRecord>) {
             if (!in.start) in.start = r;  // a resumed run writes one per attempt: the first names the shape
