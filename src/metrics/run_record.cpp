@@ -20,33 +20,37 @@ class Fields {
   Fields(const json& j, std::string_view where) : j_(j), where_(where) {}
   const Status& status() const { return status_; }
 
+  // One lookup a field (find, not contains + operator[]): the rows of a long run are read by the million.
   template <typename T>
   void Need(const char* key, T* out) {
     if (!status_.ok()) return;
-    if (!j_.contains(key)) {
+    const auto it = j_.find(key);
+    if (it == j_.end()) {
       status_ = Status::InvalidArgument(fmt::format("{}: \"{}\" is missing", where_, key));
       return;
     }
-    Get(key, out);
+    Get(key, *it, out);
   }
   template <typename T>
   void Maybe(const char* key, T* out) {
-    if (status_.ok() && j_.contains(key)) Get(key, out);
+    if (!status_.ok()) return;
+    if (const auto it = j_.find(key); it != j_.end()) Get(key, *it, out);
   }
   template <typename T>
   void Maybe(const char* key, std::optional<T>* out) {
-    if (!status_.ok() || !j_.contains(key)) return;
+    if (!status_.ok()) return;
+    const auto it = j_.find(key);
+    if (it == j_.end()) return;
     T v{};
-    Get(key, &v);
-    *out = v;
+    Get(key, *it, &v);
+    *out = std::move(v);
   }
 
  private:
   void Fail(const char* key, const char* want) {
     status_ = Status::InvalidArgument(TypeError(where_, key, want, j_[key]));
   }
-  void Get(const char* key, double* out) {
-    const json& v = j_[key];
+  void Get(const char* key, const json& v, double* out) {
     if (v.is_null()) {
       *out = std::numeric_limits<double>::quiet_NaN();  // JSON's stand-in for inf and NaN
     } else if (v.is_number()) {
@@ -56,26 +60,24 @@ class Fields {
     }
   }
   template <typename I>
-  void GetInteger(const char* key, I* out) {
-    const json& v = j_[key];
+  void GetInteger(const char* key, const json& v, I* out) {
     if (!v.is_number_integer()) return Fail(key, "an integer");
     if (std::is_unsigned_v<I> && !v.is_number_unsigned() && v.get<int64_t>() < 0)
       return Fail(key, "a non-negative integer");
     *out = v.get<I>();
   }
-  void Get(const char* key, int* out) { GetInteger(key, out); }
-  void Get(const char* key, int64_t* out) { GetInteger(key, out); }
-  void Get(const char* key, uint64_t* out) { GetInteger(key, out); }
-  void Get(const char* key, bool* out) {
-    if (!j_[key].is_boolean()) return Fail(key, "true or false");
-    *out = j_[key].get<bool>();
+  void Get(const char* key, const json& v, int* out) { GetInteger(key, v, out); }
+  void Get(const char* key, const json& v, int64_t* out) { GetInteger(key, v, out); }
+  void Get(const char* key, const json& v, uint64_t* out) { GetInteger(key, v, out); }
+  void Get(const char* key, const json& v, bool* out) {
+    if (!v.is_boolean()) return Fail(key, "true or false");
+    *out = v.get<bool>();
   }
-  void Get(const char* key, std::string* out) {
-    if (!j_[key].is_string()) return Fail(key, "a string");
-    *out = j_[key].get<std::string>();
+  void Get(const char* key, const json& v, std::string* out) {
+    if (!v.is_string()) return Fail(key, "a string");
+    *out = v.get_ref<const std::string&>();
   }
-  void Get(const char* key, std::vector<std::string>* out) {
-    const json& v = j_[key];
+  void Get(const char* key, const json& v, std::vector<std::string>* out) {
     bool ok = v.is_array();
     for (size_t i = 0; ok && i < v.size(); i++) ok = v[i].is_string();
     if (!ok) return Fail(key, "an array of strings");
@@ -355,11 +357,12 @@ Result<std::vector<RunRow>> ReadMetricsFile(const std::string& path) {
   if (!in)
     return Status::NotFound(fmt::format("cannot open {}: is it a run directory's metrics.jsonl?", path));
   std::vector<RunRow> rows;
-  std::string line;
+  std::string line, where;
   for (int n = 1; std::getline(in, line); n++) {
     const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) continue;  // torn by a kill mid-write
-    TERN_ASSIGN_OR_RETURN(RunRow row, ParseRunRow(j, fmt::format("{} line {}", path, n)));
+    where.assign(path).append(" line ").append(std::to_string(n));
+    TERN_ASSIGN_OR_RETURN(RunRow row, ParseRunRow(j, where));
     rows.push_back(std::move(row));
   }
   return rows;

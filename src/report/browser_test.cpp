@@ -1,14 +1,21 @@
 // The page in a real browser: Debian's chromium (headless, no network) opens a report of a real short
 // `tern train` run from disk; the page's script says what each chart drew and any JavaScript error
 // (<pre id="tern-drawn">), and the numbers it shows equal metrics.jsonl's. Then an A/B report of two real
-// runs (fp32 vs bf16): both curves and the precision in the config diff.
+// runs (fp32 vs bf16): both curves and the precision in the config diff. And the FinOps page (`tern report
+// --ledger`) of a ledger written through the ledger API: every chart drew, the totals are the ledger's. And a
+// real run preempted (SIGTERM, exit 75) and resumed: one continuous curve, the resume marked.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <chrono>
 #include <regex>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "metrics/run_record.h"
+#include "run/ledger.h"
 #include "testing/files.h"
 #include "testing/prepared_data.h"
 #include "testing/processes.h"
@@ -149,6 +156,143 @@ TEST_F(ReportBrowserTest, AbOfFp32AndBf16ShowsBothCurvesAndThePrecisionDiff) {
   EXPECT_EQ(j["comparison"]["config_diff"]["config.train.precision"], json({"fp32", "bf16"}));
   EXPECT_EQ(j["runs"].size(), 2u);
   EXPECT_TRUE(j["comparison"]["ratios"]["usd"].is_number());
+}
+
+TEST_F(ReportBrowserTest, PreemptedAndResumedRunIsOneContinuousCurve) {
+  const std::string dir = root_ + "/resumed";
+  const std::vector<std::string> argv = {tern_, "train", root_ + "/tiny.yaml", "--quiet", "--price-per-hour",
+                                         "36",  "--set", "run.dir=" + dir};
+  {
+    // Each batch a little slower (the loader's test hook), so that the SIGTERM lands mid-run however fast the
+    // machine: after the step-10 checkpoint, before step 30.
+    testing::Child train(argv, {{"TERN_TEST_DATA_DELAY_MS", "40"}, {"OMP_NUM_THREADS", "1"}},
+                         root_ + "/t1.log");
+    int steps = 0;
+    for (int i = 0; i < 1200 && steps < 12 && train.Running(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      auto rows = ReadMetricsFile(dir + "/metrics.jsonl");
+      steps = 0;
+      if (rows.ok())
+        for (const auto& r : *rows) steps += std::holds_alternative<StepRecord>(r.record);
+    }
+    ASSERT_GE(steps, 12) << testing::ReadFile(root_ + "/t1.log");
+    ASSERT_LT(steps, 30) << "the run ended before the signal: raise TERN_TEST_DATA_DELAY_MS";
+    train.Signal(SIGTERM);
+    ASSERT_EQ(train.Wait(), 75) << "SIGTERM: save and exit 75\n" << testing::ReadFile(root_ + "/t1.log");
+  }
+  std::string cmd = "OMP_NUM_THREADS=1";
+  for (const auto& a : argv) cmd += " " + a;
+  auto resumed = testing::RunCommand(cmd + " --resume auto 2>&1");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+
+  const std::string html = Report(dir, root_ + "/resumed.html");
+  // The page's data (<script id="tern-data">): one run, steps 1..30 strictly increasing, time and $ never
+  // going back (the second process's clock and bill continue the first's), the resume marked.
+  const std::string page = testing::ReadFile(html);
+  const std::string open_tag = "<script id=\"tern-data\" type=\"application/json\">";
+  const size_t from = page.find(open_tag);
+  ASSERT_NE(from, std::string::npos);
+  const size_t begin = from + open_tag.size(), end = page.find("</script>", begin);
+  const json data =
+      json::parse(std::regex_replace(page.substr(begin, end - begin), std::regex("<\\\\/"), "</"));
+  const json& series = data["runs"][0]["series"];
+  const json& steps = series["x"]["step"];
+  ASSERT_EQ(steps.size(), 30u) << steps.dump();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].get<int>(), static_cast<int>(i) + 1) << "zig-zag at " << i << ": " << steps.dump();
+    if (i == 0) continue;
+    EXPECT_GE(series["x"]["t"][i].get<double>(), series["x"]["t"][i - 1].get<double>()) << i;
+    EXPECT_GE(series["x"]["usd"][i].get<double>(), series["x"]["usd"][i - 1].get<double>()) << i;
+  }
+  int resumes = 0, preempted = 0;
+  for (const auto& m : series["marks"]) {
+    resumes += m["kind"] == "resume";
+    preempted += m["kind"] == "preempted";
+  }
+  EXPECT_EQ(resumes, 1) << series["marks"].dump();
+  EXPECT_EQ(preempted, 1) << series["marks"].dump();
+  EXPECT_EQ(data["runs"][0]["attempts"], 2) << data["runs"][0].dump().substr(0, 400);
+  // The evaluations too: steps 10, 20, 30 once each.
+  std::vector<int> evals;
+  for (const auto& e : series["evals"]) evals.push_back(e["step"]);
+  EXPECT_EQ(evals, (std::vector<int>{10, 20, 30}));
+  // In the browser: no error, the loss drawn once per step.
+  std::string dom;
+  const json drawn = Open(html, &dom);
+  EXPECT_TRUE(drawn["errors"].empty()) << drawn["errors"].dump();
+  EXPECT_EQ(drawn["charts"]["chart-loss"][0]["points"], 30);
+}
+
+TEST_F(ReportBrowserTest, FinOpsPageOfALedgerDrawsItsChartsOffline) {
+  // Two projects over three UTC days: a preempted attempt and its resume (nlp), a crash (vision).
+  const double d0 = 1793577600;  // 2026-11-02T00:00Z
+  const std::string ledger_path = root_ + "/ledger.sqlite";
+  {
+    auto ledger = run::Ledger::Open(ledger_path);
+    ASSERT_TRUE(ledger.ok()) << ledger.status().message();
+    auto attempt = [&](const std::string& job, int n, double start_h, double hours, double usd,
+                       const std::string& reason) {
+      run::AttemptRow a;
+      a.job_id = job;
+      a.attempt = n;
+      a.state = "ended";
+      a.start_unix = d0 + start_h * 3600;
+      a.end_unix = a.start_unix + hours * 3600;
+      a.wall_s = a.productive_s = hours * 3600;
+      a.cost_usd = usd;
+      a.reason = reason;
+      a.ranks = 8;
+      a.lost_usd = n > 1 ? 1.5 : 0;
+      ASSERT_TRUE((*ledger)->PutAttempt(a).ok());
+    };
+    for (const auto& [id, project] : {std::pair{"nlp-1", "nlp"}, std::pair{"vision-1", "vision"}}) {
+      run::JobRow j;
+      j.job_id = id;
+      j.project = project;
+      j.run_dir = root_ + "/" + id;
+      j.state = "done";
+      ASSERT_TRUE((*ledger)->PutJob(j).ok());
+    }
+    attempt("nlp-1", 1, 1, 2, 32, "preempted");
+    attempt("nlp-1", 2, 30, 1, 16, "done");
+    attempt("vision-1", 1, 50, 1, 4, "crashed");
+  }
+  const std::string html = root_ + "/finops.html";
+  auto r =
+      testing::RunCommand(tern_ + " report --ledger " + ledger_path + " --since all --out " + html + " 2>&1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::string dom;
+  const json drawn = Open(html, &dom);
+  ASSERT_TRUE(drawn.is_object()) << dom.substr(0, 2000);
+  EXPECT_TRUE(drawn["errors"].empty()) << drawn["errors"].dump();
+  const auto& day = drawn["charts"]["chart-spend-day"];
+  ASSERT_EQ(day.size(), 2u);  // one dataset per project
+  EXPECT_EQ(day[0]["label"], "nlp");
+  EXPECT_GE(day[0]["points"].get<int>(), 3);  // every day from 2026-11-02 to today
+  for (const char* id : {"chart-project", "chart-events"}) {
+    ASSERT_TRUE(drawn["charts"].contains(id)) << drawn.dump();
+    for (const auto& ds : drawn["charts"][id]) EXPECT_EQ(ds["points"], 2) << id;
+  }
+  std::smatch m;
+  auto value = [&](const std::string& key) {
+    const std::regex re("data-key=\"" + key + "\" data-value=\"([^\"]*)\"");
+    return std::regex_search(dom, m, re) ? std::stod(m[1].str()) : -1.0;
+  };
+  EXPECT_NEAR(value("usd"), 52, 1e-9);
+  EXPECT_NEAR(value("gpu_hours"), 32, 1e-9);
+  EXPECT_EQ(value("preemptions"), 1);
+  EXPECT_EQ(value("failures"), 1);
+  EXPECT_NEAR(value("lost_usd"), 1.5, 1e-9);
+  EXPECT_NEAR(value("project.nlp"), 48, 1e-9);
+  // --json: the same figures.
+  auto j = testing::RunCommand(tern_ + " report --ledger " + ledger_path + " --since all --json");
+  ASSERT_EQ(j.code, 0) << j.output;
+  const json figures = json::parse(j.output);
+  EXPECT_EQ(figures["totals"]["usd"], 52);
+  EXPECT_EQ(figures["top_jobs"][0]["job_id"], "nlp-1");
+  EXPECT_EQ(day[0]["points"], figures["by_day_utc"].size());
+  EXPECT_EQ(figures["by_day_utc"][0]["day"], "2026-11-02");
+  EXPECT_EQ(figures["by_day_utc"][0]["by_project"]["nlp"], 32);
 }
 
 }  // namespace

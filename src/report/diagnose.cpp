@@ -77,9 +77,12 @@ std::string RulesHelp(const DiagnoseOptions& o) {
       "  loss_spike        a step's loss > {:g}x the median of the {} steps before it\n"
       "  divergence        a NaN/inf loss, or the mean of the last {} losses > {:g}x the {} before them\n"
       "  preemption_loss   steps redone after preemptions or crashes (RUN_DIR/ledger.sqlite of `tern run`)\n"
+      "  memory_headroom   the planner's memory model fits a {}x larger train.batch_size on the device\n"
+      "  cheaper_instance  a catalog instance does the measured work >= {:.0f}% cheaper (peak FLOPs scaled)\n"
       "Findings are ranked by $ cost: $/h at the start row's price_per_hour, else $ already lost.",
       o.data_wait_fraction * 100, o.ckpt_stall_fraction * 100, o.comm_fraction * 100, o.mfu_ratio * 100,
-      o.gpu_util_pct, o.spike_factor, o.spike_window, o.rising_window, o.rising_factor, o.rising_window);
+      o.gpu_util_pct, o.spike_factor, o.spike_window, o.rising_window, o.rising_factor, o.rising_window,
+      o.headroom_factor, o.cheaper_fraction * 100);
 }
 
 std::optional<Finding> DataBoundRule(const RunInput& run, const DiagnoseOptions& o) {
@@ -298,8 +301,8 @@ std::optional<Finding> PreemptionLossRule(const RunInput& run, const DiagnoseOpt
 
 std::vector<Finding> Diagnose(const RunInput& run, const DiagnoseOptions& o) {
   std::vector<Finding> out;
-  for (auto* rule :
-       {DataBoundRule, CheckpointStallRule, ExposedCommRule, LowMfuRule, GpuIdleRule, PreemptionLossRule})
+  for (auto* rule : {DataBoundRule, CheckpointStallRule, ExposedCommRule, LowMfuRule, GpuIdleRule,
+                     PreemptionLossRule, MemoryHeadroomRule, CheaperInstanceRule})
     if (auto f = rule(run, o)) out.push_back(std::move(*f));
   for (auto& f : LossRules(run, o)) out.push_back(std::move(f));
   std::stable_sort(out.begin(), out.end(), [](const Finding& a, const Finding& b) {

@@ -31,8 +31,25 @@ struct MfuCalibration {
   double mfu = 0;
 };
 
+// A rentable instance at one billing, as the cheaper-instance rule compares them (plan/catalog.h's offers,
+// priced): the run's own (from its ledger) and every offer of the catalog.
+struct InstanceOption {
+  std::string key;      // provider:region:type:billing (the ledger's `instance`)
+  std::string billing;  // on-demand | spot | reserved
+  std::string gpu;      // the catalog's GPU id ("H100")
+  int gpus = 0;
+  double gpu_mem_gib = 0;
+  double bf16_tflops = 0, fp32_tflops = 0;  // per GPU, dense (gpus.csv); 0 = none (no bf16 on a T4, V100)
+  double price_per_hour = 0;
+  // The peak a run of this precision gets: bf16/fp16 on the tensor cores, fp32 on the CUDA cores.
+  double PeakTflops(const std::string& precision) const {
+    return precision == "fp32" ? fp32_tflops : bf16_tflops;
+  }
+};
+
 // Everything the rules read. `start` is the run's first start row (the shape and price); steps, evals and
-// events in file order (a resumed run repeats steps: the rules read them as written).
+// events in file order; the steps and evaluations are the stitched ones (report/run_data.h's StitchRows: a
+// step a resumed attempt redid counts once, the later attempt's row).
 struct RunInput {
   std::string run_dir;
   std::optional<StartRecord> start;
@@ -42,6 +59,8 @@ struct RunInput {
   std::optional<EndRecord> end;       // summary.json, else the end row
   std::vector<AttemptLoss> attempts;  // empty without a ledger (a run not started by `tern run`)
   std::optional<MfuCalibration> calibration;
+  std::optional<InstanceOption> instance;  // the run's, from RUN_DIR/ledger.sqlite's job and the catalog
+  std::vector<InstanceOption> offers;      // the catalog's (data/catalog), each billing it prices
 };
 
 // The thresholds (docs/report.md gives each one's source).
@@ -55,11 +74,13 @@ struct DiagnoseOptions {
   int spike_window = 20;              //   ... the 20 before it (a spike is judged after that many steps)
   int rising_window = 20;             // divergence: mean of the last 20 losses > 1.1x the 20 before them
   double rising_factor = 1.1;
+  int headroom_factor = 2;         // memory headroom: a micro-batch this many times larger fits
+  double cheaper_fraction = 0.10;  // cheaper instance: the same work for at least 10% fewer $
 };
 
 struct Finding {
   std::string rule;      // data_bound | checkpoint_stall | exposed_comm | low_mfu | gpu_idle | loss_spike
-                         // | divergence | preemption_loss
+                         // | divergence | preemption_loss | memory_headroom | cheaper_instance
   std::string title;     // one line
   std::string evidence;  // the numbers, in words
   nlohmann::json numbers = nlohmann::json::object();  // the same numbers as data
@@ -86,6 +107,9 @@ std::optional<Finding> LowMfuRule(const RunInput& run, const DiagnoseOptions& o)
 std::optional<Finding> GpuIdleRule(const RunInput& run, const DiagnoseOptions& o);
 std::vector<Finding> LossRules(const RunInput& run, const DiagnoseOptions& o);  // spike, divergence
 std::optional<Finding> PreemptionLossRule(const RunInput& run, const DiagnoseOptions& o);
+// diagnose_plan.cpp: the planner's models (src/plan/) applied to the run.
+std::optional<Finding> MemoryHeadroomRule(const RunInput& run, const DiagnoseOptions& o);
+std::optional<Finding> CheaperInstanceRule(const RunInput& run, const DiagnoseOptions& o);
 
 nlohmann::json ToJson(const Finding& f);
 // The findings as `tern diagnose` prints them.

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <limits>
 
+#include "plan/defaults.h"
+#include "plan/workload.h"
 #include "report/run_input.h"
 #include "run/ledger.h"
 
@@ -151,6 +153,107 @@ TEST(Diagnose, PreemptionLoss) {
   EXPECT_EQ(Rules(in), std::vector<std::string>{"preemption_loss"});
 }
 
+// GPT-2 124M, bf16, micro-batch 8 x 1024 with 8 accumulation steps on one 80 GiB H100.
+RunInput Gpt2OnH100() {
+  RunInput in = Healthy();
+  in.start->model = "L12 H12 C768 V50257 T1024";
+  in.start->device = "cuda (NVIDIA H100 80GB HBM3, sm_90, 80 GiB)";
+  in.start->batch_size = 8;
+  in.start->seq_len = 1024;
+  in.start->grad_accum_steps = 8;
+  return in;
+}
+
+// The bytes the planner's memory model gives the run above at micro-batch b (as the rule asks it).
+double Gpt2Bytes(int b) {
+  plan::WorkloadSpec spec;
+  spec.cfg = GptConfig{12, 12, 768, 50257, 1024};
+  spec.seq = 1024;
+  spec.tokens = 1e9;
+  spec.global_batch_tokens = 8.0 * 1024 * 8;
+  spec.micro_batch = 8;
+  auto w = plan::Workload::Make(spec, plan::PlanDefaults{});
+  EXPECT_TRUE(w.ok());
+  return w->Memory(plan::Precision::kBf16, b, false, plan::ActRecompute::kNone, 1).total();
+}
+
+TEST(Diagnose, MemoryHeadroom) {
+  const double usable = (80 * 0.95 - 1.0) * 1024.0 * 1024 * 1024;  // PlanDefaults' usable fraction, reserve
+  int want = 8;
+  while (want * 2 <= 64 && Gpt2Bytes(want * 2) <= usable) want *= 2;
+  ASSERT_GE(want, 16) << "the memory model no longer leaves headroom here: pick another shape";
+  RunInput in = Gpt2OnH100();
+  auto f = MemoryHeadroomRule(in, DiagnoseOptions{});
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->numbers["fits_batch_size"], want);
+  EXPECT_EQ(f->numbers["new_grad_accum_steps"], 64 / want);  // total_batch_tokens stays: 8 x 8 = 64 sequences
+  EXPECT_NE(f->fix.find("--set train.batch_size=" + std::to_string(want)), std::string::npos) << f->fix;
+  EXPECT_NE(f->fix.find("total_batch_tokens"), std::string::npos);
+  EXPECT_EQ(Rules(in), std::vector<std::string>{"memory_headroom"}) << f->evidence;
+  // Silent: a 16 GiB device where 2x does not fit; no accumulation to trade; a CPU run; a start row without
+  // the shape (the healthy run's).
+  in.start->device = "cuda (Tesla T4, sm_75, 16 GiB)";
+  ASSERT_GT(Gpt2Bytes(16), (16 * 0.95 - 1.0) * 1024.0 * 1024 * 1024);
+  EXPECT_FALSE(MemoryHeadroomRule(in, DiagnoseOptions{}));
+  in = Gpt2OnH100();
+  in.start->grad_accum_steps = 1;
+  EXPECT_FALSE(MemoryHeadroomRule(in, DiagnoseOptions{}));
+  in = Gpt2OnH100();
+  in.start->device = "cpu";
+  EXPECT_FALSE(MemoryHeadroomRule(in, DiagnoseOptions{}));
+  EXPECT_FALSE(MemoryHeadroomRule(Healthy(), DiagnoseOptions{}));
+}
+
+InstanceOption Offer(const std::string& key, const std::string& billing, const std::string& gpu, int gpus,
+                     double mem, double bf16, double price) {
+  InstanceOption o;
+  o.key = key;
+  o.billing = billing;
+  o.gpu = gpu;
+  o.gpus = gpus;
+  o.gpu_mem_gib = mem;
+  o.bf16_tflops = bf16;
+  o.fp32_tflops = bf16 / 16;
+  o.price_per_hour = price;
+  return o;
+}
+
+// 10,000 tokens/s on 8 A100s at $32/h; the catalog has 8 H100s at $60/h, and offers the rule must pass over:
+// a spot price (another billing), 4 GPUs (another layout), T4s without bf16, 16 GiB GPUs (too small).
+RunInput OnA100() {
+  RunInput in = Healthy();
+  for (auto& s : in.steps) s.tokens_per_s = 10000;
+  in.instance = Offer("aws:us-east-1:p4d.24xlarge:on-demand", "on-demand", "A100", 8, 40, 312, 32);
+  in.offers = {*in.instance,
+               Offer("x:r:h100x8:on-demand", "on-demand", "H100", 8, 80, 989, 60),
+               Offer("x:r:h100x8:spot", "spot", "H100", 8, 80, 989, 20),
+               Offer("x:r:h100x4:on-demand", "on-demand", "H100", 4, 80, 989, 10),
+               Offer("x:r:t4x8:on-demand", "on-demand", "T4", 8, 16, 0, 1),
+               Offer("x:r:small:on-demand", "on-demand", "L4", 8, 16, 900, 5)};
+  return in;
+}
+
+TEST(Diagnose, CheaperInstance) {
+  RunInput in = OnA100();
+  auto f = CheaperInstanceRule(in, DiagnoseOptions{});
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->numbers["cheaper"], "x:r:h100x8:on-demand");
+  const double tps = 10000.0 * 989 / 312;  // the measured MFU carried over to the H100's peak
+  EXPECT_NEAR(f->numbers["cheaper_tokens_per_s"].get<double>(), tps, 1e-6);
+  EXPECT_NEAR(f->numbers["usd_per_mtok"].get<double>(), 32 / (10000 * 3600.0) * 1e6, 1e-9);  // $0.8889
+  EXPECT_NEAR(f->numbers["cheaper_usd_per_mtok"].get<double>(), 60 / (tps * 3600) * 1e6, 1e-9);
+  EXPECT_NEAR(f->usd_per_hour, 32 - 60 * 10000 / tps, 1e-9);  // $13.07 saved per hour of this run's work
+  EXPECT_NE(f->fix.find("--instance x:r:h100x8:on-demand"), std::string::npos) << f->fix;
+  EXPECT_EQ(Rules(in), std::vector<std::string>{"cheaper_instance"});
+  // Silent: only 1.4% cheaper (under the 10% threshold); no known instance; the healthy run.
+  in.offers[1].price_per_hour = 100;
+  EXPECT_FALSE(CheaperInstanceRule(in, DiagnoseOptions{}));
+  in = OnA100();
+  in.instance.reset();
+  EXPECT_FALSE(CheaperInstanceRule(in, DiagnoseOptions{}));
+  EXPECT_FALSE(CheaperInstanceRule(Healthy(), DiagnoseOptions{}));
+}
+
 TEST(Diagnose, RankedByDollars) {
   RunInput in = Healthy();
   for (auto& s : in.steps) {
@@ -198,6 +301,8 @@ TEST_F(RunDirTest, ReadsMetricsAndLedger) {
     run::JobRow job;
     job.job_id = "j1";
     job.run_dir = fs::absolute(dir_).lexically_normal().string();
+    job.instance = "aws:us-east-1:p4d.24xlarge:on-demand";
+    job.price_per_hour = 21.5;
     ASSERT_TRUE((*ledger)->PutJob(job).ok());
     run::AttemptRow a;
     a.job_id = "j1";
@@ -212,7 +317,46 @@ TEST_F(RunDirTest, ReadsMetricsAndLedger) {
   EXPECT_EQ(in->steps.size(), 40u);
   ASSERT_EQ(in->events.size(), 1u);
   ASSERT_EQ(in->attempts.size(), 1u);
+  // The job's instance, completed from the shipped catalog (data/catalog); the price is the ledger's.
+  ASSERT_TRUE(in->instance.has_value());
+  EXPECT_EQ(in->instance->gpu, "A100");
+  EXPECT_EQ(in->instance->gpus, 8);
+  EXPECT_EQ(in->instance->price_per_hour, 21.5);
+  EXPECT_GT(in->instance->bf16_tflops, 0);
+  EXPECT_GT(in->offers.size(), 10u);
   EXPECT_EQ(Rules(*in), (std::vector<std::string>{"data_bound", "preemption_loss"}));  // $1.20/h, then $0.50
+}
+
+// A resumed run repeats the steps after its last checkpoint: the rules read the stitched steps (the later
+// attempt's rows), not both copies.
+TEST_F(RunDirTest, ResumedRunIsReadStitched) {
+  RunInput h = Healthy();
+  {
+    std::ofstream out(dir_ / "metrics.jsonl");
+    out << ToJson(RunRecord(*h.start)).dump() << "\n";
+    for (int i = 0; i < 30; ++i) {  // attempt 1: steps 1..30, 30 ms data wait each; preempted after step 30
+      StepRecord s = h.steps[i];
+      s.data_wait_ms = 30;
+      out << ToJson(RunRecord(s)).dump() << "\n";
+    }
+    out << ToJson(RunRecord(*h.start)).dump() << "\n";
+    EventRecord resume;
+    resume.event = "resume";
+    resume.step = 20;
+    resume.fields = {{"event", "resume"}, {"step", 20}};
+    out << ToJson(RunRecord(resume)).dump() << "\n";
+    for (int i = 20; i < 40; ++i) out << ToJson(RunRecord(h.steps[i])).dump() << "\n";  // 21..40, 1 ms
+  }
+  auto in = LoadRunInput(dir_.string(), "");
+  ASSERT_TRUE(in.ok()) << in.status().ToString();
+  ASSERT_EQ(in->steps.size(), 40u);  // not 50
+  for (size_t i = 0; i < in->steps.size(); ++i) EXPECT_EQ(in->steps[i].step, static_cast<int>(i) + 1);
+  EXPECT_EQ(in->steps[25].data_wait_ms, 1);  // step 26: the second attempt's row
+  auto f = DataBoundRule(*in, DiagnoseOptions{});
+  ASSERT_TRUE(f);
+  // Steps 2..20 at 30 ms and 21..40 at 1 ms (the first row is start-up): 590 of 3900 ms. Read as written
+  // (steps 21..30 twice) it would be 890 of 4900 ms.
+  EXPECT_NEAR(f->step_fraction, 590.0 / 3900, 1e-9);
 }
 
 TEST_F(RunDirTest, MissingMetricsSaysWhatToDo) {

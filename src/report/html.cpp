@@ -9,9 +9,8 @@
 #include <fmt/ranges.h>
 
 namespace tern::report {
-namespace {
 
-std::string Escape(const std::string& s) {
+std::string HtmlEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
@@ -35,7 +34,7 @@ std::string Escape(const std::string& s) {
 }
 
 // JSON inside <script>: "</" would end the element, so it is written "<\/" (the same string to JSON).
-std::string ScriptSafe(const std::string& json) {
+std::string ScriptSafeJson(const std::string& json) {
   std::string out;
   out.reserve(json.size());
   for (size_t i = 0; i < json.size(); ++i) {
@@ -49,13 +48,10 @@ std::string ScriptSafe(const std::string& json) {
   return out;
 }
 
-// Replaces the one `marker` in `text`.
-void Fill(std::string* text, const std::string& marker, const std::string& value) {
+void FillMarker(std::string* text, const std::string& marker, const std::string& value) {
   const size_t at = text->find(marker);
   if (at != std::string::npos) text->replace(at, marker.size(), value);
 }
-
-}  // namespace
 
 Result<std::string> ReadChartJs() {
   std::vector<std::string> paths;
@@ -81,16 +77,17 @@ std::string RenderHtml(const std::vector<RunData>& runs, const std::string& char
   std::string title = "tern report:";
   for (const auto& r : runs) title += " " + r.name;
   std::string head = kPageHead, body = kPageBody;
-  Fill(&head, "@@TITLE@@", Escape(title));
-  Fill(&body, "@@DIAGNOSIS@@",
-       diagnosis_html.empty()
-           ? "<div class=\"note\" id=\"diagnosis-findings\">No findings in this report: the diagnosis rules "
-             "(<code>tern diagnose RUN_DIR</code>) fill this section.</div>"
-           : "<div id=\"diagnosis-findings\">" + diagnosis_html + "</div>");
+  FillMarker(&head, "@@TITLE@@", HtmlEscape(title));
+  FillMarker(
+      &body, "@@DIAGNOSIS@@",
+      diagnosis_html.empty()
+          ? "<div class=\"note\" id=\"diagnosis-findings\">No findings in this report: the diagnosis rules "
+            "(<code>tern diagnose RUN_DIR</code>) fill this section.</div>"
+          : "<div id=\"diagnosis-findings\">" + diagnosis_html + "</div>");
   // The data last: it is the one part that may be large.
   const size_t at = body.find("@@DATA@@");
   std::string out;
-  const std::string data = ScriptSafe(ReportJson(runs, /*with_series=*/true).dump());
+  const std::string data = ScriptSafeJson(ReportJson(runs, /*with_series=*/true).dump());
   out.reserve(head.size() + chartjs.size() + body.size() + data.size());
   out += head;
   out += chartjs;

@@ -22,6 +22,13 @@ inline constexpr const char* kChartJsPaths[] = {"/usr/share/javascript/chart.js/
 std::string RenderHtml(const std::vector<RunData>& runs, const std::string& chartjs,
                        const std::string& diagnosis_html = "");
 
+// The page helpers, shared with the FinOps page (finops_html.cpp): text for HTML (< > & " escaped); JSON
+// for inside <script> ("</" would end the element, so it is written "<\\/", the same string to JSON); the one
+// `marker` in `text` replaced.
+std::string HtmlEscape(const std::string& text);
+std::string ScriptSafeJson(const std::string& json);
+void FillMarker(std::string* text, const std::string& marker, const std::string& value);
+
 // The template's two halves (html_template.cpp): Chart.js goes between them.
 extern const char* const kPageHead;
 extern const char* const kPageBody;

@@ -112,6 +112,7 @@ Result<RunData> StitchRows(const std::vector<RunRow>& rows) {
       EvalPoint ep;
       ep.step = e->step;
       ep.val_loss = e->val_loss;
+      ep.eval_ms = e->eval_ms;
       // The point of the step it evaluated (the newest one at or before it).
       for (auto it = run.points.rbegin(); it != run.points.rend(); ++it) {
         if (it->step <= e->step) {
@@ -162,6 +163,11 @@ Result<RunData> LoadRun(const std::string& dir) {
     return Status::NotFound(
         fmt::format("{} has no metrics.jsonl: give the run directory `tern train` wrote (its run.dir)", dir));
   TERN_ASSIGN_OR_RETURN(auto rows, ReadMetricsFile(metrics));
+  return LoadRunFromRows(dir, rows);
+}
+
+Result<RunData> LoadRunFromRows(const std::string& dir, const std::vector<RunRow>& rows) {
+  const std::string metrics = dir + "/metrics.jsonl";
   auto stitched = StitchRows(rows);
   if (!stitched.ok())
     return Status::InvalidArgument(fmt::format("{}: {}", metrics, stitched.status().message()));

@@ -29,7 +29,7 @@ struct Point {
 
 struct EvalPoint {
   int step = 0;
-  double val_loss = 0, tokens = 0, t_s = 0;
+  double val_loss = 0, eval_ms = 0, tokens = 0, t_s = 0;
   std::optional<double> usd;
 };
 
@@ -66,6 +66,9 @@ struct RunData {
 [[nodiscard]] Result<RunData> StitchRows(const std::vector<RunRow>& rows);
 // RUN_DIR/metrics.jsonl (required), summary.json and config.yaml (when there).
 [[nodiscard]] Result<RunData> LoadRun(const std::string& dir);
+// The same with the rows of RUN_DIR/metrics.jsonl already read (tern report reads them once for the page
+// and the diagnosis).
+[[nodiscard]] Result<RunData> LoadRunFromRows(const std::string& dir, const std::vector<RunRow>& rows);
 
 // Per-run numbers of the cost table.
 struct RunSummary {

@@ -5,13 +5,15 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "report/diagnose.h"
 
 namespace tern::report {
 
-// `calibration_path` "" = none.
-[[nodiscard]] Result<RunInput> LoadRunInput(const std::string& run_dir, const std::string& calibration_path);
+// `calibration_path` "" = none. `rows`: RUN_DIR/metrics.jsonl already read (nullptr: read it here).
+[[nodiscard]] Result<RunInput> LoadRunInput(const std::string& run_dir, const std::string& calibration_path,
+                                            const std::vector<RunRow>* rows = nullptr);
 
 }  // namespace tern::report
