@@ -134,17 +134,29 @@ TEST_F(DistTrainTest, Bf16TwoRanksMatchOneProcessWithinBf16Rounding) {
   EXPECT_LT(MaxAbs(Weights("one"), Weights("two")), 1e-3);
 }
 
-// ZeRO-1 changes where the AdamW update runs, not its arithmetic: the same losses and weights; and unbucketed
-// all-reduce (bucket_mb=0) gives the bucketed path's gradients bit for bit (the same sums, in other pieces).
+// ZeRO-1 changes where the AdamW update runs, not its arithmetic: its gradients are reduce-scattered (each
+// rank receives the sums of its shard only, bucket by bucket, dist.bucket_mb small enough for several
+// buckets) and the clipping norm comes from the shards' norms, yet the losses, norms and weights are the
+// default path's. Clipping is on and active (0.1 < every step's norm here), so the sharded norm is what
+// scales the update. Unbucketed all-reduce (bucket_mb=0) gives the bucketed path's gradients bit for bit (the
+// same sums, in other pieces), and so does the unbucketed reduce-scatter.
 TEST_F(DistTrainTest, ZeroOneAndUnbucketedMatchTheDefaultPath) {
-  auto plain = Train(2, "plain");
+  const std::string clip = "--set train.grad_clip=0.1 --set dist.bucket_mb=0.01 ";
+  auto plain = Train(2, "plain", clip);
   ASSERT_EQ(plain.code, 0) << plain.output;
-  auto zero = Train(2, "zero", "--set dist.zero=1");
+  auto zero = Train(2, "zero", clip + "--set dist.zero=1");
   ASSERT_EQ(zero.code, 0) << zero.output;
-  auto whole = Train(2, "whole", "--set dist.bucket_mb=0");
+  auto whole = Train(2, "whole", "--set train.grad_clip=0.1 --set dist.bucket_mb=0");
   ASSERT_EQ(whole.code, 0) << whole.output;
+  auto zero_whole =
+      Train(2, "zero_whole", "--set train.grad_clip=0.1 --set dist.bucket_mb=0 --set dist.zero=1");
+  ASSERT_EQ(zero_whole.code, 0) << zero_whole.output;
   EXPECT_LT(MaxRel(Rows("plain", "loss"), Rows("zero", "loss")), 1e-6);
+  EXPECT_LT(MaxRel(Rows("plain", "grad_norm"), Rows("zero", "grad_norm")), 1e-12);
+  for (const auto& [step, norm] : Rows("zero", "grad_norm")) EXPECT_GT(norm, 0.1) << "step " << step;
   EXPECT_EQ(Weights("plain"), Weights("zero"));
+  EXPECT_EQ(Rows("zero", "loss"), Rows("zero_whole", "loss"));
+  EXPECT_EQ(Weights("zero"), Weights("zero_whole"));
   EXPECT_EQ(Rows("plain", "loss"), Rows("whole", "loss"));
   EXPECT_EQ(Weights("plain"), Weights("whole"));
 }
