@@ -305,13 +305,6 @@ Status Trainer::ReduceStepStats(StepStats* s) {
   return Status::Ok();
 }
 
-Result<bool> Trainer::AgreeWithRank0(bool mine) {
-  if (world() == 1) return mine;
-  int64_t v = mine ? 1 : 0;
-  TERN_RETURN_IF_ERROR(comm_->Broadcast(&v, sizeof v, 0).WithContext("agreeing on a checkpoint"));
-  return v != 0;
-}
-
 Status Trainer::DecideFp16Step(double scaled_norm, StepStats* s, float* unscale) {
   const LossScaler::Decision d = scaler_.Update(scaled_norm);
   s->loss_scale = d.scale_used;
