@@ -153,7 +153,8 @@ TEST_F(Mpi, ReduceScatterOfUnevenShards) {
 // rank's shard holds the sums, and nothing outside the bucket is touched.
 TEST_F(Mpi, InPlaceReduceScatterOfBucketsOfAShardedBuffer) {
   for (size_t total : kSizes) {
-    for (size_t bucket : {size_t{2}, size_t{3}, size_t{7}, size_t{1000}, size_t{5000}}) {
+    for (size_t bucket : {size_t{2}, size_t{7}, size_t{333}, size_t{1000}, size_t{5000}}) {
+      if (total / bucket > 40) continue;  // at most 40 buckets: each blocking wait polls (slow when loaded)
       std::vector<float> sum(total + 1), mean(total + 1);
       for (size_t i = 0; i < total; i++) sum[i] = mean[i] = Contribution(rank_, i);
       sum[total] = mean[total] = -7;  // a guard element
