@@ -45,7 +45,8 @@ void CheckFile(const ManifestFile& f, const std::string& bytes, std::vector<std:
   }
 }
 
-VerifyReport Check(Storage& storage, const std::string& dir, std::map<std::string, std::string>* keep) {
+VerifyReport Check(Storage& storage, const std::string& dir, std::map<std::string, std::string>* keep,
+                   const FileFilter& want = {}) {
   VerifyReport r;
   r.dir = dir;
   r.step = ParseStepDirName(dir).value_or(-1);
@@ -64,6 +65,7 @@ VerifyReport Check(Storage& storage, const std::string& dir, std::map<std::strin
   if (m->step != r.step)
     r.problems.push_back(fmt::format("manifest.json says step {} inside {}", m->step, dir));
   for (const auto& f : m->files) {
+    if (want && !want(f.name)) continue;
     auto bytes = storage.Get(JoinKey(dir, f.name));
     if (!bytes.ok()) {
       r.problems.push_back(bytes.status().code() == Status::Code::kNotFound
@@ -159,14 +161,6 @@ Result<PersistStats> PersistSnapshot(Snapshot& snap, Storage& storage) {
   const std::string dir = StepDirName(snap.step);
   PersistStats stats;
   stats.location = JoinKey(storage.uri(), dir);
-  // Re-saving a step (a retry, or debris of a crashed save): unpublish first, so no manifest ever
-  // describes files that are being replaced.
-  const std::string manifest_key = JoinKey(dir, kManifestName);
-  TERN_ASSIGN_OR_RETURN(bool had_manifest, storage.Exists(manifest_key));
-  if (had_manifest) {
-    TERN_RETURN_IF_ERROR(storage.Delete(manifest_key));
-    TERN_RETURN_IF_ERROR(storage.SyncDir(dir));
-  }
   Manifest& m = snap.manifest;
   m.step = snap.step;
   m.created_utc = NowUtc();
@@ -174,14 +168,31 @@ Result<PersistStats> PersistSnapshot(Snapshot& snap, Storage& storage) {
   std::vector<std::pair<std::string, std::string_view>> files;
   for (const auto& [name, img] : snap.images) files.emplace_back(name, img->bytes());
   for (const auto& [name, text] : snap.small_files) files.emplace_back(name, text);
+  // Re-saving a step (a retry, or debris of a crashed save): unpublish first, so no manifest ever
+  // describes files that are being replaced.
+  const std::string manifest_key = JoinKey(dir, kManifestName);
   Status st;
+  Result<bool> had_manifest = storage.Exists(manifest_key);
+  if (!had_manifest.ok()) st = had_manifest.status();
+  if (st.ok() && *had_manifest) {
+    st = storage.Delete(manifest_key);
+    if (st.ok()) st = storage.SyncDir(dir);
+  }
+  size_t attempted = 0;  // the files this save (may have) written, removed again on failure
   for (const auto& [name, bytes] : files) {
-    m.files.push_back({name, bytes.size(), Xxh3Hex(bytes)});
-    st = storage.Put(JoinKey(dir, name), bytes);
     if (!st.ok()) break;
-    stats.bytes += bytes.size();
+    m.files.push_back({name, bytes.size(), Xxh3Hex(bytes)});
+    attempted++;
+    st = storage.Put(JoinKey(dir, name), bytes);
+    if (st.ok()) stats.bytes += bytes.size();
   }
   if (st.ok()) st = storage.SyncDir(dir);  // the data must be durable before the manifest can claim it
+  // Data parallel: the other ranks' files, durable too (a barrier), whatever happened here.
+  if (snap.gather_files) {
+    Result<std::vector<ManifestFile>> others = snap.gather_files(storage, st);
+    if (st.ok() && !others.ok()) st = others.status();
+    if (st.ok()) m.files.insert(m.files.end(), others->begin(), others->end());
+  }
   if (st.ok()) {
     const std::string text = m.ToJson();
     st = storage.Put(manifest_key, text);
@@ -189,11 +200,22 @@ Result<PersistStats> PersistSnapshot(Snapshot& snap, Storage& storage) {
     stats.bytes += text.size();
   }
   if (!st.ok()) {
-    for (const auto& [name, bytes] : files) storage.Delete(JoinKey(dir, name)).ok();
+    for (size_t i = 0; i < attempted; i++) storage.Delete(JoinKey(dir, files[i].first)).ok();
     return st.WithContext(fmt::format("saving checkpoint step {} to {}", snap.step, stats.location));
   }
   stats.seconds = Since(t0);
   return stats;
+}
+
+Result<ManifestFile> PutCheckpointFile(Storage& storage, int64_t step, const std::string& name,
+                                       std::string_view bytes) {
+  const std::string dir = StepDirName(step);
+  ManifestFile f{name, bytes.size(), Xxh3Hex(bytes)};
+  Status st = storage.Put(JoinKey(dir, name), bytes);
+  if (st.ok()) st = storage.SyncDir(dir);
+  if (!st.ok())
+    return st.WithContext(fmt::format("writing {} of checkpoint step {} to {}", name, step, storage.uri()));
+  return f;
 }
 
 Result<std::vector<CheckpointRef>> ListCheckpoints(Storage& storage) {
@@ -220,9 +242,9 @@ VerifyReport VerifyCheckpoint(Storage& storage, const std::string& dir) {
   return Check(storage, dir, nullptr);
 }
 
-Result<LoadedCheckpoint> LoadCheckpoint(Storage& storage, const std::string& dir) {
+Result<LoadedCheckpoint> LoadCheckpoint(Storage& storage, const std::string& dir, const FileFilter& want) {
   LoadedCheckpoint out;
-  VerifyReport r = Check(storage, dir, &out.files);
+  VerifyReport r = Check(storage, dir, &out.files, want);
   out.location = JoinKey(storage.uri(), dir);
   if (!r.ok) {
     std::string msg = out.location + " is damaged:";

@@ -5,11 +5,16 @@
 //   step_00001200/trainer.json            step, data position, RNG seeds, LR position, config, tokenizer
 //   step_00001200/manifest.json           written last: every file's size and xxh3-64
 //
+// Data parallel with ZeRO-1 (train/train_checkpoint.h): optimizer.safetensors is replaced by one file per
+// rank, optimizer-00001-of-00002.safetensors, each written by its rank; rank 0 writes the manifest, listing
+// them all, once every rank's file is durable (Snapshot::gather_files).
+//
 // A checkpoint exists when its manifest exists and every file it names has the recorded size and checksum;
 // anything else under a step directory is debris from a save that did not finish.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -59,6 +64,11 @@ struct Snapshot {
   std::vector<std::pair<std::string, std::unique_ptr<SafetensorsImage>>> images;
   std::map<std::string, std::string> small_files;  // trainer.json, ...
   Manifest manifest;  // step, kind, fingerprints, val_loss; files are filled in when persisted
+  // Data parallel: the files other processes write into the same step directory. When set, PersistSnapshot
+  // calls it exactly once per storage, after this process's data files are durable (or failed: `mine` says
+  // which), and before the manifest: it waits for the others (a barrier) and returns their entries, which
+  // the manifest then lists too. An error leaves the step unpublished (no manifest).
+  std::function<Result<std::vector<ManifestFile>>(Storage& storage, const Status& mine)> gather_files;
 
   uint64_t bytes() const;
 };
@@ -68,6 +78,11 @@ struct PersistStats {
   double seconds = 0;
   std::string location;  // storage uri + "/" + step dir
 };
+
+// One file that another process lists in its manifest (see Snapshot::gather_files): Put, SyncDir, and its
+// manifest entry.
+Result<ManifestFile> PutCheckpointFile(Storage& storage, int64_t step, const std::string& name,
+                                       std::string_view bytes);
 
 // Publishes `snap` under StepDirName(step): data files, SyncDir, manifest.json, SyncDir. On failure the
 // partial files are removed (best effort) so a full disk is not left fuller; an older checkpoint is
@@ -100,7 +115,11 @@ struct LoadedCheckpoint {
   std::map<std::string, std::string> files;  // name -> verified bytes
   std::string location;
 };
-// VerifyCheckpoint that keeps the bytes. Corruption lists the problems.
-Result<LoadedCheckpoint> LoadCheckpoint(Storage& storage, const std::string& dir);
+// Which of a manifest's files a process reads on resume (ZeRO-1: only the optimizer shards that cover its
+// own range); empty = all. Files not wanted are neither read nor checked.
+using FileFilter = std::function<bool(const std::string& name)>;
+// VerifyCheckpoint that keeps the bytes (of the files `want` selects). Corruption lists the problems.
+Result<LoadedCheckpoint> LoadCheckpoint(Storage& storage, const std::string& dir,
+                                        const FileFilter& want = {});
 
 }  // namespace tern::ckpt

@@ -14,12 +14,23 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+std::string Unfinished(Storage& storage, const CheckpointRef& ref) {
+  return fmt::format(
+      "{} has no manifest.json: its save never finished (the process, or one rank of a data-parallel job, "
+      "stopped before every file was written); not a checkpoint, skipped",
+      JoinKey(storage.uri(), ref.dir));
+}
+
 // Newest valid checkpoint in one storage; damaged ones are described in *skipped.
-Result<LoadedCheckpoint> NewestIn(Storage& storage, std::vector<std::string>* skipped) {
+Result<LoadedCheckpoint> NewestIn(Storage& storage, std::vector<std::string>* skipped, const FileFilter& want,
+                                  std::vector<std::string>* unfinished) {
   TERN_ASSIGN_OR_RETURN(auto refs, ListCheckpoints(storage));
   for (auto it = refs.rbegin(); it != refs.rend(); ++it) {
-    if (!it->has_manifest) continue;  // debris of an unfinished save: not a checkpoint
-    auto loaded = LoadCheckpoint(storage, it->dir);
+    if (!it->has_manifest) {  // debris of an unfinished save: not a checkpoint
+      if (unfinished) unfinished->push_back(Unfinished(storage, *it));
+      continue;
+    }
+    auto loaded = LoadCheckpoint(storage, it->dir, want);
     if (loaded.ok()) return loaded;
     if (skipped) skipped->push_back(loaded.status().message());
   }
@@ -171,6 +182,8 @@ std::vector<SaveEvent> CheckpointManager::Persist(const Job& job) {
     e.wait_ms = job.wait_ms;
     e.copy_ms = job.copy_ms;
     if (!job.copy_status.ok()) {
+      // The other ranks wait in the exchange for this tier: tell them the save failed.
+      if (snapshot_.gather_files) (void)snapshot_.gather_files(*tier.storage, job.copy_status);
       e.status = job.copy_status;
       events.push_back(std::move(e));
       continue;
@@ -239,12 +252,14 @@ int64_t CheckpointManager::NewestStep(int tier) {
   return -1;
 }
 
-Result<LoadedCheckpoint> CheckpointManager::LoadNewestValid(std::vector<std::string>* skipped) {
+Result<LoadedCheckpoint> CheckpointManager::LoadNewestValid(std::vector<std::string>* skipped,
+                                                            const FileFilter& want,
+                                                            std::vector<std::string>* unfinished) {
   struct Candidate {
     int tier;
     CheckpointRef ref;
   };
-  std::vector<Candidate> all;
+  std::vector<Candidate> all, debris;
   std::vector<std::string> where;
   for (int t = 0; t < num_tiers(); t++) {
     where.push_back(tiers_[t].storage->uri());
@@ -256,22 +271,37 @@ Result<LoadedCheckpoint> CheckpointManager::LoadNewestValid(std::vector<std::str
       continue;
     }
     for (const auto& r : *refs)
-      if (r.has_manifest) all.push_back({t, r});
+      if (r.has_manifest) {
+        all.push_back({t, r});
+      } else {
+        debris.push_back({t, r});
+      }
   }
+  // Unfinished saves newer than the checkpoint taken (-1: none found) are reported.
+  const auto report_unfinished = [&](int64_t taken) {
+    if (!unfinished) return;
+    for (const auto& d : debris)
+      if (d.ref.step > taken) unfinished->push_back(Unfinished(*tiers_[d.tier].storage, d.ref));
+  };
   // Newest first; on a tie the earlier tier (fast before durable) as it is quicker to read.
   std::stable_sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
     return a.ref.step != b.ref.step ? a.ref.step > b.ref.step : a.tier < b.tier;
   });
   for (const auto& c : all) {
-    auto loaded = LoadCheckpoint(*tiers_[c.tier].storage, c.ref.dir);
-    if (loaded.ok()) return loaded;
+    auto loaded = LoadCheckpoint(*tiers_[c.tier].storage, c.ref.dir, want);
+    if (loaded.ok()) {
+      report_unfinished(c.ref.step);
+      return loaded;
+    }
     if (skipped) skipped->push_back(loaded.status().message());
   }
+  report_unfinished(-1);
   return Status::NotFound(fmt::format("no valid checkpoint in {}", fmt::join(where, ", ")));
 }
 
 Result<LoadedCheckpoint> LoadCheckpointAt(const std::string& uri, const StorageOpener& open,
-                                          std::vector<std::string>* skipped) {
+                                          std::vector<std::string>* skipped, const FileFilter& want,
+                                          std::vector<std::string>* unfinished) {
   std::string u = uri;
   while (u.size() > 1 && u.back() == '/') u.pop_back();
   const size_t slash = u.rfind('/');
@@ -281,10 +311,10 @@ Result<LoadedCheckpoint> LoadCheckpointAt(const std::string& uri, const StorageO
   if (ParseStepDirName(base)) {
     const std::string parent = slash == std::string::npos ? "." : u.substr(0, slash);
     TERN_ASSIGN_OR_RETURN(auto storage, open(parent));
-    return LoadCheckpoint(*storage, base);
+    return LoadCheckpoint(*storage, base, want);
   }
   TERN_ASSIGN_OR_RETURN(auto storage, open(u));
-  return NewestIn(*storage, skipped);
+  return NewestIn(*storage, skipped, want, unfinished);
 }
 
 }  // namespace tern::ckpt

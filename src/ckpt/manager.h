@@ -87,8 +87,12 @@ class CheckpointManager {
   int64_t NewestStep(int tier);
 
   // The newest checkpoint across tiers whose manifest and checksums verify; on equal steps the earlier tier
-  // wins. Damaged ones are described in *skipped and passed over. NotFound when there is none.
-  Result<LoadedCheckpoint> LoadNewestValid(std::vector<std::string>* skipped);
+  // wins. Damaged ones are described in *skipped and passed over; so are step directories without a manifest
+  // newer than the one taken (a save that never finished, e.g. a rank that died before every shard was
+  // written), in *unfinished when given. `want` selects the files read (default all). NotFound when there is
+  // none.
+  Result<LoadedCheckpoint> LoadNewestValid(std::vector<std::string>* skipped, const FileFilter& want = {},
+                                           std::vector<std::string>* unfinished = nullptr);
 
  private:
   struct Tier {
@@ -125,6 +129,7 @@ class CheckpointManager {
 // Loads the checkpoint at `uri`: a step directory (".../step_00001200") or a tier root, whose newest
 // valid checkpoint is taken.
 Result<LoadedCheckpoint> LoadCheckpointAt(const std::string& uri, const StorageOpener& open,
-                                          std::vector<std::string>* skipped);
+                                          std::vector<std::string>* skipped, const FileFilter& want = {},
+                                          std::vector<std::string>* unfinished = nullptr);
 
 }  // namespace tern::ckpt

@@ -40,6 +40,17 @@ Shard ShardOf(size_t n, int world, int rank) {
   return {r * base + std::min(r, extra), base + (r < extra ? 1 : 0)};
 }
 
+std::vector<size_t> ShardCounts(size_t total, int world, size_t offset, size_t n) {
+  std::vector<size_t> counts(static_cast<size_t>(world), 0);
+  const size_t lo = offset, hi = offset + n;
+  for (int r = 0; r < world; r++) {
+    const Shard s = ShardOf(total, world, r);
+    const size_t b = std::max(lo, s.offset), e = std::min(hi, s.offset + s.count);
+    if (b < e) counts[static_cast<size_t>(r)] = e - b;
+  }
+  return counts;
+}
+
 namespace {
 // The Impl of CommHandle::Failed: finished, with an error.
 class FailedImpl : public CommHandle::Impl {

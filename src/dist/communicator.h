@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,10 @@ struct Shard {
   size_t count = 0;
 };
 Shard ShardOf(size_t n, int world, int rank);
+// How elements [offset, offset + n) of a buffer of `total` elements sharded over `world` ranks (ShardOf) fall
+// into the ranks' shards: `world` counts in rank order that sum to n (the pieces are contiguous, so rank r's
+// starts after ranks 0..r-1's). For ReduceScatterInPlaceAsync of one gradient bucket under ZeRO-1.
+std::vector<size_t> ShardCounts(size_t total, int world, size_t offset, size_t n);
 
 // A collective in flight. Move-only. An empty (default) handle is a finished, successful one.
 class CommHandle {
@@ -117,6 +122,12 @@ class Communicator {
   // recv[ShardOf(n).count] = op over ranks of send[shard.offset ...]; send holds all n; no overlap.
   [[nodiscard]] virtual CommHandle ReduceScatterAsync(const float* send, float* recv, size_t n,
                                                       ReduceOp op) = 0;
+  // In place, in pieces of given sizes: `counts` has world() entries (the same on every rank; any may be 0)
+  // and data holds their sum, rank r's piece starting after the pieces of ranks 0 .. r-1. Afterwards this
+  // rank's piece holds op over ranks of that piece; the rest of data is undefined (scratch). ZeRO-1's
+  // gradient buckets: counts = ShardCounts(...), so each rank receives the sums of its optimizer shard only.
+  [[nodiscard]] virtual CommHandle ReduceScatterInPlaceAsync(float* data, std::span<const size_t> counts,
+                                                             ReduceOp op) = 0;
   // recv[n] = every rank's shard in rank order; send holds this rank's ShardOf(n).count elements.
   // In place when send == recv + ShardOf(n).offset.
   [[nodiscard]] virtual CommHandle AllGatherAsync(const float* send, float* recv, size_t n) = 0;

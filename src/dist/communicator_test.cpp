@@ -26,6 +26,22 @@ TEST(Shard, FirstRanksTakeTheRemainder) {
   EXPECT_EQ(ShardOf(0, 2, 1).count, 0u);
 }
 
+// A piece of a sharded buffer split by owner: 10 over 4 is [0,3) [3,6) [6,8) [8,10).
+TEST(Shard, ShardCountsSplitAPieceByOwner) {
+  EXPECT_EQ(ShardCounts(10, 4, 0, 10), (std::vector<size_t>{3, 3, 2, 2}));
+  EXPECT_EQ(ShardCounts(10, 4, 2, 5), (std::vector<size_t>{1, 3, 1, 0}));  // [2,7)
+  EXPECT_EQ(ShardCounts(10, 4, 8, 2), (std::vector<size_t>{0, 0, 0, 2}));
+  EXPECT_EQ(ShardCounts(10, 4, 4, 0), (std::vector<size_t>{0, 0, 0, 0}));
+  EXPECT_EQ(ShardCounts(7, 1, 3, 4), (std::vector<size_t>{4}));
+  for (size_t total : {1u, 7u, 1001u})
+    for (int w : {1, 2, 3, 5})
+      for (size_t off = 0; off < total; off += 3) {
+        const size_t n = std::min<size_t>(5, total - off);
+        const auto c = ShardCounts(total, w, off, n);
+        EXPECT_EQ(std::accumulate(c.begin(), c.end(), size_t{0}), n) << total << " " << w << " " << off;
+      }
+}
+
 TEST(Shard, ShardsTileTheRangeInRankOrder) {
   for (size_t n : {0u, 1u, 7u, 1000u, 1001u, 4099u})
     for (int w : {1, 2, 3, 5, 8}) {

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "dist/mpi_work.h"
 #include "dist/poll.h"
 
 namespace tern::dist {
@@ -252,7 +253,7 @@ namespace {
 using State = MpiCommunicator::State;
 
 // One started collective: its requests, the arrays MPI reads while it runs, and what to do once it is done.
-class MpiWork : public CommHandle::Impl {
+class MpiWork : public CommHandle::Impl, public mpi_detail::MpiRequests {
  public:
   MpiWork(std::shared_ptr<State> state, uint64_t seq, CollectiveKind kind, size_t count)
       : state_(std::move(state)), seq_(seq), kind_(kind), count_(count) {}
@@ -288,10 +289,6 @@ class MpiWork : public CommHandle::Impl {
     return status_;
   }
 
-  std::vector<MPI_Request> reqs;
-  std::vector<int> counts, displs;  // for MPI_Ireduce_scatter / MPI_Iallgatherv: alive until done
-  std::function<void()> finish;     // runs once, when every request finished (the mean's division)
-
   std::string what() const {
     return fmt::format("rank {}: mpi collective #{} ({})", state_->rank, seq_,
                        DescribeCollective(kind_, count_));
@@ -325,9 +322,12 @@ class MpiWork : public CommHandle::Impl {
   Status status_;
 };
 
-// Numbers and announces a collective, then lets `post` issue its MPI requests into the work.
-CommHandle Start(const std::shared_ptr<State>& state, std::chrono::milliseconds timeout, CollectiveKind kind,
-                 size_t count, const std::function<int(MpiWork&)>& post) {
+}  // namespace
+
+namespace mpi_detail {
+
+CommHandle StartCollective(const std::shared_ptr<State>& state, std::chrono::milliseconds timeout,
+                           CollectiveKind kind, size_t count, const PostFn& post) {
   std::lock_guard lock(state->mu);
   if (!state->broken.ok())
     return CommHandle::Failed(Status::Unavailable("this mpi communicator failed earlier and is unusable: " +
@@ -348,15 +348,28 @@ void DivideBy(float* data, size_t n, int world) {
   for (size_t i = 0; i < n; i++) data[i] /= w;
 }
 
-bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  const char *pa = static_cast<const char*>(a), *pb = static_cast<const char*>(b);
-  return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
-}
-
 Status CheckIntCount(size_t n, const char* what) {
   if (n <= static_cast<size_t>(INT_MAX)) return Status::Ok();
   return Status::InvalidArgument(fmt::format(
       "mpi {} of {} elements: at most {} (MPI counts are ints); split the call", what, n, INT_MAX));
+}
+
+MPI_Comm CommOf(const State& state) {
+  return state.comm;
+}
+
+}  // namespace mpi_detail
+
+namespace {
+
+using mpi_detail::CheckIntCount;
+using mpi_detail::DivideBy;
+using mpi_detail::MpiRequests;
+using mpi_detail::StartCollective;
+
+bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const char *pa = static_cast<const char*>(a), *pb = static_cast<const char*>(b);
+  return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
 }
 
 }  // namespace
@@ -431,7 +444,7 @@ CommHandle MpiCommunicator::AllReduceAsync(const float* send, float* recv, size_
   const size_t chunk = state_->max_chunk;
   const int world = this->world();
   MPI_Comm comm = state_->comm;
-  return Start(state_, timeout(), CollectiveKind::kAllReduce, n, [&](MpiWork& w) {
+  return StartCollective(state_, timeout(), CollectiveKind::kAllReduce, n, [&](MpiRequests& w) {
     for (size_t off = 0; off < n; off += chunk) {
       const int c = static_cast<int>(std::min(chunk, n - off));
       const void* in = send == recv ? MPI_IN_PLACE : static_cast<const void*>(send + off);
@@ -452,7 +465,7 @@ CommHandle MpiCommunicator::ReduceScatterAsync(const float* send, float* recv, s
   if (Overlap(send, n * sizeof(float), recv, mine.count * sizeof(float)))
     return CommHandle::Failed(Status::InvalidArgument("mpi reduce-scatter: recv overlaps send"));
   MPI_Comm comm = state_->comm;
-  return Start(state_, timeout(), CollectiveKind::kReduceScatter, n, [&](MpiWork& w) {
+  return StartCollective(state_, timeout(), CollectiveKind::kReduceScatter, n, [&](MpiRequests& w) {
     for (int r = 0; r < world; r++) w.counts.push_back(static_cast<int>(ShardOf(n, world, r).count));
     MPI_Request req;
     if (int rc = MPI_Ireduce_scatter(send, recv, w.counts.data(), MPI_FLOAT, MPI_SUM, comm, &req);
@@ -473,7 +486,7 @@ CommHandle MpiCommunicator::AllGatherAsync(const float* send, float* recv, size_
     return CommHandle::Failed(Status::InvalidArgument(
         "mpi all-gather: send overlaps recv (in place means send == recv + shard offset)"));
   MPI_Comm comm = state_->comm;
-  return Start(state_, timeout(), CollectiveKind::kAllGather, n, [&](MpiWork& w) {
+  return StartCollective(state_, timeout(), CollectiveKind::kAllGather, n, [&](MpiRequests& w) {
     for (int r = 0; r < world; r++) {
       const Shard s = ShardOf(n, world, r);
       w.counts.push_back(static_cast<int>(s.count));
@@ -494,7 +507,7 @@ CommHandle MpiCommunicator::BroadcastAsync(void* data, size_t bytes, int root) {
   if (Status s = CheckRoot(root); !s.ok()) return CommHandle::Failed(s);
   const size_t chunk = std::min(state_->max_chunk * sizeof(float), static_cast<size_t>(INT_MAX));
   MPI_Comm comm = state_->comm;
-  return Start(state_, timeout(), CollectiveKind::kBroadcast, bytes, [&](MpiWork& w) {
+  return StartCollective(state_, timeout(), CollectiveKind::kBroadcast, bytes, [&](MpiRequests& w) {
     for (size_t off = 0; off < bytes; off += chunk) {
       MPI_Request req;
       const int c = static_cast<int>(std::min(chunk, bytes - off));
@@ -509,7 +522,7 @@ CommHandle MpiCommunicator::BroadcastAsync(void* data, size_t bytes, int root) {
 
 CommHandle MpiCommunicator::BarrierAsync() {
   MPI_Comm comm = state_->comm;
-  return Start(state_, timeout(), CollectiveKind::kBarrier, 0, [&](MpiWork& w) {
+  return StartCollective(state_, timeout(), CollectiveKind::kBarrier, 0, [&](MpiRequests& w) {
     MPI_Request req;
     if (int rc = MPI_Ibarrier(comm, &req); rc != MPI_SUCCESS) return rc;
     w.reqs.push_back(req);
@@ -520,7 +533,7 @@ CommHandle MpiCommunicator::BarrierAsync() {
 CommHandle MpiCommunicator::AllReduceIntAsync(int64_t* values, size_t n, IntOp op) {
   if (Status s = CheckIntCount(n, "integer all-reduce"); !s.ok()) return CommHandle::Failed(s);
   MPI_Comm comm = state_->comm;
-  return Start(state_, timeout(), CollectiveKind::kAllReduceInt, n, [&](MpiWork& w) {
+  return StartCollective(state_, timeout(), CollectiveKind::kAllReduceInt, n, [&](MpiRequests& w) {
     MPI_Request req;
     MPI_Op mop = op == IntOp::kSum ? MPI_SUM : MPI_MAX;
     if (int rc = MPI_Iallreduce(MPI_IN_PLACE, values, static_cast<int>(n), MPI_INT64_T, mop, comm, &req);

@@ -148,6 +148,40 @@ TEST_F(Mpi, ReduceScatterOfUnevenShards) {
   }
 }
 
+// ZeRO-1's gradient sync: a buffer of `total` sharded with ShardOf, reduce-scattered in place bucket by
+// bucket (odd bucket sizes, buckets straddling shard boundaries, one bucket per call): afterwards every
+// rank's shard holds the sums, and nothing outside the bucket is touched.
+TEST_F(Mpi, InPlaceReduceScatterOfBucketsOfAShardedBuffer) {
+  for (size_t total : kSizes) {
+    for (size_t bucket : {size_t{2}, size_t{7}, size_t{333}, size_t{1000}, size_t{5000}}) {
+      if (total / bucket > 40) continue;  // at most 40 buckets: each blocking wait polls (slow when loaded)
+      std::vector<float> sum(total + 1), mean(total + 1);
+      for (size_t i = 0; i < total; i++) sum[i] = mean[i] = Contribution(rank_, i);
+      sum[total] = mean[total] = -7;  // a guard element
+      // The buckets from the end down, as the backward announces them.
+      for (size_t hi = total; hi > 0;) {
+        const size_t lo = hi > bucket ? hi - bucket : 0;
+        const std::vector<size_t> counts = ShardCounts(total, world_, lo, hi - lo);
+        ASSERT_TRUE(comm_->ReduceScatterInPlaceAsync(sum.data() + lo, counts, ReduceOp::kSum).Wait().ok());
+        ASSERT_TRUE(comm_->ReduceScatterInPlaceAsync(mean.data() + lo, counts, ReduceOp::kMean).Wait().ok());
+        hi = lo;
+      }
+      const Shard mine = ShardOf(total, world_, rank_);
+      for (size_t i = mine.offset; i < mine.offset + mine.count; i++) {
+        ASSERT_EQ(sum[i], SumOverRanks(world_, i)) << "total " << total << " bucket " << bucket << " i " << i;
+        ASSERT_EQ(mean[i], SumOverRanks(world_, i) / world_) << "total " << total << " i " << i;
+      }
+      EXPECT_EQ(sum[total], -7) << "wrote past the buffer, total " << total;
+    }
+  }
+  // A count list of the wrong length is refused, naming the world.
+  const std::vector<size_t> one{1};
+  float x = 1;
+  Status st = comm_->ReduceScatterInPlaceAsync(&x, one, ReduceOp::kSum).Wait();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("pass one per rank"), std::string::npos) << st.message();
+}
+
 TEST_F(Mpi, AllGatherOfUnevenShardsInPlaceAndNot) {
   for (size_t n : kSizes) {
     const Shard mine = ShardOf(n, world_, rank_);

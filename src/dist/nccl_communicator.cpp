@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -303,6 +304,40 @@ CommHandle NcclCommunicator::ReduceScatterAsync(const float* send, float* recv, 
     for (int root = 0; root < w && r == ncclSuccess; root++) {
       const Shard sh = ShardOf(n, w, root);
       r = ncclReduce(send + sh.offset, recv, sh.count, ncclFloat, nop, root, comm, s);
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    return r != ncclSuccess ? r : end;
+  });
+}
+
+// Equal pieces: ncclReduceScatter in place (NCCL's in place is recv == send + rank * count, this very
+// layout); uneven ones: a group of per-owner ncclReduce, each in place at its root.
+CommHandle NcclCommunicator::ReduceScatterInPlaceAsync(float* data, std::span<const size_t> counts,
+                                                       ReduceOp op) {
+  const int w = world();
+  if (counts.size() != static_cast<size_t>(w))
+    return CommHandle::Failed(Status::InvalidArgument(fmt::format(
+        "nccl in-place reduce-scatter: {} counts for a world of {}; pass one per rank", counts.size(), w)));
+  const ncclRedOp_t nop = op == ReduceOp::kMean ? ncclAvg : ncclSum;
+  size_t n = 0;
+  bool even = true;
+  for (size_t c : counts) {
+    n += c;
+    even = even && c == counts[0];
+  }
+  const std::vector<size_t> pieces(counts.begin(), counts.end());
+  return Start(state_, timeout(), CollectiveKind::kReduceScatter, n, [&](ncclComm_t comm, cudaStream_t s) {
+    if (n == 0) return ncclSuccess;
+    if (even) {
+      const size_t c = pieces[0];
+      return ncclReduceScatter(data, data + static_cast<size_t>(rank()) * c, c, ncclFloat, nop, comm, s);
+    }
+    ncclResult_t r = ncclGroupStart();
+    size_t offset = 0;
+    for (int root = 0; root < w && r == ncclSuccess; root++) {
+      const size_t c = pieces[static_cast<size_t>(root)];
+      if (c > 0) r = ncclReduce(data + offset, data + offset, c, ncclFloat, nop, root, comm, s);
+      offset += c;
     }
     const ncclResult_t end = ncclGroupEnd();
     return r != ncclSuccess ? r : end;

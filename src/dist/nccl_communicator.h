@@ -49,6 +49,7 @@ class NcclCommunicator : public Communicator {
 
   CommHandle AllReduceAsync(const float* send, float* recv, size_t n, ReduceOp op) override;
   CommHandle ReduceScatterAsync(const float* send, float* recv, size_t n, ReduceOp op) override;
+  CommHandle ReduceScatterInPlaceAsync(float* data, std::span<const size_t> counts, ReduceOp op) override;
   CommHandle AllGatherAsync(const float* send, float* recv, size_t n) override;
   CommHandle BroadcastAsync(void* data, size_t bytes, int root) override;
   CommHandle BarrierAsync() override;

@@ -134,17 +134,29 @@ TEST_F(DistTrainTest, Bf16TwoRanksMatchOneProcessWithinBf16Rounding) {
   EXPECT_LT(MaxAbs(Weights("one"), Weights("two")), 1e-3);
 }
 
-// ZeRO-1 changes where the AdamW update runs, not its arithmetic: the same losses and weights; and unbucketed
-// all-reduce (bucket_mb=0) gives the bucketed path's gradients bit for bit (the same sums, in other pieces).
+// ZeRO-1 changes where the AdamW update runs, not its arithmetic: its gradients are reduce-scattered (each
+// rank receives the sums of its shard only, bucket by bucket, dist.bucket_mb small enough for several
+// buckets) and the clipping norm comes from the shards' norms, yet the losses, norms and weights are the
+// default path's. Clipping is on and active (0.1 < every step's norm here), so the sharded norm is what
+// scales the update. Unbucketed all-reduce (bucket_mb=0) gives the bucketed path's gradients bit for bit (the
+// same sums, in other pieces), and so does the unbucketed reduce-scatter.
 TEST_F(DistTrainTest, ZeroOneAndUnbucketedMatchTheDefaultPath) {
-  auto plain = Train(2, "plain");
+  const std::string clip = "--set train.grad_clip=0.1 --set dist.bucket_mb=0.01 ";
+  auto plain = Train(2, "plain", clip);
   ASSERT_EQ(plain.code, 0) << plain.output;
-  auto zero = Train(2, "zero", "--set dist.zero=1");
+  auto zero = Train(2, "zero", clip + "--set dist.zero=1");
   ASSERT_EQ(zero.code, 0) << zero.output;
-  auto whole = Train(2, "whole", "--set dist.bucket_mb=0");
+  auto whole = Train(2, "whole", "--set train.grad_clip=0.1 --set dist.bucket_mb=0");
   ASSERT_EQ(whole.code, 0) << whole.output;
+  auto zero_whole =
+      Train(2, "zero_whole", "--set train.grad_clip=0.1 --set dist.bucket_mb=0 --set dist.zero=1");
+  ASSERT_EQ(zero_whole.code, 0) << zero_whole.output;
   EXPECT_LT(MaxRel(Rows("plain", "loss"), Rows("zero", "loss")), 1e-6);
+  EXPECT_LT(MaxRel(Rows("plain", "grad_norm"), Rows("zero", "grad_norm")), 1e-12);
+  for (const auto& [step, norm] : Rows("zero", "grad_norm")) EXPECT_GT(norm, 0.1) << "step " << step;
   EXPECT_EQ(Weights("plain"), Weights("zero"));
+  EXPECT_EQ(Rows("zero", "loss"), Rows("zero_whole", "loss"));
+  EXPECT_EQ(Weights("zero"), Weights("zero_whole"));
   EXPECT_EQ(Rows("plain", "loss"), Rows("whole", "loss"));
   EXPECT_EQ(Weights("plain"), Weights("whole"));
 }
@@ -245,6 +257,71 @@ TEST_F(DistTrainTest, NoticeToOneRankSavesOnceAndResumesAtAnyWorldSize) {
   auto ref1 = Train(1, "ref1", until1);
   ASSERT_EQ(ref1.code, 0) << ref1.output;
   EXPECT_LT(MaxRel(Rows("ref1", "loss"), Rows("one", "loss")), 1e-6) << "1 -> 2";
+}
+
+// ZeRO-1 checkpoints at 2 ranks: each rank writes its own optimizer shard file and rank 0's manifest lists
+// both (no whole optimizer.safetensors: the moments are never gathered). Resume at 2 ranks is bit-exact
+// (losses and weights); 2 -> 1 and 1 -> 2 re-shard the moments (an exact copy) and continue within 1e-6
+// relative of the uninterrupted run (the gradient sums are added in another order, as without ZeRO); a step
+// whose manifest is missing (a rank died before the exchange) is skipped, saying so, and the previous one
+// resumes bit-exactly.
+TEST_F(DistTrainTest, ZeroOneShardFilesResumeAtAnyWorldSize) {
+  const std::string z = std::string(kLong) + " --set dist.zero=1 --set ckpt.every=2 --set ckpt.keep_last=5";
+  auto ref = Train(2, "ref", z + " --set train.steps=8");
+  ASSERT_EQ(ref.code, 0) << ref.output;
+  auto cut = Train(2, "cut", z + " --set train.steps=4");
+  ASSERT_EQ(cut.code, 0) << cut.output;
+  const fs::path step4 = root() / "cut" / "checkpoints" / ckpt::StepDirName(4);
+  EXPECT_FALSE(fs::exists(step4 / "optimizer.safetensors"));
+  std::ifstream man_in(step4 / "manifest.json");
+  const auto man = nlohmann::json::parse(man_in, nullptr, false);
+  ASSERT_FALSE(man.is_discarded());
+  std::map<std::string, std::string> listed;
+  for (const auto& f : man["files"]) listed[f["name"]] = f["xxh3"];
+  for (const char* f : {"optimizer-00000-of-00002.safetensors", "optimizer-00001-of-00002.safetensors"}) {
+    EXPECT_TRUE(fs::exists(step4 / f)) << f;
+    EXPECT_EQ(listed[f].size(), 16u) << f << " is listed with its checksum";
+  }
+  for (const char* copy : {"cut_to_1", "torn"})
+    fs::copy(root() / "cut", root() / copy, fs::copy_options::recursive);
+
+  const std::string until8 = z + " --set train.steps=8 --resume auto";
+  auto same = Train(2, "cut", until8);
+  ASSERT_EQ(same.code, 0) << same.output;
+  EXPECT_EQ(Rows("ref", "loss"), Rows("cut", "loss")) << "ZeRO-1 resume at the same world size is bit-exact";
+  EXPECT_EQ(Weights("ref"), Weights("cut"));
+
+  auto to_one = Train(1, "cut_to_1", until8);
+  ASSERT_EQ(to_one.code, 0) << to_one.output;
+  EXPECT_LT(MaxRel(Rows("ref", "loss"), Rows("cut_to_1", "loss")), 1e-6) << "2 -> 1";
+  EXPECT_LT(MaxAbs(Weights("ref"), Weights("cut_to_1")), 1e-5);
+
+  // A rank died before the manifest exchange of step 4: its files are there, the manifest is not.
+  fs::remove(root() / "torn" / "checkpoints" / ckpt::StepDirName(4) / "manifest.json");
+  auto torn = Train(2, "torn", until8);
+  ASSERT_EQ(torn.code, 0) << torn.output;
+  std::ifstream in(root() / "torn" / "metrics.jsonl");
+  std::string line;
+  nlohmann::json resume;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.value("event", "") == "resume") resume = j;
+  }
+  ASSERT_TRUE(resume.is_object());
+  EXPECT_EQ(resume["step"], 2) << resume.dump();
+  ASSERT_EQ(resume["unfinished"].size(), 1u) << resume.dump();
+  EXPECT_NE(resume["unfinished"][0].get<std::string>().find("step_00000004 has no manifest.json"),
+            std::string::npos)
+      << resume.dump();
+  EXPECT_EQ(Rows("ref", "loss"), Rows("torn", "loss")) << "the previous checkpoint resumes bit-exactly";
+
+  // 1 -> 2: one process (whole moments) resumed on 2 ranks with ZeRO-1.
+  auto one = Train(1, "one", z + " --set train.steps=4");
+  ASSERT_EQ(one.code, 0) << one.output;
+  auto to_two = Train(2, "one", until8);
+  ASSERT_EQ(to_two.code, 0) << to_two.output;
+  EXPECT_LT(MaxRel(Rows("ref", "loss"), Rows("one", "loss")), 1e-6) << "1 -> 2";
+  EXPECT_LT(MaxAbs(Weights("ref"), Weights("one")), 1e-5);
 }
 
 // A rank that stops answering (SIGSTOP: hung, not dead) fails the job within dist.timeout_s with a message

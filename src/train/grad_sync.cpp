@@ -1,11 +1,20 @@
 #include "train/grad_sync.h"
 
 #include <chrono>
+#include <cmath>
+#include <cstring>
 
 namespace tern {
 
-GradSync::GradSync(dist::Communicator* comm, float* grads, size_t n, size_t bucket_bytes)
-    : comm_(comm), grads_(grads), n_(n), bucket_bytes_(bucket_bytes) {}
+GradSync::GradSync(dist::Communicator* comm, float* grads, size_t n, size_t bucket_bytes, bool sharded)
+    : comm_(comm), grads_(grads), n_(n), bucket_bytes_(bucket_bytes), sharded_(sharded) {}
+
+dist::CommHandle GradSync::Start(size_t offset, size_t count) {
+  float* p = grads_ + offset;
+  if (!sharded_) return comm_->AllReduceAsync(p, p, count, dist::ReduceOp::kSum);
+  const std::vector<size_t> counts = dist::ShardCounts(n_, comm_->world(), offset, count);
+  return comm_->ReduceScatterInPlaceAsync(p, counts, dist::ReduceOp::kSum);
+}
 
 void GradSync::OnReady(std::span<const GradRange> ranges) {
   if (bucket_bytes_ == 0) return;  // unbucketed: Finish() does it all
@@ -25,8 +34,7 @@ void GradSync::OnReady(std::span<const GradRange> ranges) {
 void GradSync::StartPending() {
   if (pending_.empty()) return;
   for (const GradRange& r : pending_) {
-    inflight_.push_back(
-        comm_->AllReduceAsync(grads_ + r.offset, grads_ + r.offset, r.count, dist::ReduceOp::kSum));
+    inflight_.push_back(Start(r.offset, r.count));
     covered_ += r.count;
   }
   pending_.clear();
@@ -36,7 +44,7 @@ void GradSync::StartPending() {
 Result<double> GradSync::Finish() {
   const auto t0 = std::chrono::steady_clock::now();
   if (bucket_bytes_ == 0) {
-    inflight_.push_back(comm_->AllReduceAsync(grads_, grads_, n_, dist::ReduceOp::kSum));
+    inflight_.push_back(Start(0, n_));
     covered_ = n_;
   } else {
     StartPending();
@@ -49,11 +57,29 @@ Result<double> GradSync::Finish() {
   inflight_.clear();
   const size_t covered = covered_;
   covered_ = 0;
-  TERN_RETURN_IF_ERROR(first.WithContext("averaging the gradients across ranks"));
+  TERN_RETURN_IF_ERROR(first.WithContext(sharded_ ? "reduce-scattering the gradients across ranks (ZeRO-1)"
+                                                  : "averaging the gradients across ranks"));
   if (covered != n_) {
     return Status::Internal(fmt::format("the backward announced {} of the {} gradients", covered, n_));
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Result<double> GradSync::GlobalNorm(Backend* backend) {
+  const int W = comm_->world(), r = comm_->rank();
+  const dist::Shard mine = dist::ShardOf(n_, W, r);
+  const double squares = mine.count > 0 ? backend->SumSquares(grads_ + mine.offset, mine.count) : 0.0;
+  std::vector<int64_t> bits(static_cast<size_t>(W), 0);
+  std::memcpy(&bits[static_cast<size_t>(r)], &squares, sizeof squares);
+  TERN_RETURN_IF_ERROR(comm_->AllReduceInt(bits.data(), bits.size(), dist::IntOp::kSum)
+                           .WithContext("adding the ranks' gradient norms (ZeRO-1)"));
+  double total = 0;
+  for (int64_t b : bits) {
+    double x;
+    std::memcpy(&x, &b, sizeof x);
+    total += x;
+  }
+  return std::sqrt(total);
 }
 
 }  // namespace tern

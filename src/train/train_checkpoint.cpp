@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -10,6 +11,7 @@
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
+#include "dist/communicator.h"
 #include "train/lr_schedule.h"
 
 namespace tern {
@@ -34,11 +36,28 @@ std::map<std::string, std::string> ShapeMetadata(const GptConfig& m) {
           {"tern.block_size", std::to_string(m.block_size)}};
 }
 
-// The images for this model, made on the first save (and again only if the model changed).
-void EnsureImages(const Gpt& model, ckpt::Snapshot* snap) {
-  const size_t bytes = model.num_params() * 4;
+// adam.m and adam.v of the model's optimizer shard (the whole of it without ZeRO-1).
+std::unique_ptr<ckpt::SafetensorsImage> MomentsImage(const Gpt& model, bool shard_file) {
+  const GradRange sh = model.optimizer_shard();
+  const int64_t n = static_cast<int64_t>(sh.count);
+  std::map<std::string, std::string> meta = {
+      {"format", "pt"},
+      {"tern.optimizer", "adamw"},
+      {"tern.layout", "flat, in the parameter order of tensors.safetensors"}};
+  if (shard_file) {
+    meta["tern.shard_offset"] = std::to_string(sh.offset);
+    meta["tern.shard_count"] = std::to_string(sh.count);
+    meta["tern.num_params"] = std::to_string(model.num_params());
+  }
+  return std::make_unique<ckpt::SafetensorsImage>(
+      std::vector<ckpt::TensorSpec>{{"adam.m", {n}}, {"adam.v", {n}}}, meta);
+}
+
+// The images for this model, made on the first save (and again only if the model or the shard changed).
+void EnsureImages(const Gpt& model, ckpt::Snapshot* snap, const std::string& moments_name) {
+  const size_t bytes = model.num_params() * 4, moment_bytes = model.optimizer_shard().count * 4;
   if (snap->images.size() == 2 && snap->images[0].second->data_bytes() == bytes &&
-      snap->images[1].second->data_bytes() == 2 * bytes) {
+      snap->images[1].first == moments_name && snap->images[1].second->data_bytes() == 2 * moment_bytes) {
     return;
   }
   snap->images.clear();
@@ -46,14 +65,71 @@ void EnsureImages(const Gpt& model, ckpt::Snapshot* snap) {
   for (const auto& t : model.layout()) params.push_back({t.name, t.shape});
   snap->images.emplace_back(kTensors,
                             std::make_unique<ckpt::SafetensorsImage>(params, ShapeMetadata(model.config())));
-  const int64_t n = static_cast<int64_t>(model.num_params());
-  std::map<std::string, std::string> meta = {
-      {"format", "pt"},
-      {"tern.optimizer", "adamw"},
-      {"tern.layout", "flat, in the parameter order of tensors.safetensors"}};
-  snap->images.emplace_back(kOptimizer,
-                            std::make_unique<ckpt::SafetensorsImage>(
-                                std::vector<ckpt::TensorSpec>{{"adam.m", {n}}, {"adam.v", {n}}}, meta));
+  snap->images.emplace_back(moments_name, MomentsImage(model, moments_name != kOptimizer));
+}
+
+void DownloadMoments(const Gpt& model, ckpt::SafetensorsImage* image) {
+  const size_t bytes = model.optimizer_shard().count * 4;
+  model.backend()->Download(image->tensor(0), model.adam_m(), bytes);
+  model.backend()->Download(image->tensor(1), model.adam_v(), bytes);
+}
+
+// Copies into `out` (the moments of [mine.offset, + mine.count)) the part of one moments file, holding
+// [from.offset, + from.count), that overlaps it; returns how many elements it copied.
+Result<size_t> CopyOverlap(const ckpt::ParsedSafetensors& file, const std::string& where, GradRange from,
+                           GradRange mine, float* out_m, float* out_v) {
+  float* outs[2] = {out_m, out_v};
+  const char* names[2] = {"adam.m", "adam.v"};
+  const size_t b = std::max(from.offset, mine.offset),
+               e = std::min(from.offset + from.count, mine.offset + mine.count);
+  for (int i = 0; i < 2; i++) {
+    auto it = file.tensors.find(names[i]);
+    if (it == file.tensors.end() || it->second.dtype != "F32" || it->second.data.size() != from.count * 4)
+      return Status::Corruption(
+          fmt::format("{}: {} missing or mis-sized (want {} F32 values)", where, names[i], from.count));
+    if (b < e)
+      std::memcpy(outs[i] + (b - mine.offset), it->second.data.data() + (b - from.offset) * 4, (e - b) * 4);
+  }
+  return b < e ? e - b : 0;
+}
+
+// The moments of the model's shard from optimizer.safetensors (whole) or from the shard files loaded.
+Status RestoreMoments(const ckpt::LoadedCheckpoint& ck, Gpt* model) {
+  const GradRange mine = model->optimizer_shard();  // all of it without ZeRO-1
+  const size_t n = model->num_params();
+  std::vector<float> m(mine.count), v(mine.count);
+  size_t covered = 0;
+  std::vector<std::string> used;
+  for (const auto& [name, bytes] : ck.files) {
+    GradRange from;
+    if (name == kOptimizer) {
+      from = {0, n};
+    } else if (auto rw = ParseOptimizerShardName(name)) {
+      const dist::Shard sh = dist::ShardOf(n, rw->second, rw->first);
+      from = {sh.offset, sh.count};
+    } else {
+      continue;
+    }
+    TERN_ASSIGN_OR_RETURN(auto file, ckpt::ParseSafetensors(bytes));
+    TERN_ASSIGN_OR_RETURN(size_t got,
+                          CopyOverlap(file, ck.location + "/" + name, from, mine, m.data(), v.data()));
+    covered += got;
+    if (got > 0) used.push_back(name);
+  }
+  // The shard files of one world tile the parameters, so full coverage is covered == mine.count.
+  if (covered != mine.count) {
+    return Status::Corruption(
+        fmt::format("{}: the optimizer files cover {} of the {} AdamW moments of this rank's shard [{}, {}) "
+                    "(files used: {}); "
+                    "the checkpoint lacks optimizer.safetensors or some optimizer-*-of-*.safetensors: resume "
+                    "from another "
+                    "checkpoint (ckpt.resume=PATH)",
+                    ck.location, covered, mine.count, mine.offset, mine.offset + mine.count,
+                    used.empty() ? "none" : fmt::format("{}", fmt::join(used, ", "))));
+  }
+  model->backend()->Upload(model->adam_m(), m.data(), mine.count * 4);
+  model->backend()->Upload(model->adam_v(), v.data(), mine.count * 4);
+  return Status::Ok();
 }
 
 }  // namespace
@@ -68,23 +144,42 @@ std::string ResumeFingerprint(const TrainConfig& cfg, const DataIdentity& data) 
   return ckpt::Xxh3Hex(key);
 }
 
-Status CopyModelState(const Gpt& model, ckpt::Snapshot* snap, const std::vector<float>* full_moments) {
-  EnsureImages(model, snap);
-  Backend* be = model.backend();
-  const size_t n = model.num_params(), bytes = n * 4;
-  be->Download(snap->images[0].second->data(), model.params(), bytes);
-  if (full_moments) {
-    if (full_moments->size() != 2 * n)
-      return Status::Internal(fmt::format("{} gathered moments for {} parameters", full_moments->size(), n));
-    std::memcpy(snap->images[1].second->tensor(0), full_moments->data(), bytes);
-    std::memcpy(snap->images[1].second->tensor(1), full_moments->data() + n, bytes);
-    return Status::Ok();
-  }
-  if (model.optimizer_shard().count != n)
-    return Status::Internal("the model holds a shard of the AdamW moments: gather them for the save");
-  be->Download(snap->images[1].second->tensor(0), model.adam_m(), bytes);
-  be->Download(snap->images[1].second->tensor(1), model.adam_v(), bytes);
+Status CopyModelState(const Gpt& model, ckpt::Snapshot* snap, int rank, int world) {
+  const size_t n = model.num_params();
+  if (world == 1 && model.optimizer_shard().count != n)
+    return Status::Internal("the model holds a shard of the AdamW moments but saves as a world of one");
+  EnsureImages(model, snap, world > 1 ? OptimizerShardName(rank, world) : kOptimizer);
+  model.backend()->Download(snap->images[0].second->data(), model.params(), n * 4);
+  DownloadMoments(model, snap->images[1].second.get());
   return Status::Ok();
+}
+
+std::string OptimizerShardName(int rank, int world) {
+  return fmt::format("optimizer-{:05d}-of-{:05d}.safetensors", rank, world);
+}
+
+std::optional<std::pair<int, int>> ParseOptimizerShardName(const std::string& name) {
+  int rank = -1, world = -1, used = 0;
+  if (std::sscanf(name.c_str(), "optimizer-%5d-of-%5d.safetensors%n", &rank, &world, &used) != 2 ||
+      used != static_cast<int>(name.size()) || world < 1 || rank < 0 || rank >= world ||
+      name != OptimizerShardName(rank, world))
+    return std::nullopt;
+  return std::make_pair(rank, world);
+}
+
+void FillOptimizerShard(const Gpt& model, std::unique_ptr<ckpt::SafetensorsImage>* image) {
+  if (!*image || (*image)->data_bytes() != 2 * model.optimizer_shard().count * 4)
+    *image = MomentsImage(model, true);
+  DownloadMoments(model, image->get());
+}
+
+ckpt::FileFilter ResumeFiles(size_t num_params, GradRange mine) {
+  return [num_params, mine](const std::string& name) {
+    auto rw = ParseOptimizerShardName(name);
+    if (!rw) return true;
+    const dist::Shard sh = dist::ShardOf(num_params, rw->second, rw->first);
+    return sh.offset < mine.offset + mine.count && mine.offset < sh.offset + sh.count;
+  };
 }
 
 Status CaptureTrainMeta(const Gpt& model, const TrainConfig& cfg, const DataIdentity& data,
@@ -191,21 +286,9 @@ Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const 
     }
     std::memcpy(params.data() + t.offset, it->second.data.data(), t.numel * 4);
   }
-  TERN_ASSIGN_OR_RETURN(const std::string* opt_bytes, file(kOptimizer));
-  TERN_ASSIGN_OR_RETURN(auto opt, ckpt::ParseSafetensors(*opt_bytes));
-  const size_t bytes = model->num_params() * 4;
-  for (const char* name : {"adam.m", "adam.v"}) {
-    auto it = opt.tensors.find(name);
-    if (it == opt.tensors.end() || it->second.data.size() != bytes)
-      return Status::Corruption(
-          fmt::format("{}/optimizer.safetensors: {} missing or mis-sized", ck.location, name));
-  }
   model->SetParameters(params);  // also re-derives the bf16 copy
-  Backend* be = model->backend();
-  const GradRange shard = model->optimizer_shard();  // all of it without ZeRO-1
-  be->Upload(model->adam_m(), opt.tensors["adam.m"].data.data() + shard.offset * 4, shard.count * 4);
-  be->Upload(model->adam_v(), opt.tensors["adam.v"].data.data() + shard.offset * 4, shard.count * 4);
-  be->Synchronize();
+  TERN_RETURN_IF_ERROR(RestoreMoments(ck, model));
+  model->backend()->Synchronize();
 
   out.progress.step = j.value("step", 0);
   out.progress.tokens_seen = j.value("tokens_seen", uint64_t{0});

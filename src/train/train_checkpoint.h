@@ -4,6 +4,11 @@
 //                          e.g. "qkvw" [L, 3C, C]); __metadata__ carries the model shape. `tern ckpt export`
 //                          converts it to Hugging Face names.
 //   optimizer.safetensors  "adam.m" and "adam.v" [num_params], flat in the same parameter order.
+//   optimizer-00001-of-00002.safetensors
+//                          ZeRO-1 at W > 1, instead of optimizer.safetensors: rank r's shard of the moments,
+//                          "adam.m" and "adam.v" [ShardOf(num_params, W, r).count], its place in __metadata__
+//                          (tern.shard_offset, tern.shard_count, tern.num_params); written by rank r itself,
+//                          listed (with its checksum) in rank 0's manifest.
 //   trainer.json           step, adam_t (AdamW's t: applied updates, = step unless fp16 skipped some), tokens
 //                          seen, the loader position, seeds, LR position, loss scale (fp16: scale,
 //                          good_steps, skipped_steps; null for bf16 and fp32), precision, tokenizer, config.
@@ -46,10 +51,19 @@ Status CaptureTrainMeta(const Gpt& model, const TrainConfig& cfg, const DataIden
                         const TrainProgress& progress, ckpt::Snapshot* snap);
 // CopyModelState, on the writer thread while the next forward/backward runs: device-to-host copies of the
 // weights and AdamW moments into the snapshot's images (allocated on first use, then reused).
-// ZeRO-1: the model holds only a shard of the moments; `full_moments` (adam.m then adam.v, 2 x num_params,
-// host) are copied instead.
-Status CopyModelState(const Gpt& model, ckpt::Snapshot* snap,
-                      const std::vector<float>* full_moments = nullptr);
+// ZeRO-1 at world > 1: the model holds rank `rank`'s shard of the moments, which goes to
+// OptimizerShardName(rank, world) instead of optimizer.safetensors.
+Status CopyModelState(const Gpt& model, ckpt::Snapshot* snap, int rank = 0, int world = 1);
+
+// "optimizer-00001-of-00002.safetensors"; Parse gives {rank, world}, or nothing for another name.
+std::string OptimizerShardName(int rank, int world);
+std::optional<std::pair<int, int>> ParseOptimizerShardName(const std::string& name);
+// The image of an optimizer shard file of the model's shard of the moments, made on first use (and again if
+// the shard changed), then filled from the model.
+void FillOptimizerShard(const Gpt& model, std::unique_ptr<ckpt::SafetensorsImage>* image);
+// The files of a checkpoint that a model with optimizer shard `mine` reads on resume: all but the optimizer
+// shard files that do not overlap `mine` (ZeRO-1: at the same world size only its own).
+ckpt::FileFilter ResumeFiles(size_t num_params, GradRange mine);
 
 struct RestoredTrain {
   TrainProgress progress;
@@ -57,7 +71,8 @@ struct RestoredTrain {
 };
 // Refuses, with one message naming every difference, a checkpoint whose model shape, tokenizer, training
 // data, batch geometry (B, T) or seed differ from cfg; otherwise loads weights and moments into the model
-// (the moments of its optimizer shard: a checkpoint holds them whole, whatever the world size that wrote it).
+// (the moments of its optimizer shard: from optimizer.safetensors, which holds them whole, or from the
+// optimizer shard files that cover the shard, whatever world size wrote them: re-sharding copies exactly).
 Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const TrainConfig& cfg,
                                         const DataIdentity& data, Gpt* model);
 

@@ -108,7 +108,8 @@ void Trainer::BuildModel() {
       model_->SetOptimizerShard({sh.offset, sh.count});
     }
     grad_sync_ = std::make_unique<GradSync>(comm_.get(), model_->grads(), model_->num_params(),
-                                            static_cast<size_t>(cfg_.dist.bucket_mb * (1 << 20)));
+                                            static_cast<size_t>(cfg_.dist.bucket_mb * (1 << 20)),
+                                            /*sharded=*/cfg_.dist.zero > 0);
   }
   schedule_ = {cfg_.lr, cfg_.min_lr_ratio, cfg_.warmup_steps, cfg_.steps,
                cfg_.schedule == LrScheduleKind::kCosine};
@@ -229,11 +230,20 @@ Result<StepStats> Trainer::Step() {
   }
   if (env_.after_backward) env_.after_backward(step_ + 1, *model_);
   s.loss = loss_sum / accum;
+  // ZeRO-1: each rank holds the sums of its shard only; the norm comes from the shards' norms.
+  double norm = 0;
+  if (grad_sync_ && grad_sync_->sharded()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    TERN_ASSIGN_OR_RETURN(norm, grad_sync_->GlobalNorm(setup_.backend.get()));
+    s.comm_s += Seconds(t0);
+  } else {
+    norm = model_->GradNorm();
+  }
   float grad_scale = 1.0f;
   if (fp16) {
-    TERN_RETURN_IF_ERROR(DecideFp16Step(model_->GradNorm(), &s, &grad_scale));
+    TERN_RETURN_IF_ERROR(DecideFp16Step(norm, &s, &grad_scale));
   } else {
-    s.grad_norm = model_->GradNorm();
+    s.grad_norm = norm;
   }
   if (!s.skipped && (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm))) {
     return Status::Internal(fmt::format(
@@ -293,13 +303,6 @@ Status Trainer::ReduceStepStats(StepStats* s) {
   s->data_wait_s_max = v[3] / 1e6;
   s->data_wait_s_min = -v[4] / 1e6;
   return Status::Ok();
-}
-
-Result<bool> Trainer::AgreeWithRank0(bool mine) {
-  if (world() == 1) return mine;
-  int64_t v = mine ? 1 : 0;
-  TERN_RETURN_IF_ERROR(comm_->Broadcast(&v, sizeof v, 0).WithContext("agreeing on a checkpoint"));
-  return v != 0;
 }
 
 Status Trainer::DecideFp16Step(double scaled_norm, StepStats* s, float* unscale) {

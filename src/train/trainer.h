@@ -153,14 +153,22 @@ class Trainer {
   Status DrainCheckpointEvents(ProgressBar* bar, Status* failure = nullptr);
   Status EmergencyCheckpoint(TrainSummary* sum, ProgressBar* bar);
   bool AbandonRequested() const;
-  // Data parallel: rank 0's decision, on every rank (a broadcast); `mine` is only read on rank 0.
-  Result<bool> AgreeWithRank0(bool mine);
-  // ZeRO-1 before a save: every rank takes part; rank 0 ends with the whole AdamW moments in zero_moments_.
-  // `save` is rank 0's decision whether a save follows (other ranks' value is ignored).
-  Status PrepareSave(bool save);
+  // trainer_shards.cpp. ZeRO-1 at world > 1: every rank writes its optimizer shard file into the checkpoint.
+  bool sharded_saves() const { return world() > 1 && cfg_.dist.zero > 0; }
+  // Data parallel, before a save, on every rank with its own idea of `tiers`: rank 0's is the one that
+  // counts. Without sharded saves the other ranks just clear theirs (rank 0 alone writes). With them, every
+  // rank gets rank 0's tiers (an integer all-reduce); the other ranks write their shard into each and take
+  // part in its manifest exchange, then clear `tiers`; rank 0 goes on to SaveTo, whose manifest lists their
+  // files.
+  Status JoinSave(std::vector<int>* tiers);
+  // One tier's exchange (every rank, in the same order): each rank's shard file (or its failure) to every
+  // rank. The returned Status is the communicator's (fatal); *files, on rank 0, the other ranks' manifest
+  // entries, or which ranks failed (the checkpoint then stays unpublished).
+  Status ExchangeShardFiles(const Result<ckpt::ManifestFile>& mine,
+                            Result<std::vector<ckpt::ManifestFile>>* files);
   Status ReduceStepStats(StepStats* s);  // the per-step int all-reduce: notice vote, slowest/fastest rank
   // trainer_interval.cpp: ckpt.every=auto. Rank 0 alone tunes (it alone saves and measures the saves); the
-  // other ranks follow its decisions through PrepareSave (ZeRO-1) or take no part in saves.
+  // other ranks follow its decisions through JoinSave (ZeRO-1) or take no part in saves.
   void OpenIntervalTuner();
   int Cadence(int tier) const;                 // the tier's interval now (the tuned one for auto's fast tier)
   bool PeriodicDue(int tier, int step) const;  // a periodic save of the tier falls on this step
@@ -174,8 +182,10 @@ class Trainer {
   dist::LaunchInfo launch_;
   std::unique_ptr<dist::Communicator> comm_;  // null until OpenComm (tern bench: one process)
   std::unique_ptr<Gpt> model_;
-  std::unique_ptr<GradSync> grad_sync_;  // world > 1
-  std::vector<float> zero_moments_;      // ZeRO-1, rank 0: adam.m then adam.v gathered for a save
+  std::unique_ptr<GradSync> grad_sync_;                  // world > 1
+  std::unique_ptr<ckpt::SafetensorsImage> shard_image_;  // ZeRO-1, ranks > 0: their optimizer shard file
+  size_t shard_exchanges_ = 0;                           // rank 0: exchanges done by the save in progress
+  Status shard_comm_failure_;                            // rank 0: a collective of theirs failed
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   LrSchedule schedule_;

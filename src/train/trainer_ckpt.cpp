@@ -23,37 +23,48 @@ DataIdentity Trainer::data_identity() const {
 Status Trainer::CaptureSnapshotMeta(ckpt::Snapshot& snap) {
   TrainProgress p{step_, tokens_seen_, train_seconds_, train_loader_->position(), adam_t_, std::nullopt};
   if (setup_.compute == Compute::kF16) p.loss_scale = scaler_.state();
+  snap.gather_files = nullptr;
+  if (sharded_saves()) {  // the other ranks' optimizer shards, once they are durable (trainer_shards.cpp)
+    snap.gather_files = [this](ckpt::Storage&,
+                               const Status& mine) -> Result<std::vector<ckpt::ManifestFile>> {
+      shard_exchanges_++;
+      Result<std::vector<ckpt::ManifestFile>> files = Status::Internal("no exchange");
+      const Result<ckpt::ManifestFile> me =
+          mine.ok() ? Result<ckpt::ManifestFile>(ckpt::ManifestFile{}) : mine;
+      if (Status comm = ExchangeShardFiles(me, &files); !comm.ok()) {
+        if (shard_comm_failure_.ok()) shard_comm_failure_ = comm;
+        return comm;
+      }
+      return files;
+    };
+  }
   return CaptureTrainMeta(*model_, cfg_, data_identity(), p, &snap);
 }
 
 Status Trainer::CopySnapshotTensors(ckpt::Snapshot& snap) {
-  const bool sharded = world() > 1 && cfg_.dist.zero > 0;
-  return CopyModelState(*model_, &snap, sharded ? &zero_moments_ : nullptr);
+  return sharded_saves() ? CopyModelState(*model_, &snap, rank(), world()) : CopyModelState(*model_, &snap);
 }
 
-// ZeRO-1: each rank's moments go through the gradient buffer (free between the update and the next step's
-// ZeroGrad) to rank 0, which writes a checkpoint like any other: whole moments, resumable at any world size.
-Status Trainer::PrepareSave(bool save) {
-  if (world() == 1 || cfg_.dist.zero == 0) return Status::Ok();
-  TERN_ASSIGN_OR_RETURN(const bool go, AgreeWithRank0(save));
-  if (!go) return Status::Ok();
-  const size_t n = model_->num_params();
-  if (writer()) zero_moments_.resize(2 * n);
-  const float* moments[2] = {model_->adam_m(), model_->adam_v()};
-  for (int i = 0; i < 2; i++) {
-    TERN_RETURN_IF_ERROR(comm_->AllGather(moments[i], model_->grads(), n)
-                             .WithContext("gathering the AdamW moments for a checkpoint (ZeRO-1)"));
-    if (writer()) setup_.backend->Download(zero_moments_.data() + i * n, model_->grads(), n * sizeof(float));
-  }
-  return Status::Ok();
-}
-
+// ZeRO-1 at world > 1 saves synchronously: the manifest exchange is a collective, so it runs on the training
+// thread, at the same point on every rank.
 Status Trainer::SaveTo(const std::vector<int>& tiers, const std::string& kind, std::optional<double> val_loss,
                        bool sync) {
+  shard_exchanges_ = 0;
+  shard_comm_failure_ = Status::Ok();
   // The copy may run on the writer thread: Step() calls WaitForSnapshot() before the next AdamW update.
-  return ckpt_->Save(
+  Status st = ckpt_->Save(
       step_, tiers, kind, val_loss, [this](ckpt::Snapshot& s) { return CaptureSnapshotMeta(s); },
-      [this](ckpt::Snapshot& s) { return CopySnapshotTensors(s); }, sync);
+      [this](ckpt::Snapshot& s) { return CopySnapshotTensors(s); }, sync || sharded_saves());
+  if (!sharded_saves()) return st;
+  // A save that stopped before persisting a tier (its capture failed): the other ranks still wait for it.
+  while (shard_exchanges_ < tiers.size() && shard_comm_failure_.ok()) {
+    shard_exchanges_++;
+    Result<std::vector<ckpt::ManifestFile>> files = Status::Internal("no exchange");
+    const Status why = st.ok() ? Status::Internal("rank 0's save stopped before this tier") : st;
+    TERN_RETURN_IF_ERROR(ExchangeShardFiles(why, &files));
+  }
+  TERN_RETURN_IF_ERROR(shard_comm_failure_);
+  return st;
 }
 
 bool Trainer::AbandonRequested() const {
@@ -77,14 +88,19 @@ Status Trainer::OpenCheckpoints(nlohmann::json* resume_row) {
   if (from.mode == ResumeFrom::Mode::kNone) return Status::Ok();
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::string> skipped;
+  std::vector<std::string> unfinished;
   Result<ckpt::LoadedCheckpoint> loaded = Status::NotFound("");
+  // ZeRO-1: this rank reads only the optimizer shard files that cover its own shard.
+  const ckpt::FileFilter want = ResumeFiles(model_->num_params(), model_->optimizer_shard());
   if (from.mode == ResumeFrom::Mode::kAuto) {
-    loaded = ckpt_->LoadNewestValid(&skipped);
+    loaded = ckpt_->LoadNewestValid(&skipped, want, &unfinished);
   } else {
     ckpt::StorageOpener open = mo.open_storage;
     if (!open) open = [s3 = mo.s3](const std::string& uri) { return ckpt::OpenStorage(uri, s3); };
-    loaded = ckpt::LoadCheckpointAt(from.path, open, &skipped);
+    loaded = ckpt::LoadCheckpointAt(from.path, open, &skipped, want, &unfinished);
   }
+  for (const auto& s : unfinished)
+    if (!quiet_) std::fprintf(stderr, "tern train: skipping an unfinished checkpoint: %s\n", s.c_str());
   for (const auto& s : skipped)
     if (!quiet_) std::fprintf(stderr, "tern train: skipping a damaged checkpoint: %s\n", s.c_str());
   if (!loaded.ok()) {
@@ -114,20 +130,18 @@ Status Trainer::OpenCheckpoints(nlohmann::json* resume_row) {
     for (const auto& c : r.changes)
       std::fprintf(stderr, "tern train: config changed since the checkpoint: %s\n", c.c_str());
   }
-  *resume_row = {{"event", "resume"},
-                 {"step", step_},
-                 {"from", loaded->location},
-                 {"load_ms", load_s * 1e3},
-                 {"skipped", skipped},
-                 {"changes", r.changes},
-                 {"since_process_start_s", ProcessAgeSeconds()}};
+  *resume_row = {{"event", "resume"},        {"step", step_},
+                 {"from", loaded->location}, {"load_ms", load_s * 1e3},
+                 {"skipped", skipped},       {"unfinished", unfinished},
+                 {"changes", r.changes},     {"since_process_start_s", ProcessAgeSeconds()}};
   return Status::Ok();
 }
 
 Status Trainer::SaveCheckpoint(const std::string& kind) {
-  TERN_RETURN_IF_ERROR(PrepareSave(true));
-  if (!writer()) return Status::Ok();
-  TERN_RETURN_IF_ERROR(SaveTo({ckpt_->FindTier("fast")}, kind, std::nullopt, /*sync=*/true));
+  std::vector<int> tiers = {ckpt_->FindTier("fast")};
+  TERN_RETURN_IF_ERROR(JoinSave(&tiers));
+  if (tiers.empty()) return Status::Ok();
+  TERN_RETURN_IF_ERROR(SaveTo(tiers, kind, std::nullopt, /*sync=*/true));
   Status failure;
   TERN_RETURN_IF_ERROR(DrainCheckpointEvents(nullptr, &failure));
   if (failure.ok()) last_saved_step_ = step_;
@@ -146,9 +160,8 @@ Status Trainer::MaybeCheckpoint(int step, bool last, std::optional<double> val_l
       tiers.push_back(t);
     }
   }
-  // Rank 0 saves (and decides for ZeRO-1's gather); every rank holds the same weights.
-  TERN_RETURN_IF_ERROR(PrepareSave(!tiers.empty()));
-  if (!writer()) tiers.clear();
+  // Rank 0 saves (and decides for ZeRO-1's shard files); every rank holds the same weights.
+  TERN_RETURN_IF_ERROR(JoinSave(&tiers));
   if (!tiers.empty()) {
     const std::string kind = periodic ? "periodic" : last ? "final" : "best";
     TERN_RETURN_IF_ERROR(SaveTo(tiers, kind, val_loss, /*sync=*/false));
@@ -203,8 +216,9 @@ Status Trainer::EmergencyCheckpoint(TrainSummary* sum, ProgressBar* bar) {
   sum->steps = step_;
   sum->tokens = tokens_seen_;
   sum->train_s = train_seconds_;
-  if (!writer()) {  // rank 0 saves this step for everyone
-    TERN_RETURN_IF_ERROR(PrepareSave(false));
+  if (!writer()) {  // rank 0 saves this step for everyone (ZeRO-1: with this rank's shard)
+    std::vector<int> tiers;
+    TERN_RETURN_IF_ERROR(JoinSave(&tiers));
     sum->preempt_report =
         fmt::format("preempted: rank {} stops at step {} with the others; rank 0 saves it", rank(), step_);
     // Wait for rank 0's save: a rank that left first could make the launcher end the job under it.
@@ -226,10 +240,12 @@ Status Trainer::EmergencyCheckpoint(TrainSummary* sum, ProgressBar* bar) {
   std::string what;
   if (ckpt_->NewestStep(tier) == step_) {
     what = "already saved by the save in flight";
-    TERN_RETURN_IF_ERROR(PrepareSave(false));
+    std::vector<int> none;
+    TERN_RETURN_IF_ERROR(JoinSave(&none));
   } else {
-    TERN_RETURN_IF_ERROR(PrepareSave(true));
-    st = SaveTo({tier}, "emergency", std::nullopt, /*sync=*/true);
+    std::vector<int> tiers = {tier};
+    TERN_RETURN_IF_ERROR(JoinSave(&tiers));
+    st = SaveTo(tiers, "emergency", std::nullopt, /*sync=*/true);
     Status failure;
     TERN_RETURN_IF_ERROR(DrainCheckpointEvents(bar, &failure));
     if (st.ok()) st = failure;
