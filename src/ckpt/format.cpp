@@ -126,7 +126,10 @@ std::string Manifest::ToJson() const {
 Result<Manifest> Manifest::Parse(std::string_view json) {
   auto j = nlohmann::json::parse(json, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Status::Corruption("not valid JSON");
-  if (j.value("format", "") != kManifestFormat) return Status::Corruption("not a tern checkpoint manifest");
+  if (!j.contains("format") || j["format"] != kManifestFormat)
+    return Status::Corruption("not a tern checkpoint manifest");
+  if (j.contains("version") && !j["version"].is_number_integer())
+    return Status::Corruption("\"version\" is not an integer: not a manifest tern wrote");
   if (j.value("version", 0) > kFormatVersion) {
     return Status::InvalidArgument(fmt::format("format version {} is newer than this tern ({}); upgrade tern",
                                                j.value("version", 0), kFormatVersion));

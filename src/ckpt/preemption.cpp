@@ -109,7 +109,7 @@ Result<bool> PreemptionWatcher::PollOnce(const PreemptionOptions& o, std::string
     req.headers = {"Metadata-Flavor: Google"};
     TERN_ASSIGN_OR_RETURN(HttpResponse r, HttpFetch(req));
     if (r.status != 200) return Status::Unavailable(fmt::format("GET {}: HTTP {}", req.url, r.status));
-    if (r.body.find("TRUE") == std::string::npos) return false;
+    if (!ParseGcpPreempted(r.body)) return false;
     *notice = {"gcp preempted", o.signal_window_s, std::chrono::steady_clock::now()};
     return true;
   }
@@ -128,11 +128,23 @@ Result<bool> PreemptionWatcher::PollOnce(const PreemptionOptions& o, std::string
   if (r.status == 401) token->clear();  // expired: get a new one next time
   if (r.status == 404 || r.status == 401) return false;
   if (r.status != 200) return Status::Unavailable(fmt::format("GET {}: HTTP {}", req.url, r.status));
-  auto j = nlohmann::json::parse(r.body, nullptr, false);
-  const std::string action = j.is_object() ? j.value("action", "terminate") : "terminate";
-  const std::optional<double> until = j.is_object() ? SecondsUntil(j.value("time", "")) : std::nullopt;
-  *notice = {"aws spot instance-action: " + action, until.value_or(120.0), std::chrono::steady_clock::now()};
+  *notice = ParseAwsInstanceAction(r.body);
   return true;
+}
+
+PreemptionNotice ParseAwsInstanceAction(std::string_view body) {
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  // Fields of another type count as absent (value() would throw on them).
+  auto text = [&](const char* key) -> std::string {
+    return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
+  };
+  const std::string action = text("action").empty() ? "terminate" : text("action");
+  const std::optional<double> until = SecondsUntil(text("time"));
+  return {"aws spot instance-action: " + action, until.value_or(120.0), std::chrono::steady_clock::now()};
+}
+
+bool ParseGcpPreempted(std::string_view body) {
+  return body.find("TRUE") != std::string_view::npos;
 }
 
 void PreemptionWatcher::PollLoop() {

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "core/status.h"
@@ -41,6 +42,14 @@ struct PreemptionOptions {
   double poll_s = 5;
   double signal_window_s = 30;  // assumed window for signals and GCP (which do not announce one)
 };
+
+// The metadata endpoints' answers (the parsing half of PollOnce, pure):
+// AWS spot/instance-action's 200 body, {"action": "terminate", "time": "2025-01-01T12:00:00Z"}, as a notice
+// (source "aws spot instance-action: ACTION", window from `time`, else 120 s; `at` = now). Any body is a
+// notice: the 200 itself says one is scheduled.
+PreemptionNotice ParseAwsInstanceAction(std::string_view body);
+// GCP instance/preempted's 200 body: true when it says TRUE.
+bool ParseGcpPreempted(std::string_view body);
 
 class PreemptionWatcher {
  public:

@@ -9,6 +9,7 @@
 #include <random>
 #include <thread>
 
+#include "ckpt/s3_xml.h"
 #include "net/http.h"
 
 namespace tern::ckpt {
@@ -45,39 +46,6 @@ std::map<std::string, std::string> IniSection(const std::string& path, const std
     auto eq = line.find('=');
     if (current == section && eq != std::string::npos)
       out[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
-  }
-  return out;
-}
-
-// The text between <tag> and </tag> from `from`; npos-safe. XML entities are decoded.
-std::string XmlValue(const std::string& xml, const std::string& tag, size_t* from = nullptr) {
-  size_t start = xml.find("<" + tag + ">", from ? *from : 0);
-  if (start == std::string::npos) {
-    if (from) *from = std::string::npos;
-    return "";
-  }
-  start += tag.size() + 2;
-  size_t end = xml.find("</" + tag + ">", start);
-  if (end == std::string::npos) end = xml.size();
-  if (from) *from = end;
-  std::string v = xml.substr(start, end - start), out;
-  for (size_t i = 0; i < v.size(); i++) {
-    if (v[i] != '&') {
-      out += v[i];
-      continue;
-    }
-    static const std::pair<const char*, char> kEntities[] = {
-        {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
-    bool matched = false;
-    for (const auto& [ent, ch] : kEntities) {
-      if (v.compare(i, std::strlen(ent), ent) == 0) {
-        out += ch;
-        i += std::strlen(ent) - 1;
-        matched = true;
-        break;
-      }
-    }
-    if (!matched) out += '&';
   }
   return out;
 }
@@ -284,16 +252,10 @@ Result<std::vector<ObjectInfo>> S3Storage::List(const std::string& prefix) {
     }
     TERN_ASSIGN_OR_RETURN(Response r, std::move(called));
     if (r.status == 404) return Status::NotFound(fmt::format("S3 bucket '{}' does not exist", bucket_));
-    size_t pos = 0;
-    while (true) {
-      std::string item = XmlValue(r.body, "Contents", &pos);
-      if (pos == std::string::npos) break;
-      std::string k = XmlValue(item, "Key");
-      const std::string size = XmlValue(item, "Size");
-      if (k.starts_with(full)) out.push_back({k.substr(strip), std::strtoull(size.c_str(), nullptr, 10)});
-    }
-    if (XmlValue(r.body, "IsTruncated") != "true") break;
-    token = XmlValue(r.body, "NextContinuationToken");
+    S3ListPage page = ParseS3ListPage(r.body, full, strip);
+    for (auto& o : page.objects) out.push_back(std::move(o));
+    if (!page.truncated) break;
+    token = std::move(page.next_token);
     if (token.empty()) break;
   }
   std::sort(out.begin(), out.end(), [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });

@@ -1,5 +1,7 @@
 #include "ckpt/safetensors_image.h"
 
+#include <fmt/ranges.h>
+
 #include <sys/mman.h>
 
 #include <cstdlib>
@@ -60,6 +62,7 @@ Result<ParsedSafetensors> ParseSafetensors(std::string_view bytes) {
   const std::string_view data = bytes.substr(8 + hlen);
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
+      if (!it->is_object()) return bad("__metadata__ is not an object");
       for (auto m = it->begin(); m != it->end(); ++m)
         if (m->is_string()) out.metadata[m.key()] = m->get<std::string>();
       continue;
@@ -71,12 +74,20 @@ Result<ParsedSafetensors> ParseSafetensors(std::string_view bytes) {
     try {
       v.dtype = e["dtype"].get<std::string>();
       v.shape = e["shape"].get<std::vector<int64_t>>();
+      if (!e["data_offsets"].is_array() || e["data_offsets"].size() != 2)
+        return bad("tensor " + it.key() + ": data_offsets is not [begin, end]");
       const uint64_t begin = e["data_offsets"][0].get<uint64_t>(), end = e["data_offsets"][1].get<uint64_t>();
       if (begin > end || end > data.size())
         return bad(fmt::format("tensor {} data [{}, {}) outside the {} data bytes", it.key(), begin, end,
                                data.size()));
       uint64_t numel = 1;
-      for (int64_t d : v.shape) numel *= static_cast<uint64_t>(d);
+      for (int64_t d : v.shape) {
+        // A negative or huge dimension could wrap the product around to the right byte count.
+        if (d < 0 || (d > 0 && numel > (uint64_t{1} << 60) / static_cast<uint64_t>(d)))
+          return bad(fmt::format("tensor {} has shape [{}]: a dimension is negative or the size overflows",
+                                 it.key(), fmt::join(v.shape, ", ")));
+        numel *= static_cast<uint64_t>(d);
+      }
       const uint64_t elem = v.dtype == "F32" || v.dtype == "I32"   ? 4
                             : v.dtype == "F64" || v.dtype == "I64" ? 8
                                                                    : 2;

@@ -187,13 +187,9 @@ Result<ShardReader> ShardReader::Open(const std::string& path) {
     return Status::IoError(fmt::format("cannot stat shard {}: {}", path, err));
   }
   const uint64_t file_len = static_cast<uint64_t>(st.st_size);
-  const std::string redo = "re-run tern prepare to rewrite it";
   if (file_len < kShardHeaderBytes) {
     ::close(fd);
-    return Status::Corruption(
-        fmt::format("{} is {} bytes, shorter than the {}-byte shard header: truncated or not "
-                    "a tern token shard; {}",
-                    path, file_len, kShardHeaderBytes, redo));
+    return ParseShardHeader({}, file_len, path).status();
   }
   void* map = ::mmap(nullptr, file_len, PROT_READ, MAP_SHARED, fd, 0);
   int map_errno = errno;
@@ -206,26 +202,46 @@ Result<ShardReader> ShardReader::Open(const std::string& path) {
   r.map_ = map;
   r.map_len_ = file_len;
   const auto* h = static_cast<const unsigned char*>(map);
+  TERN_ASSIGN_OR_RETURN(
+      ShardHeader header,
+      ParseShardHeader({reinterpret_cast<const char*>(h), kShardHeaderBytes}, file_len, path));
+  r.vocab_size_ = header.vocab_size;
+  r.count_ = header.count;
+  r.bytes_per_token_ = header.bytes_per_token;
+  r.tokens_ = h + kShardHeaderBytes;
+  return r;
+}
+
+Result<ShardHeader> ParseShardHeader(std::string_view head, uint64_t file_len, const std::string& path) {
+  const std::string redo = "re-run tern prepare to rewrite it";
+  if (file_len < kShardHeaderBytes || head.size() < kShardHeaderBytes) {
+    return Status::Corruption(
+        fmt::format("{} is {} bytes, shorter than the {}-byte shard header: truncated or not "
+                    "a tern token shard; {}",
+                    path, file_len, kShardHeaderBytes, redo));
+  }
+  const char* h = head.data();
   if (std::memcmp(h, kShardMagic, 8) != 0) {
     return Status::Corruption(
         fmt::format("{} is not a tern token shard (its first bytes are not \"TERNTOKS\"); "
                     "pass the shards written by tern prepare",
                     path));
   }
+  ShardHeader out;
   uint32_t version, bpt;
   uint64_t count;
   std::memcpy(&version, h + 8, 4);
-  std::memcpy(&r.vocab_size_, h + 12, 4);
+  std::memcpy(&out.vocab_size, h + 12, 4);
   std::memcpy(&count, h + 16, 8);
   std::memcpy(&bpt, h + 24, 4);
   if (version != kShardVersion) {
     return Status::Corruption(fmt::format("{} has shard format version {}, this tern reads version {}; {}",
                                           path, version, kShardVersion, redo));
   }
-  if (bpt != ShardBytesPerToken(r.vocab_size_)) {
+  if (bpt != ShardBytesPerToken(out.vocab_size)) {
     return Status::Corruption(
         fmt::format("{} header is inconsistent: {} bytes per token for vocab size {}; {}", path, bpt,
-                    r.vocab_size_, redo));
+                    out.vocab_size, redo));
   }
   const uint64_t want = kShardHeaderBytes + count * bpt;
   if (count > (file_len / bpt) || want != file_len) {
@@ -234,10 +250,9 @@ Result<ShardReader> ShardReader::Open(const std::string& path) {
                     "is truncated or was only partly written; {}",
                     path, file_len, count, want, redo));
   }
-  r.count_ = count;
-  r.bytes_per_token_ = bpt;
-  r.tokens_ = h + kShardHeaderBytes;
-  return r;
+  out.count = count;
+  out.bytes_per_token = bpt;
+  return out;
 }
 
 Status ShardReader::Read(uint64_t offset, uint64_t n, int32_t* out) const {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -59,6 +60,15 @@ class ShardWriter {
   std::vector<unsigned char> buf_;
   bool done_ = false;
 };
+
+// What a shard header says, once checked against the file's length.
+struct ShardHeader {
+  uint32_t vocab_size = 0, bytes_per_token = 2;
+  uint64_t count = 0;
+};
+// Checks the first bytes of a shard (`head`, at least the header when the file has one) against the file's
+// length `file_len`. Corruption, naming `path`, as ShardReader::Open describes.
+Result<ShardHeader> ParseShardHeader(std::string_view head, uint64_t file_len, const std::string& path);
 
 // Memory-maps a shard after checking its header against the file's length.
 class ShardReader {

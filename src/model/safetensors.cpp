@@ -95,6 +95,10 @@ Status WriteGptSafetensors(const std::string& path, const GptConfig& cfg, const 
 
 Result<LoadedWeights> ReadGptSafetensors(const std::string& path) {
   TERN_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
+  return ParseGptSafetensors(bytes, path);
+}
+
+Result<LoadedWeights> ParseGptSafetensors(std::string_view bytes, const std::string& path) {
   auto corrupt = [&](const std::string& what) {
     return Status::Corruption(fmt::format("{}: {} (not a tern/GPT-2 safetensors file?)", path, what));
   };
@@ -103,9 +107,11 @@ Result<LoadedWeights> ReadGptSafetensors(const std::string& path) {
   std::memcpy(&hlen, bytes.data(), 8);
   if (hlen > bytes.size() - 8) return corrupt("header length beyond the end of the file");
   nlohmann::json header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + hlen, nullptr, false);
-  if (header.is_discarded() || !header.contains("__metadata__")) return corrupt("unreadable JSON header");
+  if (header.is_discarded() || !header.is_object() || !header.contains("__metadata__"))
+    return corrupt("unreadable JSON header");
   LoadedWeights w;
   const auto& meta = header["__metadata__"];
+  if (!meta.is_object()) return corrupt("__metadata__ is not an object");
   for (auto it = meta.begin(); it != meta.end(); ++it)
     if (it.value().is_string()) w.metadata[it.key()] = it.value().get<std::string>();
   try {
@@ -118,15 +124,27 @@ Result<LoadedWeights> ReadGptSafetensors(const std::string& path) {
     return corrupt("missing tern.* model shape in __metadata__");
   }
   TERN_RETURN_IF_ERROR(w.config.Validate().WithContext(path));
-  w.params.assign(GptParamCount(w.config), 0.0f);
   const char* data = bytes.data() + 8 + hlen;
   const size_t data_bytes = bytes.size() - 8 - hlen;
+  // The shape must fit the data before anything is sized from it (a forged shape would ask for terabytes).
+  const double C = w.config.n_embd, V = w.config.vocab_size, T = w.config.block_size, L = w.config.n_layer;
+  const double params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
+  if (params * 4 > static_cast<double>(data_bytes))
+    return corrupt(fmt::format("model shape {} needs {:.0f} bytes of tensors, the file holds {}",
+                               w.config.ToString(), params * 4, data_bytes));
+  w.params.assign(GptParamCount(w.config), 0.0f);
   for (const auto& m : HfMappings(w.config)) {
     if (!header.contains(m.hf_name)) return corrupt("missing tensor " + m.hf_name);
     const auto& e = header[m.hf_name];
-    size_t begin = e["data_offsets"][0], end = e["data_offsets"][1];
-    size_t want = static_cast<size_t>(m.rows) * m.cols * 4;
-    if (e["dtype"] != "F32" || end - begin != want || end > data_bytes)
+    const bool offsets_ok = e.is_object() && e.contains("dtype") && e.contains("data_offsets") &&
+                            e["data_offsets"].is_array() && e["data_offsets"].size() == 2 &&
+                            e["data_offsets"][0].is_number_unsigned() &&
+                            e["data_offsets"][1].is_number_unsigned();
+    if (!offsets_ok)
+      return corrupt("bad entry for " + m.hf_name + ": needs dtype and data_offsets [begin, end]");
+    const uint64_t begin = e["data_offsets"][0], end = e["data_offsets"][1];
+    const size_t want = static_cast<size_t>(m.rows) * m.cols * 4;
+    if (e["dtype"] != "F32" || begin > end || end - begin != want || end > data_bytes)
       return corrupt("bad entry for " + m.hf_name);
     const float* src = reinterpret_cast<const float*>(data + begin);
     float* dst = w.params.data() + m.src_offset;

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -23,5 +24,7 @@ struct LoadedWeights {
   std::map<std::string, std::string> metadata;
 };
 Result<LoadedWeights> ReadGptSafetensors(const std::string& path);
+// The parsing half of ReadGptSafetensors: the file's bytes (named `path` in messages) into weights.
+Result<LoadedWeights> ParseGptSafetensors(std::string_view bytes, const std::string& path);
 
 }  // namespace tern

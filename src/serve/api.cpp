@@ -234,7 +234,7 @@ std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body_text, b
   json body;
   try {
     body = json::parse(body_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number too large for a double
     std::string what = e.what();
     const size_t at = what.find("parse error");
     return Bad("",

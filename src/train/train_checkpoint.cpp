@@ -242,31 +242,27 @@ Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const 
     return &it->second;
   };
   TERN_ASSIGN_OR_RETURN(const std::string* trainer_text, file(kTrainer));
-  auto j = nlohmann::json::parse(*trainer_text, nullptr, false);
-  if (j.is_discarded() || j.value("format", "") != "tern-trainer-state")
-    return Status::Corruption(fmt::format("{}/trainer.json is not tern trainer state", ck.location));
+  TERN_ASSIGN_OR_RETURN(SavedTrainerState state, ParseTrainerState(*trainer_text, ck.location));
 
   // What changed since the checkpoint: refuse what breaks resume, report the rest.
   std::vector<std::string> refused;
   RestoredTrain out;
-  const auto& saved = j["config"];
   for (const auto& [k, now] : TrainConfigValues(cfg)) {
     // Not configuration: where to resume from, and what `tern run` sets for each attempt.
-    if (!saved.contains(k) || k == "ckpt.resume" || k == "run.cost_offset_usd" ||
+    auto saved = state.config.find(k);
+    if (saved == state.config.end() || k == "ckpt.resume" || k == "run.cost_offset_usd" ||
         k == "run.billing_start_unix")
       continue;
-    const std::string then = saved[k].get<std::string>();
+    const std::string& then = saved->second;
     if (then == now) continue;
     const bool must = std::find(std::begin(kMustMatch), std::end(kMustMatch), k) != std::end(kMustMatch);
     (must ? refused : out.changes).push_back(fmt::format("{}: {} -> {}", k, then, now));
   }
-  if (j.value("tokenizer", "") != data.tokenizer)
-    refused.push_back(fmt::format("tokenizer: {} -> {}", j.value("tokenizer", ""), data.tokenizer));
-  const auto& d = j["data"];
-  if (d.value("train_tokens", uint64_t{0}) != data.train_tokens ||
-      d.value("train_windows", uint64_t{0}) != data.train_windows) {
-    refused.push_back(fmt::format("training data: {} tokens -> {} tokens",
-                                  d.value("train_tokens", uint64_t{0}), data.train_tokens));
+  if (state.tokenizer != data.tokenizer)
+    refused.push_back(fmt::format("tokenizer: {} -> {}", state.tokenizer, data.tokenizer));
+  if (state.train_tokens != data.train_tokens || state.train_windows != data.train_windows) {
+    refused.push_back(
+        fmt::format("training data: {} tokens -> {} tokens", state.train_tokens, data.train_tokens));
   }
   if (!refused.empty()) {
     return Status::InvalidArgument(fmt::format(
@@ -290,24 +286,7 @@ Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const 
   TERN_RETURN_IF_ERROR(RestoreMoments(ck, model));
   model->backend()->Synchronize();
 
-  out.progress.step = j.value("step", 0);
-  out.progress.tokens_seen = j.value("tokens_seen", uint64_t{0});
-  out.progress.train_seconds = j.value("train_seconds", 0.0);
-  out.progress.loader.epoch = j["loader"].value("epoch", uint64_t{0});
-  out.progress.loader.index = j["loader"].value("index", uint64_t{0});
-  out.progress.adam_t = j.value("adam_t", out.progress.step);
-  if (j.contains("loss_scale") && j["loss_scale"].is_object()) {
-    const auto& ls = j["loss_scale"];
-    LossScaler::State state;
-    state.scale = ls.value("scale", state.scale);
-    state.good_steps = ls.value("good_steps", 0);
-    state.skipped_steps = ls.value("skipped_steps", int64_t{0});
-    if (!(state.scale > 0)) {
-      return Status::Corruption(
-          fmt::format("{}/trainer.json: loss_scale.scale is not positive", ck.location));
-    }
-    out.progress.loss_scale = state;
-  }
+  out.progress = state.progress;
   return out;
 }
 

@@ -26,6 +26,7 @@
 #include "data/loader.h"
 #include "model/gpt.h"
 #include "train/train_config.h"
+#include "train/trainer_state.h"
 
 namespace tern {
 
@@ -33,15 +34,6 @@ namespace tern {
 struct DataIdentity {
   std::string tokenizer;  // fingerprint
   uint64_t train_tokens = 0, train_windows = 0;
-};
-
-struct TrainProgress {
-  int step = 0;  // optimizer steps done
-  uint64_t tokens_seen = 0;
-  double train_seconds = 0;
-  LoaderPosition loader;  // of the next training batch
-  int adam_t = -1;        // AdamW updates applied; -1 = step (checkpoints from before fp16 lack the field)
-  std::optional<LossScaler::State> loss_scale;  // fp16 runs only
 };
 
 // The two halves of a save (see ckpt/manager.h):

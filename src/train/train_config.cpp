@@ -9,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "ckpt/interval.h"
+#include "core/file_util.h"
 
 namespace tern {
 namespace {
@@ -475,20 +476,32 @@ Status TrainConfig::Validate() const {
 }
 
 Status LoadTrainConfigFile(const std::string& path, TrainConfig* cfg) {
+  auto text = ReadFileToString(path);
+  if (!text.ok())
+    return Status::NotFound(fmt::format("config file {} does not exist or cannot be read", path));
+  return ParseTrainConfigYaml(*text, path, cfg);
+}
+
+Status ParseTrainConfigYaml(std::string_view text, const std::string& name, TrainConfig* cfg) {
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    return Status::NotFound(fmt::format("config file {} does not exist or cannot be read", path));
+    root = YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument(
-        fmt::format("{}: YAML syntax error at line {}: {}", path, e.mark.line + 1, e.msg));
+        fmt::format("{}: YAML syntax error at line {}: {}", name, e.mark.line + 1, e.msg));
   }
-  if (!root.IsMap()) return Status::InvalidArgument(fmt::format("{}: expected a mapping of sections", path));
-  for (const auto& kv : root) {
-    const std::string section = kv.first.as<std::string>();
-    if (section == "job") continue;  // `tern run`'s options (docs/jobs.md), not the trainer's
-    TERN_RETURN_IF_ERROR(WalkYaml(kv.second, section, cfg).WithContext(path));
+  if (!root.IsMap()) return Status::InvalidArgument(fmt::format("{}: expected a mapping of sections", name));
+  try {
+    for (const auto& kv : root) {
+      const std::string section = kv.first.as<std::string>();
+      if (section == "job") continue;  // `tern run`'s options (docs/jobs.md), not the trainer's
+      TERN_RETURN_IF_ERROR(WalkYaml(kv.second, section, cfg).WithContext(name));
+    }
+  } catch (const YAML::Exception& e) {  // a key that is a list or a mapping: as<std::string>() throws
+    return Status::InvalidArgument(
+        fmt::format("{}: line {}: a key that is not a word ({}); keys must be plain "
+                    "words (section: {{key: value}})",
+                    name, e.mark.line + 1, e.msg));
   }
   return Status::Ok();
 }

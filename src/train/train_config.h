@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -161,6 +162,9 @@ struct TrainConfig {
 // Loads a YAML file (nested sections) into cfg. Unknown keys and bad values are errors naming them. A
 // top-level `job:` section belongs to `tern run` (run/job_spec.h) and is skipped here.
 Status LoadTrainConfigFile(const std::string& path, TrainConfig* cfg);
+// The parsing half of LoadTrainConfigFile: YAML text (named `name` in messages) into cfg. Malformed YAML,
+// lists and unknown keys are InvalidArgument errors.
+Status ParseTrainConfigYaml(std::string_view text, const std::string& name, TrainConfig* cfg);
 // Applies one "section.key=value" override.
 Status ApplyOverride(const std::string& assignment, TrainConfig* cfg);
 // The whole config as YAML (written into the run directory; loading it back gives the same config).

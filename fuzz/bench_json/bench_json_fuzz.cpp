@@ -1,0 +1,14 @@
+// `tern bench --json` output, the planner's calibration input (ParseBenchJson: record version, model shape,
+// batch geometry, precision, device, measured rates).
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "plan/calibration.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  auto b = tern::plan::ParseBenchJson(text, "fuzz.json");
+  (void)b.ok();
+  return 0;
+}
