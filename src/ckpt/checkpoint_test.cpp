@@ -154,6 +154,39 @@ TEST(Resume, NewestAcrossTiersDurableOnlyWhenNewer) {
   EXPECT_EQ(b->manifest.step, 40) << "durable wins when newer (the fast disk died with the last instance)";
 }
 
+// The clock jumping between saves: created_utc (informative, from the wall clock) goes back and forth, but
+// retention and resume order checkpoints by step, so the newest step stays the one kept and loaded.
+TEST(Retention, AJumpingClockChangesNeitherRetentionNorResume) {
+  Tiers tiers;
+  ManagerOptions mo;
+  mo.tiers = {{"fast", "fast", 1, {}}};
+  mo.open_storage = tiers.Opener();
+  auto m = CheckpointManager::Open(mo);
+  ASSERT_TRUE(m.ok());
+  MemStorage& s = *tiers.mem["fast"];
+  const std::map<int64_t, std::string> created = {{10, "2031-01-01T00:00:00Z"},   // clock far ahead
+                                                  {20, "1999-12-31T23:59:59Z"},   // then set back
+                                                  {30, "2001-09-09T01:46:40Z"}};  // still in the past
+  for (const auto& [step, utc] : created) {
+    ASSERT_TRUE(Save(s, step).ok());
+    const std::string key = StepDirName(step) + "/manifest.json";
+    auto manifest = Manifest::Parse(V(s.Get(key)));
+    ASSERT_TRUE(manifest.ok());
+    manifest->created_utc = utc;  // the manifest is not covered by its own checksums
+    ASSERT_TRUE(s.Put(key, manifest->ToJson()).ok());
+  }
+  RetentionPolicy keep2;
+  keep2.keep_last = 2;
+  auto gc = CollectGarbage(s, keep2, /*no_save_in_flight=*/true);
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  EXPECT_EQ(gc->removed, std::vector<int64_t>({10})) << "the oldest step goes, whatever its timestamp";
+  EXPECT_EQ(gc->kept, std::vector<int64_t>({20, 30}));
+  auto newest = (*m)->LoadNewestValid(nullptr);
+  ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+  EXPECT_EQ(newest->manifest.step, 30);
+  EXPECT_EQ(newest->manifest.created_utc, "2001-09-09T01:46:40Z");
+}
+
 TEST(Retention, PlanKeepsLastMilestonesBestAndNewest) {
   std::vector<RetentionEntry> e;
   for (int s = 100; s <= 1000; s += 100) e.push_back({s, true, 5.0 - s / 1000.0});

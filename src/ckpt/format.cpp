@@ -203,6 +203,9 @@ Result<PersistStats> PersistSnapshot(Snapshot& snap, Storage& storage) {
     stats.bytes += text.size();
   }
   if (!st.ok()) {
+    // The manifest first: its Put may have landed even though it reported a failure (an answer lost on
+    // the way back), and a manifest must never outlive the files it names.
+    storage.Delete(manifest_key).ok();
     for (size_t i = 0; i < attempted; i++) storage.Delete(JoinKey(dir, files[i].first)).ok();
     return st.WithContext(fmt::format("saving checkpoint step {} to {}", snap.step, stats.location));
   }

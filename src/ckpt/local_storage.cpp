@@ -1,6 +1,7 @@
 #include "ckpt/local_storage.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,6 +43,26 @@ bool WriteAll(int fd, std::string_view data, off_t offset) {
 
 }  // namespace
 
+std::string LocalStorage::DiskHint(int err, uint64_t bytes) const {
+  struct statvfs v;
+  const bool known = ::statvfs(root_.c_str(), &v) == 0;
+  const double mib = 1024.0 * 1024.0;
+  if (err == ENOSPC || err == EDQUOT) {
+    return fmt::format(
+        " (the disk holding {} is full: {} free of {}, this file needs {:.1f} MiB; free space there or point "
+        "ckpt.dir at a larger disk)",
+        root_, known ? fmt::format("{:.1f} MiB", v.f_bavail * double(v.f_frsize) / mib) : "?",
+        known ? fmt::format("{:.1f} MiB", v.f_blocks * double(v.f_frsize) / mib) : "?", bytes / mib);
+  }
+  if (err == EROFS || err == EACCES || err == EPERM) {
+    return fmt::format(
+        " (the checkpoint directory {} is not writable{}: remount it read-write, fix its "
+        "permissions, or point ckpt.dir elsewhere)",
+        root_, err == EROFS ? ": its filesystem is mounted read-only" : "");
+  }
+  return "";
+}
+
 Result<std::unique_ptr<LocalStorage>> LocalStorage::Open(const std::string& root) {
   if (root.empty()) return Status::InvalidArgument("empty checkpoint directory");
   std::error_code ec;
@@ -58,15 +79,24 @@ std::string LocalStorage::PathOf(const std::string& key) const {
 
 Status LocalStorage::Put(const std::string& key, std::string_view data) {
   const std::string path = PathOf(key);
-  TERN_RETURN_IF_ERROR(MakeDirs(fs::path(path).parent_path().string()));
+  if (Status made = MakeDirs(fs::path(path).parent_path().string()); !made.ok()) {
+    struct statvfs v;
+    const bool ro = ::statvfs(root_.c_str(), &v) == 0 && (v.f_flag & ST_RDONLY);
+    return Status::IoError(made.message() + (ro ? DiskHint(EROFS, data.size()) : ""));
+  }
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IoError(fmt::format("cannot create {}: {}", tmp, std::strerror(errno)));
+  if (fd < 0) {
+    const int e = errno;
+    return Status::IoError(
+        fmt::format("cannot create {}: {}{}", tmp, std::strerror(e), DiskHint(e, data.size())));
+  }
   auto fail = [&](const char* what) {
-    std::string err = std::strerror(errno);
+    const int e = errno;
+    std::string err = std::strerror(e);
     ::close(fd);
     ::unlink(tmp.c_str());  // a failed Put leaves nothing behind, so a full disk is not made fuller
-    return Status::IoError(fmt::format("{} {} failed: {}", what, tmp, err));
+    return Status::IoError(fmt::format("{} {} failed: {}{}", what, tmp, err, DiskHint(e, data.size())));
   };
   // Large, page-aligned objects (the snapshot images) bypass the page cache: no copy into it and no memory
   // to reclaim, which leaves the CPU to training. The unaligned tail goes through the normal descriptor.

@@ -27,6 +27,9 @@ class LocalStorage : public Storage {
 
  private:
   explicit LocalStorage(std::string root) : root_(std::move(root)) {}
+  // What to do about a failed write with errno `err` of a `bytes`-byte file: names the full disk (free and
+  // total space) or the read-only directory; "" for other errors.
+  std::string DiskHint(int err, uint64_t bytes) const;
   std::string root_;
 };
 

@@ -210,16 +210,41 @@ Status S3Storage::PutMultipart(const std::string& key, std::string_view data) {
         fmt::format("<Part><PartNumber>{}</PartNumber><ETag>{}</ETag></Part>", part, r->headers["etag"]);
   }
   complete += "</CompleteMultipartUpload>";
-  if (st.ok()) {
-    auto r = Call("POST", key, id_q, complete);
-    // CompleteMultipartUpload can answer 200 with an <Error> body.
-    if (!r.ok())
-      st = r.status();
-    else if (r->body.find("<Error>") != std::string::npos)
-      st = Status::IoError(fmt::format("S3 complete multipart {}: {}", key, XmlValue(r->body, "Message")));
-  }
+  if (st.ok()) st = CompleteMultipart(key, id_q, complete, data.size());
   if (!st.ok()) Call("DELETE", key, id_q, "").status().ok();  // abort, so the parts stop costing money
   return st;
+}
+
+Status S3Storage::CompleteMultipart(const std::string& key, const std::string& id_q, const std::string& body,
+                                    uint64_t bytes) {
+  const int attempts = std::max(1, opt_.max_attempts);
+  std::string last;
+  for (int attempt = 1; attempt <= attempts; attempt++) {
+    if (attempt > 1)
+      std::this_thread::sleep_for(std::chrono::duration<double>(opt_.backoff_s * std::pow(2.0, attempt - 2)));
+    auto r = Call("POST", key, id_q, body);
+    if (!r.ok()) return r.status();  // Call already retried 5xx and transport errors
+    // CompleteMultipartUpload can answer 200 with an <Error> body (AWS: retry it). NoSuchUpload means a
+    // previous attempt completed the upload and only its answer was lost (Call retried a reset connection):
+    // the object is there when it has the expected size (the manifest's checksum checks the rest).
+    const std::string& reply = r->body;
+    if (r->status == 200 && reply.find("<Error>") == std::string::npos) return Status::Ok();
+    const std::string code = XmlValue(reply, "Code");
+    if (code == "NoSuchUpload" || r->status == 404) {
+      auto head = Call("HEAD", key, "", "");
+      if (head.ok() && head->status == 200 &&
+          std::strtoull(head->headers["content-length"].c_str(), nullptr, 10) == bytes)
+        return Status::Ok();
+      return Status::IoError(fmt::format(
+          "S3 complete multipart s3://{}/{}: the upload is gone (NoSuchUpload) and the object is not there "
+          "with its {} bytes; the save fails and the previous checkpoint stays",
+          bucket_, JoinKey(prefix_, key), bytes));
+    }
+    last = code + ": " + XmlValue(reply, "Message");
+    if (code != "InternalError" && code != "SlowDown" && code != "ServiceUnavailable") break;
+  }
+  return Status::IoError(
+      fmt::format("S3 complete multipart s3://{}/{}: {}", bucket_, JoinKey(prefix_, key), last));
 }
 
 Result<std::string> S3Storage::Get(const std::string& key) {

@@ -41,6 +41,10 @@ class S3Storage : public Storage {
   Result<Response> Call(const std::string& method, const std::string& key, const std::string& query,
                         std::string_view body, const std::vector<std::string>& headers = {});
   Status PutMultipart(const std::string& key, std::string_view data);
+  // CompleteMultipartUpload, retried on a 200 with a retryable <Error>; a NoSuchUpload after a lost answer
+  // is success when the object is there with `bytes` bytes.
+  Status CompleteMultipart(const std::string& key, const std::string& id_q, const std::string& body,
+                           uint64_t bytes);
   std::string ObjectPath(const std::string& key) const;
 
   S3Options opt_;

@@ -95,8 +95,8 @@ class DataLoader {
   void ProducerLoop(LoaderPosition from);
   void Skip(LoaderPosition* pos, uint64_t windows) const;  // moves pos on by that many windows
   void BuildOrder(uint64_t epoch, std::vector<uint32_t>* order) const;
-  void FillBatch(LoaderPosition* pos, uint64_t* order_epoch, std::vector<uint32_t>* order, Batch* b,
-                 std::vector<int32_t>* window) const;
+  Status FillBatch(LoaderPosition* pos, uint64_t* order_epoch, std::vector<uint32_t>* order, Batch* b,
+                   std::vector<int32_t>* window) const;
 
   std::vector<ShardReader> shards_;
   std::vector<uint64_t> first_window_;  // first global window index of each shard, plus the total at the end
@@ -113,6 +113,7 @@ class DataLoader {
   std::deque<Prefetched> queue_;
   std::vector<Batch> spare_;  // recycled batch buffers
   bool stop_ = false;
+  Status error_;  // the producer's failure (a shard that went bad): Next() returns it after the queue
   LoaderPosition consumer_pos_;
   double wait_seconds_ = 0;
   // TEST HOOK: $TERN_TEST_DATA_DELAY_MS (read at Create) makes every Next() sleep that long, counted as data

@@ -1,5 +1,8 @@
 #include "data/loader.h"
 
+#include <unistd.h>
+
+#include <chrono>
 #include <set>
 #include <thread>
 
@@ -238,6 +241,29 @@ TEST(Loader, FindShardsSortsAndFilters) {
   auto none = FindShards(dir.path(), "test");
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), Status::Code::kNotFound);
+}
+
+// A shard truncated on disk while the loader has it mapped (someone re-running prepare in place, a disk
+// problem): the batches already read come out, then Next() fails naming the shard and what to do, instead
+// of the process dying of SIGBUS on the lost pages.
+TEST(Loader, ShardTruncatedWhileMappedIsAClearErrorNotACrash) {
+  TempDir dir;
+  auto a = RampShard(dir, "train_000.bin", 0, 4000);
+  auto b = RampShard(dir, "train_001.bin", 10000, 4000);
+  auto dl = DataLoader::Open({a, b}, 4, 8, /*seed=*/3, /*shuffle=*/true, /*prefetch_depth=*/2);
+  ASSERT_TRUE(dl.ok()) << dl.status().ToString();
+  Batch batch;
+  ASSERT_TRUE((*dl)->Next(&batch).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the producer waits on a full queue
+  ASSERT_EQ(::truncate(b.c_str(), 64 + 100 * 2), 0);            // header + 100 of its 4000 tokens
+  Status st;
+  int batches = 0;
+  for (; batches < 1000 && st.ok(); batches++) st = (*dl)->Next(&batch);
+  ASSERT_FALSE(st.ok()) << "a truncated shard must not be read as if whole";
+  EXPECT_EQ(st.code(), Status::Code::kCorruption);
+  EXPECT_NE(st.message().find("train_001.bin shrank on disk"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("--resume auto"), std::string::npos) << st.message();
+  EXPECT_LE(batches, 4) << "it fails within the prefetched batches";
 }
 
 }  // namespace

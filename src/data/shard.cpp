@@ -150,6 +150,8 @@ ShardReader& ShardReader::operator=(ShardReader&& o) noexcept {
   if (this != &o) {
     Release();
     path_ = std::move(o.path_);
+    fd_ = o.fd_;
+    o.fd_ = -1;
     map_ = o.map_;
     map_len_ = o.map_len_;
     tokens_ = o.tokens_;
@@ -171,6 +173,8 @@ ShardReader::~ShardReader() {
 void ShardReader::Release() {
   if (map_) ::munmap(map_, map_len_);
   map_ = nullptr;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
 
 Result<ShardReader> ShardReader::Open(const std::string& path) {
@@ -193,11 +197,12 @@ Result<ShardReader> ShardReader::Open(const std::string& path) {
   }
   void* map = ::mmap(nullptr, file_len, PROT_READ, MAP_SHARED, fd, 0);
   int map_errno = errno;
-  ::close(fd);  // the mapping keeps the file alive
   if (map == MAP_FAILED) {
+    ::close(fd);
     return Status::IoError(fmt::format("cannot mmap shard {}: {}", path, std::strerror(map_errno)));
   }
   ShardReader r;
+  r.fd_ = fd;
   r.path_ = path;
   r.map_ = map;
   r.map_len_ = file_len;
@@ -259,6 +264,16 @@ Status ShardReader::Read(uint64_t offset, uint64_t n, int32_t* out) const {
   if (offset > count_ || n > count_ - offset) {
     return Status::InvalidArgument(fmt::format("read of tokens [{}, {}) is outside shard {} of {} tokens",
                                                offset, offset + n, path_, count_));
+  }
+  // A shard truncated in place while mapped: the lost pages would raise SIGBUS. One fstat per read is
+  // cheap next to a training step (a truncation between this check and the copy still crashes).
+  struct stat st;
+  if (fd_ >= 0 && ::fstat(fd_, &st) == 0 && static_cast<uint64_t>(st.st_size) < map_len_) {
+    return Status::Corruption(fmt::format(
+        "shard {} shrank on disk while training read it: {} bytes now, {} ({} tokens) when it was opened. "
+        "Something truncated or is rewriting it in place; restore the file (or re-run tern prepare into a "
+        "new directory), then continue with --resume auto",
+        path_, st.st_size, map_len_, count_));
   }
   if (bytes_per_token_ == 4) {
     std::memcpy(out, tokens_ + offset * 4, n * 4);

@@ -95,7 +95,9 @@ class ShardReader {
            (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
   }
   uint32_t operator[](uint64_t i) const { return Get(i); }
-  // Copies tokens [offset, offset + n) to out; InvalidArgument when the range is outside the shard.
+  // Copies tokens [offset, offset + n) to out; InvalidArgument when the range is outside the shard;
+  // Corruption (naming the file and what to do) when the file on disk has become shorter than it was at
+  // Open (truncated in place while mapped: reading the lost pages would kill the process with SIGBUS).
   Status Read(uint64_t offset, uint64_t n, int32_t* out) const;
 
  private:
@@ -103,6 +105,7 @@ class ShardReader {
   void Release();
 
   std::string path_;
+  int fd_ = -1;  // kept open so that Read() can check the file's length
   void* map_ = nullptr;
   size_t map_len_ = 0;
   const unsigned char* tokens_ = nullptr;

@@ -77,12 +77,12 @@ std::string Supervisor::TooLateAfter(double wait) const {
 
 void Supervisor::WaitInterruptibly(JobBook* book, double seconds) {
   // A signal pauses the job, a cancel (checked every second) ends it: both end the wait.
-  const double until = clock_->Now() + seconds;
-  double checked = clock_->Now();
-  while (clock_->Now() < until && PendingSupervisorSignal() == 0 && !interrupted_) {
-    clock_->Sleep(std::min(o_.poll_s, until - clock_->Now()));
-    if (clock_->Now() - checked >= 1.0) {
-      checked = clock_->Now();
+  const double until = clock_->Monotonic() + seconds;  // a clock set backwards must not stretch the wait
+  double checked = clock_->Monotonic();
+  while (clock_->Monotonic() < until && PendingSupervisorSignal() == 0 && !interrupted_) {
+    clock_->Sleep(std::min(o_.poll_s, until - clock_->Monotonic()));
+    if (clock_->Monotonic() - checked >= 1.0) {
+      checked = clock_->Monotonic();
       if (book->CancelRequested()) break;
     }
   }

@@ -164,8 +164,8 @@ Status Supervisor::RecoverLost(JobBook* book) {
           "attempt {}'s trainer (pid {}) outlived its supervisor: stopping it (SIGTERM, it saves)", a.attempt,
           a.trainer_pid));
       kill(a.trainer_pid, SIGTERM);
-      const double t0 = clock_->Now();
-      while (ProcessAlive(a.trainer_pid, a.trainer_start) && clock_->Now() - t0 < o_.spec.kill_grace_s)
+      const double t0 = clock_->Monotonic();
+      while (ProcessAlive(a.trainer_pid, a.trainer_start) && clock_->Monotonic() - t0 < o_.spec.kill_grace_s)
         clock_->Sleep(o_.poll_s);
       if (ProcessAlive(a.trainer_pid, a.trainer_start)) kill(-a.trainer_pid, SIGKILL);
     }
@@ -226,6 +226,10 @@ Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n, int ranks) {
   // trainer saves on either.
   const bool launcher = s.ranks > 1;  // mpirun, or srun under Slurm
   const int stop_signal = launcher ? SIGUSR1 : SIGTERM;
+  // The attempt's time: its UTC start plus the monotonic seconds since, so that a jump of the system clock
+  // neither makes a working trainer look hung nor bills (or spends the budget on) time that did not pass.
+  const double mono_start = clock_->Monotonic();
+  auto elapsed_now = [&] { return a.start_unix + (clock_->Monotonic() - mono_start); };
   double last_growth = a.start_unix, last_save = a.start_unix, last_cancel_check = a.start_unix;
   double stop_sent = 0;
   std::string stop_reason;
@@ -233,7 +237,7 @@ Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n, int ranks) {
   std::optional<ExitStatus> exit;
   auto stop = [&](const std::string& reason, int sig, const std::string& why) {
     stop_reason = reason;
-    stop_sent = clock_->Now();
+    stop_sent = elapsed_now();
     Print(fmt::format("{}: sending SIG{} to the trainer (pid {}) so that it saves and exits", why,
                       sigabbrev_np(sig), a.trainer_pid));
     (*proc)->Signal(sig);
@@ -246,7 +250,7 @@ Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n, int ranks) {
   };
   while (true) {
     exit = (*proc)->Poll();
-    const double now = clock_->Now();
+    const double now = elapsed_now();
     if (tail.Poll(now)) last_growth = now;
     echo.Pump();
     if (exit) break;
@@ -267,7 +271,7 @@ Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n, int ranks) {
     } else if (s.budget_usd > 0 &&
                before.cost_usd + s.price_per_hour * (now - a.start_unix) / 3600 >= s.budget_usd) {
       stop("budget", stop_signal, fmt::format("the budget of {} is spent", FormatDollars(s.budget_usd)));
-    } else if (deadline_unix_ > 0 && now >= deadline_unix_) {
+    } else if (deadline_unix_ > 0 && clock_->Now() >= deadline_unix_) {  // a deadline is a wall time
       stop("deadline", stop_signal, fmt::format("the deadline {} has passed", FormatUtc(deadline_unix_)));
     } else if (s.heartbeat_s > 0 && now - last_growth > s.heartbeat_s) {
       stop("hung", SIGTERM,
@@ -282,7 +286,7 @@ Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n, int ranks) {
     }
     clock_->Sleep(o_.poll_s);
   }
-  const double end = clock_->Now();
+  const double end = elapsed_now();
   tail.Poll(end);
   echo.Pump();
   Account(tail.progress(), end, true, &a);
