@@ -32,15 +32,15 @@ double PredictedHours(const std::string& model, double tokens, double batch_toke
   return 0;
 }
 
-// llm.c discussion #481 (scripts/run_gpt2_124M.sh): GPT-2 124M, 10B FineWeb tokens, 2^19 tokens per step,
-// about 90 minutes on 8xA100 80GB SXM.
+// llm.c discussion #481 (https://github.com/karpathy/llm.c/blob/master/scripts/run_gpt2_124M.sh): GPT-2 124M,
+// 10B FineWeb tokens, 2^19 tokens per step, about 90 minutes on 8xA100 80GB SXM.
 TEST(PublishedRuns, Gpt2_124mOn8xA100WithinAQuarter) {
   const double h = PredictedHours("gpt2-124m", 10e9, 524288, "A100-80GB", "gpu_8x_a100_80gb_sxm4");
   EXPECT_NEAR(h / 1.5, 1.0, 0.25) << h << " h predicted, 1.5 h published";
 }
 
-// llm.c discussion #677 (scripts/run_gpt2_1558M.sh): GPT-2 1558M, 32,000 steps x 2^20 tokens, 24 hours on
-// 8xH100 (evaluations included).
+// llm.c discussion #677 (https://github.com/karpathy/llm.c/blob/master/scripts/run_gpt2_1558M.sh): GPT-2
+// 1558M, 32,000 steps x 2^20 tokens, 24 hours on 8xH100 (evaluations included).
 TEST(PublishedRuns, Gpt2_1558mOn8xH100WithinAQuarter) {
   const double h = PredictedHours("gpt2-1.5b", 32000.0 * 1048576, 1048576, "H100", "gpu_8x_h100_sxm5");
   EXPECT_NEAR(h / 24.0, 1.0, 0.25) << h << " h predicted, 24 h published";
