@@ -135,6 +135,14 @@ Result<Manifest> Manifest::Parse(std::string_view json) {
                                                j.value("version", 0), kFormatVersion));
   }
   Manifest m;
+  // Whole numbers only: nlohmann converts a double to an integer with undefined behaviour when out of range.
+  if (!j.contains("step") || !j["step"].is_number_integer())
+    return Status::Corruption("\"step\" is missing or not an integer: not a manifest tern wrote");
+  if (j.contains("files") && j["files"].is_array())
+    for (const auto& f : j["files"])
+      if (!f.is_object() || !f.contains("bytes") || !f["bytes"].is_number_unsigned())
+        return Status::Corruption(
+            "a file entry's \"bytes\" is missing or not a whole number: not a manifest tern wrote");
   try {
     m.step = j.at("step").get<int64_t>();
     m.kind = j.value("kind", "");

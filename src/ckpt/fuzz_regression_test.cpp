@@ -69,5 +69,27 @@ TEST(FuzzRegression, SafetensorsMetadataOffsetsAndWrappingShape) {
   EXPECT_EQ(good->tensors.size(), 2u);
 }
 
+// The class of fuzz/bench_json's finding: a number too large (or fractional) for the integer it is read
+// into is converted with undefined behaviour; the manifest's step and bytes and a tensor's shape and offsets
+// must be whole numbers.
+TEST(FuzzRegression, NumbersThatAreNotWholeAreCorruption) {
+  for (
+      const char* text :
+      {R"({"format":"tern-checkpoint","version":1,"step":1e300,"files":[]})",
+       R"({"format":"tern-checkpoint","version":1,"step":2,"files":[{"name":"a","bytes":-1e40,"xxh3":"0"}]})"}) {
+    auto m = Manifest::Parse(text);
+    ASSERT_FALSE(m.ok()) << text;
+    EXPECT_EQ(m.status().code(), Status::Code::kCorruption) << text;
+  }
+  for (const std::string& bytes :
+       {Safetensors(R"({"a":{"dtype":"F32","shape":[1e300],"data_offsets":[0,4]}})", 4),
+        Safetensors(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4e300]}})", 4),
+        Safetensors(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[-1,4]}})", 4)}) {
+    auto p = ParseSafetensors(bytes);
+    ASSERT_FALSE(p.ok()) << bytes.substr(8);
+    EXPECT_EQ(p.status().code(), Status::Code::kCorruption) << p.status().ToString();
+  }
+}
+
 }  // namespace
 }  // namespace tern::ckpt

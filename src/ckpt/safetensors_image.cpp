@@ -73,8 +73,13 @@ Result<ParsedSafetensors> ParseSafetensors(std::string_view bytes) {
     TensorView v;
     try {
       v.dtype = e["dtype"].get<std::string>();
+      if (!e["shape"].is_array()) return bad("tensor " + it.key() + ": shape is not a list of whole numbers");
+      for (const auto& d : e["shape"])
+        if (!d.is_number_integer())
+          return bad("tensor " + it.key() + ": shape is not a list of whole numbers");
       v.shape = e["shape"].get<std::vector<int64_t>>();
-      if (!e["data_offsets"].is_array() || e["data_offsets"].size() != 2)
+      if (!e["data_offsets"].is_array() || e["data_offsets"].size() != 2 ||
+          !e["data_offsets"][0].is_number_unsigned() || !e["data_offsets"][1].is_number_unsigned())
         return bad("tensor " + it.key() + ": data_offsets is not [begin, end]");
       const uint64_t begin = e["data_offsets"][0].get<uint64_t>(), end = e["data_offsets"][1].get<uint64_t>();
       if (begin > end || end > data.size())

@@ -69,6 +69,21 @@ TEST(Calibration, BadBenchJsonNamesTheKey) {
             std::string::npos);
 }
 
+// fuzz/bench_json found it: a count beyond int64 is a double to nlohmann, and converting it to int was
+// undefined behaviour. Too large, negative beyond int or fractional counts are errors that name the key.
+TEST(Calibration, CountsOutOfRangeAreErrorsNotConversions) {
+  const std::string tail =
+      R"(, "n_head": 4, "n_embd": 128, "vocab_size": 4096, "block_size": 64},
+    "batch": 8, "seq": 64, "precision": "fp32", "device": "cpu", "tokens_per_s": 1, "flops_per_token": 1,
+    "achieved_tflops": 1, "peak_tflops": 2, "mfu": 0.5})";
+  for (const char* n : {"59223372036854775807", "4294967296", "-4294967296", "2.5", "1e300"}) {
+    auto r = ParseBenchJson(std::string(R"({"model": {"n_layer": )") + n + tail, "b.json");
+    ASSERT_FALSE(r.ok()) << n;
+    EXPECT_NE(r.status().message().find("'n_layer'"), std::string::npos) << r.status().message();
+  }
+  EXPECT_TRUE(ParseBenchJson(std::string(R"({"model": {"n_layer": 2.0)") + tail, "b.json").ok());
+}
+
 TEST(Calibration, LocalInstancePredictsTheBenchmarkedRun) {
   Catalog cat = SmallCatalog();
   BenchProfile b = LoadBenchJson(TestData("bench_cpu.json")).value();

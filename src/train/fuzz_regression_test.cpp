@@ -54,5 +54,19 @@ TEST(FuzzRegression, CheckpointJsonTrainerStateOfTheWrongShape) {
   EXPECT_EQ(good->progress.loader.index, 2u);
 }
 
+// The class of fuzz/bench_json's finding (a double beyond an integer's range, converted with undefined
+// behaviour) in trainer.json's counts: each is a clear error naming the key.
+TEST(FuzzRegression, TrainerStateCountsThatAreNotWholeNumbers) {
+  for (const char* bad :
+       {R"({"format": "tern-trainer-state", "step": 1e300})",
+        R"({"format": "tern-trainer-state", "step": 2, "loader": {"index": 59223372036854775807}})",
+        R"({"format": "tern-trainer-state", "step": 2, "data": {"train_tokens": 1.5}})",
+        R"({"format": "tern-trainer-state", "step": 2, "loss_scale": {"good_steps": -1e40}})"}) {
+    auto r = ParseTrainerState(bad, "ckpt/step_2");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("not a whole number"), std::string::npos) << r.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace tern

@@ -8,6 +8,26 @@ Result<SavedTrainerState> ParseTrainerState(std::string_view text, const std::st
   auto j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("format") || j["format"] != "tern-trainer-state")
     return Status::Corruption(fmt::format("{}/trainer.json is not tern trainer state", location));
+  // Counts must be whole numbers: nlohmann converts a double to an integer with undefined behaviour when it
+  // is out of range (1e300 as "step").
+  const auto whole = [](const nlohmann::json& o, const char* key) {
+    return !o.is_object() || !o.contains(key) || o[key].is_number_integer() || !o[key].is_number();
+  };
+  const auto sub = [&](const char* key) { return j.contains(key) ? j[key] : nlohmann::json::object(); };
+  for (const auto& [obj, key] : {std::pair{j, "step"},
+                                 {j, "tokens_seen"},
+                                 {j, "adam_t"},
+                                 {sub("data"), "train_tokens"},
+                                 {sub("data"), "train_windows"},
+                                 {sub("loader"), "epoch"},
+                                 {sub("loader"), "index"},
+                                 {sub("loss_scale"), "good_steps"},
+                                 {sub("loss_scale"), "skipped_steps"}})
+    if (!whole(obj, key))
+      return Status::Corruption(
+          fmt::format("{}/trainer.json: '{}' is not a whole number; the file was not "
+                      "written by tern or was damaged: resume from another checkpoint",
+                      location, key));
   SavedTrainerState out;
   // A field of the wrong type (or a section that is not an object) makes nlohmann throw: Corruption.
   try {
