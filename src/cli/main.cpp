@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   tern::cli::AddPrepareCommand(app, table);
   tern::cli::AddTrainCommand(app, table);
   tern::cli::AddGenerateCommand(app, table);
+  tern::cli::AddEvalCommand(app, table);
   tern::cli::AddBenchCommand(app, table);
   tern::cli::AddExportCommand(app, table);
   tern::cli::AddPlanCommand(app, table);
