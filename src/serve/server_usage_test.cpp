@@ -6,7 +6,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
+#include "report/finops.h"
 #include "testing/server_fixture.h"
 
 namespace tern::testing {
@@ -155,6 +157,17 @@ TEST_F(UsageServerTest, BusyIdleAndCostPerMillionTokensAgreeWithTheCounters) {
   double project_usd = 0;
   for (const json& p : j["by_project"]) project_usd += p["usd"].get<double>();
   EXPECT_NEAR(project_usd, j["usd"].get<double>(), 1e-9) << "the cost is split over the projects";
+
+  // `tern report --ledger --serving FILE` reads it: its serving section has the same figures.
+  auto read = report::LoadServingUsage((Dir() / "usage.json").string());
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  const json section = report::ServingJson({*read});
+  EXPECT_EQ(section["servers"].size(), 1u);
+  EXPECT_GE(section["totals"]["generation_tokens"].get<double>(), j["generation_tokens"].get<double>());
+  EXPECT_GT(section["totals"]["usd_per_mtok"].get<double>(), 0);
+  std::set<std::string> projects;
+  for (const json& p : section["by_project"]) projects.insert(p["project"].get<std::string>());
+  EXPECT_EQ(projects, (std::set<std::string>{"ads", "search"}));
 }
 
 TEST_F(UsageServerTest, TheUsageLogHasOneLinePerRequestAndNoKeyIsWrittenAnywhere) {
