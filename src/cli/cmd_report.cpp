@@ -22,8 +22,8 @@ struct ReportOptions {
   std::vector<std::string> dirs;
   std::string out;  // default report.html, or finops.html with --ledger
   bool json = false;
-  bool ledger = false;      // --ledger given
-  std::string ledger_file;  // its value; "" = $TERN_HOME/ledger.sqlite, as `tern job ls`
+  bool ledger = false;               // --ledger given
+  std::string ledger_file;           // its value; "" = $TERN_HOME/ledger.sqlite, as `tern job ls`
   std::vector<std::string> serving;  // --serving: `tern serve --usage-file` files
   std::string since = "30d";
 };
@@ -211,8 +211,9 @@ void AddReportCommand(CLI::App& root, CommandTable& table) {
       ->type_name("[FILE]");
   sub->add_option("--since", opts->since, "with --ledger: the window back from now (30d, 12h, all)")
       ->capture_default_str();
-  sub->add_option("--serving", opts->serving,
-                  "with --ledger: `tern serve --usage-file` files, shown as the serving section (repeatable)");
+  sub->add_option(
+      "--serving", opts->serving,
+      "with --ledger: `tern serve --usage-file` files, shown as the serving section (repeatable)");
   table.Add(sub, [opts] { return RunReport(*opts); });
 }
 

@@ -165,9 +165,10 @@ int RunServe(const ServeCliOptions& o) {
       o.max_batch, e.max_seq_len());
   e.Start();
   server.SetEngine(&e, {so.model_name, &tok.value(), e.max_seq_len()});
-  std::fprintf(stderr, "tern serve: ready: POST http://%s:%d/v1/completions%s\n", o.host.c_str(),
-               server.port(),
-               so.api_key.empty() && so.api_keys.empty() ? " (no API key: anyone who can reach the port can use it)" : "");
+  std::fprintf(
+      stderr, "tern serve: ready: POST http://%s:%d/v1/completions%s\n", o.host.c_str(), server.port(),
+      so.api_key.empty() && so.api_keys.empty() ? " (no API key: anyone who can reach the port can use it)"
+                                                : "");
 
   // Until a signal: every 30 s with traffic, the throughput and (with --price-per-hour) the cost it implies.
   uint64_t last_tokens = metrics.generation_tokens;
@@ -218,18 +219,20 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
   auto* key = sub->add_option(
       "--api-key", o->api_key,
       "require 'Authorization: Bearer KEY' (visible in ps: prefer --api-key-file or $TERN_API_KEY)");
-  auto* key_file =
-      sub->add_option("--api-key-file", o->api_key_file, "file whose first line is the API key")->excludes(key);
+  auto* key_file = sub->add_option("--api-key-file", o->api_key_file, "file whose first line is the API key")
+                       ->excludes(key);
   sub->add_option("--api-keys", o->api_keys_file,
                   "YAML file of several keys, each with an id, a project and optional requests_per_min and "
                   "tokens_per_min limits (docs/serving.md, \"Usage and cost per project\")")
       ->excludes(key)
       ->excludes(key_file);
-  sub->add_option("--usage-log", o->usage_log,
-                  "append one JSON line per generation request (time, project, key id, tokens, status, latency)");
-  sub->add_option("--usage-file", o->usage_file,
-                  "JSON usage summary (per key and project, busy/idle seconds, $), rewritten every 5 s and at "
-                  "shutdown; `tern report --ledger --serving FILE` reads it");
+  sub->add_option(
+      "--usage-log", o->usage_log,
+      "append one JSON line per generation request (time, project, key id, tokens, status, latency)");
+  sub->add_option(
+      "--usage-file", o->usage_file,
+      "JSON usage summary (per key and project, busy/idle seconds, $), rewritten every 5 s and at "
+      "shutdown; `tern report --ledger --serving FILE` reads it");
   sub->add_option("--max-batch", o->max_batch, "sequences decoded together")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
@@ -270,9 +273,10 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
   sub->add_option("--tokenizer", o->tokenizer,
                   "tokenizer.model to use (default: the one next to the weights)");
   sub->add_option("--device", o->device, "cpu | cpu-ref | cuda | auto")->capture_default_str();
-  sub->add_option("--price-per-hour", o->price_per_hour,
-                  "instance price in $/h: $ per 1M generated tokens at the measured throughput and utilisation "
-                  "(stderr, /metrics, --usage-file)")
+  sub->add_option(
+         "--price-per-hour", o->price_per_hour,
+         "instance price in $/h: $ per 1M generated tokens at the measured throughput and utilisation "
+         "(stderr, /metrics, --usage-file)")
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("--log-requests", o->log_requests, "one line per request on stderr (method, path, status)");
   table.Add(sub, [o] { return RunServe(*o); });

@@ -23,13 +23,15 @@ json OrNull(const std::optional<double>& v) {
 
 Result<ServingUsage> LoadServingUsage(const std::string& path) {
   std::ifstream in(path);
-  if (!in) return Status::NotFound(fmt::format("--serving {}: no such file (tern serve --usage-file FILE writes it)", path));
+  if (!in)
+    return Status::NotFound(
+        fmt::format("--serving {}: no such file (tern serve --usage-file FILE writes it)", path));
   std::stringstream text;
   text << in.rdbuf();
   const json j = json::parse(text.str(), nullptr, false);
   if (j.is_discarded() || !j.is_object() || j.value("kind", "") != "tern-serve-usage")
-    return Status::InvalidArgument(
-        fmt::format("--serving {}: not a tern serve usage file (JSON with \"kind\": \"tern-serve-usage\")", path));
+    return Status::InvalidArgument(fmt::format(
+        "--serving {}: not a tern serve usage file (JSON with \"kind\": \"tern-serve-usage\")", path));
   ServingUsage u;
   u.file = path;
   try {
@@ -49,7 +51,8 @@ Result<ServingUsage> LoadServingUsage(const std::string& path) {
                               p.at("prompt_tokens").get<double>(), p.at("generation_tokens").get<double>(),
                               p.at("rate_limited").get<double>(), Optional(p, "usd")});
   } catch (const json::exception& e) {
-    return Status::InvalidArgument(fmt::format("--serving {}: a field is missing or of the wrong type ({})", path, e.what()));
+    return Status::InvalidArgument(
+        fmt::format("--serving {}: a field is missing or of the wrong type ({})", path, e.what()));
   }
   return u;
 }

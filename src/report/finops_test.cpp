@@ -175,22 +175,38 @@ TEST(FinOpsTest, PageIsSelfContained) {
   EXPECT_NE(page.find("\"top_jobs\""), std::string::npos);
 }
 
-// Two `tern serve --usage-file` files (the format of serve/usage.h), summed by project in the serving section.
+// Two `tern serve --usage-file` files (the format of serve/usage.h), summed by project in the serving
+// section.
 TEST(FinOpsTest, ServingSectionSumsTheUsageFilesByProject) {
   testing::TempDir tmp;
   const auto write = [&](const std::string& name, double usd, double search_tokens, double ads_tokens) {
-    const nlohmann::json j = {
-        {"kind", "tern-serve-usage"}, {"version", 1}, {"model", "demo"}, {"started_unix", kD0},
-        {"updated_unix", kD0 + kH}, {"price_per_hour", usd}, {"busy_s", 900}, {"idle_s", 2700},
-        {"usd", usd}, {"requests", 10}, {"prompt_tokens", 100},
-        {"generation_tokens", search_tokens + ads_tokens},
-        {"usd_per_million_generated_tokens", usd / (search_tokens + ads_tokens) * 1e6},
-        {"keys", nlohmann::json::array()},
-        {"by_project",
-         {{{"project", "ads"}, {"requests", 4}, {"prompt_tokens", 40}, {"generation_tokens", ads_tokens},
-           {"rate_limited", 1}, {"usd", usd * ads_tokens / (search_tokens + ads_tokens)}},
-          {{"project", "search"}, {"requests", 6}, {"prompt_tokens", 60}, {"generation_tokens", search_tokens},
-           {"rate_limited", 0}, {"usd", usd * search_tokens / (search_tokens + ads_tokens)}}}}};
+    const nlohmann::json j = {{"kind", "tern-serve-usage"},
+                              {"version", 1},
+                              {"model", "demo"},
+                              {"started_unix", kD0},
+                              {"updated_unix", kD0 + kH},
+                              {"price_per_hour", usd},
+                              {"busy_s", 900},
+                              {"idle_s", 2700},
+                              {"usd", usd},
+                              {"requests", 10},
+                              {"prompt_tokens", 100},
+                              {"generation_tokens", search_tokens + ads_tokens},
+                              {"usd_per_million_generated_tokens", usd / (search_tokens + ads_tokens) * 1e6},
+                              {"keys", nlohmann::json::array()},
+                              {"by_project",
+                               {{{"project", "ads"},
+                                 {"requests", 4},
+                                 {"prompt_tokens", 40},
+                                 {"generation_tokens", ads_tokens},
+                                 {"rate_limited", 1},
+                                 {"usd", usd * ads_tokens / (search_tokens + ads_tokens)}},
+                                {{"project", "search"},
+                                 {"requests", 6},
+                                 {"prompt_tokens", 60},
+                                 {"generation_tokens", search_tokens},
+                                 {"rate_limited", 0},
+                                 {"usd", usd * search_tokens / (search_tokens + ads_tokens)}}}}};
     std::ofstream(tmp / name) << j.dump();
     return tmp / name;
   };

@@ -102,8 +102,7 @@ struct Server::Impl {
                       const UsageRecord& rec);
 };
 
-Server::Server(const ServerOptions& options, ServeMetrics* metrics)
-    : impl_(std::make_unique<Impl>(options)) {
+Server::Server(const ServerOptions& options, ServeMetrics* metrics) : impl_(std::make_unique<Impl>(options)) {
   impl_->metrics = metrics;
   impl_->created =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -224,8 +223,7 @@ void Server::Impl::Routes() {
 
 void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res, bool chat) {
   UsageRecord rec;
-  rec.unix_s =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  rec.unix_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   rec.key = usage.auth_required() ? usage.Authenticate(BearerToken(req)) : -1;
   rec.route = chat ? "/v1/chat/completions" : "/v1/completions";
   const auto t0 = Clock::now();

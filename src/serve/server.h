@@ -23,8 +23,8 @@ namespace tern {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                  // 0 = any free port (tests)
-  std::string api_key;              // one key (id and project "default"); empty and no api_keys = no auth
+  int port = 8080;                    // 0 = any free port (tests)
+  std::string api_key;                // one key (id and project "default"); empty and no api_keys = no auth
   std::vector<ApiKeyEntry> api_keys;  // --api-keys FILE: several keys, each with a project and limits
   double price_per_hour = 0;          // $ figures in /metrics and the usage file (0 = none)
   std::string usage_log, usage_file;  // usage.h

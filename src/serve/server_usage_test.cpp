@@ -38,7 +38,8 @@ class UsageServerTest : public ServerTest {
     fs::create_directories(Dir());
     ServerOptions so = DefaultOptions();
     so.api_key.clear();
-    so.api_keys = {{"alpha", kAlpha, "search", 0, 0}, {"beta", kBeta, "ads", 2, 0}, {"gamma", kGamma, "ads", 0, 5}};
+    so.api_keys = {
+        {"alpha", kAlpha, "search", 0, 0}, {"beta", kBeta, "ads", 2, 0}, {"gamma", kGamma, "ads", 0, 5}};
     so.price_per_hour = kPrice;
     so.usage_log = (Dir() / "usage.jsonl").string();
     so.usage_file = (Dir() / "usage.json").string();
@@ -50,10 +51,11 @@ class UsageServerTest : public ServerTest {
     fs::remove_all(Dir());
   }
   static HttpResult Complete(const std::string& key, int max_tokens = 3) {
-    return Curl("/v1/completions",
-                fmt::format(R"({{"prompt":"And God said","max_tokens":{},"temperature":0,"ignore_eos":true}})",
-                            max_tokens),
-                key);
+    return Curl(
+        "/v1/completions",
+        fmt::format(R"({{"prompt":"And God said","max_tokens":{},"temperature":0,"ignore_eos":true}})",
+                    max_tokens),
+        key);
   }
   // The response headers and status of a completion (curl -D -).
   static std::string Headers(const std::string& key) {
@@ -112,9 +114,11 @@ TEST_F(UsageServerTest, OverItsRequestLimitAKeyGets429WithRetryAfterWhileAnother
   EXPECT_LE(std::stoi(m[1]), 30);
   EXPECT_EQ(Complete(kAlpha).status, 200) << "another key is still served";
   const auto metrics = Metrics(kAlpha);
-  EXPECT_EQ(Sample(metrics, "tern_usage_rate_limited_total{project=\"ads\",key_id=\"beta\",limit=\"requests\"}"),
-            2);
-  EXPECT_EQ(Sample(metrics, "tern_usage_rate_limited_total{project=\"search\",key_id=\"alpha\",limit=\"requests\"}"),
+  EXPECT_EQ(
+      Sample(metrics, "tern_usage_rate_limited_total{project=\"ads\",key_id=\"beta\",limit=\"requests\"}"),
+      2);
+  EXPECT_EQ(Sample(metrics,
+                   "tern_usage_rate_limited_total{project=\"search\",key_id=\"alpha\",limit=\"requests\"}"),
             0);
 }
 
@@ -171,10 +175,14 @@ TEST_F(UsageServerTest, BusyIdleAndCostPerMillionTokensAgreeWithTheCounters) {
 }
 
 TEST_F(UsageServerTest, TheUsageLogHasOneLinePerRequestAndNoKeyIsWrittenAnywhere) {
-  EXPECT_EQ(Curl("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":2})", kAlpha)
-                .status,
-            200);
-  EXPECT_EQ(Curl("/v1/completions", R"({"prompt":"x","max_tokens":2,"stream":true,"ignore_eos":true})", kAlpha).status, 200);
+  EXPECT_EQ(
+      Curl("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":2})", kAlpha)
+          .status,
+      200);
+  EXPECT_EQ(
+      Curl("/v1/completions", R"({"prompt":"x","max_tokens":2,"stream":true,"ignore_eos":true})", kAlpha)
+          .status,
+      200);
   const std::string metrics = Curl("/metrics", "", kAlpha).body;
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the usage file's next rewrite
   const std::string log = ReadAll(Dir() / "usage.jsonl"), file = ReadAll(Dir() / "usage.json");
@@ -184,8 +192,8 @@ TEST_F(UsageServerTest, TheUsageLogHasOneLinePerRequestAndNoKeyIsWrittenAnywhere
   while (std::getline(lines, line)) {
     const json j = json::parse(line, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << line;
-    for (const char* field :
-         {"time_unix", "project", "key_id", "route", "status", "prompt_tokens", "generation_tokens", "latency_s"})
+    for (const char* field : {"time_unix", "project", "key_id", "route", "status", "prompt_tokens",
+                              "generation_tokens", "latency_s"})
       EXPECT_TRUE(j.contains(field)) << field << " missing in " << line;
     streamed += j["route"] == "/v1/completions" && j["key_id"] == "alpha" && j["generation_tokens"] == 2;
     n++;

@@ -5,9 +5,9 @@
 
 #include <array>
 #include <chrono>
-#include <cstring>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -70,8 +70,8 @@ Result<std::vector<ApiKeyEntry>> LoadApiKeys(const std::string& path) {
         fmt::format("{}: expected a list 'keys:' of entries with id, key (or key_env) and project "
                     "(docs/serving.md, \"Usage and cost per project\")",
                     path));
-  static const std::set<std::string> kFields = {"id",      "key", "key_env", "project", "requests_per_min",
-                                                "tokens_per_min"};
+  static const std::set<std::string> kFields = {
+      "id", "key", "key_env", "project", "requests_per_min", "tokens_per_min"};
   std::vector<ApiKeyEntry> out;
   std::set<std::string> ids;
   for (const YAML::Node& e : keys) {
@@ -79,10 +79,11 @@ Result<std::vector<ApiKeyEntry>> LoadApiKeys(const std::string& path) {
     for (const auto& kv : e) {
       const std::string name = kv.first.as<std::string>();
       if (!kFields.count(name))
-        return KeyError(path, kv.first,
-                        fmt::format("unknown field '{}' (allowed: id, key, key_env, project, requests_per_min, "
-                                    "tokens_per_min)",
-                                    name));
+        return KeyError(
+            path, kv.first,
+            fmt::format("unknown field '{}' (allowed: id, key, key_env, project, requests_per_min, "
+                        "tokens_per_min)",
+                        name));
     }
     ApiKeyEntry k;
     if (!e["id"] || !e["id"].IsScalar()) return KeyError(path, e, "the entry has no 'id'");
@@ -155,7 +156,8 @@ UsageTracker::~UsageTracker() {
     }
     stop_cv_.notify_all();
     writer_.join();
-    if (Status st = WriteUsageFile(); !st.ok()) std::fprintf(stderr, "tern serve: %s\n", st.message().c_str());
+    if (Status st = WriteUsageFile(); !st.ok())
+      std::fprintf(stderr, "tern serve: %s\n", st.message().c_str());
   }
   if (log_) std::fclose(log_);
 }
@@ -195,7 +197,8 @@ std::optional<UsageTracker::Refusal> UsageTracker::Admit(int key) {
     r.limit = limit;
     r.retry_after_s = std::max(1, static_cast<int>(std::ceil(missing / (per_min / 60))));
     r.message = fmt::format(
-        "Rate limit reached for key '{}' (project '{}') on {} per minute: limit {}. Please try again in {} s.",
+        "Rate limit reached for key '{}' (project '{}') on {} per minute: limit {}. Please try again in {} "
+        "s.",
         k.id, k.project, limit, per_min, r.retry_after_s);
     (limit[0] == 'r' ? u.limited_requests : u.limited_tokens)++;
     return r;
@@ -267,7 +270,8 @@ std::string UsageTracker::RenderMetrics() const {
     for (size_t i = 0; i < usage_.size(); i++) {
       if (i + 1 == usage_.size() && !opt_.keys.empty()) break;  // "none" only without keys
       const int k = static_cast<int>(i);
-      out += fmt::format("{}{{project=\"{}\",key_id=\"{}\"}} {}\n", name, Project(k), KeyId(k), field(usage_[i]));
+      out += fmt::format("{}{{project=\"{}\",key_id=\"{}\"}} {}\n", name, Project(k), KeyId(k),
+                         field(usage_[i]));
     }
   };
   per_key("tern_usage_requests_total", "Generation requests answered (any status), by project and key id.",

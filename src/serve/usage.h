@@ -23,9 +23,9 @@
 namespace tern {
 
 struct ApiKeyEntry {
-  std::string id;            // short, non-secret name (metrics, logs, usage file)
-  std::string key;           // the secret
-  std::string project;       // who pays
+  std::string id;               // short, non-secret name (metrics, logs, usage file)
+  std::string key;              // the secret
+  std::string project;          // who pays
   double requests_per_min = 0;  // 0 = no limit
   double tokens_per_min = 0;    // prompt + generated tokens; 0 = no limit
 };
@@ -51,10 +51,10 @@ struct UsageRecord {
 };
 
 struct UsageOptions {
-  std::vector<ApiKeyEntry> keys;  // empty: no authentication, all usage under key "none", project "default"
-  double price_per_hour = 0;      // 0: no $ figures
-  std::string usage_log;          // JSON lines, one per generation request ("" = none)
-  std::string usage_file;         // the JSON summary, rewritten atomically ("" = none)
+  std::vector<ApiKeyEntry> keys;   // empty: no authentication, all usage under key "none", project "default"
+  double price_per_hour = 0;       // 0: no $ figures
+  std::string usage_log;           // JSON lines, one per generation request ("" = none)
+  std::string usage_file;          // the JSON summary, rewritten atomically ("" = none)
   double usage_file_period_s = 5;  // ... this often, and when the tracker is destroyed
   std::string model;
   std::function<double()> clock;  // seconds, monotonic; default steady_clock (tests inject one)
@@ -96,8 +96,7 @@ class UsageTracker {
     double level = 0, last = 0;  // tokens available, when last refilled
   };
   struct KeyUsage {
-    uint64_t requests = 0, prompt_tokens = 0, generation_tokens = 0, limited_requests = 0,
-             limited_tokens = 0;
+    uint64_t requests = 0, prompt_tokens = 0, generation_tokens = 0, limited_requests = 0, limited_tokens = 0;
     Bucket rpm, tpm;
   };
   void Refill(Bucket* b, double per_min, double now) const;

@@ -68,7 +68,8 @@ TEST_F(UsageTest, KeyFileErrorsNameTheFileAndLine) {
       {"keys:\n  - id: a\n    key: sk-aaaaaaaaaa\n    project: p\n  - id: a\n    key: sk-bbbbbbbbbb\n"
        "    project: p\n",
        "keys.yaml:5: id 'a' is used twice"},
-      {"keys:\n  - id: a\n    key: sk-aaaaaaaaaa\n    project: p\n    rpm: 3\n", "keys.yaml:5: unknown field 'rpm'"},
+      {"keys:\n  - id: a\n    key: sk-aaaaaaaaaa\n    project: p\n    rpm: 3\n",
+       "keys.yaml:5: unknown field 'rpm'"},
       {"keys:\n  - id: a\n    key: sk-aaaaaaaaaa\n    project: p\n    requests_per_min: -1\n",
        "keys.yaml:5: 'requests_per_min' must be a positive number"},
       {"keys:\n  - id: a\n    key: short\n    project: p\n", "keys.yaml:3: the key of 'a' is shorter than 8"},
