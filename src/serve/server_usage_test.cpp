@@ -9,6 +9,7 @@
 #include <set>
 
 #include "report/finops.h"
+#include "testing/processes.h"
 #include "testing/server_fixture.h"
 
 namespace tern::testing {
@@ -205,6 +206,20 @@ TEST_F(UsageServerTest, TheUsageLogHasOneLinePerRequestAndNoKeyIsWrittenAnywhere
     EXPECT_EQ(log.find(key), std::string::npos) << "a key in the usage log";
     EXPECT_EQ(file.find(key), std::string::npos) << "a key in the usage file";
   }
+}
+
+TEST_F(UsageServerTest, PromtoolAcceptsTheMetricsWithUsage) {
+  EXPECT_EQ(Complete(kAlpha).status, 200);
+  const std::string promtool = FindProgram("promtool");
+  if (promtool.empty())
+    TERN_SKIP_OR_FAIL_IN_CI(
+        "promtool is not on PATH: install Debian's prometheus package (scripts/install-deps)");
+  const std::string text = Curl("/metrics", "", kAlpha).body;
+  ASSERT_NE(text.find("tern_usage_requests_total{project=\"search\",key_id=\"alpha\"}"), std::string::npos);
+  std::ofstream(Dir() / "metrics.txt") << text;
+  const auto check = RunCommand(promtool + " check metrics < " + (Dir() / "metrics.txt").string());
+  EXPECT_EQ(check.code, 0) << check.output;
+  EXPECT_EQ(check.output, "") << "promtool's lint found problems";
 }
 
 }  // namespace
