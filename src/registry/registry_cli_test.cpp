@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "testing/files.h"
+#include "testing/prepared_data.h"
 #include "testing/test_run.h"
 
 namespace {
@@ -132,6 +133,47 @@ TEST_F(RegistryCli, ASignedEntryIsRefusedWithoutItsKeyOrWithAWrongOne) {
   CmdResult tampered = Tern("models show signed@1 --key-file " + home_ / "key");
   EXPECT_NE(tampered.code, 0);
   EXPECT_NE(tampered.output.find("tampered"), std::string::npos) << tampered.output;
+}
+
+// A run trained by `tern train` (a few steps, a checkpoint every 5): registering it records the data
+// fingerprint and the metrics; its checkpoint registers too, and generates what the run directory generates.
+TEST_F(RegistryCli, ATrainedRunAndItsCheckpointRegisterWithDataAndMetrics) {
+  const std::string data = tern::testing::SharedSmallPreparedData();
+  ASSERT_FALSE(data.empty());
+  const std::string run = home_ / "trained";
+  tern::testing::WriteFile(home_ / "tiny.yaml",
+                           "model: {n_layer: 1, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
+                           "data: {dir: " +
+                               data +
+                               "}\n"
+                               "train: {batch_size: 2, seq_len: 32, steps: 10, lr: 3.0e-3, warmup_steps: 2}\n"
+                               "eval: {every: 5, batches: 2}\nsample: {count: 0}\nckpt: {every: 5}\n"
+                               "run: {dir: " +
+                               run + "}\n");
+  CmdResult train = Tern("train " + home_ / "tiny.yaml --quiet");
+  ASSERT_EQ(train.code, 0) << train.output;
+
+  nlohmann::json v1 = Json("models register " + run + " --name trained");
+  const nlohmann::json& m = v1["manifest"];
+  EXPECT_EQ(m["data"]["prepare_sha256"].get<std::string>().size(), 64u) << m.dump(2);
+  EXPECT_TRUE(m["metrics"]["val_loss"].is_number()) << m.dump(2);
+  EXPECT_EQ(m["metrics"]["steps"], 10);
+  EXPECT_EQ(m["config"]["train.steps"], 10);
+
+  nlohmann::json v2 =
+      Json("models register " + run + "/checkpoints/step_00000010 --name trained --parent trained@1");
+  EXPECT_EQ(v2["manifest"]["source"]["kind"], "checkpoint");
+  EXPECT_EQ(v2["manifest"]["source"]["run_dir"], run);
+  EXPECT_EQ(v2["manifest"]["data"]["prepare_sha256"], m["data"]["prepare_sha256"]);
+
+  const std::string gen = " --prompt 'In the beginning' --max-tokens 6 --temperature 0";
+  CmdResult direct = Tern("generate " + run + gen);
+  CmdResult from_ckpt = Tern("generate models:/trained@2" + gen);
+  ASSERT_EQ(direct.code, 0) << direct.output;
+  EXPECT_EQ(direct.output, from_ckpt.output);
+  CmdResult exported = Tern("ckpt export models:/trained@2 --out " + home_ / "hf.safetensors");
+  EXPECT_EQ(exported.code, 0) << exported.output;
+  EXPECT_TRUE(std::filesystem::exists(home_ / "hf.safetensors"));
 }
 
 }  // namespace
