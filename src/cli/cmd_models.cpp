@@ -11,7 +11,7 @@ namespace tern::cli {
 namespace {
 
 struct ModelsOptions {
-  std::string registry, key_file, json_unused;
+  std::string registry, key_file;
   bool json = false;
   // register
   std::string source, name, alias, note, parent;
