@@ -14,6 +14,7 @@
 #include "cli/command.h"
 #include "infer/setup.h"
 #include "infer/weights.h"
+#include "registry/model_uri.h"
 #include "serve/server.h"
 
 namespace tern::cli {
@@ -120,7 +121,9 @@ int RunServe(const ServeCliOptions& o) {
   so.max_body_bytes = static_cast<size_t>(o.max_body_kb) * 1024;
   so.request_timeout_s = o.timeout_s;
   so.log_requests = o.log_requests;
-  auto weights = LoadModelWeights(o.model_path, o.tokenizer);  // cheap to fail early on a wrong path
+  auto model_path = registry::ResolveModelUri(o.model_path);  // models:/NAME@ALIAS -> a local directory
+  if (!model_path.ok()) return Fail(model_path.status());
+  auto weights = LoadModelWeights(*model_path, o.tokenizer);  // cheap to fail early on a wrong path
   if (!weights.ok()) return Fail(weights.status());
   so.model_name = o.model_name.empty() ? weights->name : o.model_name;
   Server server(so, &metrics);

@@ -29,5 +29,6 @@ void AddJobCommand(CLI::App& root, CommandTable& table);
 void AddDiagnoseCommand(CLI::App& root, CommandTable& table);
 void AddReportCommand(CLI::App& root, CommandTable& table);
 void AddSimulateCommand(CLI::App& root, CommandTable& table);
+void AddModelsCommand(CLI::App& root, CommandTable& table);
 
 }  // namespace tern::cli

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   tern::cli::AddDiagnoseCommand(app, table);
   tern::cli::AddReportCommand(app, table);
   tern::cli::AddSimulateCommand(app, table);
+  tern::cli::AddModelsCommand(app, table);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
