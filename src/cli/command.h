@@ -20,6 +20,7 @@ void AddTrainCommand(CLI::App& root, CommandTable& table);
 void AddBenchCommand(CLI::App& root, CommandTable& table);
 void AddGenerateCommand(CLI::App& root, CommandTable& table);
 void AddEvalCommand(CLI::App& root, CommandTable& table);
+void AddPipelineCommand(CLI::App& root, CommandTable& table);
 void AddExportCommand(CLI::App& root, CommandTable& table);
 void AddPlanCommand(CLI::App& root, CommandTable& table);
 void AddServeCommand(CLI::App& root, CommandTable& table);

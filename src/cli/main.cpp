@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   tern::cli::AddTrainCommand(app, table);
   tern::cli::AddGenerateCommand(app, table);
   tern::cli::AddEvalCommand(app, table);
+  tern::cli::AddPipelineCommand(app, table);
   tern::cli::AddBenchCommand(app, table);
   tern::cli::AddExportCommand(app, table);
   tern::cli::AddPlanCommand(app, table);
