@@ -13,6 +13,7 @@
 #include "data/loader.h"
 #include "infer/evaluate.h"
 #include "infer/weights.h"
+#include "registry/model_uri.h"
 #include "train/train_config.h"
 
 namespace tern::cli {
@@ -43,11 +44,13 @@ Result<std::vector<std::string>> ReadPrompts(const std::string& path) {
 }
 
 int RunEval(EvalCmdOptions o) {
-  auto weights = LoadModelWeights(o.model);
+  auto model_path = registry::ResolveModelUri(o.model);  // models:/NAME@ALIAS -> a local directory
+  if (!model_path.ok()) return Fail(model_path.status());
+  auto weights = LoadModelWeights(*model_path);
   if (!weights.ok()) return Fail(weights.status());
   // A run directory's training config gives the defaults.
   TrainConfig train;
-  const std::string config = (std::filesystem::path(o.model) / "config.yaml").string();
+  const std::string config = (std::filesystem::path(*model_path) / "config.yaml").string();
   const bool have_config = std::filesystem::exists(config) && LoadTrainConfigFile(config, &train).ok();
   if (o.data.empty() && have_config) o.data = train.data_dir;
   if (o.data.empty())
@@ -120,7 +123,7 @@ void AddEvalCommand(CLI::App& root, CommandTable& table) {
       "  tern eval runs/demo --data data/other --windows 0 --prompts prompts.txt --json\n"
       "The forward is the server's (infer/), with the weights it would serve: --quantize int8 measures what "
       "int8 costs in quality.");
-  sub->add_option("model", o->model, "run directory written by `tern train`, or a checkpoint")->required();
+  sub->add_option("model", o->model, "run directory written by `tern train`, a checkpoint, or models:/NAME@ALIAS")->required();
   sub->add_option("--data", o->data, "directory written by `tern prepare` (default: the run's data)");
   sub->add_option("--split", o->split, "shards to read: SPLIT_*.bin (val or train)");
   sub->add_option("--seq-len", o->seq_len, "tokens per window (default: the run's seq_len, else the context)")
