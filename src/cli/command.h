@@ -28,5 +28,6 @@ void AddJobCommand(CLI::App& root, CommandTable& table);
 void AddDiagnoseCommand(CLI::App& root, CommandTable& table);
 void AddReportCommand(CLI::App& root, CommandTable& table);
 void AddSimulateCommand(CLI::App& root, CommandTable& table);
+void AddSweepCommand(CLI::App& root, CommandTable& table);
 
 }  // namespace tern::cli

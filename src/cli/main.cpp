@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   tern::cli::AddDiagnoseCommand(app, table);
   tern::cli::AddReportCommand(app, table);
   tern::cli::AddSimulateCommand(app, table);
+  tern::cli::AddSweepCommand(app, table);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
