@@ -53,16 +53,21 @@ class SweepE2eTest : public ::testing::Test {
     return path;
   }
   std::string Shell(const std::string& args) const {
-    return "OMP_NUM_THREADS=1 TERN_HOME=" + root_ + "/home " + tern_ + " " + args + " 2>" + root_ + "/err.log";
+    return "OMP_NUM_THREADS=1 TERN_HOME=" + root_ + "/home " + tern_ + " " + args;
   }
   json Sweep(const std::string& path) {
     testing::CommandResult r = testing::RunCommand(Shell("sweep " + path + " --json"));
-    EXPECT_EQ(r.code, 0) << r.output << testing::ReadFile(root_ + "/err.log");
-    return json::parse(r.output, nullptr, false);
+    EXPECT_EQ(r.code, 0) << r.output;
+    // RunCommand captures stderr too: the JSON is the text from the first line that opens an object.
+    const size_t at = r.output.rfind("\n{\n");
+    json j = json::parse(at == std::string::npos ? r.output : r.output.substr(at + 1), nullptr, false);
+    EXPECT_TRUE(j.is_object()) << r.output;
+    last_output_ = r.output;
+    return j;
   }
 
   testing::TempDir tmp_;
-  std::string tern_, root_;
+  std::string tern_, root_, last_output_;
 };
 
 TEST_F(SweepE2eTest, EightTrialsWithinBudgetWorstStopEarlyBestIsTheLowestLoss) {
@@ -144,7 +149,7 @@ TEST_F(SweepE2eTest, KilledWithSigkillAndRestartedFinishesTheSameTrials) {
   }
   for (const TrialRow& b : before)
     EXPECT_EQ(j["trials"][b.id]["params"]["train.lr"], b.params[0].second) << "the same sampled parameters";
-  EXPECT_NE(testing::ReadFile(root_ + "/err.log").find("resuming"), std::string::npos);
+  EXPECT_NE(last_output_.find("resuming"), std::string::npos) << last_output_;
 }
 
 }  // namespace
