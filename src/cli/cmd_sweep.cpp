@@ -29,11 +29,13 @@ int Fail(int code, const std::string& message) {
 
 int RunSweepCommand(const SweepCliOptions& o) {
   if (o.on != "local") {
-    return Fail(2, "--on " + o.on + ": only local trials for now (--on slurm is not written yet: run the sweep "
-                                    "inside an allocation, or use `tern run --on slurm` per trial)");
+    return Fail(2, "--on " + o.on +
+                       ": only local trials for now (--on slurm is not written yet: run the sweep "
+                       "inside an allocation, or use `tern run --on slurm` per trial)");
   }
   std::ifstream in(o.spec_path);
-  if (!in) return Fail(2, "cannot read " + o.spec_path + ": give the sweep file, e.g. `tern sweep sweep.yaml`");
+  if (!in)
+    return Fail(2, "cannot read " + o.spec_path + ": give the sweep file, e.g. `tern sweep sweep.yaml`");
   std::stringstream text;
   text << in.rdbuf();
   Result<sweep::SweepSpec> spec = sweep::ParseSweepSpec(text.str(), o.spec_path);
@@ -54,8 +56,8 @@ int RunSweepCommand(const SweepCliOptions& o) {
     std::printf("%s\n", sweep::SweepJson(*spec, *r).dump(2).c_str());
   } else {
     std::printf("%s", sweep::SweepTable(*r).c_str());
-    std::printf("best config: %s/best.yaml | page: %s/sweep.html | state: %s/sweep.sqlite\n", spec->dir.c_str(),
-                spec->dir.c_str(), spec->dir.c_str());
+    std::printf("best config: %s/best.yaml | page: %s/sweep.html | state: %s/sweep.sqlite\n",
+                spec->dir.c_str(), spec->dir.c_str(), spec->dir.c_str());
   }
   return 0;
 }
@@ -64,12 +66,17 @@ int RunSweepCommand(const SweepCliOptions& o) {
 
 void AddSweepCommand(CLI::App& root, CommandTable& table) {
   auto o = std::make_shared<SweepCliOptions>();
-  auto* sub = root.add_subcommand("sweep", "Hyperparameter search with ASHA under a dollar budget (docs/sweep.md)");
+  auto* sub =
+      root.add_subcommand("sweep", "Hyperparameter search with ASHA under a dollar budget (docs/sweep.md)");
   sub->footer(
-      "\nSWEEP.yaml names a base training config, a search space (choice, uniform, loguniform, int), random or\n"
-      "grid sampling, trials, asha {eta, min_steps, max_steps}, an instance (priced as by tern run --instance)\n"
-      "and budget_usd. Each trial is a `tern run` job in DIR/trials/NNN; ASHA promotes the top 1/eta of each\n"
-      "rung. Run the same command again after a crash or kill to resume. Writes DIR/best.yaml, DIR/sweep.json,\n"
+      "\nSWEEP.yaml names a base training config, a search space (choice, uniform, loguniform, int), random "
+      "or\n"
+      "grid sampling, trials, asha {eta, min_steps, max_steps}, an instance (priced as by tern run "
+      "--instance)\n"
+      "and budget_usd. Each trial is a `tern run` job in DIR/trials/NNN; ASHA promotes the top 1/eta of "
+      "each\n"
+      "rung. Run the same command again after a crash or kill to resume. Writes DIR/best.yaml, "
+      "DIR/sweep.json,\n"
       "DIR/sweep.html. Exit codes: 0 ended, 1 could not run, 2 bad usage or sweep file.");
   sub->add_option("sweep", o->spec_path, "the sweep file (YAML)")->required();
   sub->add_option("--budget-usd", o->budget_usd, "dollar budget (replaces the file's budget_usd; 0 = none)");

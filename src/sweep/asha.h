@@ -12,7 +12,7 @@ namespace tern::sweep {
 struct AshaTrial {
   int id = 0;
   std::vector<double> losses;  // validation loss at each rung reached: losses[k] at rung k
-  bool waiting = false;        // finished rung losses.size()-1 and waits for a decision (not running, not ended)
+  bool waiting = false;  // finished rung losses.size()-1 and waits for a decision (not running, not ended)
 };
 
 struct Promotion {

@@ -18,11 +18,12 @@ TEST(Asha, RungsAreMinTimesEtaToTheKThenMax) {
 // eta = 2, three rungs. Eight trials finished rung 0 with these losses (trial id: loss):
 //   0: 3.0  1: 2.0  2: 5.0  3: 1.0  4: 4.0  5: 6.0  6: 2.5  7: 7.0
 // The top floor(8/2) = 4 by loss are 3 (1.0), 1 (2.0), 6 (2.5), 0 (3.0). Trials 3 and 1 were already promoted
-// and finished rung 1 with 1.5 and 1.2: the top floor(2/2) = 1 of rung 1 is trial 1, which goes to rung 2 first.
-// Then the rung-0 survivors still waiting: 6, then 0. Trials 2, 4, 5, 7 stay where they are.
+// and finished rung 1 with 1.5 and 1.2: the top floor(2/2) = 1 of rung 1 is trial 1, which goes to rung 2
+// first. Then the rung-0 survivors still waiting: 6, then 0. Trials 2, 4, 5, 7 stay where they are.
 TEST(Asha, PromotesTheTopOneOverEtaOfEachRungHighestRungFirst) {
-  std::vector<AshaTrial> t = {{0, {3.0}, true},       {1, {2.0, 1.2}, true}, {2, {5.0}, true}, {3, {1.0, 1.5}, true},
-                              {4, {4.0}, true},       {5, {6.0}, true},      {6, {2.5}, true}, {7, {7.0}, true}};
+  std::vector<AshaTrial> t = {{0, {3.0}, true},      {1, {2.0, 1.2}, true}, {2, {5.0}, true},
+                              {3, {1.0, 1.5}, true}, {4, {4.0}, true},      {5, {6.0}, true},
+                              {6, {2.5}, true},      {7, {7.0}, true}};
   const std::vector<Promotion> p = AshaPromotions(t, 3, 2);
   ASSERT_EQ(p.size(), 3u);
   EXPECT_EQ(p[0].id, 1);
@@ -46,7 +47,8 @@ TEST(Asha, AsynchronousEarlyTrialsWaitForCompany) {
   // The last rung is the end: no promotion beyond it.
   EXPECT_TRUE(AshaPromotions({{0, {1.0, 1.0, 1.0}, true}, {1, {2.0, 2.0, 2.0}, true}}, 3, 2).empty());
   // eta 4 with 4 trials: only the best goes on.
-  const auto q = AshaPromotions({{0, {3.0}, true}, {1, {2.0}, true}, {2, {4.0}, true}, {3, {1.0}, true}}, 2, 4);
+  const auto q =
+      AshaPromotions({{0, {3.0}, true}, {1, {2.0}, true}, {2, {4.0}, true}, {3, {1.0}, true}}, 2, 4);
   ASSERT_EQ(q.size(), 1u);
   EXPECT_EQ(q[0].id, 3);
 }

@@ -44,8 +44,8 @@ class SweepE2eTest : public ::testing::Test {
   // The sweep file: 8 random trials over the learning rate, rungs 2, 4, 8 at $36/h.
   std::string WriteSweep(const std::string& name, double budget, int parallel) {
     const std::string path = root_ + "/" + name + ".yaml";
-    testing::WriteFile(path, "base: tiny.yaml\ndir: " + name + "\nseed: 3\ntrials: 8\nparallel: " +
-                                 std::to_string(parallel) +
+    testing::WriteFile(path, "base: tiny.yaml\ndir: " + name +
+                                 "\nseed: 3\ntrials: 8\nparallel: " + std::to_string(parallel) +
                                  "\nasha: {eta: 2, min_steps: 2, max_steps: 8}\nprice_per_hour: 36\n"
                                  "budget_usd: " +
                                  std::to_string(budget) +
@@ -92,7 +92,8 @@ TEST_F(SweepE2eTest, EightTrialsWithinBudgetWorstStopEarlyBestIsTheLowestLoss) {
       EXPECT_EQ(state, "stopped");
       EXPECT_NE(t["reason"].get<std::string>().find("only the top"), std::string::npos) << t.dump();
     }
-    if (t["losses"].size() == 3 && t["losses"][2].get<double>() < best_loss) best_loss = t["losses"][2], best = t["id"];
+    if (t["losses"].size() == 3 && t["losses"][2].get<double>() < best_loss)
+      best_loss = t["losses"][2], best = t["id"];
   }
   EXPECT_NEAR(sum, j["spent_usd"].get<double>(), 1e-9);
   EXPECT_GE(early, 4) << "half stop at rung 0, at least";

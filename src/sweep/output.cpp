@@ -78,12 +78,19 @@ json SweepJson(const SweepSpec& spec, const SweepResult& r) {
   for (const TrialRow& t : r.trials) {
     json params = json::object();
     for (const auto& [k, v] : t.params) params[k] = v;
-    trials.push_back({{"id", t.id}, {"params", params}, {"losses", t.losses}, {"cost_usd", t.cost_usd},
-                      {"steps", t.steps}, {"state", t.state}, {"reason", t.reason}, {"run_dir", t.run_dir}});
+    trials.push_back({{"id", t.id},
+                      {"params", params},
+                      {"losses", t.losses},
+                      {"cost_usd", t.cost_usd},
+                      {"steps", t.steps},
+                      {"state", t.state},
+                      {"reason", t.reason},
+                      {"run_dir", t.run_dir}});
   }
-  return {{"dir", spec.dir},           {"rung_steps", r.rung_steps}, {"eta", spec.asha.eta},
-          {"budget_usd", spec.budget_usd}, {"spent_usd", r.spent_usd}, {"best", r.best},
-          {"stopped", r.stopped},      {"trials", trials}};
+  return {{"dir", spec.dir},          {"rung_steps", r.rung_steps},
+          {"eta", spec.asha.eta},     {"budget_usd", spec.budget_usd},
+          {"spent_usd", r.spent_usd}, {"best", r.best},
+          {"stopped", r.stopped},     {"trials", trials}};
 }
 
 Result<std::string> BestConfigYaml(const SweepSpec& spec, const SweepResult& r) {
@@ -109,15 +116,18 @@ std::string SweepHtml(const SweepSpec& spec, const SweepResult& r, const std::st
     std::vector<double> col;
     for (const TrialRow& t : r.trials) {
       double v = 0;
-      if (p == n_params) v = t.losses.empty() ? 0 : t.losses.back();
+      if (p == n_params)
+        v = t.losses.empty() ? 0 : t.losses.back();
       else if (spec.space[p].kind == Param::Kind::kChoice) {
         const auto& c = spec.space[p].choices;
         v = static_cast<double>(std::find(c.begin(), c.end(), t.params[p].second) - c.begin());
-      } else v = std::strtod(t.params[p].second.c_str(), nullptr);
+      } else
+        v = std::strtod(t.params[p].second.c_str(), nullptr);
       col.push_back(v);
     }
     double lo = 0, hi = 0;
-    if (!col.empty()) lo = *std::min_element(col.begin(), col.end()), hi = *std::max_element(col.begin(), col.end());
+    if (!col.empty())
+      lo = *std::min_element(col.begin(), col.end()), hi = *std::max_element(col.begin(), col.end());
     const std::string name = p == n_params ? "val loss" : spec.space[p].key;
     axes.push_back({{"label", fmt::format("{} [{:.4g}, {:.4g}]", name, lo, hi)}});
     for (size_t i = 0; i < col.size(); i++) values[i].push_back(hi > lo ? (col[i] - lo) / (hi - lo) : 0.5);
@@ -129,12 +139,12 @@ std::string SweepHtml(const SweepSpec& spec, const SweepResult& r, const std::st
   }
   const json data = {{"axes", axes}, {"trials", trials}, {"best", r.best}};
   std::string body = kBody;
-  report::FillMarker(&body, "@SUMMARY@",
-                     report::HtmlEscape(fmt::format("{}: {} trials, rungs at {} steps (eta {}), ${:.4f} spent of {}",
-                                                    spec.dir, r.trials.size(), fmt::join(r.rung_steps, ", "),
-                                                    spec.asha.eta, r.spent_usd,
-                                                    spec.budget_usd > 0 ? fmt::format("${:.2f}", spec.budget_usd)
-                                                                        : std::string("no budget"))));
+  report::FillMarker(
+      &body, "@SUMMARY@",
+      report::HtmlEscape(fmt::format(
+          "{}: {} trials, rungs at {} steps (eta {}), ${:.4f} spent of {}", spec.dir, r.trials.size(),
+          fmt::join(r.rung_steps, ", "), spec.asha.eta, r.spent_usd,
+          spec.budget_usd > 0 ? fmt::format("${:.2f}", spec.budget_usd) : std::string("no budget"))));
   report::FillMarker(&body, "@TABLE@", "<pre>" + report::HtmlEscape(SweepTable(r)) + "</pre>");
   report::FillMarker(&body, "@DATA@", report::ScriptSafeJson(data.dump()));
   return kHead + chartjs + body;

@@ -23,7 +23,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool Ended(const TrialRow& t) { return t.state == "done" || t.state == "stopped" || t.state == "failed"; }
+bool Ended(const TrialRow& t) {
+  return t.state == "done" || t.state == "stopped" || t.state == "failed";
+}
 
 std::vector<AshaTrial> AshaView(const std::vector<TrialRow>& trials) {
   std::vector<AshaTrial> v;
@@ -85,7 +87,8 @@ Result<double> LossAt(const std::string& run_dir, int step) {
   std::optional<double> loss;
   for (const RunRow& r : rows)
     if (const auto* e = std::get_if<EvalRecord>(&r.record); e && e->step == step) loss = e->val_loss;
-  if (!loss) return Status::NotFound(fmt::format("{}/metrics.jsonl has no evaluation at step {}", run_dir, step));
+  if (!loss)
+    return Status::NotFound(fmt::format("{}/metrics.jsonl has no evaluation at step {}", run_dir, step));
   return *loss;
 }
 
@@ -212,8 +215,8 @@ class Loop {
   bool Fill() {
     bool launched = false;
     while (static_cast<int>(running_.size()) < o_.spec.parallel) {
-      const std::vector<Promotion> promos = AshaPromotions(AshaView(trials_), static_cast<int>(rungs_.size()),
-                                                           o_.spec.asha.eta);
+      const std::vector<Promotion> promos =
+          AshaPromotions(AshaView(trials_), static_cast<int>(rungs_.size()), o_.spec.asha.eta);
       std::string why;
       if (!promos.empty()) {
         TrialRow& t = trials_[promos[0].id];
@@ -265,9 +268,11 @@ Status CheckTrialConfigs(const SweepSpec& spec) {
   TERN_RETURN_IF_ERROR(LoadTrainConfigFile(spec.base_config, &base));
   for (int i = 0; i < TrialCount(spec); i++) {
     TrainConfig cfg = base;
-    for (const std::string& kv : spec.overrides) TERN_RETURN_IF_ERROR(ApplyOverride(kv, &cfg).WithContext("set"));
+    for (const std::string& kv : spec.overrides)
+      TERN_RETURN_IF_ERROR(ApplyOverride(kv, &cfg).WithContext("set"));
     for (const auto& [k, v] : SampleTrial(spec, i))
-      TERN_RETURN_IF_ERROR(ApplyOverride(k + "=" + v, &cfg).WithContext(fmt::format("space.{} (trial {})", k, i)));
+      TERN_RETURN_IF_ERROR(
+          ApplyOverride(k + "=" + v, &cfg).WithContext(fmt::format("space.{} (trial {})", k, i)));
     cfg.steps = spec.asha.max_steps;
     TERN_RETURN_IF_ERROR(cfg.Validate().WithContext(fmt::format("trial {}", i)));
   }
@@ -293,15 +298,17 @@ SweepResult Summarize(const SweepSpec& spec, std::vector<TrialRow> trials) {
 Result<SweepResult> RunSweep(const SweepOptions& o) {
   std::error_code ec;
   fs::create_directories(o.spec.dir, ec);
-  if (ec) return Status::IoError(fmt::format("cannot create the sweep directory {}: {}", o.spec.dir, ec.message()));
+  if (ec)
+    return Status::IoError(fmt::format("cannot create the sweep directory {}: {}", o.spec.dir, ec.message()));
   TERN_ASSIGN_OR_RETURN(auto store, SweepStore::Open(o.spec.dir + "/sweep.sqlite"));
   TERN_ASSIGN_OR_RETURN(std::string recorded, store->Spec());
   if (recorded.empty()) {
     TERN_RETURN_IF_ERROR(store->SetSpec(o.spec_text));
   } else if (recorded != o.spec_text) {
-    return Status::InvalidArgument(fmt::format(
-        "{} holds a sweep started from another SWEEP.yaml; restore that file to resume it, or give another dir:",
-        o.spec.dir));
+    return Status::InvalidArgument(
+        fmt::format("{} holds a sweep started from another SWEEP.yaml; restore that file to resume it, or "
+                    "give another dir:",
+                    o.spec.dir));
   }
   TERN_ASSIGN_OR_RETURN(std::vector<TrialRow> trials, store->Trials());
   if (!trials.empty()) {

@@ -15,8 +15,8 @@ namespace tern::sweep {
 
 struct SweepOptions {
   SweepSpec spec;
-  std::string spec_text;  // recorded; a restart with another spec is refused
-  std::string tern;       // the tern binary that runs the trials
+  std::string spec_text;   // recorded; a restart with another spec is refused
+  std::string tern;        // the tern binary that runs the trials
   FILE* console = stderr;  // one line per event; nullptr = quiet
 };
 

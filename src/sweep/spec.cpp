@@ -57,10 +57,14 @@ Result<Param> ParseParam(const std::string& key, const YAML::Node& n, const std:
     }
     return p;
   }
-  if (law == "uniform") p.kind = Param::Kind::kUniform;
-  else if (law == "loguniform") p.kind = Param::Kind::kLogUniform;
-  else if (law == "int") p.kind = Param::Kind::kInt;
-  else return Status::InvalidArgument(fmt::format("{}: unknown law '{}'; give one of {}", at, law, kLaws));
+  if (law == "uniform")
+    p.kind = Param::Kind::kUniform;
+  else if (law == "loguniform")
+    p.kind = Param::Kind::kLogUniform;
+  else if (law == "int")
+    p.kind = Param::Kind::kInt;
+  else
+    return Status::InvalidArgument(fmt::format("{}: unknown law '{}'; give one of {}", at, law, kLaws));
   if (!v.IsSequence() || v.size() != 2)
     return Status::InvalidArgument(fmt::format("{}: {} needs [lo, hi]", at, law));
   if (p.kind == Param::Kind::kInt) {
@@ -71,7 +75,8 @@ Result<Param> ParseParam(const std::string& key, const YAML::Node& n, const std:
     TERN_ASSIGN_OR_RETURN(p.lo, Number(v[0], at));
     TERN_ASSIGN_OR_RETURN(p.hi, Number(v[1], at));
   }
-  if (!(p.lo <= p.hi)) return Status::InvalidArgument(fmt::format("{}: lo {} is above hi {}", at, p.lo, p.hi));
+  if (!(p.lo <= p.hi))
+    return Status::InvalidArgument(fmt::format("{}: lo {} is above hi {}", at, p.lo, p.hi));
   if (p.kind == Param::Kind::kLogUniform && p.lo <= 0)
     return Status::InvalidArgument(fmt::format("{}: loguniform needs lo > 0 (got {})", at, p.lo));
   return p;
@@ -79,18 +84,23 @@ Result<Param> ParseParam(const std::string& key, const YAML::Node& n, const std:
 
 Status ParseAsha(const YAML::Node& n, const std::string& where, AshaSettings* a) {
   if (!n.IsMap())
-    return Status::InvalidArgument(fmt::format("{}: asha: give {{eta: 4, min_steps: N, max_steps: M}}", where));
+    return Status::InvalidArgument(
+        fmt::format("{}: asha: give {{eta: 4, min_steps: N, max_steps: M}}", where));
   for (const auto& kv : n) {
     const std::string k = kv.first.as<std::string>();
     const std::string at = fmt::format("{}: asha.{}", where, k);
-    int* field = k == "eta" ? &a->eta : k == "min_steps" ? &a->min_steps : k == "max_steps" ? &a->max_steps : nullptr;
-    if (!field) return Status::InvalidArgument(fmt::format("{}: unknown key; asha has eta, min_steps, max_steps", at));
+    int* field = k == "eta"         ? &a->eta
+                 : k == "min_steps" ? &a->min_steps
+                 : k == "max_steps" ? &a->max_steps
+                                    : nullptr;
+    if (!field)
+      return Status::InvalidArgument(fmt::format("{}: unknown key; asha has eta, min_steps, max_steps", at));
     TERN_ASSIGN_OR_RETURN(*field, Integer(kv.second, at));
   }
   if (a->eta < 2) return Status::InvalidArgument(fmt::format("{}: asha.eta must be 2 or more", where));
   if (a->min_steps < 1 || a->max_steps < a->min_steps)
-    return Status::InvalidArgument(fmt::format(
-        "{}: asha needs 1 <= min_steps <= max_steps (got {} and {})", where, a->min_steps, a->max_steps));
+    return Status::InvalidArgument(fmt::format("{}: asha needs 1 <= min_steps <= max_steps (got {} and {})",
+                                               where, a->min_steps, a->max_steps));
   return Status::Ok();
 }
 
@@ -99,18 +109,13 @@ int GridSize(const Param& p) {
                                         : static_cast<int>(p.hi - p.lo) + 1;
 }
 
-std::string FormatNumber(double v) { return fmt::format("{:.6g}", v); }
+std::string FormatNumber(double v) {
+  return fmt::format("{:.6g}", v);
+}
 
-}  // namespace
-
-Result<SweepSpec> ParseSweepSpec(std::string_view text, const std::string& path) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(text));
-  } catch (const YAML::Exception& e) {
-    return Status::InvalidArgument(fmt::format("{}: not valid YAML: {}", path, e.what()));
-  }
-  if (!root.IsMap()) return Status::InvalidArgument(fmt::format("{}: expected a mapping of sweep keys", path));
+Result<SweepSpec> ParseRoot(const YAML::Node& root, const std::string& path) {
+  if (!root.IsMap())
+    return Status::InvalidArgument(fmt::format("{}: expected a mapping of sweep keys", path));
   const fs::path anchor = fs::absolute(fs::path(path)).parent_path();
   SweepSpec s;
   std::string sampler = "random";
@@ -157,8 +162,10 @@ Result<SweepSpec> ParseSweepSpec(std::string_view text, const std::string& path)
     }
   }
   if (s.base_config.empty())
-    return Status::InvalidArgument(fmt::format("{}: give base: the training config each trial starts from", path));
-  if (s.space.empty()) return Status::InvalidArgument(fmt::format("{}: give space: the keys to search", path));
+    return Status::InvalidArgument(
+        fmt::format("{}: give base: the training config each trial starts from", path));
+  if (s.space.empty())
+    return Status::InvalidArgument(fmt::format("{}: give space: the keys to search", path));
   if (s.asha.max_steps == 0)
     return Status::InvalidArgument(fmt::format("{}: give asha: {{min_steps: N, max_steps: M}}", path));
   if (sampler == "grid") {
@@ -166,18 +173,32 @@ Result<SweepSpec> ParseSweepSpec(std::string_view text, const std::string& path)
     for (const Param& p : s.space)
       if (p.kind == Param::Kind::kUniform || p.kind == Param::Kind::kLogUniform)
         return Status::InvalidArgument(fmt::format(
-            "{}: space.{}: a grid needs choice or int values; use choice: [...] or sampler: random", path, p.key));
+            "{}: space.{}: a grid needs choice or int values; use choice: [...] or sampler: random", path,
+            p.key));
   } else if (sampler != "random") {
-    return Status::InvalidArgument(fmt::format("{}: sampler: '{}' is not one of random, grid", path, sampler));
+    return Status::InvalidArgument(
+        fmt::format("{}: sampler: '{}' is not one of random, grid", path, sampler));
   }
   if (!s.grid && s.trials < 1)
-    return Status::InvalidArgument(fmt::format("{}: trials: give how many trials to sample (1 or more)", path));
+    return Status::InvalidArgument(
+        fmt::format("{}: trials: give how many trials to sample (1 or more)", path));
   if (s.parallel < 1) return Status::InvalidArgument(fmt::format("{}: parallel must be 1 or more", path));
   if (s.budget_usd < 0) return Status::InvalidArgument(fmt::format("{}: budget_usd must be >= 0", path));
   if (!s.instance.empty() && s.price_per_hour > 0)
     return Status::InvalidArgument(fmt::format("{}: give instance or price_per_hour, not both", path));
   if (s.dir.empty()) s.dir = Absolute("sweeps/" + fs::path(path).stem().string(), fs::current_path());
   return s;
+}
+
+}  // namespace
+
+Result<SweepSpec> ParseSweepSpec(std::string_view text, const std::string& path) {
+  try {
+    return ParseRoot(YAML::Load(std::string(text)), path);
+  } catch (const YAML::Exception& e) {  // malformed YAML, or a list or map where a value was expected
+    return Status::InvalidArgument(
+        fmt::format("{}: not valid YAML or a value of the wrong shape: {}", path, e.what()));
+  }
 }
 
 Result<SweepSpec> LoadSweepSpec(const std::string& path) {
@@ -213,8 +234,9 @@ std::vector<std::pair<std::string, std::string>> SampleTrial(const SweepSpec& sp
     }
     for (size_t i = 0; i < spec.space.size(); i++) {
       const Param& p = spec.space[i];
-      out.emplace_back(p.key, p.kind == Param::Kind::kChoice ? p.choices[digit[i]]
-                                                             : std::to_string(static_cast<int>(p.lo) + digit[i]));
+      out.emplace_back(p.key, p.kind == Param::Kind::kChoice
+                                  ? p.choices[digit[i]]
+                                  : std::to_string(static_cast<int>(p.lo) + digit[i]));
     }
     return out;
   }
@@ -225,17 +247,20 @@ std::vector<std::pair<std::string, std::string>> SampleTrial(const SweepSpec& sp
     const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
     switch (p.kind) {
       case Param::Kind::kChoice:
-        out.emplace_back(p.key, p.choices[std::min(p.choices.size() - 1, static_cast<size_t>(u * p.choices.size()))]);
+        out.emplace_back(
+            p.key, p.choices[std::min(p.choices.size() - 1, static_cast<size_t>(u * p.choices.size()))]);
         break;
       case Param::Kind::kUniform:
         out.emplace_back(p.key, FormatNumber(p.lo + u * (p.hi - p.lo)));
         break;
       case Param::Kind::kLogUniform:
-        out.emplace_back(p.key, FormatNumber(std::exp(std::log(p.lo) + u * (std::log(p.hi) - std::log(p.lo)))));
+        out.emplace_back(p.key,
+                         FormatNumber(std::exp(std::log(p.lo) + u * (std::log(p.hi) - std::log(p.lo)))));
         break;
       case Param::Kind::kInt:
-        out.emplace_back(p.key, std::to_string(static_cast<int>(
-                                    std::min(p.hi, p.lo + std::floor(u * (p.hi - p.lo + 1))))));
+        out.emplace_back(
+            p.key,
+            std::to_string(static_cast<int>(std::min(p.hi, p.lo + std::floor(u * (p.hi - p.lo + 1))))));
         break;
     }
   }

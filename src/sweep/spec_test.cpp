@@ -30,22 +30,29 @@ TEST(SweepSpec, ParsesEveryLaw) {
 }
 
 TEST(SweepSpec, ErrorsNameTheKeyAndWhatIsAllowed) {
-  EXPECT_NE(ErrorOf("space: {a.b: {choice: [1]}}\nasha: {min_steps: 1, max_steps: 2}\ntrials: 1\n").find("give base"),
+  EXPECT_NE(ErrorOf("space: {a.b: {choice: [1]}}\nasha: {min_steps: 1, max_steps: 2}\ntrials: 1\n")
+                .find("give base"),
             std::string::npos);
   const std::string head = "base: t.yaml\ntrials: 2\nasha: {min_steps: 2, max_steps: 8}\n";
-  EXPECT_NE(ErrorOf(head + "space: {train.lr: {normal: [0, 1]}}\n").find("space.train.lr: unknown law 'normal'"),
+  EXPECT_NE(
+      ErrorOf(head + "space: {train.lr: {normal: [0, 1]}}\n").find("space.train.lr: unknown law 'normal'"),
+      std::string::npos);
+  EXPECT_NE(ErrorOf(head + "space: {train.lr: {uniform: [1]}}\n").find("uniform needs [lo, hi]"),
             std::string::npos);
-  EXPECT_NE(ErrorOf(head + "space: {train.lr: {uniform: [1]}}\n").find("uniform needs [lo, hi]"), std::string::npos);
-  EXPECT_NE(ErrorOf(head + "space: {train.lr: {uniform: [2, 1]}}\n").find("lo 2 is above hi 1"), std::string::npos);
+  EXPECT_NE(ErrorOf(head + "space: {train.lr: {uniform: [2, 1]}}\n").find("lo 2 is above hi 1"),
+            std::string::npos);
   EXPECT_NE(ErrorOf(head + "space: {train.lr: {loguniform: [0, 1]}}\n").find("loguniform needs lo > 0"),
             std::string::npos);
-  EXPECT_NE(ErrorOf(head + "space: {train.lr: {uniform: [a, 1]}}\n").find("'a' is not a number"), std::string::npos);
+  EXPECT_NE(ErrorOf(head + "space: {train.lr: {uniform: [a, 1]}}\n").find("'a' is not a number"),
+            std::string::npos);
   EXPECT_NE(ErrorOf(head + "space: {model.n_layer: {int: [1.5, 3]}}\n").find("not a whole number"),
             std::string::npos);
   EXPECT_NE(ErrorOf(head + "space: {train.lr: {choice: []}}\n").find("non-empty list"), std::string::npos);
-  EXPECT_NE(ErrorOf(head + "space: {train.lr: {uniform: [0, 1]}}\nsampler: grid\n").find("a grid needs choice or int"),
+  EXPECT_NE(ErrorOf(head + "space: {train.lr: {uniform: [0, 1]}}\nsampler: grid\n")
+                .find("a grid needs choice or int"),
             std::string::npos);
-  EXPECT_NE(ErrorOf(head + "space: {train.lr: {uniform: [0, 1]}}\nsampler: sobol\n").find("not one of random, grid"),
+  EXPECT_NE(ErrorOf(head + "space: {train.lr: {uniform: [0, 1]}}\nsampler: sobol\n")
+                .find("not one of random, grid"),
             std::string::npos);
   EXPECT_NE(ErrorOf(head + "space: {train.lr: {uniform: [0, 1]}}\nbudget: 3\n").find("budget: unknown key"),
             std::string::npos);
@@ -53,10 +60,13 @@ TEST(SweepSpec, ErrorsNameTheKeyAndWhatIsAllowed) {
                     "space: {train.lr: {uniform: [0, 1]}}\n")
                 .find("eta must be 2 or more"),
             std::string::npos);
-  EXPECT_NE(ErrorOf("base: t.yaml\ntrials: 2\nasha: {min_steps: 9, max_steps: 8}\nspace: {train.lr: {uniform: [0, 1]}}\n")
+  EXPECT_NE(ErrorOf("base: t.yaml\ntrials: 2\nasha: {min_steps: 9, max_steps: 8}\nspace: {train.lr: "
+                    "{uniform: [0, 1]}}\n")
                 .find("min_steps <= max_steps"),
             std::string::npos);
   EXPECT_NE(ErrorOf("base: [\n").find("not valid YAML"), std::string::npos);
+  EXPECT_NE(ErrorOf(head + "space: {train.lr: {uniform: [0, 1]}}\ninstance: [a, b]\n").find("wrong shape"),
+            std::string::npos);
 }
 
 TEST(SweepSpec, RandomSamplesArePureFunctionsOfSeedAndIndexWithinTheirRanges) {
@@ -81,9 +91,10 @@ TEST(SweepSpec, RandomSamplesArePureFunctionsOfSeedAndIndexWithinTheirRanges) {
 }
 
 TEST(SweepSpec, GridWalksEveryPointOnce) {
-  auto s = ParseSweepSpec("base: t.yaml\nsampler: grid\nasha: {min_steps: 2, max_steps: 8}\n"
-                          "space: {train.schedule: {choice: [cosine, constant]}, model.n_layer: {int: [1, 3]}}\n",
-                          "/x/sweep.yaml");
+  auto s = ParseSweepSpec(
+      "base: t.yaml\nsampler: grid\nasha: {min_steps: 2, max_steps: 8}\n"
+      "space: {train.schedule: {choice: [cosine, constant]}, model.n_layer: {int: [1, 3]}}\n",
+      "/x/sweep.yaml");
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   ASSERT_EQ(TrialCount(*s), 6);
   std::set<std::vector<std::pair<std::string, std::string>>> seen;

@@ -32,13 +32,16 @@ Result<std::unique_ptr<SweepStore>> SweepStore::Open(const std::string& path) {
   TERN_RETURN_IF_ERROR(st->Exec(
       "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
       "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-      "CREATE TABLE IF NOT EXISTS trials (id INTEGER PRIMARY KEY, params TEXT NOT NULL, run_dir TEXT NOT NULL,"
+      "CREATE TABLE IF NOT EXISTS trials (id INTEGER PRIMARY KEY, params TEXT NOT NULL, run_dir TEXT NOT "
+      "NULL,"
       " state TEXT NOT NULL, target_rung INTEGER NOT NULL, losses TEXT NOT NULL, cost_usd REAL NOT NULL,"
       " steps INTEGER NOT NULL, reason TEXT NOT NULL);"));
   return st;
 }
 
-SweepStore::~SweepStore() { sqlite3_close(db_); }
+SweepStore::~SweepStore() {
+  sqlite3_close(db_);
+}
 
 Status SweepStore::Exec(const std::string& sql) {
   char* err = nullptr;
@@ -63,7 +66,8 @@ Status SweepStore::SetSpec(const std::string& text) {
   Stmt q;
   sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO meta (key, value) VALUES ('spec', ?)", -1, &q.s, nullptr);
   sqlite3_bind_text(q.s, 1, text.c_str(), -1, SQLITE_TRANSIENT);
-  if (sqlite3_step(q.s) != SQLITE_DONE) return Status::IoError(fmt::format("sweep state: {}", sqlite3_errmsg(db_)));
+  if (sqlite3_step(q.s) != SQLITE_DONE)
+    return Status::IoError(fmt::format("sweep state: {}", sqlite3_errmsg(db_)));
   return Status::Ok();
 }
 
@@ -71,10 +75,11 @@ Status SweepStore::Put(const TrialRow& t) {
   json params = json::array();
   for (const auto& [k, v] : t.params) params.push_back({k, v});
   Stmt q;
-  sqlite3_prepare_v2(db_,
-                     "INSERT OR REPLACE INTO trials (id, params, run_dir, state, target_rung, losses, cost_usd,"
-                     " steps, reason) VALUES (?,?,?,?,?,?,?,?,?)",
-                     -1, &q.s, nullptr);
+  sqlite3_prepare_v2(
+      db_,
+      "INSERT OR REPLACE INTO trials (id, params, run_dir, state, target_rung, losses, cost_usd,"
+      " steps, reason) VALUES (?,?,?,?,?,?,?,?,?)",
+      -1, &q.s, nullptr);
   sqlite3_bind_int(q.s, 1, t.id);
   sqlite3_bind_text(q.s, 2, params.dump().c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(q.s, 3, t.run_dir.c_str(), -1, SQLITE_TRANSIENT);
@@ -84,16 +89,18 @@ Status SweepStore::Put(const TrialRow& t) {
   sqlite3_bind_double(q.s, 7, t.cost_usd);
   sqlite3_bind_int(q.s, 8, t.steps);
   sqlite3_bind_text(q.s, 9, t.reason.c_str(), -1, SQLITE_TRANSIENT);
-  if (sqlite3_step(q.s) != SQLITE_DONE) return Status::IoError(fmt::format("sweep state: {}", sqlite3_errmsg(db_)));
+  if (sqlite3_step(q.s) != SQLITE_DONE)
+    return Status::IoError(fmt::format("sweep state: {}", sqlite3_errmsg(db_)));
   return Status::Ok();
 }
 
 Result<std::vector<TrialRow>> SweepStore::Trials() {
   Stmt q;
-  sqlite3_prepare_v2(db_,
-                     "SELECT id, params, run_dir, state, target_rung, losses, cost_usd, steps, reason FROM trials"
-                     " ORDER BY id",
-                     -1, &q.s, nullptr);
+  sqlite3_prepare_v2(
+      db_,
+      "SELECT id, params, run_dir, state, target_rung, losses, cost_usd, steps, reason FROM trials"
+      " ORDER BY id",
+      -1, &q.s, nullptr);
   std::vector<TrialRow> out;
   int rc;
   while ((rc = sqlite3_step(q.s)) == SQLITE_ROW) {

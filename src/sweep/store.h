@@ -37,7 +37,7 @@ class SweepStore {
   // The spec text the sweep was started with ("" for a new sweep); SetSpec records it.
   Result<std::string> Spec();
   Status SetSpec(const std::string& text);
-  Status Put(const TrialRow& t);  // insert or replace
+  Status Put(const TrialRow& t);           // insert or replace
   Result<std::vector<TrialRow>> Trials();  // by id
 
  private:
