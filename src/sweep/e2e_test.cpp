@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -136,6 +137,9 @@ TEST_F(SweepE2eTest, KilledWithSigkillAndRestartedFinishesTheSameTrials) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     ASSERT_GE(before.size(), 4u) << testing::ReadFile(root_ + "/k1.log");
+    EXPECT_TRUE(std::any_of(before.begin(), before.end(), [](const TrialRow& t) {
+      return t.state == "running";
+    })) << "killed while a rung was running";
     sweep.Signal(SIGKILL);
     sweep.Wait();
   }

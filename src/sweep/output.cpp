@@ -1,5 +1,8 @@
 #include "sweep/output.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "core/file_util.h"
@@ -30,6 +33,18 @@ json LossVsDollars(const TrialRow& t) {
     if (const auto* e = std::get_if<EvalRecord>(&r.record); e && cost_at.count(e->step))
       pts.push_back({{"x", cost_at[e->step]}, {"y", e->val_loss}, {"step", e->step}});
   return pts;
+}
+
+// Trial t's value on axis p: a parameter (a choice by its index, a log-uniform one as its log), or the loss
+// at the trial's highest rung after the last parameter.
+double AxisValue(const SweepSpec& spec, const TrialRow& t, size_t p) {
+  if (p == spec.space.size()) return t.losses.empty() ? 0 : t.losses.back();
+  const Param& param = spec.space[p];
+  if (param.kind == Param::Kind::kChoice)
+    return static_cast<double>(std::find(param.choices.begin(), param.choices.end(), t.params[p].second) -
+                               param.choices.begin());
+  const double v = std::strtod(t.params[p].second.c_str(), nullptr);
+  return param.kind == Param::Kind::kLogUniform ? std::log(v) : v;
 }
 
 constexpr const char* kHead = R"(<!doctype html><html><head><meta charset="utf-8"><title>tern sweep</title>
@@ -114,22 +129,17 @@ std::string SweepHtml(const SweepSpec& spec, const SweepResult& r, const std::st
   const size_t n_params = spec.space.size();
   for (size_t p = 0; p <= n_params; p++) {
     std::vector<double> col;
-    for (const TrialRow& t : r.trials) {
-      double v = 0;
-      if (p == n_params)
-        v = t.losses.empty() ? 0 : t.losses.back();
-      else if (spec.space[p].kind == Param::Kind::kChoice) {
-        const auto& c = spec.space[p].choices;
-        v = static_cast<double>(std::find(c.begin(), c.end(), t.params[p].second) - c.begin());
-      } else
-        v = std::strtod(t.params[p].second.c_str(), nullptr);
-      col.push_back(v);
-    }
+    const bool log_axis = p < n_params && spec.space[p].kind == Param::Kind::kLogUniform;
+    for (const TrialRow& t : r.trials) col.push_back(AxisValue(spec, t, p));
     double lo = 0, hi = 0;
-    if (!col.empty())
-      lo = *std::min_element(col.begin(), col.end()), hi = *std::max_element(col.begin(), col.end());
+    if (!col.empty()) {
+      lo = *std::min_element(col.begin(), col.end());
+      hi = *std::max_element(col.begin(), col.end());
+    }
     const std::string name = p == n_params ? "val loss" : spec.space[p].key;
-    axes.push_back({{"label", fmt::format("{} [{:.4g}, {:.4g}]", name, lo, hi)}});
+    axes.push_back(
+        {{"label", log_axis ? fmt::format("{} [{:.4g}, {:.4g}] (log)", name, std::exp(lo), std::exp(hi))
+                            : fmt::format("{} [{:.4g}, {:.4g}]", name, lo, hi)}});
     for (size_t i = 0; i < col.size(); i++) values[i].push_back(hi > lo ? (col[i] - lo) / (hi - lo) : 0.5);
   }
   json trials = json::array();
