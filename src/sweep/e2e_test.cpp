@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -109,6 +110,20 @@ TEST_F(SweepE2eTest, EightTrialsWithinBudgetWorstStopEarlyBestIsTheLowestLoss) {
   EXPECT_NE(html.find("parallel coordinates"), std::string::npos);
   EXPECT_NE(html.find("Chart"), std::string::npos);
   EXPECT_EQ(html.find("<script src"), std::string::npos) << "offline: Chart.js inlined";
+}
+
+TEST_F(SweepE2eTest, AnUnknownKeyOrABadValueIsRefusedBeforeAnythingRuns) {
+  const std::string head =
+      "base: tiny.yaml\ndir: bad\ntrials: 2\nasha: {eta: 2, min_steps: 2, max_steps: 4}\n";
+  testing::WriteFile(root_ + "/bad1.yaml", head + "space: {train.nope: {uniform: [0, 1]}}\n");
+  testing::CommandResult r = testing::RunCommand(Shell("sweep " + root_ + "/bad1.yaml"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("train.nope"), std::string::npos) << r.output;
+  testing::WriteFile(root_ + "/bad2.yaml", head + "space: {train.schedule: {choice: [cosine, sawtooth]}}\n");
+  r = testing::RunCommand(Shell("sweep " + root_ + "/bad2.yaml"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("sawtooth"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/bad")) << "nothing ran";
 }
 
 TEST_F(SweepE2eTest, ASmallBudgetStopsLaunching) {
