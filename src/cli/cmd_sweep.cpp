@@ -42,7 +42,9 @@ int RunSweepCommand(const SweepCliOptions& o) {
   if (!spec.ok()) return Fail(2, spec.status().message());
   if (o.budget_usd >= 0) spec->budget_usd = o.budget_usd;
   if (o.parallel > 0) spec->parallel = o.parallel;
-  if (Status st = sweep::CheckTrialConfigs(*spec); !st.ok()) return Fail(2, st.message());
+  Result<std::vector<std::string>> warnings = sweep::CheckTrialConfigs(*spec);
+  if (!warnings.ok()) return Fail(2, warnings.status().message());
+  for (const std::string& w : *warnings) std::fprintf(stderr, "tern sweep: warning: %s\n", w.c_str());
   sweep::SweepOptions so;
   so.spec = *spec;
   so.spec_text = text.str();

@@ -35,6 +35,11 @@ json LossVsDollars(const TrialRow& t) {
   return pts;
 }
 
+// Cents where they matter; small amounts (a few steps on a cheap instance) with six decimals.
+std::string Dollars(double usd) {
+  return usd >= 0.01 ? fmt::format("{:.4f}", usd) : fmt::format("{:.6f}", usd);
+}
+
 // Trial t's value on axis p: a parameter (a choice by its index, a log-uniform one as its log), or the loss
 // at the trial's highest rung after the last parameter.
 double AxisValue(const SweepSpec& spec, const TrialRow& t, size_t p) {
@@ -79,9 +84,9 @@ std::string SweepTable(const SweepResult& r) {
     out += fmt::format("{:>5}{} {:<44}", t.id, t.id == r.best ? "*" : " ", ParamsText(t));
     for (size_t k = 0; k < r.rung_steps.size(); k++)
       out += k < t.losses.size() ? fmt::format(" {:>9.4f}", t.losses[k]) : fmt::format(" {:>9}", "-");
-    out += fmt::format(" {:>9.4f}  {:<8} {}\n", t.cost_usd, t.state, t.reason);
+    out += fmt::format(" {:>9}  {:<8} {}\n", Dollars(t.cost_usd), t.state, t.reason);
   }
-  out += fmt::format("spent ${:.4f}", r.spent_usd);
+  out += "spent $" + Dollars(r.spent_usd);
   if (r.best >= 0)
     out += fmt::format("; best: trial {} (val loss {:.4f})", r.best, r.trials[r.best].losses.back());
   if (!r.stopped.empty()) out += "; stopped launching: " + r.stopped;

@@ -263,7 +263,8 @@ class Loop {
 
 }  // namespace
 
-Status CheckTrialConfigs(const SweepSpec& spec) {
+Result<std::vector<std::string>> CheckTrialConfigs(const SweepSpec& spec) {
+  int cosine = 0;
   TrainConfig base;
   TERN_RETURN_IF_ERROR(LoadTrainConfigFile(spec.base_config, &base));
   for (int i = 0; i < TrialCount(spec); i++) {
@@ -275,8 +276,16 @@ Status CheckTrialConfigs(const SweepSpec& spec) {
           ApplyOverride(k + "=" + v, &cfg).WithContext(fmt::format("space.{} (trial {})", k, i)));
     cfg.steps = spec.asha.max_steps;
     TERN_RETURN_IF_ERROR(cfg.Validate().WithContext(fmt::format("trial {}", i)));
+    cosine += cfg.schedule == LrScheduleKind::kCosine;
   }
-  return Status::Ok();
+  std::vector<std::string> warnings;
+  if (cosine > 0)
+    warnings.push_back(
+        fmt::format("{} trials use train.schedule: cosine, which decays over train.steps = the rung: each "
+                    "promotion stretches "
+                    "the schedule (docs/sweep.md); set train.schedule: constant for a sweep",
+                    cosine));
+  return warnings;
 }
 
 SweepResult Summarize(const SweepSpec& spec, std::vector<TrialRow> trials) {

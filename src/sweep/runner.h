@@ -34,7 +34,8 @@ struct SweepResult {
 // The result from the recorded state alone (for output after the sweep, or of one that is running).
 SweepResult Summarize(const SweepSpec& spec, std::vector<TrialRow> trials);
 
-// Checks every trial's overrides against the config registry (unknown keys, bad values) before anything runs.
-[[nodiscard]] Status CheckTrialConfigs(const SweepSpec& spec);
+// Checks every trial's overrides against the config registry (unknown keys, bad values) before anything runs;
+// the warnings say what will work but not as one may think (a cosine schedule stretched at each rung).
+[[nodiscard]] Result<std::vector<std::string>> CheckTrialConfigs(const SweepSpec& spec);
 
 }  // namespace tern::sweep
