@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "ckpt/s3_xml.h"
@@ -259,6 +260,7 @@ Result<std::vector<ObjectInfo>> S3Storage::List(const std::string& prefix) {
   const std::string full = prefix_.empty() ? prefix : prefix_ + "/" + prefix;
   const size_t strip = prefix_.empty() ? 0 : prefix_.size() + 1;
   std::string token;
+  std::set<std::string> seen_tokens;
   while (true) {
     // Some servers (moto_server: werkzeug decodes %2F in the query before checking the signature) reject a
     // correctly signed prefix that contains '/'. Then ask for the part before the first '/', which needs no
@@ -273,6 +275,7 @@ Result<std::vector<ObjectInfo>> S3Storage::List(const std::string& prefix) {
       slashless_list_ = true;
       out.clear();
       token.clear();
+      seen_tokens.clear();
       continue;
     }
     TERN_ASSIGN_OR_RETURN(Response r, std::move(called));
@@ -282,6 +285,14 @@ Result<std::vector<ObjectInfo>> S3Storage::List(const std::string& prefix) {
     if (!page.truncated) break;
     token = std::move(page.next_token);
     if (token.empty()) break;
+    // A server that hands back a token it gave before would be listed forever (and the keys counted twice).
+    if (!seen_tokens.insert(token).second) {
+      return Status::Unavailable(fmt::format(
+          "listing s3://{}/{}: the server returned continuation token '{}' twice after {} pages; it is "
+          "looping (a proxy caching the list call, or a server bug): nothing was changed, retry or list "
+          "through another endpoint",
+          bucket_, full, token.substr(0, 64), seen_tokens.size()));
+    }
   }
   std::sort(out.begin(), out.end(), [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
   return out;

@@ -14,6 +14,7 @@
 #include "cli/command.h"
 #include "core/progress.h"
 #include "model/safetensors.h"
+#include "registry/model_uri.h"
 #include "train/train_checkpoint.h"
 #include "train/train_config.h"
 
@@ -165,6 +166,10 @@ int RunVerify(const CkptOptions& o) {
 int RunExport(const CkptOptions& o) {
   if (o.format != "safetensors") return Fail("export", Status::InvalidArgument("--format: only safetensors"));
   if (o.out.empty()) return Fail("export", Status::InvalidArgument("--out FILE is required"));
+  if (registry::IsModelUri(o.target)) {  // a registered model: verified, and already in this format
+    Status st = registry::ExportModelUri(o.target, o.out);
+    return st.ok() ? 0 : Fail("export", st);
+  }
   std::vector<std::string> skipped;
   ckpt::S3Options s3;
   Result<ckpt::LoadedCheckpoint> loaded = Status::NotFound("no checkpoint");

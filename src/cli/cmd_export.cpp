@@ -4,6 +4,7 @@
 
 #include "cli/command.h"
 #include "model/safetensors.h"
+#include "registry/model_uri.h"
 
 namespace tern::cli {
 namespace {
@@ -13,7 +14,8 @@ struct ExportOptions {
 };
 
 int RunExport(const ExportOptions& o) {
-  auto w = ReadGptSafetensors(o.run_dir + "/model.safetensors");
+  auto run_dir = registry::ResolveModelUri(o.run_dir);  // models:/NAME@ALIAS -> a local directory
+  auto w = run_dir.ok() ? ReadGptSafetensors(*run_dir + "/model.safetensors") : run_dir.status();
   if (!w.ok()) {
     std::fprintf(stderr, "tern export: %s\n", w.status().message().c_str());
     return 1;

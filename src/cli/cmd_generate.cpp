@@ -9,6 +9,7 @@
 #include "infer/generate.h"
 #include "infer/setup.h"
 #include "infer/weights.h"
+#include "registry/model_uri.h"
 
 namespace tern::cli {
 namespace {
@@ -26,7 +27,9 @@ int Fail(const Status& st, const char* hint = "") {
 }
 
 int RunGenerate(const GenerateOptions& o) {
-  auto weights = LoadModelWeights(o.run_dir);
+  auto model_path = registry::ResolveModelUri(o.run_dir);  // models:/NAME@ALIAS -> a local directory
+  if (!model_path.ok()) return Fail(model_path.status());
+  auto weights = LoadModelWeights(*model_path);
   if (!weights.ok())
     return Fail(weights.status(), "\n  (RUN_DIR must hold model.safetensors: the output of `tern train`)");
   auto tok = Tokenizer::Load(weights->tokenizer_path);

@@ -3,6 +3,7 @@
 // One self-contained HTML page (charts, cost table, A/B comparison) of one run or several, or the FinOps page
 // of every job in the ledger; --json: the same numbers for machines. src/report/ does the work.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "cli/command.h"
@@ -21,8 +22,9 @@ struct ReportOptions {
   std::vector<std::string> dirs;
   std::string out;  // default report.html, or finops.html with --ledger
   bool json = false;
-  bool ledger = false;      // --ledger given
-  std::string ledger_file;  // its value; "" = $TERN_HOME/ledger.sqlite, as `tern job ls`
+  bool ledger = false;               // --ledger given
+  std::string ledger_file;           // its value; "" = $TERN_HOME/ledger.sqlite, as `tern job ls`
+  std::vector<std::string> serving;  // --serving: `tern serve --usage-file` files
   std::string since = "30d";
 };
 
@@ -111,10 +113,22 @@ int RunFinOps(const ReportOptions& o) {
   }
   const double now = run::RealClock().Now();
   const std::string path = o.ledger_file.empty() ? run::DefaultLedgerPath() : o.ledger_file;
-  auto f = report::LoadFinOps(path, *back > 0 ? now - *back : 0, now);
+  const double since = *back > 0 ? now - *back : 0;
+  // Serving usage alone (no job ever run through `tern run`) still makes a page.
+  auto f = !o.serving.empty() && !std::filesystem::exists(path)
+               ? Result<report::FinOps>(report::ComputeFinOps({}, since, now))
+               : report::LoadFinOps(path, since, now);
   if (!f.ok()) {
     std::fprintf(stderr, "tern report: %s\n", f.status().message().c_str());
     return 1;
+  }
+  for (const std::string& file : o.serving) {
+    auto u = report::LoadServingUsage(file);
+    if (!u.ok()) {
+      std::fprintf(stderr, "tern report: %s\n", u.status().message().c_str());
+      return 1;
+    }
+    f->serving.push_back(std::move(*u));
   }
   if (o.json) {
     std::printf("%s\n", report::FinOpsJson(*f).dump(2).c_str());
@@ -130,7 +144,7 @@ int RunFinOps(const ReportOptions& o) {
 }
 
 int RunReport(const ReportOptions& o) {
-  if (o.ledger) return RunFinOps(o);
+  if (o.ledger || !o.serving.empty()) return RunFinOps(o);
   if (o.dirs.empty()) {
     std::fprintf(stderr, "tern report: give one or more run directories, or --ledger for the FinOps page\n");
     return 2;
@@ -197,6 +211,9 @@ void AddReportCommand(CLI::App& root, CommandTable& table) {
       ->type_name("[FILE]");
   sub->add_option("--since", opts->since, "with --ledger: the window back from now (30d, 12h, all)")
       ->capture_default_str();
+  sub->add_option(
+      "--serving", opts->serving,
+      "with --ledger: `tern serve --usage-file` files, shown as the serving section (repeatable)");
   table.Add(sub, [opts] { return RunReport(*opts); });
 }
 

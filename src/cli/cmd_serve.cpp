@@ -14,6 +14,7 @@
 #include "cli/command.h"
 #include "infer/setup.h"
 #include "infer/weights.h"
+#include "registry/model_uri.h"
 #include "serve/server.h"
 
 namespace tern::cli {
@@ -23,6 +24,7 @@ struct ServeCliOptions {
   std::string model_path, host = "127.0.0.1", api_key, api_key_file, quantize = "none", device = "cpu",
                           kv_dtype = "auto";
   std::string model_name, tokenizer;
+  std::string api_keys_file, usage_log, usage_file;  // usage and cost per project (serve/usage.h)
   int port = 8080, max_batch = 32, max_batch_tokens = 256, max_queue = 64, max_seq_len = 0, threads = 0;
   int http_threads = 0, max_body_kb = 1024, timeout_s = 600;
   double kv_cache_mb = 1024, price_per_hour = 0;
@@ -36,7 +38,7 @@ Result<std::string> ApiKey(const ServeCliOptions& o) {
     std::ifstream in(o.api_key_file);
     if (!in || !std::getline(in, key))
       return Status::NotFound("cannot read --api-key-file " + o.api_key_file);
-  } else if (key.empty() && std::getenv("TERN_API_KEY")) {
+  } else if (key.empty() && o.api_keys_file.empty() && std::getenv("TERN_API_KEY")) {
     key = std::getenv("TERN_API_KEY");
   }
   while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
@@ -105,13 +107,23 @@ int RunServe(const ServeCliOptions& o) {
   so.host = o.host;
   so.port = o.port;
   so.api_key = *key;
+  if (!o.api_keys_file.empty()) {
+    auto keys = LoadApiKeys(o.api_keys_file);
+    if (!keys.ok()) return Fail(keys.status());
+    so.api_keys = std::move(*keys);
+  }
+  so.price_per_hour = o.price_per_hour;
+  so.usage_log = o.usage_log;
+  so.usage_file = o.usage_file;
   // Every running or queued request holds an HTTP thread; with fewer threads than that, a burst of clients
   // would wait unseen in the accept queue instead of getting 429 when the queue is full.
   so.http_threads = o.http_threads > 0 ? o.http_threads : o.max_batch + o.max_queue + 16;
   so.max_body_bytes = static_cast<size_t>(o.max_body_kb) * 1024;
   so.request_timeout_s = o.timeout_s;
   so.log_requests = o.log_requests;
-  auto weights = LoadModelWeights(o.model_path, o.tokenizer);  // cheap to fail early on a wrong path
+  auto model_path = registry::ResolveModelUri(o.model_path);  // models:/NAME@ALIAS -> a local directory
+  if (!model_path.ok()) return Fail(model_path.status());
+  auto weights = LoadModelWeights(*model_path, o.tokenizer);  // cheap to fail early on a wrong path
   if (!weights.ok()) return Fail(weights.status());
   so.model_name = o.model_name.empty() ? weights->name : o.model_name;
   Server server(so, &metrics);
@@ -156,9 +168,10 @@ int RunServe(const ServeCliOptions& o) {
       o.max_batch, e.max_seq_len());
   e.Start();
   server.SetEngine(&e, {so.model_name, &tok.value(), e.max_seq_len()});
-  std::fprintf(stderr, "tern serve: ready: POST http://%s:%d/v1/completions%s\n", o.host.c_str(),
-               server.port(),
-               so.api_key.empty() ? " (no API key: anyone who can reach the port can use it)" : "");
+  std::fprintf(
+      stderr, "tern serve: ready: POST http://%s:%d/v1/completions%s\n", o.host.c_str(), server.port(),
+      so.api_key.empty() && so.api_keys.empty() ? " (no API key: anyone who can reach the port can use it)"
+                                                : "");
 
   // Until a signal: every 30 s with traffic, the throughput and (with --price-per-hour) the cost it implies.
   uint64_t last_tokens = metrics.generation_tokens;
@@ -180,7 +193,11 @@ int RunServe(const ServeCliOptions& o) {
     last_tokens = tokens;
     last = now;
   }
-  std::fprintf(stderr, "tern serve: shutting down\n");
+  std::fprintf(stderr, "tern serve: shutting down; busy %.0f s, idle %.0f s", server.usage().busy_s(),
+               server.usage().idle_s());
+  if (const auto usd = server.usage().UsageJson()["usd_per_million_generated_tokens"]; usd.is_number())
+    std::fprintf(stderr, "; $%.3f per 1M generated tokens over the whole time", usd.get<double>());
+  std::fprintf(stderr, "\n");
   e.Stop();  // open streams end first, so that the HTTP threads can finish
   server.Stop();
   http.join();
@@ -205,7 +222,20 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
   auto* key = sub->add_option(
       "--api-key", o->api_key,
       "require 'Authorization: Bearer KEY' (visible in ps: prefer --api-key-file or $TERN_API_KEY)");
-  sub->add_option("--api-key-file", o->api_key_file, "file whose first line is the API key")->excludes(key);
+  auto* key_file = sub->add_option("--api-key-file", o->api_key_file, "file whose first line is the API key")
+                       ->excludes(key);
+  sub->add_option("--api-keys", o->api_keys_file,
+                  "YAML file of several keys, each with an id, a project and optional requests_per_min and "
+                  "tokens_per_min limits (docs/serving.md, \"Usage and cost per project\")")
+      ->excludes(key)
+      ->excludes(key_file);
+  sub->add_option(
+      "--usage-log", o->usage_log,
+      "append one JSON line per generation request (time, project, key id, tokens, status, latency)");
+  sub->add_option(
+      "--usage-file", o->usage_file,
+      "JSON usage summary (per key and project, busy/idle seconds, $), rewritten every 5 s and at "
+      "shutdown; `tern report --ledger --serving FILE` reads it");
   sub->add_option("--max-batch", o->max_batch, "sequences decoded together")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
@@ -246,8 +276,10 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
   sub->add_option("--tokenizer", o->tokenizer,
                   "tokenizer.model to use (default: the one next to the weights)");
   sub->add_option("--device", o->device, "cpu | cpu-ref | cuda | auto")->capture_default_str();
-  sub->add_option("--price-per-hour", o->price_per_hour,
-                  "instance price in $/h: prints $ per 1M generated tokens at the measured throughput")
+  sub->add_option(
+         "--price-per-hour", o->price_per_hour,
+         "instance price in $/h: $ per 1M generated tokens at the measured throughput and utilisation "
+         "(stderr, /metrics, --usage-file)")
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("--log-requests", o->log_requests, "one line per request on stderr (method, path, status)");
   table.Add(sub, [o] { return RunServe(*o); });

@@ -19,6 +19,7 @@ void AddPrepareCommand(CLI::App& root, CommandTable& table);
 void AddTrainCommand(CLI::App& root, CommandTable& table);
 void AddBenchCommand(CLI::App& root, CommandTable& table);
 void AddGenerateCommand(CLI::App& root, CommandTable& table);
+void AddEvalCommand(CLI::App& root, CommandTable& table);
 void AddExportCommand(CLI::App& root, CommandTable& table);
 void AddPlanCommand(CLI::App& root, CommandTable& table);
 void AddServeCommand(CLI::App& root, CommandTable& table);
@@ -28,6 +29,7 @@ void AddJobCommand(CLI::App& root, CommandTable& table);
 void AddDiagnoseCommand(CLI::App& root, CommandTable& table);
 void AddReportCommand(CLI::App& root, CommandTable& table);
 void AddSimulateCommand(CLI::App& root, CommandTable& table);
+void AddModelsCommand(CLI::App& root, CommandTable& table);
 void AddSweepCommand(CLI::App& root, CommandTable& table);
 
 }  // namespace tern::cli

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   tern::cli::AddPrepareCommand(app, table);
   tern::cli::AddTrainCommand(app, table);
   tern::cli::AddGenerateCommand(app, table);
+  tern::cli::AddEvalCommand(app, table);
   tern::cli::AddBenchCommand(app, table);
   tern::cli::AddExportCommand(app, table);
   tern::cli::AddPlanCommand(app, table);
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   tern::cli::AddDiagnoseCommand(app, table);
   tern::cli::AddReportCommand(app, table);
   tern::cli::AddSimulateCommand(app, table);
+  tern::cli::AddModelsCommand(app, table);
   tern::cli::AddSweepCommand(app, table);
   try {
     app.parse(argc, argv);

@@ -15,6 +15,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "testing/prepared_data.h"
@@ -32,6 +33,9 @@ using testing::RunCommand;
 constexpr char kApiKey[] = "sk-tern-SECRET-api-key-5c1f0e9a7b";
 constexpr char kWrongApiKey[] = "sk-tern-WRONG-api-key-81d2aa40c6";
 constexpr char kWrongSecret[] = "tern/WRONG+secret-access-key-0f9e8d7c6b5a";
+// --api-keys: several keys with projects and a limit (their usage log and usage file are searched too)
+constexpr char kProjectKeyA[] = "sk-tern-SECRET-project-a-3e1b77c2d9";
+constexpr char kProjectKeyB[] = "sk-tern-SECRET-project-b-a4f06e18b5";
 
 std::string ReadAll(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -132,12 +136,56 @@ TEST_F(SecretsTest, NoCredentialOrApiKeyInFilesLogsOrMetrics) {
     serve.Signal(SIGTERM);
     serve.Wait();
   }
+  {  // several keys: per-project usage, a 429, the usage log and file, a key given as key_env
+    // The keys file holds a key by design: it lives outside the scanned directory.
+    const fs::path keys = root_.string() + "_keys.yaml";
+    std::ofstream(keys) << "keys:\n  - id: team-a\n    key: " << kProjectKeyA
+                        << "\n    project: search\n    requests_per_min: 1\n"
+                        << "  - id: team-b\n    key_env: TERN_SECRETS_TEST_KEY\n    project: ads\n";
+    const int port2 = testing::FreePort();
+    testing::Child serve({tern_.string(), "serve", (root_ / "run").string(), "--port", std::to_string(port2),
+                          "--api-keys", keys.string(), "--usage-log", (root_ / "usage.jsonl").string(),
+                          "--usage-file", (root_ / "usage.json").string(), "--price-per-hour", "2",
+                          "--log-requests", "--threads", "1", "--max-seq-len", "32"},
+                         {{"TERN_SECRETS_TEST_KEY", kProjectKeyB}}, (root_ / "serve_keys.log").string());
+    httplib::Client c("127.0.0.1", port2);
+    c.set_read_timeout(60);
+    bool up = false;
+    for (int i = 0; i < 600 && !up && serve.Running(); i++) {
+      auto r = c.Get("/health");
+      up = r && r->status == 200;
+      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_TRUE(up) << ReadAll(root_ / "serve_keys.log");
+    const auto bearer = [](const char* k) {
+      return httplib::Headers{{"Authorization", std::string("Bearer ") + k}};
+    };
+    const std::string body = R"({"prompt":"And God","max_tokens":2})";
+    for (const auto& [name, key, want] :
+         std::vector<std::tuple<std::string, const char*, int>>{{"key a", kProjectKeyA, 200},
+                                                                {"key a over its limit", kProjectKeyA, 429},
+                                                                {"key b", kProjectKeyB, 200},
+                                                                {"wrong project key", kWrongApiKey, 401}}) {
+      auto r = c.Post("/v1/completions", bearer(key), body, "application/json");
+      ASSERT_TRUE(r) << name;
+      EXPECT_EQ(r->status, want) << name << ": " << r->body;
+      if (want == 429) EXPECT_TRUE(r->has_header("Retry-After")) << name;
+      answers[name] = r->body;
+    }
+    auto m = c.Get("/metrics", bearer(kProjectKeyB));
+    ASSERT_TRUE(m);
+    EXPECT_NE(m->body.find("key_id=\"team-a\""), std::string::npos) << m->body;
+    answers["/metrics with --api-keys"] = m->body;
+    serve.Signal(SIGTERM);
+    serve.Wait();
+    fs::remove(keys);
+  }
 
-  const std::map<std::string, std::string> secrets = {{"AWS access key id", moto_->key_id},
-                                                      {"AWS secret access key", moto_->secret},
-                                                      {"the wrong AWS secret", kWrongSecret},
-                                                      {"the API key", kApiKey},
-                                                      {"the wrong API key", kWrongApiKey}};
+  const std::map<std::string, std::string> secrets = {
+      {"AWS access key id", moto_->key_id},   {"AWS secret access key", moto_->secret},
+      {"the wrong AWS secret", kWrongSecret}, {"the API key", kApiKey},
+      {"the wrong API key", kWrongApiKey},    {"project key a", kProjectKeyA},
+      {"project key b", kProjectKeyB}};
   int files = 0;
   for (const auto& e : fs::recursive_directory_iterator(root_)) {
     if (!e.is_regular_file()) continue;
@@ -152,8 +200,8 @@ TEST_F(SecretsTest, NoCredentialOrApiKeyInFilesLogsOrMetrics) {
   // What was scanned: the runs' files, their checkpoints, the bucket's copy, the logs.
   for (const char* f :
        {"run/metrics.jsonl", "run/config.yaml", "run/summary.json", "run.stdout", "run.stderr",
-        "denied.stderr", "serve.log", "run/checkpoints/step_00000004/manifest.json",
-        "run/checkpoints/step_00000004/trainer.json"})
+        "denied.stderr", "serve.log", "serve_keys.log", "usage.jsonl", "usage.json",
+        "run/checkpoints/step_00000004/manifest.json", "run/checkpoints/step_00000004/trainer.json"})
     EXPECT_TRUE(fs::exists(root_ / f)) << f;
   EXPECT_GT(files, 20);
 }

@@ -252,6 +252,7 @@ nlohmann::json FinOpsJson(const FinOps& f, size_t top) {
                     {"gpu_util_pct", s.gpu_util_pct ? json(*s.gpu_util_pct) : json(nullptr)}});
   }
   j["top_jobs"] = list;
+  j["serving"] = ServingJson(f.serving);
   return j;
 }
 

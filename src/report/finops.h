@@ -33,6 +33,23 @@ struct ProjectSpend {
   int jobs = 0, attempts = 0, preemptions = 0, failures = 0;
 };
 
+// One `tern serve --usage-file` (serve/usage.h): what a server's reserved time cost and who used it. The
+// whole file counts, whatever the window (a server's file covers its own lifetime).
+struct ServingProject {
+  std::string project;
+  double requests = 0, prompt_tokens = 0, generation_tokens = 0, rate_limited = 0;
+  std::optional<double> usd;  // its share of the cost: its share of the generated tokens
+};
+struct ServingUsage {
+  std::string file, model;
+  double started_unix = 0, updated_unix = 0, busy_s = 0, idle_s = 0;
+  double requests = 0, prompt_tokens = 0, generation_tokens = 0;
+  std::optional<double> price_per_hour, usd, usd_per_mtok;
+  std::vector<ServingProject> by_project;
+};
+// Reads and checks a usage file; errors name the file and what is wrong with it.
+[[nodiscard]] Result<ServingUsage> LoadServingUsage(const std::string& path);
+
 struct FinOps {
   double since_unix = 0, now_unix = 0;
   std::string ledger;  // the file read
@@ -45,6 +62,7 @@ struct FinOps {
   std::map<std::string, std::map<std::string, double>> usd_by_day;  // day -> project -> $
   std::vector<ProjectSpend> by_project;                             // by $, highest first
   std::vector<JobSpend> jobs_by_usd;                                // every job in the window, by $
+  std::vector<ServingUsage> serving;  // `--serving FILE`s: the "serving" section
 };
 
 // An attempt ending with one of these reasons is a failure; "preempted" is a preemption.
@@ -63,6 +81,9 @@ FinOps ComputeFinOps(const std::vector<run::JobWithAttempts>& jobs, double since
 // The ledger at `path` over the window; each job's RUN_DIR/metrics.jsonl, when readable, gives its GPU
 // utilisation. A missing ledger is an error that says how jobs get into it.
 [[nodiscard]] Result<FinOps> LoadFinOps(const std::string& path, double since_unix, double now_unix);
+
+// The "serving" section of FinOpsJson: every server, and the projects summed over them.
+nlohmann::json ServingJson(const std::vector<ServingUsage>& serving);
 
 // The figures for machines (`tern report --ledger --json`, and the page's data). `top` jobs are listed.
 nlohmann::json FinOpsJson(const FinOps& f, size_t top = 10);

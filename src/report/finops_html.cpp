@@ -44,6 +44,13 @@ part of an attempt inside the window; a preemption or failure counts when its at
 <table id="projects"></table>
 <h2>Top jobs by $</h2>
 <table id="jobs"></table>
+<div id="serving-section" hidden>
+<h2>Serving (tern serve --usage-file)</h2>
+<table id="serving"></table>
+<table id="serving-projects"></table>
+<div class="note">Busy: at least one request in flight. The cost is the whole reserved time (busy + idle) at the
+server's --price-per-hour; a project's share is its share of the generated tokens.</div>
+</div>
 <pre id="tern-drawn" hidden></pre>
 <script id="tern-data" type="application/json">@@DATA@@</script>
 <script>
@@ -97,6 +104,19 @@ function jobs() {
                                   j.attempts, j.preemptions, usd(j.lost_usd), usd(j.usd_per_mtok),
                                   none(j.gpu_util_pct) ? '—' : num(j.gpu_util_pct, 1) + '%'], 'job.' + j.job_id, j.usd));
 }
+function serving() {
+  const S = D.serving;
+  if (!S || !S.servers.length) return;
+  document.getElementById('serving-section').hidden = false;
+  const t = document.getElementById('serving');
+  row(t, ['server (usage file)', '$', 'model', 'busy s', 'idle s', 'utilisation', 'requests', 'generated tokens', '$/1M tokens'], null, null, true);
+  S.servers.forEach(s => row(t, [s.file, usd(s.usd), s.model, num(s.busy_s, 0), num(s.idle_s, 0), pct(s.utilisation),
+                                 s.requests, s.generation_tokens, usd(s.usd_per_mtok)], 'serving.' + s.file, s.usd));
+  const p = document.getElementById('serving-projects');
+  row(p, ['project', '$', 'requests', 'prompt tokens', 'generated tokens', '429s'], null, null, true);
+  S.by_project.forEach(x => row(p, [x.project, usd(x.usd), x.requests, x.prompt_tokens, x.generation_tokens, x.rate_limited],
+                                'serving_project.' + x.project, x.usd));
+}
 function chart(id, title, note, config) {
   const card = el('div', {'class': 'card'});
   card.appendChild(el('h3', {}, title));
@@ -146,6 +166,7 @@ try {
   totals();
   projects();
   jobs();
+  serving();
   draw();
   report();
 } catch (e) {

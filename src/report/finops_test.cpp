@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "metrics/run_record.h"
 #include "run/ledger.h"
 #include "testing/files.h"
@@ -171,6 +173,68 @@ TEST(FinOpsTest, PageIsSelfContained) {
   EXPECT_EQ(page.find("http://"), std::string::npos);
   EXPECT_EQ(page.find("https://"), std::string::npos);
   EXPECT_NE(page.find("\"top_jobs\""), std::string::npos);
+}
+
+// Two `tern serve --usage-file` files (the format of serve/usage.h), summed by project in the serving
+// section.
+TEST(FinOpsTest, ServingSectionSumsTheUsageFilesByProject) {
+  testing::TempDir tmp;
+  const auto write = [&](const std::string& name, double usd, double search_tokens, double ads_tokens) {
+    const nlohmann::json j = {{"kind", "tern-serve-usage"},
+                              {"version", 1},
+                              {"model", "demo"},
+                              {"started_unix", kD0},
+                              {"updated_unix", kD0 + kH},
+                              {"price_per_hour", usd},
+                              {"busy_s", 900},
+                              {"idle_s", 2700},
+                              {"usd", usd},
+                              {"requests", 10},
+                              {"prompt_tokens", 100},
+                              {"generation_tokens", search_tokens + ads_tokens},
+                              {"usd_per_million_generated_tokens", usd / (search_tokens + ads_tokens) * 1e6},
+                              {"keys", nlohmann::json::array()},
+                              {"by_project",
+                               {{{"project", "ads"},
+                                 {"requests", 4},
+                                 {"prompt_tokens", 40},
+                                 {"generation_tokens", ads_tokens},
+                                 {"rate_limited", 1},
+                                 {"usd", usd * ads_tokens / (search_tokens + ads_tokens)}},
+                                {{"project", "search"},
+                                 {"requests", 6},
+                                 {"prompt_tokens", 60},
+                                 {"generation_tokens", search_tokens},
+                                 {"rate_limited", 0},
+                                 {"usd", usd * search_tokens / (search_tokens + ads_tokens)}}}}};
+    std::ofstream(tmp / name) << j.dump();
+    return tmp / name;
+  };
+  // server 1: $2 for 1M tokens (250k ads); server 2: $1 for 1M tokens (500k ads)
+  auto a = LoadServingUsage(write("a.json", 2, 750000, 250000));
+  auto b = LoadServingUsage(write("b.json", 1, 500000, 500000));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  FinOps f = ComputeFinOps(Jobs(), kSince, kNow);
+  f.serving.push_back(a.value());
+  f.serving.push_back(b.value());
+  const nlohmann::json s = FinOpsJson(f)["serving"];
+  ASSERT_EQ(s["servers"].size(), 2u);
+  EXPECT_NEAR(s["servers"][0]["utilisation"].get<double>(), 0.25, 1e-12);
+  EXPECT_NEAR(s["totals"]["usd"].get<double>(), 3, 1e-12);
+  EXPECT_NEAR(s["totals"]["usd_per_mtok"].get<double>(), 1.5, 1e-12);  // $3 over 2M tokens
+  ASSERT_EQ(s["by_project"].size(), 2u);
+  EXPECT_EQ(s["by_project"][0]["project"], "ads");
+  EXPECT_NEAR(s["by_project"][0]["usd"].get<double>(), 0.5 + 0.5, 1e-12);
+  EXPECT_NEAR(s["by_project"][0]["generation_tokens"].get<double>(), 750000, 1e-9);
+  EXPECT_EQ(s["by_project"][0]["rate_limited"].get<double>(), 2);
+  EXPECT_NE(FinOpsHtml(f, "").find("serving-section"), std::string::npos);
+
+  std::ofstream(tmp / "bad.json") << R"({"kind": "something-else"})";
+  auto bad = LoadServingUsage(tmp / "bad.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bad.json"), std::string::npos);
+  EXPECT_FALSE(LoadServingUsage(tmp / "none.json").ok());
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ class ResponseBuilder {
   bool finished() const { return finished_ == static_cast<int>(choices_.size()); }
   bool cancelled() const { return cancelled_; }
   const ResponseMeta& meta() const { return meta_; }
+  const Usage& usage() const { return usage_; }  // so far (every candidate's tokens)
 
  private:
   struct Choice {

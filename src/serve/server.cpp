@@ -38,7 +38,8 @@ struct Stream {
   std::shared_ptr<RequestHandle> handle;
   std::unique_ptr<ResponseBuilder> builder;
   bool started = false, finished = false;
-  Clock::time_point deadline;
+  Clock::time_point deadline, start;
+  UsageRecord rec;  // recorded when the response ends
 };
 
 // cpp-httplib 0.11 listens with a backlog of 5, a compile-time constant of Debian's library: a burst of
@@ -61,8 +62,29 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// The bearer token of a request ("" when there is none).
+std::string BearerToken(const httplib::Request& req) {
+  const std::string auth = req.get_header_value("Authorization");
+  const std::string prefix = "Bearer ";
+  return auth.rfind(prefix, 0) == 0 ? auth.substr(prefix.size()) : std::string();
+}
+
+UsageOptions MakeUsageOptions(const ServerOptions& o) {
+  UsageOptions u;
+  u.keys = o.api_keys;
+  if (u.keys.empty() && !o.api_key.empty()) u.keys.push_back({"default", o.api_key, "default", 0, 0});
+  u.price_per_hour = o.price_per_hour;
+  u.usage_log = o.usage_log;
+  u.usage_file = o.usage_file;
+  u.usage_file_period_s = o.usage_file_period_s;
+  u.model = o.model_name;
+  return u;
+}
+
 struct Server::Impl {
+  explicit Impl(const ServerOptions& o) : opt(o), usage(MakeUsageOptions(o)) {}
   ServerOptions opt;
+  UsageTracker usage;
   ServeMetrics* metrics;
   HttpServer http;
   int port = -1;
@@ -72,12 +94,15 @@ struct Server::Impl {
 
   void Routes();
   void Generate(const httplib::Request& req, httplib::Response& res, bool chat);
-  void Respond(httplib::Response& res, ParsedRequest r, std::shared_ptr<RequestHandle> handle);
-  void StreamResponse(httplib::Response& res, ParsedRequest r, std::shared_ptr<RequestHandle> handle);
+  // What a generation request returns: its usage is recorded when the response is complete.
+  void GenerateFor(const httplib::Request& req, httplib::Response& res, bool chat, UsageRecord* rec);
+  void Respond(httplib::Response& res, ParsedRequest r, std::shared_ptr<RequestHandle> handle,
+               UsageRecord* rec);
+  void StreamResponse(httplib::Response& res, ParsedRequest r, std::shared_ptr<RequestHandle> handle,
+                      const UsageRecord& rec);
 };
 
-Server::Server(const ServerOptions& options, ServeMetrics* metrics) : impl_(std::make_unique<Impl>()) {
-  impl_->opt = options;
+Server::Server(const ServerOptions& options, ServeMetrics* metrics) : impl_(std::make_unique<Impl>(options)) {
   impl_->metrics = metrics;
   impl_->created =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -116,6 +141,9 @@ void Server::Serve() {
 void Server::Stop() {
   if (impl_->http.is_running()) impl_->http.stop();
 }
+UsageTracker& Server::usage() {
+  return impl_->usage;
+}
 
 void Server::Impl::Routes() {
   const int threads = opt.http_threads;
@@ -127,11 +155,9 @@ void Server::Impl::Routes() {
 
   // Authentication happens before the body is read, so an unauthenticated client cannot make us read 10 MB.
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (!usage.auth_required() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
-    const std::string prefix = "Bearer ";
-    const std::string given = auth.rfind(prefix, 0) == 0 ? auth.substr(prefix.size()) : std::string();
-    if (!auth.empty() && ConstantTimeEquals(given, opt.api_key))
+    if (!auth.empty() && usage.Authenticate(BearerToken(req)) >= 0)
       return httplib::Server::HandlerResponse::Unhandled;
     Reply(res,
           {401,
@@ -177,7 +203,7 @@ void Server::Impl::Routes() {
     res.set_content(ready ? R"({"status":"ok"})" : R"({"status":"loading"})", "application/json");
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics->Render(), "text/plain; version=0.0.4; charset=utf-8");
+    res.set_content(metrics->Render() + usage.RenderMetrics(), "text/plain; version=0.0.4; charset=utf-8");
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(ModelsJson(opt.model_name, created), "application/json");
@@ -196,6 +222,20 @@ void Server::Impl::Routes() {
 }
 
 void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+  UsageRecord rec;
+  rec.unix_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  rec.key = usage.auth_required() ? usage.Authenticate(BearerToken(req)) : -1;
+  rec.route = chat ? "/v1/chat/completions" : "/v1/completions";
+  const auto t0 = Clock::now();
+  GenerateFor(req, res, chat, &rec);
+  if (rec.status != 0) return;  // a stream records itself when it ends
+  rec.status = res.status > 0 ? res.status : 200;
+  rec.latency_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  usage.Record(rec);
+}
+
+void Server::Impl::GenerateFor(const httplib::Request& req, httplib::Response& res, bool chat,
+                               UsageRecord* rec) {
   Engine* e = engine.load();
   if (!e)
     return Reply(res,
@@ -203,6 +243,10 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
   auto parsed = ParseRequest(req.body, chat, ctx);
   if (auto* err = std::get_if<ApiError>(&parsed)) return Reply(res, *err);
   ParsedRequest r = std::move(std::get<ParsedRequest>(parsed));
+  if (auto refused = usage.Admit(rec->key)) {
+    res.set_header("Retry-After", std::to_string(refused->retry_after_s));
+    return Reply(res, {429, refused->message, refused->limit, "", "rate_limit_exceeded"});
+  }
   auto handle = e->Submit(r.gen);
   if (!handle.ok()) {
     const bool busy = handle.status().code() == Status::Code::kUnavailable;
@@ -214,19 +258,27 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
         res, {busy ? 429 : 400, handle.status().message(),
               busy ? "rate_limit_error" : "invalid_request_error", param, busy ? "rate_limit_exceeded" : ""});
   }
-  if (r.stream) return StreamResponse(res, std::move(r), handle.value());
-  Respond(res, std::move(r), handle.value());
+  usage.Begin();
+  if (r.stream) {
+    rec->status = 200;
+    return StreamResponse(res, std::move(r), handle.value(), *rec);
+  }
+  Respond(res, std::move(r), handle.value(), rec);
+  usage.End();
 }
 
 // Waits for the whole completion. A non-streaming client that leaves is only noticed at the end (HTTP/1.1
 // gives no signal without writing); max_tokens and the request timeout bound the waste.
-void Server::Impl::Respond(httplib::Response& res, ParsedRequest r, std::shared_ptr<RequestHandle> handle) {
+void Server::Impl::Respond(httplib::Response& res, ParsedRequest r, std::shared_ptr<RequestHandle> handle,
+                           UsageRecord* rec) {
   ResponseBuilder builder(r, NewResponseMeta(opt.model_name, r.chat, ctx.tokenizer));
   const auto deadline = Clock::now() + std::chrono::seconds(opt.request_timeout_s);
   while (!builder.finished()) {
     std::vector<GenerationEvent> events;
     handle->Wait(&events, kPoll);
     for (auto& ev : events) builder.Add(ev);
+    rec->prompt_tokens = builder.usage().prompt_tokens;
+    rec->generation_tokens = builder.usage().completion_tokens;
     if (builder.cancelled()) {
       handle->Cancel();  // the other choices stop too
       return Reply(res, {503, "The request was cancelled (server shutting down or timed out)", "server_error",
@@ -242,8 +294,10 @@ void Server::Impl::Respond(httplib::Response& res, ParsedRequest r, std::shared_
 // is cancelled and its KV blocks are freed at the engine's next iteration. A quiet stream (queued request)
 // writes an SSE comment every second, which is how a departed client is noticed before its first token.
 void Server::Impl::StreamResponse(httplib::Response& res, ParsedRequest r,
-                                  std::shared_ptr<RequestHandle> handle) {
+                                  std::shared_ptr<RequestHandle> handle, const UsageRecord& rec) {
   auto st = std::make_shared<Stream>();
+  st->rec = rec;
+  st->start = Clock::now();
   st->handle = std::move(handle);
   st->builder = std::make_unique<ResponseBuilder>(r, NewResponseMeta(opt.model_name, r.chat, ctx.tokenizer));
   st->deadline = Clock::now() + std::chrono::seconds(opt.request_timeout_s);
@@ -282,8 +336,15 @@ void Server::Impl::StreamResponse(httplib::Response& res, ParsedRequest r,
         if (st->finished) sink.done();
         return true;
       },
-      [st](bool) {
+      [st, this](bool) {
         if (!st->finished) st->handle->Cancel();  // the response ended early: free the slot
+        // 499: the client left before the end (nginx's code); its tokens so far still count
+        st->rec.status = st->finished ? 200 : 499;
+        st->rec.prompt_tokens = st->builder->usage().prompt_tokens;
+        st->rec.generation_tokens = st->builder->usage().completion_tokens;
+        st->rec.latency_s = std::chrono::duration<double>(Clock::now() - st->start).count();
+        usage.End();
+        usage.Record(st->rec);
       });
 }
 

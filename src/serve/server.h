@@ -5,7 +5,8 @@
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /v1/models/{id}, GET /health,
 // GET /metrics. With an API key, every route but /health needs "Authorization: Bearer KEY" (compared in
-// constant time, never logged). The server listens before the model is loaded: /health answers 503 and the
+// constant time, never logged; with several keys each has a project and limits: usage.h). The server
+// listens before the model is loaded: /health answers 503 and the
 // model routes 503 until SetEngine().
 #pragma once
 
@@ -16,13 +17,18 @@
 #include "infer/engine.h"
 #include "infer/metrics.h"
 #include "serve/api.h"
+#include "serve/usage.h"
 
 namespace tern {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                  // 0 = any free port (tests)
-  std::string api_key;              // empty = no authentication
+  int port = 8080;                    // 0 = any free port (tests)
+  std::string api_key;                // one key (id and project "default"); empty and no api_keys = no auth
+  std::vector<ApiKeyEntry> api_keys;  // --api-keys FILE: several keys, each with a project and limits
+  double price_per_hour = 0;          // $ figures in /metrics and the usage file (0 = none)
+  std::string usage_log, usage_file;  // usage.h
+  double usage_file_period_s = 5;
   int http_threads = 64;            // each open stream holds one
   size_t max_body_bytes = 1 << 20;  // larger bodies get 413
   int io_timeout_s = 30;            // socket read/write timeouts
@@ -44,6 +50,8 @@ class Server {
   // Serves until Stop() (from any thread).
   void Serve();
   void Stop();
+  // Per key and project usage, busy and idle seconds (usage.h).
+  UsageTracker& usage();
 
  private:
   struct Impl;

@@ -50,7 +50,18 @@ inline std::string Quote(const std::string& s) {
 
 class ServerTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  static ServerOptions DefaultOptions() {
+    ServerOptions so;
+    so.port = 0;
+    so.api_key = kKey;
+    so.model_name = "tiny";
+    so.max_body_bytes = 256 * 1024;
+    so.http_threads = 48;
+    return so;
+  }
+  static void SetUpTestSuite() { StartServer(DefaultOptions()); }
+  // A suite with other server options (API keys, usage files) defines its own SetUpTestSuite calling this.
+  static void StartServer(const ServerOptions& so) {
     if (system("curl --version >/dev/null 2>&1") != 0) return;
     run_ = testing::MakeTestRun().release();
     metrics_ = new ServeMetrics();
@@ -66,12 +77,6 @@ class ServerTest : public ::testing::Test {
     eo.debug_step_delay_s = 0.004;  // streams last long enough for clients to leave mid-way
     engine_ = new Engine(InferenceModel::Create(be_, run_->cfg, run_->params, mo).value(), run_->tok.get(),
                          eo, metrics_);
-    ServerOptions so;
-    so.port = 0;
-    so.api_key = kKey;
-    so.model_name = "tiny";
-    so.max_body_bytes = 256 * 1024;
-    so.http_threads = 48;
     server_ = new Server(so, metrics_);
     ASSERT_TRUE(server_->Bind().ok());
     serve_thread_ = new std::thread([] { server_->Serve(); });
@@ -89,6 +94,7 @@ class ServerTest : public ::testing::Test {
     delete be_;
     delete metrics_;
     delete run_;
+    server_ = nullptr;
   }
   void SetUp() override {
     if (!server_) {
@@ -132,7 +138,7 @@ class ServerTest : public ::testing::Test {
     }
     return events;
   }
-  static std::map<std::string, double> Metrics();
+  static std::map<std::string, double> Metrics(const std::string& auth = kKey);
 
   inline static testing::TestRun* run_ = nullptr;
   inline static ServeMetrics* metrics_ = nullptr;
@@ -144,8 +150,8 @@ class ServerTest : public ::testing::Test {
 
 // Parses /metrics strictly as Prometheus text: every sample belongs to a declared family, names and labels
 // are well formed, values are numbers, histogram buckets are cumulative and end with +Inf = _count.
-inline std::map<std::string, double> ServerTest::Metrics() {
-  HttpResult r = Curl("/metrics");
+inline std::map<std::string, double> ServerTest::Metrics(const std::string& auth) {
+  HttpResult r = Curl("/metrics", "", auth);
   EXPECT_EQ(r.status, 200);
   std::map<std::string, double> samples;
   std::map<std::string, std::string> types;

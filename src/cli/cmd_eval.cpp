@@ -1,0 +1,138 @@
+// tern eval MODEL: the validation loss of a trained model on token shards and the log-probabilities of a
+// prompt set (infer/evaluate.h), through the serving forward with the weights it would serve. For a run
+// directory the defaults are the trainer's: its data, its T and its eval_batches * batch_size windows, so
+// the loss printed is the val_loss the run logged last.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/registry.h"
+#include "cli/command.h"
+#include "data/loader.h"
+#include "infer/evaluate.h"
+#include "infer/weights.h"
+#include "train/train_config.h"
+
+namespace tern::cli {
+namespace {
+
+struct EvalCmdOptions {
+  std::string model, data, split = "val", prompts, device = "cpu", quantize = "none";
+  int seq_len = 0;
+  int64_t windows = -1;  // -1: the run's eval windows, else all
+  bool json = false;
+};
+
+int Fail(const Status& st) {
+  std::fprintf(stderr, "tern eval: %s\n", st.message().c_str());
+  return 1;
+}
+
+// One prompt per line; empty lines are skipped.
+Result<std::vector<std::string>> ReadPrompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    return Status::NotFound("cannot read --prompts " + path + ": give a text file, one prompt per line");
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(line);
+  if (out.empty()) return Status::InvalidArgument("--prompts " + path + " holds no prompt");
+  return out;
+}
+
+int RunEval(EvalCmdOptions o) {
+  auto weights = LoadModelWeights(o.model);
+  if (!weights.ok()) return Fail(weights.status());
+  // A run directory's training config gives the defaults.
+  TrainConfig train;
+  const std::string config = (std::filesystem::path(o.model) / "config.yaml").string();
+  const bool have_config = std::filesystem::exists(config) && LoadTrainConfigFile(config, &train).ok();
+  if (o.data.empty() && have_config) o.data = train.data_dir;
+  if (o.data.empty())
+    return Fail(
+        Status::InvalidArgument("no --data: give the directory `tern prepare` wrote (its val_*.bin)"));
+  if (o.seq_len == 0 && have_config) o.seq_len = std::min(train.seq_len, weights->config.block_size);
+  if (o.windows < 0)
+    o.windows = have_config ? static_cast<int64_t>(train.eval_batches) * train.batch_size : 0;
+
+  auto shards = FindShards(o.data, o.split);
+  if (!shards.ok()) return Fail(shards.status().WithContext("--data " + o.data + " --split " + o.split));
+  auto backend = MakeBackend(o.device);
+  if (!backend.ok()) return Fail(backend.status());
+  auto quantize = ParseQuantize(o.quantize);
+  if (!quantize.ok()) return Fail(quantize.status());
+  EvalOptions eo;
+  eo.seq_len = o.seq_len;
+  eo.max_windows = o.windows;
+  eo.quantize = *quantize;
+  auto r = EvaluateShards(backend->get(), weights->config, weights->params, *shards, eo);
+  if (!r.ok()) return Fail(r.status());
+
+  std::vector<PromptScore> scores;
+  if (!o.prompts.empty()) {
+    auto prompts = ReadPrompts(o.prompts);
+    if (!prompts.ok()) return Fail(prompts.status());
+    auto tok = Tokenizer::Load(weights->tokenizer_path);
+    if (!tok.ok()) return Fail(tok.status());
+    auto s = ScorePrompts(backend->get(), weights->config, weights->params, *tok, *prompts, *quantize);
+    if (!s.ok()) return Fail(s.status());
+    scores = std::move(s).value();
+  }
+
+  const int T = o.seq_len > 0 ? o.seq_len : weights->config.block_size;
+  if (o.json) {
+    nlohmann::json j = {{"model", o.model},
+                        {"data", o.data},
+                        {"split", o.split},
+                        {"seq_len", T},
+                        {"windows", r->windows},
+                        {"tokens", r->tokens},
+                        {"loss", r->loss},
+                        {"perplexity", r->perplexity()},
+                        {"weights", QuantizeName(*quantize)}};
+    j["prompts"] = nlohmann::json::array();
+    for (const auto& s : scores)
+      j["prompts"].push_back(
+          {{"text", s.text}, {"tokens", s.tokens}, {"logprob", s.logprob}, {"mean", s.mean()}});
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%s on %s/%s_*.bin: loss %.4f (perplexity %.2f) over %lld windows of %d tokens\n",
+              o.model.c_str(), o.data.c_str(), o.split.c_str(), r->loss, r->perplexity(),
+              static_cast<long long>(r->windows), T);
+  for (const auto& s : scores)
+    std::printf("  %9.3f  (%6.3f per token, %3d tokens)  %s\n", s.logprob, s.mean(), s.tokens,
+                s.text.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void AddEvalCommand(CLI::App& root, CommandTable& table) {
+  auto o = std::make_shared<EvalCmdOptions>();
+  auto* sub = root.add_subcommand("eval", "Validation loss and prompt log-probabilities of a trained model");
+  sub->footer(
+      "\nExamples:\n  tern eval runs/demo                      # the run's own data and eval windows: its "
+      "last "
+      "val_loss\n"
+      "  tern eval runs/demo --data data/other --windows 0 --prompts prompts.txt --json\n"
+      "The forward is the server's (infer/), with the weights it would serve: --quantize int8 measures what "
+      "int8 costs in quality.");
+  sub->add_option("model", o->model, "run directory written by `tern train`, or a checkpoint")->required();
+  sub->add_option("--data", o->data, "directory written by `tern prepare` (default: the run's data)");
+  sub->add_option("--split", o->split, "shards to read: SPLIT_*.bin (val or train)");
+  sub->add_option("--seq-len", o->seq_len, "tokens per window (default: the run's seq_len, else the context)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--windows", o->windows,
+                  "windows to score, in order; 0 = all (default: the run's eval_batches x batch_size)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--prompts", o->prompts, "text file, one prompt per line: each one's log-probability");
+  sub->add_option("--device", o->device, "cpu | cpu-ref | cuda | auto");
+  sub->add_option("--quantize", o->quantize, "none | int8 (the weights tern serve would use)");
+  sub->add_flag("--json", o->json, "print JSON (loss, perplexity, windows, prompts)");
+  table.Add(sub, [o] { return RunEval(*o); });
+}
+
+}  // namespace tern::cli

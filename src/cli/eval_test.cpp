@@ -1,0 +1,100 @@
+// `tern eval`, end to end: a tiny run trained by the tern binary, then evaluated by it. With the run's own
+// defaults the loss is the last val_loss the trainer logged (the same windows and weights, through the
+// serving forward instead of the training one); other options change what is scored.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "testing/prepared_data.h"
+#include "testing/processes.h"
+#include "testing/tern_binary.h"
+
+namespace tern {
+namespace {
+
+namespace fs = std::filesystem;
+
+class EvalCliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tern_ = testing::FindTernBinary().string();
+    data_ = testing::SharedSmallPreparedData();
+    root_ = fs::temp_directory_path() / ("tern_eval_test_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    std::ofstream(root_ / "tiny.yaml")
+        << "model: {n_layer: 1, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
+        << "data: {dir: " << data_ << "}\n"
+        << "train: {batch_size: 4, seq_len: 24, steps: 12, warmup_steps: 2}\n"
+        << "eval: {every: 6, batches: 3}\n"
+        << "sample: {count: 0}\n"
+        << "run: {peak_gflops: 100, dir: " << (root_ / "run").string() << "}\n";
+    train_ = testing::RunCommand("OMP_NUM_THREADS=1 " + tern_ + " train " + (root_ / "tiny.yaml").string() +
+                                 " --quiet 2>&1");
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+  void SetUp() override {
+    ASSERT_FALSE(tern_.empty()) << "build the tern binary first (cmake --build build --target tern)";
+    ASSERT_FALSE(data_.empty()) << "preparing the small corpus failed";
+    ASSERT_EQ(train_.code, 0) << train_.output;
+  }
+  static nlohmann::json Eval(const std::string& args) {
+    auto r =
+        testing::RunCommand(tern_ + " eval " + (root_ / "run").string() + " " + args + " --json 2>/dev/null");
+    EXPECT_EQ(r.code, 0) << r.output;
+    return r.code == 0 ? nlohmann::json::parse(r.output) : nlohmann::json();
+  }
+  // The last evaluation the trainer logged.
+  static double LastValLoss() {
+    std::ifstream in(root_ / "run" / "metrics.jsonl");
+    double v = -1;
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("val_loss") && !j.contains("event")) v = j["val_loss"];
+    }
+    return v;
+  }
+
+  static std::string tern_, data_;
+  static fs::path root_;
+  static testing::CommandResult train_;
+};
+std::string EvalCliTest::tern_, EvalCliTest::data_;
+fs::path EvalCliTest::root_;
+testing::CommandResult EvalCliTest::train_;
+
+TEST_F(EvalCliTest, TheRunsDefaultsGiveItsLastValLoss) {
+  const nlohmann::json j = Eval("");
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["seq_len"], 24);
+  EXPECT_EQ(j["windows"], 12) << "eval.batches 3 x batch_size 4";
+  const double want = LastValLoss();
+  ASSERT_GT(want, 0);
+  EXPECT_NEAR(j["loss"].get<double>(), want, 1e-4 * want);
+  EXPECT_NEAR(j["perplexity"].get<double>(), std::exp(want), 1e-3 * std::exp(want));
+}
+
+TEST_F(EvalCliTest, OptionsChooseWhatIsScored) {
+  const nlohmann::json all = Eval("--windows 0 --seq-len 32");
+  EXPECT_EQ(all["seq_len"], 32);
+  EXPECT_GT(all["windows"].get<int>(), 12) << "every window of the val shards";
+  std::ofstream(root_ / "prompts.txt") << "In the beginning\n\nAnd God said\n";
+  const nlohmann::json p = Eval("--prompts " + (root_ / "prompts.txt").string());
+  ASSERT_EQ(p["prompts"].size(), 2u) << "the empty line is skipped";
+  EXPECT_EQ(p["prompts"][0]["text"], "In the beginning");
+  EXPECT_LT(p["prompts"][0]["logprob"].get<double>(), 0);
+  const nlohmann::json q = Eval("--quantize int8");
+  EXPECT_EQ(q["weights"], "int8");
+  EXPECT_NE(q["loss"], Eval("")["loss"]);
+
+  auto bad = testing::RunCommand(tern_ + " eval " + (root_ / "run").string() + " --data /nonexistent 2>&1");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.output.find("--data /nonexistent"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace tern

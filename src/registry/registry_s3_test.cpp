@@ -1,0 +1,73 @@
+// The registry in an s3:// prefix (moto_server on loopback, signatures checked): a version registered from
+// one machine's cache is read, verified and resolved from another's (the index travels in the bucket), and
+// the same weights registered twice are one object.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "registry/registry.h"
+#include "testing/processes.h"
+#include "testing/skip.h"
+#include "testing/test_run.h"
+
+namespace tern::registry {
+namespace {
+
+class RegistryS3 : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { moto_ = testing::StartMoto("models").release(); }
+  static void TearDownTestSuite() {
+    delete moto_;
+    moto_ = nullptr;
+  }
+  void SetUp() override {
+    if (!moto_->skip_reason.empty()) TERN_SKIP_OR_FAIL_IN_CI("no S3 server: " << moto_->skip_reason);
+    ::setenv("AWS_ACCESS_KEY_ID", moto_->key_id.c_str(), 1);
+    ::setenv("AWS_SECRET_ACCESS_KEY", moto_->secret.c_str(), 1);
+    ::setenv("AWS_REGION", "us-east-1", 1);
+  }
+  std::unique_ptr<Registry> Open(const std::string& cache) {
+    RegistryOptions o;
+    o.location = "s3://models/registry";
+    o.cache_dir = cache;
+    o.s3.endpoint = moto_->endpoint;
+    o.s3.max_attempts = 2;
+    auto r = Registry::Open(o);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(r).value() : nullptr;
+  }
+  static testing::Moto* moto_;
+};
+testing::Moto* RegistryS3::moto_ = nullptr;
+
+TEST_F(RegistryS3, AVersionRegisteredOnOneMachineResolvesOnAnother) {
+  auto run = testing::MakeTestRun(1, 32, 2, 32);
+  testing::TempDir a, b;
+  auto src = ReadModelSource(run->dir.path());
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  {
+    auto reg = Open(a.path());
+    ASSERT_TRUE(reg);
+    ASSERT_TRUE(reg->Register(*src, {"tiny", "production", "", ""}).ok());
+    ASSERT_TRUE(reg->Register(*src, {"tiny", "", "", ""}).ok());
+    auto blobs = reg->store().List("blobs/sha256/");
+    ASSERT_TRUE(blobs.ok());
+    EXPECT_EQ(blobs->size(), 2u);  // weights and tokenizer, once each
+  }
+  auto other = Open(b.path());
+  ASSERT_TRUE(other);
+  auto list = other->List("tiny");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->size(), 2u);
+  auto e = other->Get(ModelRef{"tiny", std::nullopt, "production"});
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->version, 1);
+  auto dir = other->Materialize(ModelRef{"tiny", 2, ""});
+  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  EXPECT_EQ(dir->rfind(b.path(), 0), 0u) << *dir;  // resolved into this machine's cache
+  EXPECT_EQ(testing::ReadFile(*dir + "/model.safetensors"),
+            testing::ReadFile(run->dir / "model.safetensors"));
+}
+
+}  // namespace
+}  // namespace tern::registry

@@ -1,0 +1,391 @@
+#include "serve/usage.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "serve/server.h"
+
+namespace tern {
+namespace {
+
+using json = nlohmann::json;
+
+double SteadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double UnixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Names that go into Prometheus labels and JSON as they are: no quoting needed.
+bool SafeName(const std::string& s, const char* extra, size_t max_len) {
+  if (s.empty() || s.size() > max_len) return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && !std::strchr(extra, c)) return false;
+  return true;
+}
+
+Status KeyError(const std::string& path, const YAML::Node& n, const std::string& what) {
+  return Status::InvalidArgument(fmt::format("{}:{}: {} (docs/serving.md, \"Usage and cost per project\")",
+                                             path, n.Mark().line + 1, what));
+}
+
+Result<double> Limit(const std::string& path, const YAML::Node& entry, const char* field) {
+  const YAML::Node v = entry[field];
+  if (!v) return 0.0;
+  double x = -1;
+  try {
+    x = v.as<double>();
+  } catch (const YAML::Exception&) {
+  }
+  if (!(x > 0) || !std::isfinite(x))
+    return KeyError(path, v, fmt::format("'{}' must be a positive number per minute", field));
+  return x;
+}
+
+}  // namespace
+
+Result<std::vector<ApiKeyEntry>> LoadApiKeys(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    return Status::NotFound(fmt::format("--api-keys {} does not exist or cannot be read", path));
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(fmt::format("{}:{}: YAML syntax error: {}", path, e.mark.line + 1, e.msg));
+  }
+  const YAML::Node keys = root.IsMap() ? root["keys"] : YAML::Node();
+  if (!keys || !keys.IsSequence() || keys.size() == 0)
+    return Status::InvalidArgument(
+        fmt::format("{}: expected a list 'keys:' of entries with id, key (or key_env) and project "
+                    "(docs/serving.md, \"Usage and cost per project\")",
+                    path));
+  static const std::set<std::string> kFields = {
+      "id", "key", "key_env", "project", "requests_per_min", "tokens_per_min"};
+  std::vector<ApiKeyEntry> out;
+  std::set<std::string> ids;
+  for (const YAML::Node& e : keys) {
+    if (!e.IsMap()) return KeyError(path, e, "each entry of 'keys' must be a mapping");
+    for (const auto& kv : e) {
+      const std::string name = kv.first.as<std::string>();
+      if (!kFields.count(name))
+        return KeyError(
+            path, kv.first,
+            fmt::format("unknown field '{}' (allowed: id, key, key_env, project, requests_per_min, "
+                        "tokens_per_min)",
+                        name));
+    }
+    ApiKeyEntry k;
+    if (!e["id"] || !e["id"].IsScalar()) return KeyError(path, e, "the entry has no 'id'");
+    k.id = e["id"].as<std::string>();
+    if (!SafeName(k.id, "_.-", 64))
+      return KeyError(path, e["id"], fmt::format("id '{}' must be 1-64 of A-Z a-z 0-9 _ . -", k.id));
+    if (!ids.insert(k.id).second) return KeyError(path, e["id"], fmt::format("id '{}' is used twice", k.id));
+    if (e["key"] && e["key_env"]) return KeyError(path, e, "give 'key' or 'key_env', not both");
+    if (e["key"]) {
+      k.key = e["key"].as<std::string>();
+    } else if (e["key_env"]) {
+      const std::string var = e["key_env"].as<std::string>();
+      const char* v = std::getenv(var.c_str());
+      if (!v || !*v)
+        return KeyError(path, e["key_env"], fmt::format("key_env: ${} is not set or empty", var));
+      k.key = v;
+    } else {
+      return KeyError(path, e, fmt::format("key '{}' has no 'key' (or 'key_env')", k.id));
+    }
+    if (k.key.size() < 8)
+      return KeyError(path, e["key"] ? e["key"] : e["key_env"],
+                      fmt::format("the key of '{}' is shorter than 8 characters", k.id));
+    if (!e["project"] || !e["project"].IsScalar())
+      return KeyError(path, e, fmt::format("key '{}' has no 'project'", k.id));
+    k.project = e["project"].as<std::string>();
+    if (!SafeName(k.project, "_.-:/", 128))
+      return KeyError(path, e["project"],
+                      fmt::format("project '{}' must be 1-128 of A-Z a-z 0-9 _ . - : /", k.project));
+    TERN_ASSIGN_OR_RETURN(k.requests_per_min, Limit(path, e, "requests_per_min"));
+    TERN_ASSIGN_OR_RETURN(k.tokens_per_min, Limit(path, e, "tokens_per_min"));
+    for (const ApiKeyEntry& other : out)
+      if (ConstantTimeEquals(other.key, k.key))
+        return KeyError(path, e, fmt::format("'{}' has the same key as '{}'", k.id, other.id));
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+UsageTracker::UsageTracker(UsageOptions options) : opt_(std::move(options)) {
+  if (!opt_.clock) opt_.clock = SteadySeconds;
+  start_ = opt_.clock();
+  start_unix_ = UnixSeconds();
+  usage_.resize(opt_.keys.size() + 1);
+  for (size_t i = 0; i < opt_.keys.size(); i++) {
+    usage_[i].rpm = {opt_.keys[i].requests_per_min, start_};  // buckets start full
+    usage_[i].tpm = {opt_.keys[i].tokens_per_min, start_};
+  }
+  if (!opt_.usage_log.empty()) {
+    log_ = std::fopen(opt_.usage_log.c_str(), "a");
+    if (!log_) std::fprintf(stderr, "tern serve: cannot open --usage-log %s\n", opt_.usage_log.c_str());
+  }
+  if (!opt_.usage_file.empty())
+    writer_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!stop_cv_.wait_for(lock, std::chrono::duration<double>(opt_.usage_file_period_s),
+                                [this] { return stop_; })) {
+        lock.unlock();
+        if (Status st = WriteUsageFile(); !st.ok())
+          std::fprintf(stderr, "tern serve: %s\n", st.message().c_str());
+        lock.lock();
+      }
+    });
+}
+
+UsageTracker::~UsageTracker() {
+  if (writer_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    stop_cv_.notify_all();
+    writer_.join();
+    if (Status st = WriteUsageFile(); !st.ok())
+      std::fprintf(stderr, "tern serve: %s\n", st.message().c_str());
+  }
+  if (log_) std::fclose(log_);
+}
+
+int UsageTracker::Authenticate(const std::string& given) const {
+  int found = -1;
+  for (size_t i = 0; i < opt_.keys.size(); i++)  // no early exit: the time does not say which key matched
+    found = ConstantTimeEquals(given, opt_.keys[i].key) ? static_cast<int>(i) : found;
+  return found;
+}
+
+const std::string& UsageTracker::KeyId(int key) const {
+  static const std::string kNone = "none";
+  return key >= 0 && key < static_cast<int>(opt_.keys.size()) ? opt_.keys[key].id : kNone;
+}
+const std::string& UsageTracker::Project(int key) const {
+  static const std::string kDefault = "default";
+  return key >= 0 && key < static_cast<int>(opt_.keys.size()) ? opt_.keys[key].project : kDefault;
+}
+UsageTracker::KeyUsage& UsageTracker::Slot(int key) {
+  return key >= 0 && key < static_cast<int>(opt_.keys.size()) ? usage_[key] : usage_.back();
+}
+
+void UsageTracker::Refill(Bucket* b, double per_min, double now) const {
+  b->level = std::min(per_min, b->level + (now - b->last) * per_min / 60);
+  b->last = now;
+}
+
+std::optional<UsageTracker::Refusal> UsageTracker::Admit(int key) {
+  if (key < 0 || key >= static_cast<int>(opt_.keys.size())) return std::nullopt;
+  const ApiKeyEntry& k = opt_.keys[key];
+  std::lock_guard<std::mutex> lock(mu_);
+  KeyUsage& u = usage_[key];
+  const double now = opt_.clock();
+  auto refuse = [&](const char* limit, double per_min, double missing) {
+    Refusal r;
+    r.limit = limit;
+    r.retry_after_s = std::max(1, static_cast<int>(std::ceil(missing / (per_min / 60))));
+    r.message = fmt::format(
+        "Rate limit reached for key '{}' (project '{}') on {} per minute: limit {}. Please try again in {} "
+        "s.",
+        k.id, k.project, limit, per_min, r.retry_after_s);
+    (limit[0] == 'r' ? u.limited_requests : u.limited_tokens)++;
+    return r;
+  };
+  if (k.requests_per_min > 0) {
+    Refill(&u.rpm, k.requests_per_min, now);
+    if (u.rpm.level < 1) return refuse("requests", k.requests_per_min, 1 - u.rpm.level);
+  }
+  if (k.tokens_per_min > 0) {  // a request that overdrew the bucket makes the next ones wait
+    Refill(&u.tpm, k.tokens_per_min, now);
+    if (u.tpm.level <= 0) return refuse("tokens", k.tokens_per_min, 1 - u.tpm.level);
+  }
+  if (k.requests_per_min > 0) u.rpm.level -= 1;
+  return std::nullopt;
+}
+
+void UsageTracker::Begin() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (in_flight_++ == 0) busy_since_ = opt_.clock();
+}
+
+void UsageTracker::End() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (in_flight_ > 0 && --in_flight_ == 0) busy_acc_ += opt_.clock() - busy_since_;
+}
+
+void UsageTracker::Record(const UsageRecord& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  KeyUsage& u = Slot(r.key);
+  u.requests++;
+  u.prompt_tokens += r.prompt_tokens;
+  u.generation_tokens += r.generation_tokens;
+  if (r.key >= 0 && r.key < static_cast<int>(opt_.keys.size()) && opt_.keys[r.key].tokens_per_min > 0) {
+    Refill(&u.tpm, opt_.keys[r.key].tokens_per_min, opt_.clock());
+    u.tpm.level -= static_cast<double>(r.prompt_tokens + r.generation_tokens);
+  }
+  if (!log_) return;
+  const json line = {{"time_unix", r.unix_s},
+                     {"project", Project(r.key)},
+                     {"key_id", KeyId(r.key)},
+                     {"route", r.route},
+                     {"status", r.status},
+                     {"prompt_tokens", r.prompt_tokens},
+                     {"generation_tokens", r.generation_tokens},
+                     {"latency_s", r.latency_s}};
+  std::fprintf(log_, "%s\n", line.dump().c_str());
+  std::fflush(log_);
+}
+
+double UsageTracker::busy_s() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return busy_acc_ + (in_flight_ > 0 ? opt_.clock() - busy_since_ : 0);
+}
+
+double UsageTracker::idle_s() const {
+  const double busy = busy_s();
+  return std::max(0.0, opt_.clock() - start_ - busy);
+}
+
+std::string UsageTracker::RenderMetrics() const {
+  const double busy = busy_s(), idle = idle_s();
+  std::string out;
+  auto family = [&](const char* name, const char* type, const char* help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  std::lock_guard<std::mutex> lock(mu_);
+  auto per_key = [&](const char* name, const char* help, auto field) {
+    family(name, "counter", help);
+    for (size_t i = 0; i < usage_.size(); i++) {
+      if (i + 1 == usage_.size() && !opt_.keys.empty()) break;  // "none" only without keys
+      const int k = static_cast<int>(i);
+      out += fmt::format("{}{{project=\"{}\",key_id=\"{}\"}} {}\n", name, Project(k), KeyId(k),
+                         field(usage_[i]));
+    }
+  };
+  per_key("tern_usage_requests_total", "Generation requests answered (any status), by project and key id.",
+          [](const KeyUsage& u) { return u.requests; });
+  per_key("tern_usage_prompt_tokens_total", "Prompt tokens of answered requests, by project and key id.",
+          [](const KeyUsage& u) { return u.prompt_tokens; });
+  per_key("tern_usage_generation_tokens_total", "Tokens generated, by project and key id.",
+          [](const KeyUsage& u) { return u.generation_tokens; });
+  family("tern_usage_rate_limited_total", "counter",
+         "Requests refused with 429 by a key's per-minute limit, by project, key id and limit.");
+  for (size_t i = 0; i < opt_.keys.size(); i++)
+    for (const char* limit : {"requests", "tokens"})
+      out += fmt::format("tern_usage_rate_limited_total{{project=\"{}\",key_id=\"{}\",limit=\"{}\"}} {}\n",
+                         opt_.keys[i].project, opt_.keys[i].id, limit,
+                         limit[0] == 'r' ? usage_[i].limited_requests : usage_[i].limited_tokens);
+  family("tern_busy_seconds_total", "counter", "Seconds with at least one generation request in flight.");
+  out += fmt::format("tern_busy_seconds_total {}\n", busy);
+  family("tern_idle_seconds_total", "counter", "Seconds since start with no generation request in flight.");
+  out += fmt::format("tern_idle_seconds_total {}\n", idle);
+  if (opt_.price_per_hour > 0) {
+    uint64_t generated = 0;
+    for (const KeyUsage& u : usage_) generated += u.generation_tokens;
+    family("tern_price_per_hour_usd", "gauge", "The instance price given with --price-per-hour.");
+    out += fmt::format("tern_price_per_hour_usd {}\n", opt_.price_per_hour);
+    family("tern_cost_usd_total", "counter", "The reserved time (busy + idle) at --price-per-hour.");
+    out += fmt::format("tern_cost_usd_total {}\n", opt_.price_per_hour * (busy + idle) / 3600);
+    if (generated > 0) {
+      family("tern_usd_per_million_generated_tokens", "gauge",
+             "Cost of the whole reserved time per 1M generated tokens, at the measured utilisation.");
+      out += fmt::format("tern_usd_per_million_generated_tokens {}\n",
+                         opt_.price_per_hour * (busy + idle) / 3600 / static_cast<double>(generated) * 1e6);
+    }
+  }
+  return out;
+}
+
+json UsageTracker::UsageJson() const {
+  const double busy = busy_s(), idle = idle_s(), reserved = busy + idle;
+  const double usd = opt_.price_per_hour * reserved / 3600;
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t generated = 0, prompt = 0, requests = 0;
+  for (const KeyUsage& u : usage_) {
+    generated += u.generation_tokens;
+    prompt += u.prompt_tokens;
+    requests += u.requests;
+  }
+  const auto share = [&](uint64_t tokens) {  // a project's part of the cost: its part of the tokens generated
+    return opt_.price_per_hour > 0 && generated > 0 ? json(usd * static_cast<double>(tokens) / generated)
+                                                    : json(nullptr);
+  };
+  json keys = json::array();
+  std::map<std::string, std::array<uint64_t, 4>> projects;  // requests, prompt, generated, 429s
+  for (size_t i = 0; i < usage_.size(); i++) {
+    const KeyUsage& u = usage_[i];
+    if (i + 1 == usage_.size() && !opt_.keys.empty() && u.requests == 0) break;
+    const int k = static_cast<int>(i);
+    const uint64_t limited = u.limited_requests + u.limited_tokens;
+    keys.push_back({{"key_id", KeyId(k)},
+                    {"project", Project(k)},
+                    {"requests", u.requests},
+                    {"prompt_tokens", u.prompt_tokens},
+                    {"generation_tokens", u.generation_tokens},
+                    {"rate_limited", limited},
+                    {"usd", share(u.generation_tokens)}});
+    auto& p = projects[Project(k)];
+    p[0] += u.requests;
+    p[1] += u.prompt_tokens;
+    p[2] += u.generation_tokens;
+    p[3] += limited;
+  }
+  json by_project = json::array();
+  for (const auto& [name, p] : projects)
+    by_project.push_back({{"project", name},
+                          {"requests", p[0]},
+                          {"prompt_tokens", p[1]},
+                          {"generation_tokens", p[2]},
+                          {"rate_limited", p[3]},
+                          {"usd", share(p[2])}});
+  const bool priced = opt_.price_per_hour > 0;
+  return {{"kind", "tern-serve-usage"},
+          {"version", 1},
+          {"model", opt_.model},
+          {"started_unix", start_unix_},
+          {"updated_unix", start_unix_ + reserved},
+          {"price_per_hour", priced ? json(opt_.price_per_hour) : json(nullptr)},
+          {"busy_s", busy},
+          {"idle_s", idle},
+          {"reserved_s", reserved},
+          {"utilisation", reserved > 0 ? json(busy / reserved) : json(nullptr)},
+          {"usd", priced ? json(usd) : json(nullptr)},
+          {"requests", requests},
+          {"prompt_tokens", prompt},
+          {"generation_tokens", generated},
+          {"usd_per_million_generated_tokens",
+           priced && generated > 0 ? json(usd / static_cast<double>(generated) * 1e6) : json(nullptr)},
+          {"keys", keys},
+          {"by_project", by_project}};
+}
+
+Status UsageTracker::WriteUsageFile() const {
+  if (opt_.usage_file.empty()) return Status::Ok();
+  const std::string tmp = opt_.usage_file + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << UsageJson().dump(2) << "\n";
+    out.flush();
+    if (!out) return Status::Unavailable(fmt::format("cannot write the usage file {} (disk full?)", tmp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, opt_.usage_file, ec);
+  if (ec)
+    return Status::Unavailable(
+        fmt::format("cannot rename {} to --usage-file {}: {}", tmp, opt_.usage_file, ec.message()));
+  return Status::Ok();
+}
+
+}  // namespace tern
