@@ -127,13 +127,15 @@ TEST_F(SweepE2eTest, AnUnknownKeyOrABadValueIsRefusedBeforeAnythingRuns) {
 }
 
 TEST_F(SweepE2eTest, ASmallBudgetStopsLaunching) {
-  const json j = Sweep(WriteSweep("b", 0.03, 1));
+  // $0.001 at $36/h is 0.1 s: less than one rung (a tern run start-up alone is longer), whatever the
+  // machine's speed, so the measured $/step after the first rung says the next would not fit.
+  const json j = Sweep(WriteSweep("b", 0.001, 1));
   ASSERT_TRUE(j.is_object());
   EXPECT_NE(j["stopped"].get<std::string>().find("budget"), std::string::npos) << j.dump(2);
   EXPECT_LT(j["trials"].size(), 8u) << j.dump(2);
   double most = 0;
   for (const json& t : j["trials"]) most = std::max(most, t["cost_usd"].get<double>());
-  EXPECT_LE(j["spent_usd"].get<double>(), 0.03 + most) << "at most the estimate's error over the budget";
+  EXPECT_LE(j["spent_usd"].get<double>(), 0.001 + most) << "at most the estimate's error over the budget";
 }
 
 TEST_F(SweepE2eTest, KilledWithSigkillAndRestartedFinishesTheSameTrials) {
