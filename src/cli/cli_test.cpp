@@ -71,7 +71,7 @@ TEST(Cli, HelpTeachesTheCommands) {
     listed.insert(name);
   }
   for (const char* cmd : {"prepare", "train", "generate", "bench", "export", "plan", "serve", "ckpt", "run",
-                          "job", "simulate"}) {
+                          "job", "simulate", "sweep", "eval", "pipeline", "models"}) {
     SCOPED_TRACE(cmd);
     EXPECT_TRUE(listed.count(cmd)) << "not under Subcommands:\n" << r.output;
     CmdResult h = RunTern(std::string(cmd) + " --help");

@@ -31,5 +31,6 @@ void AddDiagnoseCommand(CLI::App& root, CommandTable& table);
 void AddReportCommand(CLI::App& root, CommandTable& table);
 void AddSimulateCommand(CLI::App& root, CommandTable& table);
 void AddModelsCommand(CLI::App& root, CommandTable& table);
+void AddSweepCommand(CLI::App& root, CommandTable& table);
 
 }  // namespace tern::cli

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   tern::cli::AddReportCommand(app, table);
   tern::cli::AddSimulateCommand(app, table);
   tern::cli::AddModelsCommand(app, table);
+  tern::cli::AddSweepCommand(app, table);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,337 @@
+#include "sweep/runner.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "metrics/run_record.h"
+#include "run/ledger.h"
+#include "sweep/asha.h"
+#include "train/train_config.h"
+
+namespace tern::sweep {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool Ended(const TrialRow& t) {
+  return t.state == "done" || t.state == "stopped" || t.state == "failed";
+}
+
+std::vector<AshaTrial> AshaView(const std::vector<TrialRow>& trials) {
+  std::vector<AshaTrial> v;
+  for (const TrialRow& t : trials) v.push_back({t.id, t.losses, t.state == "waiting"});
+  return v;
+}
+
+// The command of one rung: `tern run BASE --set ... --set train.steps=R`; the same run directory each rung,
+// so that `tern run` continues the trial's job (its checkpoint, its ledger).
+std::vector<std::string> TrialArgs(const SweepOptions& o, const TrialRow& t, int steps) {
+  const SweepSpec& s = o.spec;
+  std::vector<std::string> a = {o.tern, "run", s.base_config, "--quiet"};
+  auto set = [&a](const std::string& kv) {
+    a.push_back("--set");
+    a.push_back(kv);
+  };
+  for (const std::string& kv : s.overrides) set(kv);
+  for (const auto& [k, v] : t.params) set(k + "=" + v);
+  set("run.dir=" + t.run_dir);
+  set("train.steps=" + std::to_string(steps));
+  set("ckpt.every=" + std::to_string(s.asha.min_steps));  // the rung's last step is saved, to go on from
+  if (!s.instance.empty()) {
+    a.push_back("--instance");
+    a.push_back(s.instance);
+  } else if (s.price_per_hour > 0) {
+    a.push_back("--price-per-hour");
+    a.push_back(fmt::format("{}", s.price_per_hour));
+  }
+  return a;
+}
+
+// fork/exec with the output to `log`; the child dies with the sweep (PR_SET_PDEATHSIG), and `tern run`'s
+// own death signal takes its trainer with it, so a restarted sweep finds no trial still running.
+Result<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<char*> argv;
+  for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return Status::Unavailable(fmt::format("fork failed: {}", std::strerror(errno)));
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// The validation loss the trainer wrote at `step` (the rung's last step always evaluates).
+Result<double> LossAt(const std::string& run_dir, int step) {
+  TERN_ASSIGN_OR_RETURN(std::vector<RunRow> rows, ReadMetricsFile(run_dir + "/metrics.jsonl"));
+  std::optional<double> loss;
+  for (const RunRow& r : rows)
+    if (const auto* e = std::get_if<EvalRecord>(&r.record); e && e->step == step) loss = e->val_loss;
+  if (!loss)
+    return Status::NotFound(fmt::format("{}/metrics.jsonl has no evaluation at step {}", run_dir, step));
+  return *loss;
+}
+
+// The trial's job totals from its run directory's ledger: every attempt at its price, start-ups included.
+void ReadCost(TrialRow* t) {
+  auto l = run::Ledger::Open(run::RunDirLedgerPath(t->run_dir));
+  if (!l.ok()) return;
+  auto job = (*l)->FindJob(t->run_dir);
+  if (!job.ok() || !*job) return;
+  auto attempts = (*l)->Attempts((*job)->job_id);
+  if (!attempts.ok()) return;
+  const run::JobTotals tot = run::SumAttempts(*attempts);
+  t->cost_usd = tot.cost_usd;
+  t->steps = std::max(0, tot.last_step);
+}
+
+class Loop {
+ public:
+  Loop(const SweepOptions& o, SweepStore* store) : o_(o), store_(store), rungs_(RungSteps(o.spec.asha)) {}
+
+  Status Run(std::vector<TrialRow> trials) {
+    trials_ = std::move(trials);
+    for (TrialRow& t : trials_)  // a restart: the rungs in flight when the sweep died are run again
+      if (t.state == "running") TERN_RETURN_IF_ERROR(Launch(&t));
+    while (true) {
+      TERN_RETURN_IF_ERROR(Reap());
+      const bool launched = Fill();
+      TERN_RETURN_IF_ERROR(status_);
+      if (running_.empty() && !launched) break;
+      if (!launched) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    const std::vector<AshaTrial> view = AshaView(trials_);
+    for (TrialRow& t : trials_) {
+      if (t.state != "waiting") continue;
+      t.state = "stopped";
+      if (t.reason.empty())
+        t.reason = AshaStopReason(view, t.id, o_.spec.asha.eta, rungs_[t.losses.size() - 1]);
+      TERN_RETURN_IF_ERROR(store_->Put(t));
+    }
+    return Status::Ok();
+  }
+
+  const std::vector<TrialRow>& trials() const { return trials_; }
+  const std::string& stopped() const { return stopped_; }
+
+ private:
+  void Print(const std::string& line) {
+    if (!o_.console) return;
+    std::fprintf(o_.console, "tern sweep: %s\n", line.c_str());
+    std::fflush(o_.console);
+  }
+
+  double Spent() const {
+    double s = 0;
+    for (const TrialRow& t : trials_) s += t.cost_usd;
+    return s;
+  }
+  // $ per step over everything trained so far (start-ups included); 0 = nothing measured yet.
+  double PerStep() const {
+    double usd = 0;
+    int steps = 0;
+    for (const TrialRow& t : trials_) usd += t.cost_usd, steps += t.steps;
+    return steps > 0 ? usd / steps : 0;
+  }
+  // The estimate of the steps still to run for the rungs in flight, and of `more` steps, fits the budget.
+  bool Affordable(int more, std::string* why) const {
+    if (o_.spec.budget_usd <= 0) return true;
+    const double per = PerStep();
+    int in_flight = 0;
+    for (const TrialRow& t : trials_)
+      if (t.state == "running") in_flight += std::max(0, rungs_[t.target_rung] - t.steps);
+    const double committed = Spent() + per * in_flight, next = per * more;
+    if (committed + next <= o_.spec.budget_usd && (per > 0 || committed < o_.spec.budget_usd)) return true;
+    *why = fmt::format("budget: the next rung (~${:.4f}) would exceed the ${:.4f} left of ${:.2f}", next,
+                       std::max(0.0, o_.spec.budget_usd - committed), o_.spec.budget_usd);
+    return false;
+  }
+
+  Status Launch(TrialRow* t) {
+    const int steps = rungs_[t->target_rung];
+    t->state = "running";
+    TERN_RETURN_IF_ERROR(store_->Put(*t));  // recorded before it starts: a restart runs it again
+    std::error_code ec;
+    fs::create_directories(fs::path(t->run_dir).parent_path(), ec);
+    TERN_ASSIGN_OR_RETURN(pid_t pid, Spawn(TrialArgs(o_, *t, steps), t->run_dir + ".log"));
+    running_[pid] = t->id;
+    Print(fmt::format("trial {} -> rung {} ({} steps)", t->id, t->target_rung, steps));
+    return Status::Ok();
+  }
+
+  // Records the rungs that finished.
+  Status Reap() {
+    for (auto it = running_.begin(); it != running_.end();) {
+      int wstatus = 0;
+      const pid_t r = waitpid(it->first, &wstatus, WNOHANG);
+      if (r == 0) {
+        ++it;
+        continue;
+      }
+      TrialRow& t = trials_[it->second];
+      it = running_.erase(it);
+      ReadCost(&t);
+      const int steps = rungs_[t.target_rung];
+      const bool ok = r > 0 && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+      Result<double> loss = ok ? LossAt(t.run_dir, steps) : Status::Internal("");
+      if (!ok || !loss.ok()) {
+        t.state = "failed";
+        t.reason = !ok ? fmt::format("tern run exited {} at rung {}: see {}.log",
+                                     WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1, t.target_rung, t.run_dir)
+                       : loss.status().message();
+      } else {
+        t.losses.push_back(*loss);
+        t.state = t.target_rung + 1 == static_cast<int>(rungs_.size()) ? "done" : "waiting";
+        if (t.state == "done") t.reason = "reached max_steps";
+      }
+      Print(fmt::format("trial {} rung {}: {} (${:.4f})", t.id, t.target_rung,
+                        t.state == "failed" ? t.reason : fmt::format("val loss {:.4f}", *loss), t.cost_usd));
+      TERN_RETURN_IF_ERROR(store_->Put(t));
+    }
+    return Status::Ok();
+  }
+
+  // Starts what ASHA and the budgets allow, up to `parallel` at a time; true when it started something.
+  bool Fill() {
+    bool launched = false;
+    while (static_cast<int>(running_.size()) < o_.spec.parallel) {
+      const std::vector<Promotion> promos =
+          AshaPromotions(AshaView(trials_), static_cast<int>(rungs_.size()), o_.spec.asha.eta);
+      std::string why;
+      if (!promos.empty()) {
+        TrialRow& t = trials_[promos[0].id];
+        if (!stopped_.empty() || !Affordable(rungs_[promos[0].to_rung] - t.steps, &why)) {
+          t.state = "stopped";
+          t.reason = stopped_.empty() ? why : stopped_;
+          if (stopped_.empty()) stopped_ = why;
+          status_ = store_->Put(t);
+          if (!status_.ok()) return launched;
+          continue;
+        }
+        t.target_rung = promos[0].to_rung;
+        status_ = Launch(&t);
+        if (!status_.ok()) return launched;
+        launched = true;
+        continue;
+      }
+      if (static_cast<int>(trials_.size()) >= TrialCount(o_.spec) || !stopped_.empty()) break;
+      if (!Affordable(rungs_[0], &why)) {
+        stopped_ = why;
+        Print("no more trials: " + why);
+        break;
+      }
+      TrialRow t;
+      t.id = static_cast<int>(trials_.size());
+      t.params = SampleTrial(o_.spec, t.id);
+      t.run_dir = fmt::format("{}/trials/{:03d}", o_.spec.dir, t.id);
+      trials_.push_back(t);
+      status_ = Launch(&trials_.back());
+      if (!status_.ok()) return launched;
+      launched = true;
+    }
+    return launched;
+  }
+
+  const SweepOptions& o_;
+  SweepStore* store_;
+  std::vector<int> rungs_;
+  std::vector<TrialRow> trials_;
+  std::map<pid_t, int> running_;  // pid -> trial id
+  std::string stopped_;
+  Status status_;
+};
+
+}  // namespace
+
+Result<std::vector<std::string>> CheckTrialConfigs(const SweepSpec& spec) {
+  int cosine = 0;
+  TrainConfig base;
+  TERN_RETURN_IF_ERROR(LoadTrainConfigFile(spec.base_config, &base));
+  for (int i = 0; i < TrialCount(spec); i++) {
+    TrainConfig cfg = base;
+    for (const std::string& kv : spec.overrides)
+      TERN_RETURN_IF_ERROR(ApplyOverride(kv, &cfg).WithContext("set"));
+    for (const auto& [k, v] : SampleTrial(spec, i))
+      TERN_RETURN_IF_ERROR(
+          ApplyOverride(k + "=" + v, &cfg).WithContext(fmt::format("space.{} (trial {})", k, i)));
+    cfg.steps = spec.asha.max_steps;
+    TERN_RETURN_IF_ERROR(cfg.Validate().WithContext(fmt::format("trial {}", i)));
+    cosine += cfg.schedule == LrScheduleKind::kCosine;
+  }
+  std::vector<std::string> warnings;
+  if (cosine > 0)
+    warnings.push_back(
+        fmt::format("{} trials use train.schedule: cosine, which decays over train.steps = the rung: each "
+                    "promotion stretches "
+                    "the schedule (docs/sweep.md); set train.schedule: constant for a sweep",
+                    cosine));
+  return warnings;
+}
+
+SweepResult Summarize(const SweepSpec& spec, std::vector<TrialRow> trials) {
+  SweepResult r;
+  r.rung_steps = RungSteps(spec.asha);
+  size_t top = 0;
+  for (const TrialRow& t : trials) {
+    r.spent_usd += t.cost_usd;
+    top = std::max(top, t.losses.size());
+  }
+  for (const TrialRow& t : trials) {
+    if (top == 0 || t.losses.size() != top) continue;
+    if (r.best < 0 || t.losses.back() < trials[r.best].losses.back()) r.best = t.id;
+  }
+  r.trials = std::move(trials);
+  return r;
+}
+
+Result<SweepResult> RunSweep(const SweepOptions& o) {
+  std::error_code ec;
+  fs::create_directories(o.spec.dir, ec);
+  if (ec)
+    return Status::IoError(fmt::format("cannot create the sweep directory {}: {}", o.spec.dir, ec.message()));
+  TERN_ASSIGN_OR_RETURN(auto store, SweepStore::Open(o.spec.dir + "/sweep.sqlite"));
+  TERN_ASSIGN_OR_RETURN(std::string recorded, store->Spec());
+  if (recorded.empty()) {
+    TERN_RETURN_IF_ERROR(store->SetSpec(o.spec_text));
+  } else if (recorded != o.spec_text) {
+    return Status::InvalidArgument(
+        fmt::format("{} holds a sweep started from another SWEEP.yaml; restore that file to resume it, or "
+                    "give another dir:",
+                    o.spec.dir));
+  }
+  TERN_ASSIGN_OR_RETURN(std::vector<TrialRow> trials, store->Trials());
+  if (!trials.empty()) {
+    int ended = 0;
+    for (const TrialRow& t : trials) ended += Ended(t);
+    if (o.console)
+      std::fprintf(o.console, "tern sweep: resuming %s: %zu trials recorded, %d ended\n", o.spec.dir.c_str(),
+                   trials.size(), ended);
+  }
+  Loop loop(o, store.get());
+  TERN_RETURN_IF_ERROR(loop.Run(std::move(trials)));
+  SweepResult r = Summarize(o.spec, loop.trials());
+  r.stopped = loop.stopped();
+  return r;
+}
+
+}  // namespace tern::sweep

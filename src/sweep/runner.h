@@ -1,0 +1,41 @@
+// The sweep's loop: trials as `tern run` jobs (the tern binary as a subprocess, so each trial's cost is in
+// its run directory's ledger at the instance's price), N at a time, rung by rung as ASHA decides, within the
+// budgets; every change recorded in DIR/sweep.sqlite, so a restarted sweep resumes (docs/sweep.md).
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "sweep/spec.h"
+#include "sweep/store.h"
+
+namespace tern::sweep {
+
+struct SweepOptions {
+  SweepSpec spec;
+  std::string spec_text;   // recorded; a restart with another spec is refused
+  std::string tern;        // the tern binary that runs the trials
+  FILE* console = stderr;  // one line per event; nullptr = quiet
+};
+
+struct SweepResult {
+  std::vector<TrialRow> trials;
+  std::vector<int> rung_steps;
+  double spent_usd = 0;
+  int best = -1;        // the id of the trial with the lowest loss at the highest rung any trial reached
+  std::string stopped;  // why the sweep launched no more (budget), "" when it ran every trial it could
+};
+
+// Runs (or resumes) the sweep to its end.
+[[nodiscard]] Result<SweepResult> RunSweep(const SweepOptions& o);
+
+// The result from the recorded state alone (for output after the sweep, or of one that is running).
+SweepResult Summarize(const SweepSpec& spec, std::vector<TrialRow> trials);
+
+// Checks every trial's overrides against the config registry (unknown keys, bad values) before anything runs;
+// the warnings say what will work but not as one may think (a cosine schedule stretched at each rung).
+[[nodiscard]] Result<std::vector<std::string>> CheckTrialConfigs(const SweepSpec& spec);
+
+}  // namespace tern::sweep
