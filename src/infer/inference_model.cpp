@@ -238,7 +238,7 @@ const float* InferenceModel::Forward(const ForwardBatch& batch) {
   };
   lap("upload");
   const size_t layer_bytes = opt_.num_blocks * KvBlockBytes(opt_.kv_dtype, C, cfg_.n_head, bs);
-  if (head_->bf16)
+  if (head_->bf16 && !backend_->capabilities().is_gpu)  // no bf16 embedding kernel on CUDA yet: the fp32 table
     backend_->EmbedTokensBF16(a.x, d_tokens, d_positions, head_->bf16, P("wpe"), N, C);
   else
     backend_->EmbedTokens(a.x, d_tokens, d_positions, P("wte"), P("wpe"), N, C);
