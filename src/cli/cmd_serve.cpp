@@ -20,8 +20,8 @@ namespace tern::cli {
 namespace {
 
 struct ServeCliOptions {
-  std::string model_path, host = "127.0.0.1", api_key, api_key_file, weights = "fp32", quantize, device = "cpu",
-                          kv_dtype = "auto";
+  std::string model_path, host = "127.0.0.1", api_key, api_key_file, weights = "fp32", quantize,
+                          device = "cpu", kv_dtype = "auto";
   std::string model_name, tokenizer;
   int port = 8080, max_batch = 32, max_batch_tokens = 256, max_queue = 64, max_seq_len = 0, threads = 0;
   int http_threads = 0, max_body_kb = 1024, timeout_s = 600;
@@ -148,9 +148,9 @@ int RunServe(const ServeCliOptions& o) {
       stderr,
       "tern serve: model %s (%s), weights %s %.1f MB on %s; KV cache %s, %d blocks x %d tokens (%.0f MB); "
       "max batch %d, context %d\n",
-      so.model_name.c_str(), weights->config.ToString().c_str(),
-      WeightsName(*quantize), m.weight_bytes() / 1048576.0,
-      (*backend)->name().c_str(), KvDtypeName(*kv_dtype), m.options().num_blocks, m.options().block_size,
+      so.model_name.c_str(), weights->config.ToString().c_str(), WeightsName(*quantize),
+      m.weight_bytes() / 1048576.0, (*backend)->name().c_str(), KvDtypeName(*kv_dtype),
+      m.options().num_blocks, m.options().block_size,
       m.options().num_blocks *
           InferenceModel::KvBytesPerBlock(weights->config, m.options().block_size, *kv_dtype) / 1048576.0,
       o.max_batch, e.max_seq_len());
@@ -223,10 +223,11 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
   sub->add_option("--kv-cache-mb", o->kv_cache_mb, "memory for the paged KV cache")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  auto* weights = sub->add_option("--weights", o->weights,
-                                  "matmul weights and the token table: fp32, bf16 (half the bytes, loss "
-                                  "within 0.1%) or int8 (a quarter, per-channel); docs/serving.md compares them")
-                       ->capture_default_str();
+  auto* weights =
+      sub->add_option("--weights", o->weights,
+                      "matmul weights and the token table: fp32, bf16 (half the bytes, loss "
+                      "within 0.1%) or int8 (a quarter, per-channel); docs/serving.md compares them")
+          ->capture_default_str();
   sub->add_option("--quantize", o->quantize, "the older name of --weights: none (= fp32) or int8")
       ->excludes(weights);
   sub->add_option("--kv-dtype", o->kv_dtype,

@@ -54,7 +54,8 @@ TEST(MatmulBF16Weights, FastMatchesReferenceOnOddShapesAndIsRowIndependent) {
     auto bias = Uniform(rng, OC);
     auto ref = MakeCpuReferenceBackend();
     auto fast = MakeCpuFastBackend();
-    const std::string what = "N=" + std::to_string(N) + " OC=" + std::to_string(OC) + " K=" + std::to_string(K);
+    const std::string what =
+        "N=" + std::to_string(N) + " OC=" + std::to_string(OC) + " K=" + std::to_string(K);
     auto want = RunBF16(*ref, x, w, bias, N, OC, K);
     auto got = RunBF16(*fast, x, w, bias, N, OC, K);
     ExpectClose(got, want, 1e-5, 2e-6, "fast bf16 weights vs reference " + what);
@@ -66,7 +67,8 @@ TEST(MatmulBF16Weights, FastMatchesReferenceOnOddShapesAndIsRowIndependent) {
     ExpectClose(got, ar.Out(out, static_cast<size_t>(N) * OC), 0.0, 4e-3, "bf16 vs fp32 weights " + what);
     // Row independence: each row alone gives bitwise the same outputs as in the batch.
     for (int n = 0; n < N; n++) {
-      std::vector<float> row(x.begin() + static_cast<size_t>(n) * K, x.begin() + static_cast<size_t>(n + 1) * K);
+      std::vector<float> row(x.begin() + static_cast<size_t>(n) * K,
+                             x.begin() + static_cast<size_t>(n + 1) * K);
       auto alone = RunBF16(*fast, row, w, bias, 1, OC, K);
       for (int o = 0; o < OC; o++)
         ASSERT_EQ(alone[o], got[static_cast<size_t>(n) * OC + o]) << what << " row " << n << " channel " << o;

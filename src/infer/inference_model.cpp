@@ -21,7 +21,8 @@ Result<Quantize> ParseQuantize(const std::string& name) {
   if (name == "none") return Quantize::kNone;
   if (name == "int8") return Quantize::kInt8;
   if (name == "bf16") return Quantize::kBF16;
-  return Status::InvalidArgument("unknown --quantize '" + name + "'; use none or int8 (or --weights fp32|bf16|int8)");
+  return Status::InvalidArgument("unknown --quantize '" + name +
+                                 "'; use none or int8 (or --weights fp32|bf16|int8)");
 }
 
 const char* QuantizeName(Quantize q) {
@@ -238,7 +239,7 @@ const float* InferenceModel::Forward(const ForwardBatch& batch) {
   };
   lap("upload");
   const size_t layer_bytes = opt_.num_blocks * KvBlockBytes(opt_.kv_dtype, C, cfg_.n_head, bs);
-  if (head_->bf16 && !backend_->capabilities().is_gpu)  // no bf16 embedding kernel on CUDA yet: the fp32 table
+  if (head_->bf16)
     backend_->EmbedTokensBF16(a.x, d_tokens, d_positions, head_->bf16, P("wpe"), N, C);
   else
     backend_->EmbedTokens(a.x, d_tokens, d_positions, P("wte"), P("wpe"), N, C);

@@ -104,7 +104,7 @@ class InferenceModel {
   int max_blocks_ = 0;
   size_t weight_bytes_ = 0;
   std::vector<ParamTensor> layout_;
-  DeviceBuffer params_;                     // all fp32 parameters
+  DeviceBuffer params_;                       // all fp32 parameters
   std::vector<DeviceBuffer> weight_buffers_;  // bf16 weights, or packed int8 weights and their scales
   std::vector<Linear> qkvw_, attprojw_, fcw_, fcprojw_;
   std::vector<LayerParams> layer_params_;

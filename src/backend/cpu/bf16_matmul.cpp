@@ -40,8 +40,8 @@ typedef float VF __attribute__((vector_size(kLanes * 4)));
 typedef uint32_t VU __attribute__((vector_size(kLanes * 4)));
 typedef uint16_t VH __attribute__((vector_size(kLanes * 2)));
 
-// acc + a * b. The file is compiled with -ffp-contract=off: left to contraction, GCC fused some tile shapes and
-// not others, and a row then came out differently alone and batched. So FMA is asked for explicitly.
+// acc + a * b. The file is compiled with -ffp-contract=off: left to contraction, GCC fused some tile shapes
+// and not others, and a row then came out differently alone and batched. So FMA is asked for explicitly.
 inline VF Fma(VF a, VF b, VF acc) {
 #if defined(__AVX512F__)
   return (VF)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)acc);
