@@ -440,9 +440,9 @@ int Quality(const std::string& run, const std::string& data, int windows) {
       "|---|---|---:|---:|---:|\n",
       w->config.ToString().c_str());
   for (size_t i = 0; i < loss.size(); i++)
-    std::printf("| %s | %s | %.5f | %+.5f (%+.3f%%) | %.3f |\n",
-                tern::WeightsName(variants[i].q), tern::KvDtypeName(variants[i].kv),
-                loss[i], loss[i] - loss[0], 100 * (loss[i] - loss[0]) / loss[0], std::exp(loss[i]));
+    std::printf("| %s | %s | %.5f | %+.5f (%+.3f%%) | %.3f |\n", tern::WeightsName(variants[i].q),
+                tern::KvDtypeName(variants[i].kv), loss[i], loss[i] - loss[0],
+                100 * (loss[i] - loss[0]) / loss[0], std::exp(loss[i]));
   return 0;
 }
 
