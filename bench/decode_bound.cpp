@@ -158,6 +158,7 @@ int main(int argc, char** argv) {
   app.add_option("--context", context, "tokens in each stream's cache first")->check(CLI::Range(1, 512));
   app.add_option("--stream-mb", stream_mb, "buffer of the bandwidth read")->check(CLI::Range(64, 65536));
   CLI11_PARSE(app, argc, argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it is measured
 
   const double bound = StreamRead(stream_mb);
   std::printf("# decode_bound, %d threads\n\nread bandwidth (STREAM-like sum of %zu MB): %.1f GB/s\n",
