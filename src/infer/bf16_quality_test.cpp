@@ -35,7 +35,7 @@ double ValLoss(Backend* be, const ModelWeights& w, Quantize q, const std::vector
   auto loader = DataLoader::Open(shards, 1, T, 0, false);
   EXPECT_TRUE(loader.ok()) << loader.status().ToString();
   if (!model.ok() || !loader.ok()) return 0;
-  const int windows = std::min<int>(64, static_cast<int>((*loader)->windows_per_epoch()));
+  const int windows = std::min<int>(32, static_cast<int>((*loader)->windows_per_epoch()));
   ForwardBatch b;
   for (int t = 0; t < T; t++) {
     b.positions.push_back(t);
@@ -72,10 +72,10 @@ TEST(Bf16Weights, ValidationLossOfATrainedModelIsWithinATenthOfAPercentOfFp32) {
   c.batch_size = 4;
   c.seq_len = 64;
   c.total_batch_tokens = 256;
-  c.steps = 60;
+  c.steps = 40;
   c.lr = 3e-3;
   c.warmup_steps = 5;
-  c.eval_every = 60;
+  c.eval_every = 40;
   c.eval_batches = 2;
   c.num_samples = 0;
   c.peak_gflops = 100;  // skip the probe
