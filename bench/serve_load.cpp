@@ -424,7 +424,8 @@ int Quality(const std::string& run, const std::string& data, int windows) {
   const Variant variants[] = {
       {tern::Quantize::kNone, tern::DType::kF32}, {tern::Quantize::kNone, tern::DType::kBF16},
       {tern::Quantize::kInt8, tern::DType::kF32}, {tern::Quantize::kInt8, tern::DType::kBF16},
-      {tern::Quantize::kNone, tern::DType::kI8},  {tern::Quantize::kInt8, tern::DType::kI8}};
+      {tern::Quantize::kNone, tern::DType::kI8},  {tern::Quantize::kInt8, tern::DType::kI8},
+      {tern::Quantize::kBF16, tern::DType::kBF16}};
   std::vector<double> loss;
   for (const Variant& v : variants) {
     auto l = ValLoss(be.get(), *w, v.q, v.kv, *shards, windows);
@@ -439,9 +440,9 @@ int Quality(const std::string& run, const std::string& data, int windows) {
       "|---|---|---:|---:|---:|\n",
       w->config.ToString().c_str());
   for (size_t i = 0; i < loss.size(); i++)
-    std::printf("| %s | %s | %.5f | %+.5f (%+.3f%%) | %.3f |\n",
-                variants[i].q == tern::Quantize::kInt8 ? "int8" : "fp32", tern::KvDtypeName(variants[i].kv),
-                loss[i], loss[i] - loss[0], 100 * (loss[i] - loss[0]) / loss[0], std::exp(loss[i]));
+    std::printf("| %s | %s | %.5f | %+.5f (%+.3f%%) | %.3f |\n", tern::WeightsName(variants[i].q),
+                tern::KvDtypeName(variants[i].kv), loss[i], loss[i] - loss[0],
+                100 * (loss[i] - loss[0]) / loss[0], std::exp(loss[i]));
   return 0;
 }
 
@@ -479,7 +480,7 @@ int main(int argc, char** argv) {
   int fwd_context = 64, fwd_steps = 20, fwd_ops = 5;
   auto* forward = app.add_subcommand("forward", "time the engine's decode forward alone (no HTTP), per op");
   forward->add_option("--run", fwd_run, "run directory")->required();
-  forward->add_option("--quantize", fwd_quantize, "none | int8")->capture_default_str();
+  forward->add_option("--quantize", fwd_quantize, "none | bf16 | int8 (the weights)")->capture_default_str();
   forward->add_option("--kv-dtype", fwd_kv, "auto | fp32 | bf16 | int8")->capture_default_str();
   forward->add_option("--rows", fwd_rows, "sequences per step")->delimiter(',')->capture_default_str();
   forward->add_option("--context", fwd_context, "tokens already in each sequence's cache")

@@ -62,6 +62,10 @@ namespace {
 void Backend::EmbedTokens(float*, const int32_t*, const int32_t*, const float*, const float*, int, int) {
   NotImplemented("EmbedTokens", *this);
 }
+void Backend::EmbedTokensBF16(float*, const int32_t*, const int32_t*, const uint16_t*, const float*, int,
+                              int) {
+  NotImplemented("EmbedTokensBF16", *this);
+}
 void Backend::KvCacheWrite(void*, void*, DType, const float*, const int32_t*, int, int, int, int) {
   NotImplemented("KvCacheWrite", *this);
 }

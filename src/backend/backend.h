@@ -187,6 +187,10 @@ class Backend {
   // out[N,C] = wte[tokens[n],:] + wpe[positions[n],:]
   virtual void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
                            const float* wpe, int N, int C);
+  // The same with a bf16 token table (serving with bf16 weights: the tied LM head's table): each element
+  // widened to fp32 exactly, then the one float add.
+  virtual void EmbedTokensBF16(float* out, const int32_t* tokens, const int32_t* positions,
+                               const uint16_t* wte, const float* wpe, int N, int C);
   // Copies the k and v parts of qkv[N,3C] into the cache, row n at slots[n] = block * bs + offset.
   virtual void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv,
                             const int32_t* slots, int N, int C, int NH, int bs);

@@ -90,6 +90,10 @@ class ForwardingBackend : public Backend {
                    const float* wpe, int N, int C) override {
     inner_->EmbedTokens(out, tokens, positions, wte, wpe, N, C);
   }
+  void EmbedTokensBF16(float* out, const int32_t* tokens, const int32_t* positions, const uint16_t* wte,
+                       const float* wpe, int N, int C) override {
+    inner_->EmbedTokensBF16(out, tokens, positions, wte, wpe, N, C);
+  }
   void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots,
                     int N, int C, int NH, int bs) override {
     inner_->KvCacheWrite(k_cache, v_cache, kv_dtype, qkv, slots, N, C, NH, bs);

@@ -20,7 +20,7 @@ namespace tern::cli {
 namespace {
 
 struct EvalCmdOptions {
-  std::string model, data, split = "val", prompts, device = "cpu", quantize = "none";
+  std::string model, data, split = "val", prompts, device = "cpu", weights = "fp32", quantize;
   int seq_len = 0;
   int64_t windows = -1;  // -1: the run's eval windows, else all
   bool json = false;
@@ -64,7 +64,7 @@ int RunEval(EvalCmdOptions o) {
   if (!shards.ok()) return Fail(shards.status().WithContext("--data " + o.data + " --split " + o.split));
   auto backend = MakeBackend(o.device);
   if (!backend.ok()) return Fail(backend.status());
-  auto quantize = ParseQuantize(o.quantize);
+  auto quantize = o.quantize.empty() ? ParseWeights(o.weights) : ParseQuantize(o.quantize);
   if (!quantize.ok()) return Fail(quantize.status());
   EvalOptions eo;
   eo.seq_len = o.seq_len;
@@ -94,7 +94,7 @@ int RunEval(EvalCmdOptions o) {
                         {"tokens", r->tokens},
                         {"loss", r->loss},
                         {"perplexity", r->perplexity()},
-                        {"weights", QuantizeName(*quantize)}};
+                        {"weights", WeightsName(*quantize)}};
     j["prompts"] = nlohmann::json::array();
     for (const auto& s : scores)
       j["prompts"].push_back(
@@ -121,8 +121,8 @@ void AddEvalCommand(CLI::App& root, CommandTable& table) {
       "last "
       "val_loss\n"
       "  tern eval runs/demo --data data/other --windows 0 --prompts prompts.txt --json\n"
-      "The forward is the server's (infer/), with the weights it would serve: --quantize int8 measures what "
-      "int8 costs in quality.");
+      "The forward is the server's (infer/), with the weights it would serve: --weights bf16|int8 measures what "
+      "they cost in quality.");
   sub->add_option("model", o->model, "run directory written by `tern train`, a checkpoint, or models:/NAME@ALIAS")->required();
   sub->add_option("--data", o->data, "directory written by `tern prepare` (default: the run's data)");
   sub->add_option("--split", o->split, "shards to read: SPLIT_*.bin (val or train)");
@@ -133,7 +133,9 @@ void AddEvalCommand(CLI::App& root, CommandTable& table) {
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--prompts", o->prompts, "text file, one prompt per line: each one's log-probability");
   sub->add_option("--device", o->device, "cpu | cpu-ref | cuda | auto");
-  sub->add_option("--quantize", o->quantize, "none | int8 (the weights tern serve would use)");
+  auto* weights =
+      sub->add_option("--weights", o->weights, "fp32 | bf16 | int8 matmul weights, as tern serve would use them");
+  sub->add_option("--quantize", o->quantize, "the older name of --weights: none (= fp32) | int8")->excludes(weights);
   sub->add_flag("--json", o->json, "print JSON (loss, perplexity, windows, prompts)");
   table.Add(sub, [o] { return RunEval(*o); });
 }

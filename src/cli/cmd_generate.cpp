@@ -15,7 +15,7 @@ namespace tern::cli {
 namespace {
 
 struct GenerateOptions {
-  std::string run_dir, prompt, device = "cpu", quantize = "none";
+  std::string run_dir, prompt, device = "cpu", weights = "fp32", quantize;
   int max_tokens = 128, top_k = 40, num_samples = 1;
   float temperature = 0.8f, top_p = 1.0f;
   uint64_t seed = 1;
@@ -36,7 +36,7 @@ int RunGenerate(const GenerateOptions& o) {
   if (!tok.ok()) return Fail(tok.status());
   auto backend = MakeBackend(o.device);
   if (!backend.ok()) return Fail(backend.status());
-  auto quantize = ParseQuantize(o.quantize);
+  auto quantize = o.quantize.empty() ? ParseWeights(o.weights) : ParseQuantize(o.quantize);
   if (!quantize.ok()) return Fail(quantize.status());
   const GptConfig& cfg = weights->config;
   std::vector<int32_t> prompt = tok->Encode(o.prompt);
@@ -108,7 +108,10 @@ void AddGenerateCommand(CLI::App& root, CommandTable& table) {
   sub->add_option("--samples", o->num_samples, "number of samples (generated as one batch)")
       ->check(CLI::Range(1, kMaxChoices));
   sub->add_option("--device", o->device, "cpu | cpu-ref | cuda | auto");
-  sub->add_option("--quantize", o->quantize, "none | int8 (int8 matmul weights, as tern serve)");
+  auto* weights = sub->add_option("--weights", o->weights, "fp32 | bf16 | int8 matmul weights, as tern serve")
+                      ->capture_default_str();
+  sub->add_option("--quantize", o->quantize, "the older name of --weights: none (= fp32) | int8")
+      ->excludes(weights);
   table.Add(sub, [o] { return RunGenerate(*o); });
 }
 

@@ -21,8 +21,8 @@ namespace tern::cli {
 namespace {
 
 struct ServeCliOptions {
-  std::string model_path, host = "127.0.0.1", api_key, api_key_file, quantize = "none", device = "cpu",
-                          kv_dtype = "auto";
+  std::string model_path, host = "127.0.0.1", api_key, api_key_file, weights = "fp32", quantize,
+                          device = "cpu", kv_dtype = "auto";
   std::string model_name, tokenizer;
   std::string api_keys_file, usage_log, usage_file;  // usage and cost per project (serve/usage.h)
   int port = 8080, max_batch = 32, max_batch_tokens = 256, max_queue = 64, max_seq_len = 0, threads = 0;
@@ -86,7 +86,7 @@ int RunServe(const ServeCliOptions& o) {
   PreferShortOpenMpSpinning();
   auto key = ApiKey(o);
   if (!key.ok()) return Fail(key.status());
-  auto quantize = ParseQuantize(o.quantize);
+  auto quantize = o.quantize.empty() ? ParseWeights(o.weights) : ParseQuantize(o.quantize);
   if (!quantize.ok()) return Fail(quantize.status());
   auto kv_dtype = ParseKvDtype(o.kv_dtype, *quantize);
   if (!kv_dtype.ok()) return Fail(kv_dtype.status());
@@ -160,9 +160,9 @@ int RunServe(const ServeCliOptions& o) {
       stderr,
       "tern serve: model %s (%s), weights %s %.1f MB on %s; KV cache %s, %d blocks x %d tokens (%.0f MB); "
       "max batch %d, context %d\n",
-      so.model_name.c_str(), weights->config.ToString().c_str(),
-      *quantize == Quantize::kInt8 ? "int8" : "fp32", m.weight_bytes() / 1048576.0,
-      (*backend)->name().c_str(), KvDtypeName(*kv_dtype), m.options().num_blocks, m.options().block_size,
+      so.model_name.c_str(), weights->config.ToString().c_str(), WeightsName(*quantize),
+      m.weight_bytes() / 1048576.0, (*backend)->name().c_str(), KvDtypeName(*kv_dtype),
+      m.options().num_blocks, m.options().block_size,
       m.options().num_blocks *
           InferenceModel::KvBytesPerBlock(weights->config, m.options().block_size, *kv_dtype) / 1048576.0,
       o.max_batch, e.max_seq_len());
@@ -210,7 +210,7 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
   auto o = std::make_shared<ServeCliOptions>();
   auto* sub = root.add_subcommand("serve", "Serve a trained model over an OpenAI-compatible HTTP API");
   sub->footer(
-      "\nExample:\n  tern serve runs/demo --port 8080 --api-key-file key.txt --quantize int8\n"
+      "\nExample:\n  tern serve runs/demo --port 8080 --api-key-file key.txt --weights bf16\n"
       "  curl -s localhost:8080/v1/completions -H \"Authorization: Bearer $(cat key.txt)\" \\\n"
       "       -d '{\"prompt\": \"And God said\", \"max_tokens\": 40}'\n"
       "Endpoints, limits, metrics and tuning: docs/serving.md.");
@@ -253,12 +253,17 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
   sub->add_option("--kv-cache-mb", o->kv_cache_mb, "memory for the paged KV cache")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  sub->add_option("--quantize", o->quantize, "matmul weights: none (fp32) or int8 (per-channel, VNNI)")
-      ->capture_default_str();
+  auto* weights =
+      sub->add_option("--weights", o->weights,
+                      "matmul weights and the token table: fp32, bf16 (half the bytes, loss "
+                      "within 0.1%) or int8 (a quarter, per-channel); docs/serving.md compares them")
+          ->capture_default_str();
+  sub->add_option("--quantize", o->quantize, "the older name of --weights: none (= fp32) or int8")
+      ->excludes(weights);
   sub->add_option("--kv-dtype", o->kv_dtype,
                   "KV cache elements: fp32, bf16 (half the memory per token), int8 (about a quarter; CPU "
                   "only) or auto "
-                  "(bf16 with int8 weights)")
+                  "(bf16 with bf16 or int8 weights)")
       ->capture_default_str();
   sub->add_option("--threads", o->threads, "compute threads (0 = OMP_NUM_THREADS or all cores)")
       ->check(CLI::NonNegativeNumber);

@@ -100,7 +100,8 @@ TEST_F(EngineTest, LogitsMatchTheTrainingModel) {
 
 TEST_F(EngineTest, GreedyIsTheSameAloneOrBatchedWithSevenOthers) {
   for (auto [q, kv] : {std::pair{Quantize::kNone, DType::kF32}, std::pair{Quantize::kNone, DType::kBF16},
-                       std::pair{Quantize::kInt8, DType::kBF16}, std::pair{Quantize::kInt8, DType::kI8}}) {
+                       std::pair{Quantize::kBF16, DType::kBF16}, std::pair{Quantize::kInt8, DType::kBF16},
+                       std::pair{Quantize::kInt8, DType::kI8}}) {
     auto be = MakeCpuFastBackend();
     std::vector<GenerationRequest> reqs;
     for (int i = 0; i < 8; i++) reqs.push_back(Greedy(Prompt(3 + 11 * i, i), 20 + 3 * i));

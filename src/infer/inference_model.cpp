@@ -5,22 +5,36 @@
 #include <chrono>
 #include <cstring>
 
+#include "backend/bf16.h"
 #include "infer/quantize.h"
 
 namespace tern {
 
+Result<Quantize> ParseWeights(const std::string& name) {
+  if (name == "fp32") return Quantize::kNone;
+  if (name == "bf16") return Quantize::kBF16;
+  if (name == "int8") return Quantize::kInt8;
+  return Status::InvalidArgument("unknown --weights '" + name + "'; use fp32, bf16 or int8");
+}
+
 Result<Quantize> ParseQuantize(const std::string& name) {
   if (name == "none") return Quantize::kNone;
   if (name == "int8") return Quantize::kInt8;
-  return Status::InvalidArgument("unknown --quantize '" + name + "'; use none or int8");
+  if (name == "bf16") return Quantize::kBF16;
+  return Status::InvalidArgument("unknown --quantize '" + name +
+                                 "'; use none or int8 (or --weights fp32|bf16|int8)");
 }
 
 const char* QuantizeName(Quantize q) {
-  return q == Quantize::kInt8 ? "int8" : "none";
+  return q == Quantize::kInt8 ? "int8" : q == Quantize::kBF16 ? "bf16" : "none";
+}
+
+const char* WeightsName(Quantize q) {
+  return q == Quantize::kNone ? "fp32" : QuantizeName(q);
 }
 
 Result<DType> ParseKvDtype(const std::string& name, Quantize weights) {
-  if (name == "auto") return weights == Quantize::kInt8 ? DType::kBF16 : DType::kF32;
+  if (name == "auto") return weights == Quantize::kNone ? DType::kF32 : DType::kBF16;
   if (name == "fp32") return DType::kF32;
   if (name == "bf16") return DType::kBF16;
   if (name == "int8") return DType::kI8;
@@ -118,7 +132,8 @@ void InferenceModel::Init(const std::vector<float>& params) {
   params_ = DeviceBuffer(backend_, params.size() * sizeof(float));
   backend_->Upload(params_.data(), params.data(), params.size() * sizeof(float));
 
-  // Matmul weights: [OC, K] slices of the stacked per-layer tensors, quantised on the host if asked.
+  // Matmul weights: [OC, K] slices of the stacked per-layer tensors, rounded to bf16 or quantised on the host
+  // if asked.
   weight_bytes_ = 0;
   auto make = [&](const char* name, int layer, int OC, int K) {
     Linear w;
@@ -131,17 +146,26 @@ void InferenceModel::Init(const std::vector<float>& params) {
     size_t host_off = 0;
     for (const auto& t : layout_)
       if (t.name == name) host_off = t.offset + (name == std::string("wte") ? 0 : layer * (t.numel / L));
+    if (opt_.quantize == Quantize::kBF16) {
+      std::vector<uint16_t> h(n);
+      for (size_t i = 0; i < n; i++) h[i] = F32ToBF16(params[host_off + i]);
+      weight_buffers_.emplace_back(backend_, n * sizeof(uint16_t));
+      backend_->Upload(weight_buffers_.back().data(), h.data(), n * sizeof(uint16_t));
+      w.bf16 = weight_buffers_.back().as<uint16_t>();
+      weight_bytes_ += n * sizeof(uint16_t);
+      return w;
+    }
     Int8Matrix q = QuantizeInt8(params.data() + host_off, OC, K);
-    int8_buffers_.emplace_back(backend_, q.packed.size());
-    backend_->Upload(int8_buffers_.back().data(), q.packed.data(), q.packed.size());
-    w.q = int8_buffers_.back().as<int8_t>();
-    int8_buffers_.emplace_back(backend_, q.scale.size() * sizeof(float));
-    backend_->Upload(int8_buffers_.back().data(), q.scale.data(), q.scale.size() * sizeof(float));
-    w.scale = int8_buffers_.back().as<float>();
+    weight_buffers_.emplace_back(backend_, q.packed.size());
+    backend_->Upload(weight_buffers_.back().data(), q.packed.data(), q.packed.size());
+    w.q = weight_buffers_.back().as<int8_t>();
+    weight_buffers_.emplace_back(backend_, q.scale.size() * sizeof(float));
+    backend_->Upload(weight_buffers_.back().data(), q.scale.data(), q.scale.size() * sizeof(float));
+    w.scale = weight_buffers_.back().as<float>();
     weight_bytes_ += q.packed.size() + q.scale.size() * sizeof(float);
     return w;
   };
-  int8_buffers_.reserve(2 * (4 * L + 1));  // no reallocation: Linear keeps raw pointers into them
+  weight_buffers_.reserve(2 * (4 * L + 1));  // no reallocation: Linear keeps raw pointers into them
   for (int l = 0; l < L; l++) {
     qkvw_.push_back(make("qkvw", l, 3 * C, C));
     attprojw_.push_back(make("attprojw", l, C, C));
@@ -176,6 +200,11 @@ void InferenceModel::RunLinear(float* out, const float* inp, const Linear& w, co
                                int OC, int K) {
   if (w.q) {
     backend_->MatmulInt8(out, inp, w.q, w.scale, bias, N, OC, K);
+  } else if (w.bf16) {
+    // CPU: bf16 weights widened in registers, fp32 activations and sums (cpu/bf16_matmul.cpp). GPU: bf16 x
+    // bf16 on the tensor cores (cuBLASLt casts the activations).
+    const Compute compute = backend_->capabilities().is_gpu ? Compute::kBF16 : Compute::kF32;
+    backend_->Matmul(out, F32(inp), BF16(w.bf16), bias, N, OC, K, false, true, 0.0f, compute);
   } else {
     backend_->Matmul(out, F32(inp), F32(w.f32), bias, N, OC, K, false, true, 0.0f, Compute::kF32);
   }
@@ -210,7 +239,10 @@ const float* InferenceModel::Forward(const ForwardBatch& batch) {
   };
   lap("upload");
   const size_t layer_bytes = opt_.num_blocks * KvBlockBytes(opt_.kv_dtype, C, cfg_.n_head, bs);
-  backend_->EmbedTokens(a.x, d_tokens, d_positions, P("wte"), P("wpe"), N, C);
+  if (head_->bf16)
+    backend_->EmbedTokensBF16(a.x, d_tokens, d_positions, head_->bf16, P("wpe"), N, C);
+  else
+    backend_->EmbedTokens(a.x, d_tokens, d_positions, P("wte"), P("wpe"), N, C);
   lap("embed");
   for (int l = 0; l < L; l++) {
     const LayerParams& p = layer_params_[l];

@@ -53,9 +53,11 @@ class CpuFastBackend : public CpuReferenceBackend {
              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) override;
   void CastF32ToBF16(uint16_t* dst, const float* src, size_t n) override;
 
-  // Inference ops (infer/): fast_paged_attention.cpp and int8_matmul.cpp.
+  // Inference ops (infer/): fast_paged_attention.cpp, int8_matmul.cpp and bf16_matmul.cpp.
   void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
                    const float* wpe, int N, int C) override;
+  void EmbedTokensBF16(float* out, const int32_t* tokens, const int32_t* positions, const uint16_t* wte,
+                       const float* wpe, int N, int C) override;
   void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots,
                     int N, int C, int NH, int bs) override;
   void PagedAttentionForward(float* out, const float* qkv, const void* k_cache, const void* v_cache,
@@ -63,6 +65,10 @@ class CpuFastBackend : public CpuReferenceBackend {
                              int max_blocks, int N, int C, int NH, int bs) override;
   void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias,
                   int N, int OC, int K) override;
+
+  // c[M,N] = a[M,K] * w[N,K]^T + bias with bf16 weights, fp32 activations and fp32 sums (bf16_matmul.cpp):
+  // what Matmul runs for F32(a) x BF16(w) with trans_b, beta 0 and Compute::kF32. Public for the benchmark.
+  void MatmulBF16Weights(float* c, const float* a, const uint16_t* w, const float* bias, int M, int N, int K);
 
   // The oneDNN matmul (for tests and benchmarks: implementation names, cache size).
   DnnlMatmul& dnnl() { return *dnnl_; }

@@ -289,6 +289,18 @@ void CpuFastBackend::EmbedTokens(float* out, const int32_t* tokens, const int32_
   }
 }
 
+void CpuFastBackend::EmbedTokensBF16(float* out, const int32_t* tokens, const int32_t* positions,
+                                     const uint16_t* wte, const float* wpe, int N, int C) {
+#pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * C >= kParallelMin)
+  for (int n = 0; n < N; n++) {
+    float* __restrict o = out + static_cast<size_t>(n) * C;
+    const uint16_t* __restrict e = wte + static_cast<size_t>(tokens[n]) * C;
+    const float* __restrict p = wpe + static_cast<size_t>(positions[n]) * C;
+#pragma omp simd
+    for (int i = 0; i < C; i++) o[i] = fast::FromBF16(e[i]) + p[i];
+  }
+}
+
 void CpuFastBackend::KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv,
                                   const int32_t* slots, int N, int C, int NH, int bs) {
   const KvLayout kv(kv_dtype, C, NH, bs);

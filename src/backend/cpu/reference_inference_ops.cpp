@@ -83,6 +83,16 @@ void CpuReferenceBackend::EmbedTokens(float* out, const int32_t* tokens, const i
   }
 }
 
+void CpuReferenceBackend::EmbedTokensBF16(float* out, const int32_t* tokens, const int32_t* positions,
+                                          const uint16_t* wte, const float* wpe, int N, int C) {
+  for (int n = 0; n < N; n++) {
+    const uint16_t* e = wte + static_cast<size_t>(tokens[n]) * C;
+    const float* p = wpe + static_cast<size_t>(positions[n]) * C;
+    float* o = out + static_cast<size_t>(n) * C;
+    for (int i = 0; i < C; i++) o[i] = BF16ToF32(e[i]) + p[i];
+  }
+}
+
 void CpuReferenceBackend::KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv,
                                        const int32_t* slots, int N, int C, int NH, int bs) {
   const int hs = C / NH;

@@ -40,6 +40,8 @@ class CpuReferenceBackend : public CpuMemoryBackend {
   // Inference ops (infer/), in reference_inference_ops.cpp.
   void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
                    const float* wpe, int N, int C) override;
+  void EmbedTokensBF16(float* out, const int32_t* tokens, const int32_t* positions, const uint16_t* wte,
+                       const float* wpe, int N, int C) override;
   void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots,
                     int N, int C, int NH, int bs) override;
   void PagedAttentionForward(float* out, const float* qkv, const void* k_cache, const void* v_cache,

@@ -107,10 +107,12 @@ class CudaBackend : public Backend {
              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) override;
   void CastF32ToBF16(uint16_t* dst, const float* src, size_t n) override;
 
-  // Inference ops (infer/): EmbedTokens in encoder.cu, KvCacheWrite and PagedAttentionForward in
-  // paged_attention.cu, MatmulInt8 in matmul_int8.cu.
+  // Inference ops (infer/): EmbedTokens and EmbedTokensBF16 in encoder.cu, KvCacheWrite and
+  // PagedAttentionForward in paged_attention.cu, MatmulInt8 in matmul_int8.cu.
   void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
                    const float* wpe, int N, int C) override;
+  void EmbedTokensBF16(float* out, const int32_t* tokens, const int32_t* positions, const uint16_t* wte,
+                       const float* wpe, int N, int C) override;
   void KvCacheWrite(void* k_cache, void* v_cache, DType kv_dtype, const float* qkv, const int32_t* slots,
                     int N, int C, int NH, int bs) override;
   void PagedAttentionForward(float* out, const float* qkv, const void* k_cache, const void* v_cache,

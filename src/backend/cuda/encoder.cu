@@ -41,6 +41,19 @@ __global__ void EmbedTokensKernel(float* __restrict__ out, const int32_t* __rest
   }
 }
 
+// The same with a bf16 token table (serving with bf16 weights): widened exactly, then the one float add.
+__global__ void EmbedTokensBF16Kernel(float* __restrict__ out, const int32_t* __restrict__ tokens,
+                                      const int32_t* __restrict__ positions, const uint16_t* __restrict__ wte,
+                                      const float* __restrict__ wpe, int N, int C) {
+  const size_t n = static_cast<size_t>(N) * C;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const size_t row = i / C;
+    const int c = static_cast<int>(i % C);
+    out[i] = FromBF16Bits(wte[static_cast<size_t>(tokens[row]) * C + c]) +
+             wpe[static_cast<size_t>(positions[row]) * C + c];
+  }
+}
+
 __global__ void WpeBackwardKernel(float* __restrict__ dwpe, const float* __restrict__ dout, int B, int T,
                                   int C) {
   const size_t n = static_cast<size_t>(T) * C;
@@ -79,6 +92,15 @@ void CudaBackend::EmbedTokens(float* out, const int32_t* tokens, const int32_t* 
   const size_t n = static_cast<size_t>(N) * C;
   if (n == 0) return;
   cuda::EmbedTokensKernel<<<cuda::GridFor(n, 256), 256, 0, stream_>>>(out, tokens, positions, wte, wpe, N, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::EmbedTokensBF16(float* out, const int32_t* tokens, const int32_t* positions,
+                                  const uint16_t* wte, const float* wpe, int N, int C) {
+  const size_t n = static_cast<size_t>(N) * C;
+  if (n == 0) return;
+  cuda::EmbedTokensBF16Kernel<<<cuda::GridFor(n, 256), 256, 0, stream_>>>(out, tokens, positions, wte, wpe, N,
+                                                                          C);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,0 +1,198 @@
+// decode_bound: how close one-stream decode gets to the machine's memory bandwidth, per weight format.
+//
+//   decode_bound [--steps 16] [--context 64] [--stream-mb 1024]
+//
+// 1. The bound: a STREAM-like read (sum of a buffer far larger than the caches) on the same OpenMP threads.
+// 2. The bf16-weight matmul on GPT-2's decode shapes (1 and 16 rows): tern's kernel (cpu/bf16_matmul.cpp)
+//    against oneDNN's bf16 x bf16 (when this CPU has one) and oneDNN fp32 on weights widened beforehand.
+// 3. GPT-2 124M (random init) decode with fp32, bf16 and int8 weights: tokens/s at one stream, the weight
+//    bytes one token reads, the achieved GB/s and its ratio to the bound; then 16 streams vs 1.
+// Every figure is a ratio against a baseline measured in the same process; on a shared machine they move.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "backend/bf16.h"
+#include "backend/cpu/dnnl_matmul.h"
+#include "backend/cpu/fast_ops.h"
+#include "infer/inference_model.h"
+#include "model/init.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Best of 5 passes summing `mb` MB of floats, in GB/s.
+double StreamRead(size_t mb) {
+  const size_t n = mb * 1048576 / sizeof(float);
+  std::vector<float> buf(n);
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) buf[i] = static_cast<float>(i & 7);
+  double best = 0, sink = 0;
+  for (int rep = 0; rep < 5; rep++) {
+    const auto t0 = Clock::now();
+    double sum = 0;
+#pragma omp parallel for schedule(static) reduction(+ : sum)
+    for (size_t i = 0; i < n; i += 16) {
+      float s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int j = 0; j < 16; j++) s += buf[i + j];
+      sum += s;
+    }
+    sink += sum;
+    best = std::max(best, n * sizeof(float) / Seconds(t0) / 1e9);
+  }
+  if (sink < 0) std::printf("%f", sink);  // keep the sums
+  return best;
+}
+
+template <typename F>
+double BestUs(F&& f, int reps = 20) {
+  f();
+  double best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    const auto t0 = Clock::now();
+    f();
+    best = std::min(best, Seconds(t0) * 1e6);
+  }
+  return best;
+}
+
+void MatmulCompare(tern::CpuFastBackend& be) {
+  std::printf("\n## bf16-weight matmul, decode shapes (best of 20, us)\n\n");
+  std::printf("| rows x OC x K | tern kernel | oneDNN bf16 x bf16 | oneDNN fp32 (pre-widened) |\n");
+  std::printf("|---|---:|---:|---:|\n");
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto [OC, K] : {std::pair{3072, 768}, std::pair{768, 3072}, std::pair{50257, 768}}) {
+    std::vector<float> w32(static_cast<size_t>(OC) * K);
+    for (auto& x : w32) x = tern::RoundToBF16(u(rng));
+    std::vector<uint16_t> w(w32.size());
+    for (size_t i = 0; i < w.size(); i++) w[i] = tern::F32ToBF16(w32[i]);
+    for (int M : {1, 16}) {
+      std::vector<float> a(static_cast<size_t>(M) * K), c(static_cast<size_t>(M) * OC);
+      for (auto& x : a) x = u(rng);
+      std::vector<uint16_t> a16(a.size());
+      for (size_t i = 0; i < a.size(); i++) a16[i] = tern::F32ToBF16(a[i]);
+      const double own =
+          BestUs([&] { be.MatmulBF16Weights(c.data(), a.data(), w.data(), nullptr, M, OC, K); });
+      const std::string impl = be.dnnl().ImplName(tern::DType::kBF16, false, M, OC, K, false, true, 0.0f);
+      std::string bf = "none (" + std::string(impl.empty() ? "no bf16 kernel on this CPU" : impl) + ")";
+      if (!impl.empty()) {
+        const double t = BestUs([&] {
+          (void)be.dnnl().Run(c.data(), a16.data(), w.data(), tern::DType::kBF16, nullptr, M, OC, K, false,
+                              true, 0.0f);
+        });
+        bf = fmt::format("{:.0f} ({})", t, impl);
+      }
+      const double f32 = BestUs([&] {
+        (void)be.dnnl().Run(c.data(), a.data(), w32.data(), tern::DType::kF32, nullptr, M, OC, K, false, true,
+                            0.0f);
+      });
+      std::printf("| %d x %d x %d | %.0f | %s | %.0f |\n", M, OC, K, own, bf.c_str(), f32);
+    }
+  }
+}
+
+// Tokens/s of `S` streams decoding `steps` tokens after `context` tokens each.
+double DecodeRate(tern::InferenceModel& m, int S, int context, int steps, int per_seq) {
+  const int bs = m.options().block_size;
+  std::mt19937_64 rng(1);
+  auto table = [&](int s) {
+    std::vector<int32_t> t(m.max_blocks_per_seq(), 0);
+    for (int b = 0; b < per_seq; b++) t[b] = s * per_seq + b;
+    return t;
+  };
+  for (int s = 0; s < S; s++) {
+    tern::ForwardBatch b;
+    for (int p = 0; p < context; p++) {
+      b.tokens.push_back(3 + static_cast<int32_t>(rng() % 256));
+      b.positions.push_back(p);
+      b.slots.push_back(table(s)[p / bs] * bs + p % bs);
+    }
+    b.seqs = {0, context, context};
+    b.block_tables = table(s);
+    b.logit_rows = {context - 1};
+    m.Forward(b);
+  }
+  double rate = 0;
+  for (int round = 0; round < 2; round++) {  // round 0 warms up
+    const auto t0 = Clock::now();
+    for (int step = 0; step < steps; step++) {
+      tern::ForwardBatch b;
+      for (int s = 0; s < S; s++) {
+        const int p = context + step + round * steps;
+        b.tokens.push_back(3 + static_cast<int32_t>(rng() % 256));
+        b.positions.push_back(p);
+        b.slots.push_back(table(s)[p / bs] * bs + p % bs);
+        b.seqs.insert(b.seqs.end(), {s, 1, p + 1});
+        const auto t = table(s);
+        b.block_tables.insert(b.block_tables.end(), t.begin(), t.end());
+        b.logit_rows.push_back(s);
+      }
+      m.Forward(b);
+    }
+    rate = static_cast<double>(S) * steps / Seconds(t0);
+  }
+  return rate;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"decode_bound: one-stream decode against the measured memory bandwidth"};
+  int steps = 16, context = 64;
+  size_t stream_mb = 1024;
+  app.add_option("--steps", steps, "timed decode steps per measurement")->check(CLI::Range(1, 256));
+  app.add_option("--context", context, "tokens in each stream's cache first")->check(CLI::Range(1, 512));
+  app.add_option("--stream-mb", stream_mb, "buffer of the bandwidth read")->check(CLI::Range(64, 65536));
+  CLI11_PARSE(app, argc, argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it is measured
+
+  const double bound = StreamRead(stream_mb);
+  std::printf("# decode_bound, %d threads\n\nread bandwidth (STREAM-like sum of %zu MB): %.1f GB/s\n",
+              omp_get_max_threads(), stream_mb, bound);
+  tern::CpuFastBackend be;
+  MatmulCompare(be);
+
+  const tern::GptConfig cfg{12, 12, 768, 50257, 1024};
+  const std::vector<float> params = tern::GptInitialWeights(cfg, 1);
+  std::printf("\n## %s decode, context %d, %d steps\n\n", cfg.ToString().c_str(), context, steps);
+  std::printf(
+      "| weights | MB read per token | tok/s, 1 stream | GB/s | of the bound | tok/s, 16 streams | 16 vs 1 "
+      "|\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
+  for (tern::Quantize q : {tern::Quantize::kNone, tern::Quantize::kBF16, tern::Quantize::kInt8}) {
+    const int bs = 16, S = 16, per_seq = (context + 2 * steps + bs - 1) / bs;
+    tern::InferenceModelOptions mo;
+    mo.quantize = q;
+    mo.kv_dtype = tern::ParseKvDtype("auto", q).value();
+    mo.block_size = bs;
+    mo.num_blocks = S * per_seq;
+    mo.max_rows = std::max(S, context);
+    mo.max_seqs = S;
+    auto m = tern::InferenceModel::Create(&be, cfg, params, mo);
+    if (!m.ok()) {
+      std::fprintf(stderr, "decode_bound: %s\n", m.status().message().c_str());
+      return 1;
+    }
+    const double one = DecodeRate(**m, 1, context, steps, per_seq);
+    const double many = DecodeRate(**m, S, context, steps, per_seq);
+    const double bytes = static_cast<double>((*m)->weight_bytes());
+    const double gbs = bytes * one / 1e9;
+    std::printf("| %s | %.0f | %.1f | %.1f | %.0f%% | %.1f | %.1fx |\n", tern::WeightsName(q), bytes / 1e6,
+                one, gbs, 100 * gbs / bound, many, many / one);
+  }
+  return 0;
+}

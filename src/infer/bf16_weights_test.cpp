@@ -1,0 +1,125 @@
+// bf16 weights (--weights bf16): the fast CPU matmul of fp32 activations by bf16 weights against the
+// reference on odd shapes, row independence, the bf16 token embedding, and the option parsing.
+//
+// Bounds: fast vs reference (the same bf16 weights, fp32 vs double sums): |d| <= 2e-6 * max|out| + 1e-5 *
+// |out| (fp32 rounding of sums of up to 800 terms). bf16 vs the unrounded fp32 weights: each weight moves by
+// at most 2^-9 of itself, so |d| <= 2^-9 * sum_k |x_k w_k|; checked as 4e-3 of the largest output.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <tuple>
+
+#include "backend/bf16.h"
+#include "backend/cpu/fast_ops.h"
+#include "infer/inference_model.h"
+#include "testing/ops.h"
+
+namespace tern {
+namespace {
+
+using testing::Arena;
+using testing::ExpectClose;
+using testing::Uniform;
+
+std::vector<uint16_t> ToBF16(const std::vector<float>& w) {
+  std::vector<uint16_t> h(w.size());
+  for (size_t i = 0; i < w.size(); i++) h[i] = F32ToBF16(w[i]);
+  return h;
+}
+
+std::vector<float> RunBF16(Backend& be, const std::vector<float>& x, const std::vector<uint16_t>& w,
+                           const std::vector<float>& bias, int N, int OC, int K) {
+  Arena ar(be);
+  float* out = ar.Zeros<float>(static_cast<size_t>(N) * OC);
+  be.Matmul(out, F32(ar.In(x)), BF16(ar.In(w)), bias.empty() ? nullptr : ar.In(bias), N, OC, K, false, true,
+            0.0f, Compute::kF32);
+  return ar.Out(out, static_cast<size_t>(N) * OC);
+}
+
+TEST(MatmulBF16Weights, FastMatchesReferenceOnOddShapesAndIsRowIndependent) {
+  std::mt19937 rng(11);
+  // Rows 1-3 (one tile), 16 and 17 (decode batches, a short last tile); channels not a multiple of the
+  // 4-channel group; K below, at and off the vector width (4, 8 or 16 lanes).
+  for (auto [N, OC, K] : {std::tuple{1, 1, 1},
+                          {1, 37, 7},
+                          {2, 5, 8},
+                          {3, 19, 17},
+                          {16, 64, 64},
+                          {17, 33, 129},
+                          {5, 130, 771},
+                          {1, 2051, 48}}) {
+    auto w32 = Uniform(rng, static_cast<size_t>(OC) * K);
+    auto w = ToBF16(w32);
+    auto x = Uniform(rng, static_cast<size_t>(N) * K);
+    auto bias = Uniform(rng, OC);
+    auto ref = MakeCpuReferenceBackend();
+    auto fast = MakeCpuFastBackend();
+    const std::string what =
+        "N=" + std::to_string(N) + " OC=" + std::to_string(OC) + " K=" + std::to_string(K);
+    auto want = RunBF16(*ref, x, w, bias, N, OC, K);
+    auto got = RunBF16(*fast, x, w, bias, N, OC, K);
+    ExpectClose(got, want, 1e-5, 2e-6, "fast bf16 weights vs reference " + what);
+    EXPECT_EQ(RunBF16(*fast, x, w, bias, N, OC, K), got) << "deterministic " << what;
+    // Against the fp32 weights the bf16 ones were rounded from.
+    Arena ar(*ref);
+    float* out = ar.Zeros<float>(static_cast<size_t>(N) * OC);
+    ref->Matmul(out, F32(ar.In(x)), F32(ar.In(w32)), ar.In(bias), N, OC, K, false, true, 0.0f, Compute::kF32);
+    ExpectClose(got, ar.Out(out, static_cast<size_t>(N) * OC), 0.0, 4e-3, "bf16 vs fp32 weights " + what);
+    // Row independence: each row alone gives bitwise the same outputs as in the batch.
+    for (int n = 0; n < N; n++) {
+      std::vector<float> row(x.begin() + static_cast<size_t>(n) * K,
+                             x.begin() + static_cast<size_t>(n + 1) * K);
+      auto alone = RunBF16(*fast, row, w, bias, 1, OC, K);
+      for (int o = 0; o < OC; o++)
+        ASSERT_EQ(alone[o], got[static_cast<size_t>(n) * OC + o]) << what << " row " << n << " channel " << o;
+    }
+  }
+}
+
+TEST(MatmulBF16Weights, ThreadedShapesMatchTheReference) {
+  // Large enough to run on every OpenMP thread (>= 2 MB of weights): GPT-2's fc shape, 2 rows.
+  std::mt19937 rng(12);
+  const int N = 2, OC = 3072, K = 768;
+  auto w = ToBF16(Uniform(rng, static_cast<size_t>(OC) * K));
+  auto x = Uniform(rng, static_cast<size_t>(N) * K);
+  auto ref = MakeCpuReferenceBackend();
+  auto fast = MakeCpuFastBackend();
+  ExpectClose(RunBF16(*fast, x, w, {}, N, OC, K), RunBF16(*ref, x, w, {}, N, OC, K), 1e-5, 2e-6, "threaded");
+}
+
+TEST(EmbedTokensBF16, FastMatchesReferenceExactly) {
+  std::mt19937 rng(13);
+  const int V = 50, T = 20, N = 13, C = 40;
+  auto wte32 = Uniform(rng, V * C), wpe = Uniform(rng, T * C);
+  auto wte = ToBF16(wte32);
+  auto tokens = testing::Tokens(rng, N, V), positions = testing::Tokens(rng, N, T);
+  std::vector<std::vector<float>> outs;
+  for (auto& be : {MakeCpuReferenceBackend(), MakeCpuFastBackend()}) {
+    Arena ar(*be);
+    float* out = ar.Zeros<float>(N * C);
+    be->EmbedTokensBF16(out, ar.In(tokens), ar.In(positions), ar.In(wte), ar.In(wpe), N, C);
+    outs.push_back(ar.Out(out, N * C));
+  }
+  EXPECT_EQ(outs[0], outs[1]);
+  EXPECT_EQ(outs[0][5 * C + 3], BF16ToF32(wte[tokens[5] * C + 3]) + wpe[positions[5] * C + 3]);
+}
+
+TEST(Weights, ParsingAndTheQuantizeAlias) {
+  EXPECT_EQ(ParseWeights("fp32").value(), Quantize::kNone);
+  EXPECT_EQ(ParseWeights("bf16").value(), Quantize::kBF16);
+  EXPECT_EQ(ParseWeights("int8").value(), Quantize::kInt8);
+  EXPECT_FALSE(ParseWeights("none").ok());
+  auto bad = ParseWeights("fp8");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("fp32, bf16 or int8"), std::string::npos) << bad.status().message();
+  EXPECT_EQ(ParseQuantize("none").value(), Quantize::kNone);
+  EXPECT_EQ(ParseQuantize("int8").value(), Quantize::kInt8);
+  EXPECT_STREQ(WeightsName(Quantize::kBF16), "bf16");
+  EXPECT_STREQ(WeightsName(Quantize::kNone), "fp32");
+  // --kv-dtype auto: bf16 with bf16 weights as with int8 ones.
+  EXPECT_EQ(ParseKvDtype("auto", Quantize::kBF16).value(), DType::kBF16);
+  EXPECT_EQ(ParseKvDtype("auto", Quantize::kNone).value(), DType::kF32);
+}
+
+}  // namespace
+}  // namespace tern
