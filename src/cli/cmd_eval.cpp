@@ -121,9 +121,12 @@ void AddEvalCommand(CLI::App& root, CommandTable& table) {
       "last "
       "val_loss\n"
       "  tern eval runs/demo --data data/other --windows 0 --prompts prompts.txt --json\n"
-      "The forward is the server's (infer/), with the weights it would serve: --weights bf16|int8 measures what "
+      "The forward is the server's (infer/), with the weights it would serve: --weights bf16|int8 measures "
+      "what "
       "they cost in quality.");
-  sub->add_option("model", o->model, "run directory written by `tern train`, a checkpoint, or models:/NAME@ALIAS")->required();
+  sub->add_option("model", o->model,
+                  "run directory written by `tern train`, a checkpoint, or models:/NAME@ALIAS")
+      ->required();
   sub->add_option("--data", o->data, "directory written by `tern prepare` (default: the run's data)");
   sub->add_option("--split", o->split, "shards to read: SPLIT_*.bin (val or train)");
   sub->add_option("--seq-len", o->seq_len, "tokens per window (default: the run's seq_len, else the context)")
@@ -133,9 +136,10 @@ void AddEvalCommand(CLI::App& root, CommandTable& table) {
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--prompts", o->prompts, "text file, one prompt per line: each one's log-probability");
   sub->add_option("--device", o->device, "cpu | cpu-ref | cuda | auto");
-  auto* weights =
-      sub->add_option("--weights", o->weights, "fp32 | bf16 | int8 matmul weights, as tern serve would use them");
-  sub->add_option("--quantize", o->quantize, "the older name of --weights: none (= fp32) | int8")->excludes(weights);
+  auto* weights = sub->add_option("--weights", o->weights,
+                                  "fp32 | bf16 | int8 matmul weights, as tern serve would use them");
+  sub->add_option("--quantize", o->quantize, "the older name of --weights: none (= fp32) | int8")
+      ->excludes(weights);
   sub->add_flag("--json", o->json, "print JSON (loss, perplexity, windows, prompts)");
   table.Add(sub, [o] { return RunEval(*o); });
 }
