@@ -5,7 +5,6 @@
 
 #include "cli/command.h"
 #include "registry/registry.h"
-#include "registry/signing.h"
 
 namespace tern::cli {
 namespace {
@@ -25,17 +24,7 @@ int Fail(const std::string& verb, const Status& st) {
 }
 
 Result<std::unique_ptr<registry::Registry>> OpenRegistry(const ModelsOptions& o) {
-  registry::RegistryOptions ro;
-  ro.location = o.registry.empty() ? registry::DefaultRegistryLocation() : o.registry;
-  std::string key_file = o.key_file;
-  if (key_file.empty())
-    if (const char* kf = std::getenv("TERN_REGISTRY_KEY_FILE"); kf && *kf) key_file = kf;
-  if (!key_file.empty()) {
-    TERN_ASSIGN_OR_RETURN(ro.key, registry::ReadKeyFile(key_file));
-  }
-  auto reg = registry::Registry::Open(ro);
-  if (!reg.ok()) return reg.status().WithContext("opening the registry " + ro.location);
-  return reg;
+  return registry::OpenRegistry(o.registry, o.key_file);
 }
 
 std::string Num(const nlohmann::json& j, const char* key, const char* fmt_spec) {

@@ -16,7 +16,6 @@
 #include "infer/evaluate.h"
 #include "infer/weights.h"
 #include "registry/registry.h"
-#include "registry/signing.h"
 #include "registry/source.h"
 #include "train/train_config.h"
 
@@ -108,17 +107,7 @@ double Value(Metric m, const Judgement& j) {
 }
 
 Result<std::unique_ptr<registry::Registry>> OpenRegistry(const PipelineSpec& spec) {
-  registry::RegistryOptions ro;
-  ro.location = spec.registry.empty() ? registry::DefaultRegistryLocation() : spec.registry;
-  std::string key_file = spec.key_file;
-  if (key_file.empty())
-    if (const char* kf = std::getenv("TERN_REGISTRY_KEY_FILE"); kf && *kf) key_file = kf;
-  if (!key_file.empty()) {
-    TERN_ASSIGN_OR_RETURN(ro.key, registry::ReadKeyFile(key_file));
-  }
-  auto reg = registry::Registry::Open(ro);
-  if (!reg.ok()) return reg.status().WithContext("opening the registry " + ro.location);
-  return reg;
+  return registry::OpenRegistry(spec.registry, spec.key_file);
 }
 
 PipelineOutcome Failed(PipelineOutcome out, const std::string& step, const Status& st) {

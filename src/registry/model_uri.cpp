@@ -1,10 +1,7 @@
 #include "registry/model_uri.h"
 
-#include <cstdlib>
-
 #include "model/safetensors.h"
 #include "registry/registry.h"
-#include "registry/signing.h"
 
 namespace tern::registry {
 
@@ -16,14 +13,8 @@ Result<std::string> ResolveModelUri(const std::string& path_or_uri) {
   if (!IsModelUri(path_or_uri)) return path_or_uri;
   const std::string ref_text = path_or_uri.substr(sizeof(kModelUriScheme) - 1);
   TERN_ASSIGN_OR_RETURN(ModelRef ref, ParseModelRef(ref_text));
-  RegistryOptions o;
-  o.location = DefaultRegistryLocation();
-  if (const char* kf = std::getenv("TERN_REGISTRY_KEY_FILE"); kf && *kf) {
-    TERN_ASSIGN_OR_RETURN(o.key, ReadKeyFile(kf));
-  }
-  auto reg = Registry::Open(o);
-  if (!reg.ok()) return reg.status().WithContext("opening the model registry " + o.location);
-  auto dir = (*reg)->Materialize(ref);
+  TERN_ASSIGN_OR_RETURN(auto reg, OpenRegistry("", ""));
+  auto dir = reg->Materialize(ref);
   if (!dir.ok()) return dir.status().WithContext("resolving " + path_or_uri);
   return dir;
 }

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 
@@ -66,6 +67,20 @@ Result<ModelRef> ParseModelRef(const std::string& text) {
 std::string DefaultRegistryLocation() {
   if (const char* r = std::getenv("TERN_REGISTRY"); r && *r) return r;
   return (fs::path(run::DefaultLedgerPath()).parent_path() / "registry").string();
+}
+
+Result<std::unique_ptr<Registry>> OpenRegistry(const std::string& location, const std::string& key_file) {
+  RegistryOptions ro;
+  ro.location = location.empty() ? DefaultRegistryLocation() : location;
+  std::string kf = key_file;
+  if (kf.empty())
+    if (const char* env = std::getenv("TERN_REGISTRY_KEY_FILE"); env && *env) kf = env;
+  if (!kf.empty()) {
+    TERN_ASSIGN_OR_RETURN(ro.key, ReadKeyFile(kf));
+  }
+  auto reg = Registry::Open(ro);
+  if (!reg.ok()) return reg.status().WithContext("opening the model registry " + ro.location);
+  return reg;
 }
 
 std::string FormatUtc(double unix_s) {

@@ -93,6 +93,9 @@ class Registry {
 
 // $TERN_HOME/registry (default ~/.tern/registry); $TERN_REGISTRY overrides it.
 std::string DefaultRegistryLocation();
+// What every command opens: `location` ("" = DefaultRegistryLocation()), the HMAC key read from `key_file`
+// ("" = $TERN_REGISTRY_KEY_FILE, unset = no key); errors name the registry.
+Result<std::unique_ptr<Registry>> OpenRegistry(const std::string& location, const std::string& key_file);
 // UTC: "2026-12-02T00:40:12.345Z" <-> seconds. Parse accepts "YYYY-MM-DD[THH:MM[:SS[.fff]]][Z]".
 std::string FormatUtc(double unix_s);
 Result<double> ParseUtc(const std::string& text);

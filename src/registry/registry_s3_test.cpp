@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "registry/registry.h"
+#include "testing/moto_suite.h"
 #include "testing/processes.h"
 #include "testing/skip.h"
 #include "testing/test_run.h"
@@ -13,19 +14,10 @@
 namespace tern::registry {
 namespace {
 
-class RegistryS3 : public ::testing::Test {
+constexpr char kRegistryS3Bucket[] = "models";
+
+class RegistryS3 : public testing::MotoSuite<kRegistryS3Bucket> {
  protected:
-  static void SetUpTestSuite() { moto_ = testing::StartMoto("models").release(); }
-  static void TearDownTestSuite() {
-    delete moto_;
-    moto_ = nullptr;
-  }
-  void SetUp() override {
-    if (!moto_->skip_reason.empty()) TERN_SKIP_OR_FAIL_IN_CI("no S3 server: " << moto_->skip_reason);
-    ::setenv("AWS_ACCESS_KEY_ID", moto_->key_id.c_str(), 1);
-    ::setenv("AWS_SECRET_ACCESS_KEY", moto_->secret.c_str(), 1);
-    ::setenv("AWS_REGION", "us-east-1", 1);
-  }
   std::unique_ptr<Registry> Open(const std::string& cache) {
     RegistryOptions o;
     o.location = "s3://models/registry";
@@ -36,9 +28,7 @@ class RegistryS3 : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? std::move(r).value() : nullptr;
   }
-  static testing::Moto* moto_;
 };
-testing::Moto* RegistryS3::moto_ = nullptr;
 
 TEST_F(RegistryS3, AVersionRegisteredOnOneMachineResolvesOnAnother) {
   auto run = testing::MakeTestRun(1, 32, 2, 32);
