@@ -11,6 +11,7 @@
 #include "ckpt/format.h"
 #include "ckpt/s3_storage.h"
 #include "testing/fault_proxy.h"
+#include "testing/moto_suite.h"
 #include "testing/processes.h"
 #include "testing/skip.h"
 
@@ -21,18 +22,13 @@ using testing::FaultProxy;
 using testing::ProxiedRequest;
 using testing::ProxyFault;
 
-class S3FaultTest : public ::testing::Test {
+constexpr char kS3FaultTestBucket[] = "faults";
+
+class S3FaultTest : public testing::MotoSuite<kS3FaultTestBucket> {
  protected:
-  static void SetUpTestSuite() { moto_ = testing::StartMoto("faults").release(); }
-  static void TearDownTestSuite() {
-    delete moto_;
-    moto_ = nullptr;
-  }
   void SetUp() override {
-    if (!moto_->skip_reason.empty()) TERN_SKIP_OR_FAIL_IN_CI("no S3 server: " << moto_->skip_reason);
-    ::setenv("AWS_ACCESS_KEY_ID", moto_->key_id.c_str(), 1);
-    ::setenv("AWS_SECRET_ACCESS_KEY", moto_->secret.c_str(), 1);
-    ::setenv("AWS_REGION", "us-east-1", 1);
+    MotoSuite::SetUp();
+    if (Stopped()) return;
     const int port = std::atoi(moto_->endpoint.substr(moto_->endpoint.rfind(':') + 1).c_str());
     proxy_ = std::make_unique<FaultProxy>(port, nullptr, /*stall_s=*/1.5);
   }
@@ -56,10 +52,8 @@ class S3FaultTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     return s.ok() ? std::move(s).value() : nullptr;
   }
-  static testing::Moto* moto_;
   std::unique_ptr<FaultProxy> proxy_;
 };
-testing::Moto* S3FaultTest::moto_ = nullptr;
 
 // A checkpoint with a tensor file of `floats` floats (5 MiB and more go up in parts) and trainer.json.
 Snapshot MakeSnapshot(int64_t step, size_t floats) {

@@ -13,6 +13,7 @@
 
 #include "ckpt/format.h"
 #include "ckpt/s3_storage.h"
+#include "testing/moto_suite.h"
 #include "testing/processes.h"
 #include "testing/skip.h"
 
@@ -39,19 +40,10 @@ std::string Pattern(size_t n, uint32_t seed) {
   return s;
 }
 
-class S3Test : public ::testing::Test {
+constexpr char kS3TestBucket[] = "ckpt";
+
+class S3Test : public testing::MotoSuite<kS3TestBucket> {
  protected:
-  static void SetUpTestSuite() { moto_ = testing::StartMoto("ckpt").release(); }
-  static void TearDownTestSuite() {
-    delete moto_;
-    moto_ = nullptr;
-  }
-  void SetUp() override {
-    if (!moto_->skip_reason.empty()) TERN_SKIP_OR_FAIL_IN_CI("no S3 server: " << moto_->skip_reason);
-    ::setenv("AWS_ACCESS_KEY_ID", moto_->key_id.c_str(), 1);
-    ::setenv("AWS_SECRET_ACCESS_KEY", moto_->secret.c_str(), 1);
-    ::setenv("AWS_REGION", "us-east-1", 1);
-  }
   S3Options Options() {
     S3Options o;
     o.endpoint = moto_->endpoint;
@@ -60,9 +52,7 @@ class S3Test : public ::testing::Test {
     o.backoff_s = 0.05;
     return o;
   }
-  static testing::Moto* moto_;
 };
-testing::Moto* S3Test::moto_ = nullptr;
 
 std::string ReadAll(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
