@@ -89,7 +89,7 @@ function summaryTable() {
   const t = document.getElementById('summary');
   const target = D.comparison.target_val_loss;
   const head = ['run', 'precision', 'attempts', 'steps', 'tokens', 'wall time', 'final train loss',
-                'final val loss', 'compute $', '$ / 1M tokens', 'tokens/s', 'MFU', 'energy kWh', 'J / token',
+                'final val loss', 'compute $', 'storage $', 'egress $', '$ / 1M tokens', 'tokens/s', 'MFU', 'energy kWh', 'J / token',
                 'lost work', none(target) ? '$ to reach' : '$ to reach val ' + target.toFixed(2), 'time to reach'];
   const hr = el('tr');
   head.forEach(h => hr.appendChild(el('th', {}, h)));
@@ -107,6 +107,9 @@ function summaryTable() {
     cell(tr, i, 'final_train_loss', s.final_train_loss, num(s.final_train_loss, 4));
     cell(tr, i, 'final_val_loss', s.final_val_loss, num(s.final_val_loss, 4));
     cell(tr, i, 'usd', s.usd, usd(s.usd));
+    const np = 'no provider';
+    cell(tr, i, 'storage_usd', s.storage_usd, none(s.storage_usd) ? np : usd(s.storage_usd) + ' (' + s.stored_gb.toPrecision(3) + ' GB in s3)');
+    cell(tr, i, 'egress_usd', s.egress_usd, none(s.egress_usd) ? np : usd(s.egress_usd) + ' (model ' + s.model_gb.toPrecision(3) + ' GB out)');
     cell(tr, i, 'usd_per_mtok', s.usd_per_mtok, usd(s.usd_per_mtok));
     cell(tr, i, 'tokens_per_s', s.tokens_per_s, int(s.tokens_per_s));
     cell(tr, i, 'mfu', s.mfu, none(s.mfu) ? '—' : (100 * s.mfu).toFixed(1) + '%');

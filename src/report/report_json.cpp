@@ -36,7 +36,12 @@ json SummaryJson(const RunSummary& s) {
           {"tokens_per_s", Opt(s.tokens_per_s)},
           {"mfu", Opt(s.mfu)},
           {"energy_kwh", Opt(s.energy_kwh)},
-          {"joules_per_token", Opt(s.joules_per_token)}};
+          {"joules_per_token", Opt(s.joules_per_token)},
+          {"provider", s.provider},
+          {"stored_gb", Round(s.stored_gb, 9)},
+          {"model_gb", Round(s.model_gb, 9)},
+          {"storage_usd", Opt(s.storage_usd)},
+          {"egress_usd", Opt(s.egress_usd)}};
 }
 
 json ReachJson(const RunData& run, std::optional<double> target) {

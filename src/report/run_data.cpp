@@ -8,6 +8,9 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "plan/defaults.h"
+#include "run/ledger.h"
+
 namespace tern::report {
 namespace {
 
@@ -62,9 +65,24 @@ void Supersede(RunData* run, int step) {
   ev.erase(std::remove_if(ev.begin(), ev.end(), [&](const EvalPoint& e) { return e.step > step; }), ev.end());
 }
 
+// A checkpoint row of a tier in object storage: its bytes kept under its step, the steps retention removed
+// from that tier forgotten.
+void NoteStored(const EventRecord& ev, std::map<std::string, std::map<int64_t, uint64_t>>* stored) {
+  const auto& f = ev.fields;
+  const auto loc = f.find("location");
+  const auto tier = f.find("tier");
+  if (loc == f.end() || !loc->is_string() || loc->get<std::string>().rfind("s3://", 0) != 0) return;
+  auto& steps = (*stored)[tier != f.end() && tier->is_string() ? tier->get<std::string>() : ""];
+  if (ev.step >= 0) steps[ev.step] = static_cast<uint64_t>(std::max(0.0, ev.Number("bytes")));
+  if (const auto rm = f.find("removed"); rm != f.end() && rm->is_array())
+    for (const auto& r : *rm)
+      if (r.is_number_integer()) steps.erase(r.get<int64_t>());
+}
+
 }  // namespace
 
 Result<RunData> StitchRows(const std::vector<RunRow>& rows) {
+  std::map<std::string, std::map<int64_t, uint64_t>> stored;  // object-storage tier -> step -> bytes
   RunData run;
   int attempt = -1;
   bool have_start = false, attempt_first_step = false;
@@ -145,16 +163,34 @@ Result<RunData> StitchRows(const std::vector<RunRow>& rows) {
         run.marks.push_back(m);
         if (ev->event == "checkpoint" && !run.points.empty())
           run.points.back().ckpt_stall_ms += ev->Number("stall_ms");
+        if (ev->event == "checkpoint") NoteStored(*ev, &stored);
       }
     }
   }
   if (!have_start && run.points.empty())
     return Status::InvalidArgument("no start row and no step rows: not a tern metrics.jsonl");
   run.attempts = std::max(attempt + 1, 1);
+  for (const auto& [tier, steps] : stored)
+    for (const auto& [step, bytes] : steps) {
+      ++run.object_store.kept;
+      run.object_store.bytes += bytes;
+    }
   FlattenJson(ToJson(run.start), "start", &run.config);
   run.config.erase("start.v");
   run.config.erase("start.event");
   return run;
+}
+
+Result<std::optional<run::JobRow>> RunDirJob(const std::string& run_dir) {
+  const std::string path = run::RunDirLedgerPath(run_dir);
+  if (!fs::exists(path)) return std::optional<run::JobRow>();  // a run `tern run` did not start
+  TERN_ASSIGN_OR_RETURN(auto ledger, run::Ledger::Open(path));
+  TERN_ASSIGN_OR_RETURN(auto job, ledger->FindJob(fs::absolute(run_dir).lexically_normal().string()));
+  if (!job) {  // the run directory was moved: its own copy holds only its jobs, read the newest
+    TERN_ASSIGN_OR_RETURN(auto jobs, ledger->Jobs());
+    if (!jobs.empty()) job = jobs.front();
+  }
+  return job;
 }
 
 Result<RunData> LoadRun(const std::string& dir) {
@@ -176,6 +212,8 @@ Result<RunData> LoadRunFromRows(const std::string& dir, const std::vector<RunRow
   std::string name = fs::path(dir).lexically_normal().filename().string();
   if (name.empty() || name == ".") name = fs::path(dir).lexically_normal().parent_path().filename().string();
   run.name = name.empty() ? dir : name;
+  TERN_ASSIGN_OR_RETURN(auto job, RunDirJob(dir));
+  if (job) run.instance = job->instance;
   if (fs::is_regular_file(dir + "/summary.json")) {
     TERN_ASSIGN_OR_RETURN(auto end, ReadSummaryFile(dir + "/summary.json"));
     run.end = std::move(end);
@@ -241,6 +279,16 @@ RunSummary Summarize(const RunData& run) {
   if (measured_tokens > 0) {
     s.energy_kwh = joules / 3.6e6;
     s.joules_per_token = joules / measured_tokens;
+  }
+  s.provider = run.instance.substr(0, run.instance.find(':'));
+  if (s.provider.empty() && run.object_store.kept > 0) s.provider = "aws";  // s3://
+  s.stored_gb = static_cast<double>(run.object_store.bytes) / 1e9;
+  s.model_gb = static_cast<double>(run.start.params) * 4 / 1e9;
+  if (!s.provider.empty()) {
+    const plan::PlanDefaults d;
+    const plan::ProviderRates& rates = d.Rates(s.provider);
+    s.storage_usd = s.stored_gb * (s.wall_s / 3600 / 730) * rates.storage_usd_per_gb_month;
+    s.egress_usd = s.model_gb * rates.egress_usd_per_gb;
   }
   return s;
 }

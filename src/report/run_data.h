@@ -13,6 +13,7 @@
 
 #include "core/status.h"
 #include "metrics/run_record.h"
+#include "run/ledger.h"
 
 namespace tern::report {
 
@@ -48,8 +49,17 @@ struct LostSpan {
   std::optional<double> usd0, usd1;
 };
 
+// Checkpoints kept in object storage (a tier whose location is s3://) at the end of the run, from the
+// checkpoint rows: each save's bytes, less the steps retention removed afterwards.
+struct StoredCheckpoints {
+  int kept = 0;
+  uint64_t bytes = 0;
+};
+
 struct RunData {
   std::string dir, name;
+  std::string instance;  // provider:region:type:billing of RUN_DIR/ledger.sqlite's job ("" = none)
+  StoredCheckpoints object_store;
   StartRecord start;
   std::optional<EndRecord> end;  // summary.json, else the end row
   std::vector<Point> points;     // stitched: one row per step, increasing, the later attempt's
@@ -70,12 +80,23 @@ struct RunData {
 // and the diagnosis).
 [[nodiscard]] Result<RunData> LoadRunFromRows(const std::string& dir, const std::vector<RunRow>& rows);
 
+// The job of RUN_DIR/ledger.sqlite that ran this directory (the newest; the newest of any when the directory
+// was moved); nullopt when `tern run` did not start it.
+[[nodiscard]] Result<std::optional<run::JobRow>> RunDirJob(const std::string& run_dir);
+
 // Per-run numbers of the cost table.
 struct RunSummary {
   int steps = 0;
   double tokens = 0, wall_s = 0;
   std::optional<double> final_train_loss, final_val_loss, best_val_loss, usd, usd_per_mtok, tokens_per_s, mfu;
   std::optional<double> energy_kwh, joules_per_token;  // when the rows have GPU energy
+  // Storage and egress as `tern plan` models them (plan/cost.h, the provider's rates of plan/defaults.h):
+  // storage = checkpoint GB kept in object storage x months of the run x $/GB-month; egress = the trained
+  // model (fp32 weights) out of the cloud x $/GB. The provider is the instance's, else "aws" for s3://
+  // checkpoints; none known: nullopt (the report says "no provider").
+  std::string provider;
+  double stored_gb = 0, model_gb = 0;
+  std::optional<double> storage_usd, egress_usd;
 };
 RunSummary Summarize(const RunData& run);
 

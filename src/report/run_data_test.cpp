@@ -103,6 +103,52 @@ TEST(StitchTest, ResumedRunIsOneMonotoneCurveWithTheRedoneStepsCounted) {
   EXPECT_NEAR(*s.usd_per_mtok, 0.019 / 1500 * 1e6, 1e-9);
 }
 
+RunRow Saved(int step, const std::string& tier, const std::string& location, double bytes,
+             std::vector<int> removed = {}) {
+  EventRecord e;
+  e.event = "checkpoint";
+  e.step = step;
+  e.fields = {{"event", "checkpoint"}, {"step", step},         {"tier", tier},
+              {"bytes", bytes},        {"location", location}, {"removed", removed}};
+  return {kRunRecordVersion, e};
+}
+
+// Storage: the s3:// checkpoints still kept at the end (2 GB at steps 6 and 9; step 3's removed), for the
+// run's 10 hours; the local ones are on the instance's disk. Egress: the fp32 model out. AWS rates
+// (plan/defaults.h): $0.023/GB-month, $0.09/GB.
+TEST(StorageEgressTest, ObjectStorageKeptAndTheModelOutAtTheProvidersRates) {
+  std::vector<RunRow> rows = {Start()};
+  std::get<StartRecord>(rows[0].record).params = 250'000'000;  // 1 GB of fp32 weights
+  for (int s = 1; s <= 9; ++s) {
+    rows.push_back(Step(s, s * 4000.0, 5.0));  // 9 steps over 36,000 s = 10 h
+    if (s % 3 == 0)
+      rows.push_back(Saved(s, "durable", "s3://b/run/step_" + std::to_string(s), 1e9,
+                           s == 9 ? std::vector<int>{3} : std::vector<int>{}));
+    rows.push_back(Saved(s, "fast", "runs/x/checkpoints/step_" + std::to_string(s), 1e9));
+  }
+  auto r = StitchRows(rows);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->object_store.kept, 2);
+  EXPECT_EQ(r->object_store.bytes, 2'000'000'000u);
+  RunSummary s = Summarize(*r);
+  EXPECT_EQ(s.provider, "aws");  // no instance: s3:// is AWS's
+  ASSERT_TRUE(s.storage_usd && s.egress_usd);
+  EXPECT_NEAR(*s.storage_usd, 2.0 * (10.0 / 730) * 0.023, 1e-12);
+  EXPECT_NEAR(*s.egress_usd, 1.0 * 0.09, 1e-12);
+  EXPECT_NEAR(s.model_gb, 1.0, 1e-12);
+
+  r->instance = "gcp:us-central1:a2-highgpu-1g:spot";  // the instance's provider wins
+  s = Summarize(*r);
+  EXPECT_EQ(s.provider, "gcp");
+  EXPECT_NEAR(*s.egress_usd, 0.12, 1e-12);
+
+  r->instance.clear();  // local checkpoints only and no instance: nothing to price
+  r->object_store = {};
+  s = Summarize(*r);
+  EXPECT_FALSE(s.storage_usd || s.egress_usd);
+  EXPECT_EQ(ReportJson({*r}, false)["runs"][0]["summary"]["egress_usd"], nullptr);
+}
+
 TEST(StitchTest, RowsWithoutStartOrStepsAreRefused) {
   EXPECT_FALSE(StitchRows({Eval(1, 3.0)}).ok());
 }

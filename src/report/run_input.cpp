@@ -14,15 +14,9 @@ namespace fs = std::filesystem;
 namespace {
 
 Status ReadAttempts(const std::string& run_dir, RunInput* in) {
-  std::string path = run::RunDirLedgerPath(run_dir);
-  if (!fs::exists(path)) return Status::Ok();  // a run `tern run` did not start: no attempts
-  TERN_ASSIGN_OR_RETURN(auto ledger, run::Ledger::Open(path));
-  TERN_ASSIGN_OR_RETURN(auto job, ledger->FindJob(fs::absolute(run_dir).lexically_normal().string()));
-  if (!job) {  // the run directory was moved: its own copy holds only its jobs, read the newest
-    TERN_ASSIGN_OR_RETURN(auto jobs, ledger->Jobs());
-    if (jobs.empty()) return Status::Ok();
-    job = jobs.front();
-  }
+  TERN_ASSIGN_OR_RETURN(auto job, RunDirJob(run_dir));
+  if (!job) return Status::Ok();  // a run `tern run` did not start: no attempts
+  TERN_ASSIGN_OR_RETURN(auto ledger, run::Ledger::Open(run::RunDirLedgerPath(run_dir)));
   TERN_ASSIGN_OR_RETURN(auto attempts, ledger->Attempts(job->job_id));
   for (const auto& a : attempts)
     in->attempts.push_back({a.attempt, a.reason, a.lost_steps, a.lost_s, a.lost_usd, a.cost_usd});
