@@ -3,12 +3,15 @@
 // (<pre id="tern-drawn">), and the numbers it shows equal metrics.jsonl's. Then an A/B report of two real
 // runs (fp32 vs bf16): both curves and the precision in the config diff. And the FinOps page (`tern report
 // --ledger`) of a ledger written through the ledger API: every chart drew, the totals are the ledger's. And a
-// real run preempted (SIGTERM, exit 75) and resumed: one continuous curve, the resume marked.
+// real run preempted (SIGTERM, exit 75) and resumed: one continuous curve, the resume marked. And a GPU run's
+// rows (written through the typed writer, as a CUDA run with NVML writes them): the GPU chart draws its three
+// series, and the storage and egress cells price its s3:// checkpoints and model.
 #include <gtest/gtest.h>
 
 #include <signal.h>
 
 #include <chrono>
+#include <filesystem>
 #include <regex>
 #include <thread>
 
@@ -293,6 +296,55 @@ TEST_F(ReportBrowserTest, FinOpsPageOfALedgerDrawsItsChartsOffline) {
   EXPECT_EQ(day[0]["points"], figures["by_day_utc"].size());
   EXPECT_EQ(figures["by_day_utc"][0]["day"], "2026-11-02");
   EXPECT_EQ(figures["by_day_utc"][0]["by_project"]["nlp"], 32);
+}
+
+TEST_F(ReportBrowserTest, GpuRunDrawsItsGpuChartAndPricesStorageAndEgress) {
+  const std::string dir = root_ + "/gpu";
+  std::string text;
+  auto add = [&](nlohmann::json j) { text += j.dump() + "\n"; };
+  StartRecord start;
+  start.model = "L12 H12 C768 V50257 T1024";
+  start.device = "cuda (NVIDIA H100 80GB HBM3, sm_90, 80 GiB)";
+  start.precision = "bf16";
+  start.params = 125'000'000;  // 0.5 GB of fp32 weights out
+  start.price_per_hour = 3.6;
+  add(ToJson(start));
+  for (int s = 1; s <= 20; ++s) {
+    StepRecord r;
+    r.step = s;
+    r.loss = 5.0 - 0.1 * s;
+    r.tokens = static_cast<uint64_t>(s) * 524288;
+    r.step_ms = 1000;
+    r.elapsed_s = s * 1.0;
+    r.cost_usd = s * 0.001;
+    r.gpu = GpuRecord{90.0 + s % 3, 40.0 + s * 0.1, 600.0 + s, 0.5};
+    add(ToJson(r));
+    if (s % 10 == 0) {
+      EventRecord e;
+      e.event = "checkpoint";
+      e.step = s;
+      e.fields = {{"event", "checkpoint"},
+                  {"step", s},
+                  {"tier", "durable"},
+                  {"bytes", 1.5e9},
+                  {"location", "s3://b/gpu/step_" + std::to_string(s)}};
+      add(ToJson(e));
+    }
+  }
+  std::filesystem::create_directories(dir);
+  testing::WriteFile(dir + "/metrics.jsonl", text);
+  const std::string html = Report(dir, root_ + "/gpu.html");
+  std::string dom;
+  const json drawn = Open(html, &dom);
+  ASSERT_TRUE(drawn.is_object()) << dom.substr(0, 2000);
+  EXPECT_TRUE(drawn["errors"].empty()) << drawn["errors"].dump();
+  ASSERT_TRUE(drawn["charts"].contains("chart-gpu")) << drawn.dump();
+  ASSERT_EQ(drawn["charts"]["chart-gpu"].size(), 3u);  // utilisation, power, memory
+  for (const auto& ds : drawn["charts"]["chart-gpu"]) EXPECT_EQ(ds["points"], 20) << ds["label"];
+  // 3 GB in s3 for 20 s at $0.023/GB-month; 0.5 GB out at $0.09/GB (AWS: the s3:// checkpoints').
+  EXPECT_NEAR(std::stod(Cell(dom, 0, "storage_usd")), 3.0 * (20.0 / 3600 / 730) * 0.023, 1e-12);
+  EXPECT_NEAR(std::stod(Cell(dom, 0, "egress_usd")), 0.5 * 0.09, 1e-9);
+  EXPECT_NE(dom.find("(model 0.500 GB out)"), std::string::npos);
 }
 
 }  // namespace
