@@ -98,6 +98,31 @@ TEST_F(EngineTest, LogitsMatchTheTrainingModel) {
   }
 }
 
+// With bf16 weights the device holds no fp32 copy of them: bf16 matmul weights and token table, fp32 for the
+// rest only. int8 keeps the fp32 token table (its embedding reads it) and drops the fp32 matmul weights.
+TEST_F(EngineTest, Bf16AndInt8ModelsHoldNoFp32CopyOfTheirWeights) {
+  auto be = MakeCpuFastBackend();
+  size_t matmul = 0, wte = 0;
+  for (const auto& t : GptParamLayout(run_->cfg)) {
+    if (t.name == "qkvw" || t.name == "attprojw" || t.name == "fcw" || t.name == "fcprojw") matmul += t.numel;
+    if (t.name == "wte") wte = t.numel;
+  }
+  const size_t total = run_->params.size(), rest = total - matmul - wte;
+  auto bytes = [&](Quantize q) {
+    InferenceModelOptions mo;
+    mo.quantize = q;
+    mo.num_blocks = 4;
+    return InferenceModel::Create(be.get(), run_->cfg, run_->params, mo).value()->param_bytes();
+  };
+  EXPECT_EQ(bytes(Quantize::kNone), total * 4);
+  EXPECT_EQ(bytes(Quantize::kBF16), (matmul + wte) * 2 + rest * 4);
+  // int8: the matmul weights and the LM head packed (a byte each, plus fp32 row scales and padding), the
+  // fp32 token table for the embedding, fp32 for the rest.
+  const size_t int8 = bytes(Quantize::kInt8), floor = (rest + wte) * 4 + matmul + wte;
+  EXPECT_GE(int8, floor);
+  EXPECT_LT(int8, floor + (matmul + wte) / 4);
+}
+
 TEST_F(EngineTest, GreedyIsTheSameAloneOrBatchedWithSevenOthers) {
   for (auto [q, kv] : {std::pair{Quantize::kNone, DType::kF32}, std::pair{Quantize::kNone, DType::kBF16},
                        std::pair{Quantize::kBF16, DType::kBF16}, std::pair{Quantize::kInt8, DType::kBF16},

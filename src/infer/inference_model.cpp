@@ -128,9 +128,26 @@ Result<std::unique_ptr<InferenceModel>> InferenceModel::Create(Backend* backend,
 void InferenceModel::Init(const std::vector<float>& params) {
   const int L = cfg_.n_layer, C = cfg_.n_embd, V = cfg_.vocab_size, bs = opt_.block_size;
   max_blocks_ = (cfg_.block_size + bs - 1) / bs;
-  layout_ = GptParamLayout(cfg_);
-  params_ = DeviceBuffer(backend_, params.size() * sizeof(float));
-  backend_->Upload(params_.data(), params.data(), params.size() * sizeof(float));
+  // fp32 on the device: every tensor with fp32 weights; with bf16 or int8 weights, only what stays fp32
+  // (biases, layernorms, positions, and the token table for int8's fp32 embedding), so that a bf16 model
+  // does not keep an fp32 copy of the weights it serves (GPT-2 124M: 0.5 GB).
+  const std::vector<ParamTensor> host_layout = GptParamLayout(cfg_);
+  auto device_f32 = [&](const std::string& name) {
+    if (opt_.quantize == Quantize::kNone) return true;
+    if (name == "qkvw" || name == "attprojw" || name == "fcw" || name == "fcprojw") return false;
+    return name != "wte" || opt_.quantize == Quantize::kInt8;
+  };
+  layout_.clear();
+  std::vector<float> kept;
+  for (const auto& t : host_layout) {
+    if (!device_f32(t.name)) continue;
+    ParamTensor d = t;
+    d.offset = kept.size();
+    kept.insert(kept.end(), params.begin() + t.offset, params.begin() + t.offset + t.numel);
+    layout_.push_back(d);
+  }
+  params_ = DeviceBuffer(backend_, kept.size() * sizeof(float));
+  backend_->Upload(params_.data(), kept.data(), kept.size() * sizeof(float));
 
   // Matmul weights: [OC, K] slices of the stacked per-layer tensors, rounded to bf16 or quantised on the host
   // if asked.
@@ -144,7 +161,7 @@ void InferenceModel::Init(const std::vector<float>& params) {
       return w;
     }
     size_t host_off = 0;
-    for (const auto& t : layout_)
+    for (const auto& t : host_layout)
       if (t.name == name) host_off = t.offset + (name == std::string("wte") ? 0 : layer * (t.numel / L));
     if (opt_.quantize == Quantize::kBF16) {
       std::vector<uint16_t> h(n);
@@ -187,6 +204,12 @@ void InferenceModel::Init(const std::vector<float>& params) {
   const size_t ints =
       3 * static_cast<size_t>(opt_.max_rows) + static_cast<size_t>(opt_.max_seqs) * (3 + max_blocks_);
   ints_ = DeviceBuffer(backend_, ints * sizeof(int32_t));
+}
+
+size_t InferenceModel::param_bytes() const {
+  size_t n = params_.bytes();
+  for (const auto& b : weight_buffers_) n += b.bytes();
+  return n;
 }
 
 const float* InferenceModel::P(const char* name, int layer) const {

@@ -82,6 +82,9 @@ class InferenceModel {
   int max_blocks_per_seq() const { return max_blocks_; }  // block_size(config) / block_size, rounded up
   Backend* backend() const { return backend_; }
   size_t weight_bytes() const { return weight_bytes_; }  // bytes of the weights the forward reads
+  // Device bytes of all parameters held (fp32 tensors + bf16 or int8 weights), without KV cache or
+  // activations.
+  size_t param_bytes() const;
 
  private:
   struct Linear {  // one matmul weight [OC, K]: fp32, bf16, or packed int8 with per-row scales
@@ -103,8 +106,8 @@ class InferenceModel {
   InferenceModelOptions opt_;
   int max_blocks_ = 0;
   size_t weight_bytes_ = 0;
-  std::vector<ParamTensor> layout_;
-  DeviceBuffer params_;                       // all fp32 parameters
+  std::vector<ParamTensor> layout_;  // the tensors of params_, offsets into it
+  DeviceBuffer params_;              // the fp32 tensors of layout_ (all of them with fp32 weights; see Init)
   std::vector<DeviceBuffer> weight_buffers_;  // bf16 weights, or packed int8 weights and their scales
   std::vector<Linear> qkvw_, attprojw_, fcw_, fcprojw_;
   std::vector<LayerParams> layer_params_;
