@@ -3,6 +3,7 @@
 // submitted just before the kill (its id only in the trial's ledger) is adopted, and one never submitted is
 // submitted; the sweep's job: keys reach every `tern run --on=slurm`.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -174,6 +175,37 @@ TEST(SweepSlurmSpecTest, TheJobSectionTakesTernRunsJobKeysAndRefusesOthers) {
   Result<SweepSpec> price = ParseSweepSpec(head + "job: {price_per_hour: 2}\n", "s.yaml");
   ASSERT_FALSE(price.ok());
   EXPECT_NE(price.status().message().find("top of the sweep file"), std::string::npos);
+}
+
+// A sweep directory written before --on slurm (no slurm_job_id column) opens, keeps its rows and records ids.
+TEST(SweepSlurmStoreTest, AnOlderStateGainsTheSlurmJobColumn) {
+  testing::TempDir tmp;
+  const std::string path = tmp.path() + "/sweep.sqlite";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(
+      sqlite3_exec(db,
+                   "CREATE TABLE trials (id INTEGER PRIMARY KEY, params TEXT NOT NULL, run_dir TEXT NOT "
+                   "NULL, state TEXT NOT NULL, target_rung INTEGER NOT NULL, losses TEXT NOT NULL, "
+                   "cost_usd REAL NOT NULL, steps INTEGER NOT NULL, reason TEXT NOT NULL);"
+                   "INSERT INTO trials VALUES (0, '[[\"train.lr\",\"0.01\"]]', '/r/000', 'waiting', 0,"
+                   " '[3.5]', 0.25, 2, '');",
+                   nullptr, nullptr, nullptr),
+      SQLITE_OK);
+  sqlite3_close(db);
+  auto store = SweepStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  auto rows = (*store)->Trials();
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].losses, std::vector<double>{3.5});
+  EXPECT_EQ((*rows)[0].slurm_job_id, "");
+  TrialRow t = (*rows)[0];
+  t.slurm_job_id = "42";
+  ASSERT_TRUE((*store)->Put(t).ok());
+  auto again = (*store)->Trials();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)[0].slurm_job_id, "42");
 }
 
 }  // namespace
