@@ -82,7 +82,7 @@ class RealSlurmClient : public SlurmClient {
 class SlurmTrials : public TrialRunner {
  public:
   // `poll_s`: the least time between two queries of one job.
-  explicit SlurmTrials(SlurmClient* client, double poll_s = 0.5) : client_(client), poll_s_(poll_s) {}
+  explicit SlurmTrials(SlurmClient* client, double poll_s = 1.0) : client_(client), poll_s_(poll_s) {}
   Status Start(TrialRow* t, const std::vector<std::string>& args) override;
   Result<std::optional<RungEnd>> Poll(const TrialRow& t) override;
   Result<bool> Reattach(TrialRow* t) override;
