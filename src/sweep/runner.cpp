@@ -314,6 +314,14 @@ Result<SweepResult> RunSweep(const SweepOptions& o) {
       std::fprintf(o.console, "tern sweep: resuming %s: %zu trials recorded, %d ended\n", o.spec.dir.c_str(),
                    trials.size(), ended);
   }
+  for (const TrialRow& t : trials) {  // a rung still in Slurm must not be run again here
+    if (o.spec.on != "slurm" && t.state == "running" && !t.slurm_job_id.empty()) {
+      return Status::InvalidArgument(fmt::format(
+          "trial {}'s rung {} was submitted to Slurm as job {}: resume with --on slurm (or `tern job cancel "
+          "{}` first)",
+          t.id, t.target_rung, t.slurm_job_id, t.run_dir));
+    }
+  }
   std::unique_ptr<TrialRunner> own;
   RealSlurmClient slurm;
   TrialRunner* runner = o.runner;

@@ -156,6 +156,34 @@ TEST(SweepSlurmRestartTest, LiveJobsAreFollowedAgainFailedOnesFailAndOnlyTheUnsu
   EXPECT_EQ(slurm.submits.size(), 2u);
 }
 
+TEST(SweepSlurmRestartTest, ARungStillInSlurmIsNotRunAgainLocally) {
+  testing::TempDir tmp;
+  const std::string text =
+      "base: tiny.yaml\ndir: s\ntrials: 1\nasha: {eta: 2, min_steps: 2, max_steps: 4}\n"
+      "space: {train.lr: {uniform: [0.001, 0.01]}}\n";
+  Result<SweepSpec> spec = ParseSweepSpec(text, tmp.path() + "/sweep.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  std::filesystem::create_directories(spec->dir);
+  {
+    auto store = SweepStore::Open(spec->dir + "/sweep.sqlite");
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->SetSpec(text).ok());
+    TrialRow t;
+    t.run_dir = spec->dir + "/trials/000";
+    t.slurm_job_id = "7";
+    ASSERT_TRUE((*store)->Put(t).ok());
+  }
+  SweepOptions o;
+  o.spec = *spec;  // on: local
+  o.spec_text = text;
+  o.tern = "/nonexistent/tern";
+  o.console = nullptr;
+  Result<SweepResult> r = RunSweep(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("Slurm as job 7: resume with --on slurm"), std::string::npos)
+      << r.status().message();
+}
+
 TEST(SweepSlurmSpecTest, TheJobSectionTakesTernRunsJobKeysAndRefusesOthers) {
   const std::string head =
       "base: b.yaml\ntrials: 2\nasha: {min_steps: 2, max_steps: 4}\nspace: {train.lr: {uniform: [0, 1]}}\n";
