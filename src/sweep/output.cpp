@@ -105,7 +105,8 @@ json SweepJson(const SweepSpec& spec, const SweepResult& r) {
                       {"steps", t.steps},
                       {"state", t.state},
                       {"reason", t.reason},
-                      {"run_dir", t.run_dir}});
+                      {"run_dir", t.run_dir},
+                      {"slurm_job_id", t.slurm_job_id}});
   }
   return {{"dir", spec.dir},          {"rung_steps", r.rung_steps},
           {"eta", spec.asha.eta},     {"budget_usd", spec.budget_usd},

@@ -1,14 +1,9 @@
 #include "sweep/runner.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <filesystem>
-#include <map>
+#include <memory>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -47,6 +42,8 @@ std::vector<std::string> TrialArgs(const SweepOptions& o, const TrialRow& t, int
   set("run.dir=" + t.run_dir);
   set("train.steps=" + std::to_string(steps));
   set("ckpt.every=" + std::to_string(s.asha.min_steps));  // the rung's last step is saved, to go on from
+  const std::vector<std::string> job = JobFlags(s.job);   // the sweep's job: section
+  a.insert(a.end(), job.begin(), job.end());
   if (!s.instance.empty()) {
     a.push_back("--instance");
     a.push_back(s.instance);
@@ -55,30 +52,6 @@ std::vector<std::string> TrialArgs(const SweepOptions& o, const TrialRow& t, int
     a.push_back(fmt::format("{}", s.price_per_hour));
   }
   return a;
-}
-
-// fork/exec with the output to `log`; the child dies with the sweep (PR_SET_PDEATHSIG), and `tern run`'s
-// own death signal takes its trainer with it, so a restarted sweep finds no trial still running.
-Result<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<char*> argv;
-  for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
-  argv.push_back(nullptr);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) return Status::Unavailable(fmt::format("fork failed: {}", std::strerror(errno)));
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
 }
 
 // The validation loss the trainer wrote at `step` (the rung's last step always evaluates).
@@ -107,12 +80,25 @@ void ReadCost(TrialRow* t) {
 
 class Loop {
  public:
-  Loop(const SweepOptions& o, SweepStore* store) : o_(o), store_(store), rungs_(RungSteps(o.spec.asha)) {}
+  Loop(const SweepOptions& o, SweepStore* store, TrialRunner* runner)
+      : o_(o), store_(store), runner_(runner), rungs_(RungSteps(o.spec.asha)) {}
 
   Status Run(std::vector<TrialRow> trials) {
     trials_ = std::move(trials);
-    for (TrialRow& t : trials_)  // a restart: the rungs in flight when the sweep died are run again
-      if (t.state == "running") TERN_RETURN_IF_ERROR(Launch(&t));
+    // A restart: the rungs in flight when the sweep died are followed again where they still run (a Slurm
+    // job), else run again.
+    for (TrialRow& t : trials_) {
+      if (t.state != "running") continue;
+      TERN_ASSIGN_OR_RETURN(bool followed, runner_->Reattach(&t));
+      if (!followed) {
+        TERN_RETURN_IF_ERROR(Launch(&t));
+        continue;
+      }
+      TERN_RETURN_IF_ERROR(store_->Put(t));
+      running_.insert(t.id);
+      Print(
+          fmt::format("trial {} rung {}: following Slurm job {} again", t.id, t.target_rung, t.slurm_job_id));
+    }
     while (true) {
       TERN_RETURN_IF_ERROR(Reap());
       const bool launched = Fill();
@@ -170,35 +156,35 @@ class Loop {
   Status Launch(TrialRow* t) {
     const int steps = rungs_[t->target_rung];
     t->state = "running";
+    t->slurm_job_id.clear();                // the previous rung's job is not this one's
     TERN_RETURN_IF_ERROR(store_->Put(*t));  // recorded before it starts: a restart runs it again
     std::error_code ec;
     fs::create_directories(fs::path(t->run_dir).parent_path(), ec);
-    TERN_ASSIGN_OR_RETURN(pid_t pid, Spawn(TrialArgs(o_, *t, steps), t->run_dir + ".log"));
-    running_[pid] = t->id;
-    Print(fmt::format("trial {} -> rung {} ({} steps)", t->id, t->target_rung, steps));
+    TERN_RETURN_IF_ERROR(runner_->Start(t, TrialArgs(o_, *t, steps)));
+    if (!t->slurm_job_id.empty()) TERN_RETURN_IF_ERROR(store_->Put(*t));  // to follow it after a restart
+    running_.insert(t->id);
+    Print(fmt::format("trial {} -> rung {} ({} steps){}", t->id, t->target_rung, steps,
+                      t->slurm_job_id.empty() ? "" : ": Slurm job " + t->slurm_job_id));
     return Status::Ok();
   }
 
   // Records the rungs that finished.
   Status Reap() {
     for (auto it = running_.begin(); it != running_.end();) {
-      int wstatus = 0;
-      const pid_t r = waitpid(it->first, &wstatus, WNOHANG);
-      if (r == 0) {
+      TrialRow& t = trials_[*it];
+      TERN_ASSIGN_OR_RETURN(std::optional<RungEnd> end, runner_->Poll(t));
+      if (!end) {
         ++it;
         continue;
       }
-      TrialRow& t = trials_[it->second];
       it = running_.erase(it);
       ReadCost(&t);
       const int steps = rungs_[t.target_rung];
-      const bool ok = r > 0 && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+      const bool ok = end->ok;
       Result<double> loss = ok ? LossAt(t.run_dir, steps) : Status::Internal("");
       if (!ok || !loss.ok()) {
         t.state = "failed";
-        t.reason = !ok ? fmt::format("tern run exited {} at rung {}: see {}.log",
-                                     WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1, t.target_rung, t.run_dir)
-                       : loss.status().message();
+        t.reason = !ok ? end->why : loss.status().message();
       } else {
         t.losses.push_back(*loss);
         t.state = t.target_rung + 1 == static_cast<int>(rungs_.size()) ? "done" : "waiting";
@@ -254,9 +240,10 @@ class Loop {
 
   const SweepOptions& o_;
   SweepStore* store_;
+  TrialRunner* runner_;
   std::vector<int> rungs_;
   std::vector<TrialRow> trials_;
-  std::map<pid_t, int> running_;  // pid -> trial id
+  std::set<int> running_;  // trial ids
   std::string stopped_;
   Status status_;
 };
@@ -327,7 +314,25 @@ Result<SweepResult> RunSweep(const SweepOptions& o) {
       std::fprintf(o.console, "tern sweep: resuming %s: %zu trials recorded, %d ended\n", o.spec.dir.c_str(),
                    trials.size(), ended);
   }
-  Loop loop(o, store.get());
+  for (const TrialRow& t : trials) {  // a rung still in Slurm must not be run again here
+    if (o.spec.on != "slurm" && t.state == "running" && !t.slurm_job_id.empty()) {
+      return Status::InvalidArgument(fmt::format(
+          "trial {}'s rung {} was submitted to Slurm as job {}: resume with --on slurm (or `tern job cancel "
+          "{}` first)",
+          t.id, t.target_rung, t.slurm_job_id, t.run_dir));
+    }
+  }
+  std::unique_ptr<TrialRunner> own;
+  RealSlurmClient slurm;
+  TrialRunner* runner = o.runner;
+  if (!runner) {
+    if (o.spec.on == "slurm")
+      own = std::make_unique<SlurmTrials>(&slurm);
+    else
+      own = std::make_unique<LocalTrials>();
+    runner = own.get();
+  }
+  Loop loop(o, store.get(), runner);
   TERN_RETURN_IF_ERROR(loop.Run(std::move(trials)));
   SweepResult r = Summarize(o.spec, loop.trials());
   r.stopped = loop.stopped();

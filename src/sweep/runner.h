@@ -1,6 +1,7 @@
-// The sweep's loop: trials as `tern run` jobs (the tern binary as a subprocess, so each trial's cost is in
-// its run directory's ledger at the instance's price), N at a time, rung by rung as ASHA decides, within the
-// budgets; every change recorded in DIR/sweep.sqlite, so a restarted sweep resumes (docs/sweep.md).
+// The sweep's loop: trials as `tern run` jobs (the tern binary as a subprocess, or a Slurm job submitted by
+// `tern run --on slurm`, so each trial's cost is in its run directory's ledger at the instance's price), N
+// at a time, rung by rung as ASHA decides, within the budgets; every change recorded in DIR/sweep.sqlite, so
+// a restarted sweep resumes, following again the Slurm jobs still queued or running (docs/sweep.md).
 #pragma once
 
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include "core/status.h"
 #include "sweep/spec.h"
 #include "sweep/store.h"
+#include "sweep/trials.h"
 
 namespace tern::sweep {
 
@@ -18,6 +20,9 @@ struct SweepOptions {
   std::string spec_text;   // recorded; a restart with another spec is refused
   std::string tern;        // the tern binary that runs the trials
   FILE* console = stderr;  // one line per event; nullptr = quiet
+  // Where the rungs run; nullptr = by spec.on: LocalTrials, or SlurmTrials over the real Slurm (tests give
+  // their own).
+  TrialRunner* runner = nullptr;
 };
 
 struct SweepResult {

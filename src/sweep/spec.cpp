@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "run/job_spec.h"
+
 namespace tern::sweep {
 namespace {
 
@@ -104,6 +106,33 @@ Status ParseAsha(const YAML::Node& n, const std::string& where, AshaSettings* a)
   return Status::Ok();
 }
 
+// `job: {time_limit: "0:30:00", sbatch_args: "--partition=gpu"}`: checked as `tern run` checks a job:
+// section; the instance and its price are the sweep's own keys.
+Status ParseJob(const YAML::Node& n, const std::string& where, SweepSpec* s) {
+  if (!n.IsMap())
+    return Status::InvalidArgument(
+        fmt::format("{}: job: give a mapping of job keys, e.g. {{time_limit: \"0:30:00\"}}", where));
+  run::JobSpec scratch;
+  for (const auto& kv : n) {
+    const std::string k = kv.first.as<std::string>();
+    const std::string at = fmt::format("{}: job.{}", where, k);
+    if (!kv.second.IsScalar()) return Status::InvalidArgument(fmt::format("{}: expected a single value", at));
+    const std::string v = kv.second.Scalar();
+    if (k == "instance" || k == "price_per_hour")
+      return Status::InvalidArgument(
+          fmt::format("{}: give {} at the top of the sweep file (it prices the budget too)", at, k));
+    if (k == "on") {
+      if (v != "local" && v != "slurm")
+        return Status::InvalidArgument(fmt::format("{}: '{}' is not one of local, slurm", at, v));
+      s->on = v;
+      continue;
+    }
+    TERN_RETURN_IF_ERROR(run::SetJobKey(k, v, &scratch).WithContext(where));
+    s->job.emplace_back(k, v);
+  }
+  return Status::Ok();
+}
+
 int GridSize(const Param& p) {
   return p.kind == Param::Kind::kChoice ? static_cast<int>(p.choices.size())
                                         : static_cast<int>(p.hi - p.lo) + 1;
@@ -144,6 +173,8 @@ Result<SweepSpec> ParseRoot(const YAML::Node& root, const std::string& path) {
       s.instance = v.as<std::string>();
     } else if (k == "asha") {
       TERN_RETURN_IF_ERROR(ParseAsha(v, path, &s.asha));
+    } else if (k == "job") {
+      TERN_RETURN_IF_ERROR(ParseJob(v, path, &s));
     } else if (k == "set") {
       if (!v.IsMap()) return Status::InvalidArgument(fmt::format("{}: give a mapping of key: value", at));
       for (const auto& o : v) s.overrides.push_back(o.first.as<std::string>() + "=" + o.second.Scalar());
@@ -157,7 +188,7 @@ Result<SweepSpec> ParseRoot(const YAML::Node& root, const std::string& path) {
     } else {
       return Status::InvalidArgument(
           fmt::format("{}: unknown key; a sweep has base, dir, space, sampler, seed, trials, asha, instance, "
-                      "price_per_hour, budget_usd, parallel, set",
+                      "price_per_hour, budget_usd, parallel, set, job",
                       at));
     }
   }

@@ -40,6 +40,10 @@ struct SweepSpec {
   double budget_usd = 0;      // 0 = none
   int parallel = 1;
   std::vector<std::string> overrides;  // `set:` section.key=value for every trial
+  // `job:` the keys of a training config's job: section (`tern run`'s flags: time_limit, sbatch_args,
+  // max_attempts, ...) for every trial's `tern run`, in the order written; job.on sets `on`.
+  std::vector<std::pair<std::string, std::string>> job;
+  std::string on = "local";  // where trials run: local (child processes) | slurm (a Slurm job per rung)
 };
 
 // Parses SWEEP.yaml's text; `path` names it in messages and anchors relative paths. Every error names the

@@ -35,7 +35,12 @@ Result<std::unique_ptr<SweepStore>> SweepStore::Open(const std::string& path) {
       "CREATE TABLE IF NOT EXISTS trials (id INTEGER PRIMARY KEY, params TEXT NOT NULL, run_dir TEXT NOT "
       "NULL,"
       " state TEXT NOT NULL, target_rung INTEGER NOT NULL, losses TEXT NOT NULL, cost_usd REAL NOT NULL,"
-      " steps INTEGER NOT NULL, reason TEXT NOT NULL);"));
+      " steps INTEGER NOT NULL, reason TEXT NOT NULL, slurm_job_id TEXT NOT NULL DEFAULT '');"));
+  // A sweep directory from before --on slurm has no slurm_job_id column: added, empty.
+  Stmt probe;
+  if (sqlite3_prepare_v2(st->db_, "SELECT slurm_job_id FROM trials LIMIT 0", -1, &probe.s, nullptr) !=
+      SQLITE_OK)
+    TERN_RETURN_IF_ERROR(st->Exec("ALTER TABLE trials ADD COLUMN slurm_job_id TEXT NOT NULL DEFAULT '';"));
   return st;
 }
 
@@ -78,7 +83,7 @@ Status SweepStore::Put(const TrialRow& t) {
   sqlite3_prepare_v2(
       db_,
       "INSERT OR REPLACE INTO trials (id, params, run_dir, state, target_rung, losses, cost_usd,"
-      " steps, reason) VALUES (?,?,?,?,?,?,?,?,?)",
+      " steps, reason, slurm_job_id) VALUES (?,?,?,?,?,?,?,?,?,?)",
       -1, &q.s, nullptr);
   sqlite3_bind_int(q.s, 1, t.id);
   sqlite3_bind_text(q.s, 2, params.dump().c_str(), -1, SQLITE_TRANSIENT);
@@ -89,6 +94,7 @@ Status SweepStore::Put(const TrialRow& t) {
   sqlite3_bind_double(q.s, 7, t.cost_usd);
   sqlite3_bind_int(q.s, 8, t.steps);
   sqlite3_bind_text(q.s, 9, t.reason.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(q.s, 10, t.slurm_job_id.c_str(), -1, SQLITE_TRANSIENT);
   if (sqlite3_step(q.s) != SQLITE_DONE)
     return Status::IoError(fmt::format("sweep state: {}", sqlite3_errmsg(db_)));
   return Status::Ok();
@@ -98,7 +104,8 @@ Result<std::vector<TrialRow>> SweepStore::Trials() {
   Stmt q;
   sqlite3_prepare_v2(
       db_,
-      "SELECT id, params, run_dir, state, target_rung, losses, cost_usd, steps, reason FROM trials"
+      "SELECT id, params, run_dir, state, target_rung, losses, cost_usd, steps, reason, slurm_job_id FROM"
+      " trials"
       " ORDER BY id",
       -1, &q.s, nullptr);
   std::vector<TrialRow> out;
@@ -118,6 +125,7 @@ Result<std::vector<TrialRow>> SweepStore::Trials() {
     t.cost_usd = sqlite3_column_double(q.s, 6);
     t.steps = sqlite3_column_int(q.s, 7);
     t.reason = Text(q.s, 8);
+    t.slurm_job_id = Text(q.s, 9);
     out.push_back(std::move(t));
   }
   if (rc != SQLITE_DONE) return Status::IoError(fmt::format("sweep state: {}", sqlite3_errmsg(db_)));

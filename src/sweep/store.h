@@ -25,6 +25,9 @@ struct TrialRow {
   double cost_usd = 0;         // the job's total in its run directory's ledger
   int steps = 0;               // steps trained
   std::string reason;
+  // --on slurm: the Slurm job of the rung in flight (or of the last rung run); "" = none yet. A restarted
+  // sweep follows it again instead of submitting the rung twice (sweep/trials.h).
+  std::string slurm_job_id;
 };
 
 class SweepStore {
