@@ -263,12 +263,13 @@ int RunSimulate(const SimulateFlags& f) {
                         {"notice_h", job.notice_h},
                         {"starts", f.starts},
                         {"results", nlohmann::json::array()}};
+  // Under a minute in seconds (a measured restart or save), else as FormatHours has it.
+  auto dur = [](double h) { return h < 1.0 / 60 ? fmt::format("{:.1f} s", h * 3600) : FormatHours(h); };
   std::string text = fmt::format(
       "Job: {} of work, deadline {}, restart {}, checkpoint {} ({}), notice {}, {} starts per trace\n"
       "Work: {}\nRestart: {}\n",
-      FormatHours(job.work_h), FormatHours(job.deadline_h), FormatHours(job.restart_h),
-      FormatHours(job.checkpoint_h), ckpt_source, FormatHours(job.notice_h), f.starts, work_source,
-      restart_source);
+      dur(job.work_h), FormatHours(job.deadline_h), dur(job.restart_h), dur(job.checkpoint_h), ckpt_source,
+      FormatHours(job.notice_h), f.starts, work_source, restart_source);
   for (Polarity pol : polarities) {
     auto traces = LoadSpotTraces(paths, pol);
     if (!traces.ok()) return Fail(traces.status());
