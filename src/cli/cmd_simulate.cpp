@@ -345,7 +345,9 @@ void AddSimulateCommand(CLI::App& root, CommandTable& table) {
                   "(default aws:us-east-1:p3.2xlarge, the traces' instance)");
   sub->add_option("--restart-overhead", f->restart,
                   "start-up + resume on a new instance (default: measured by --calibrate's bench, else 10m)");
-  sub->add_option("--checkpoint-time", f->checkpoint, "one checkpoint save, e.g. 90s (default: free)");
+  sub->add_option("--checkpoint-time", f->checkpoint,
+                  "one checkpoint save, e.g. 90s (default: measured by --calibrate; with --config, the run's "
+                  "checkpoint at 1 GB/s; else free)");
   sub->add_option("--calibrate", f->calibrate,
                   "a `tern bench --json` file: its measured save time and restart (start-up + resume); with "
                   "--config, its MFU and run times for the work");
