@@ -1,6 +1,5 @@
 // `tern plan`: which GPU instance, how many, where and on which billing finishes a training job
 // cheapest. Parses flags into a PlanRequest, loads the catalog, runs the planner, prints.
-#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -8,8 +7,8 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/plan_config.h"
 #include "core/file_util.h"
-#include "data/tokenizer.h"
 #include "plan/calibration.h"
 #include "plan/catalog.h"
 #include "plan/explain.h"
@@ -18,7 +17,6 @@
 #include "plan/planner.h"
 #include "plan/report.h"
 #include "plan/units.h"
-#include "train/train_config.h"
 
 namespace tern::cli {
 namespace {
@@ -60,55 +58,6 @@ Result<std::optional<ActRecompute>> ParseRecomputeFlag(const std::string& s) {
                   s));
 }
 
-// --config: the run `tern train CONFIG [--set ...]` would do. The model, sequence, micro-batch and
-// tokens per step are the config's; the tokens are train.steps of them unless --tokens says otherwise;
-// evaluation, samples and checkpoints become the run's non-step time (plan/run_model.h).
-Status ApplyTrainConfig(const PlanFlags& f, const std::optional<BenchProfile>& bench, PlanRequest* req) {
-  TrainConfig cfg;
-  TERN_RETURN_IF_ERROR(LoadTrainConfigFile(f.config, &cfg).WithContext("--config"));
-  for (const auto& kv : f.overrides) TERN_RETURN_IF_ERROR(ApplyOverride(kv, &cfg).WithContext("--set"));
-  if (cfg.model.vocab_size ==
-      0) {  // the trainer takes the tokenizer's: so does the plan, or the bench's, or 4096
-    auto tok = Tokenizer::Load(cfg.data_dir + "/tokenizer.model");
-    cfg.model.vocab_size = tok.ok() ? tok->vocab_size() : bench ? bench->model.vocab_size : 4096;
-  }
-  TERN_RETURN_IF_ERROR(cfg.model.Validate().WithContext("--config " + f.config));
-  TERN_RETURN_IF_ERROR(cfg.Validate().WithContext("--config " + f.config));
-  WorkloadSpec& w = req->workload;
-  w.cfg = cfg.model;
-  w.model_label = f.config;
-  w.seq = cfg.seq_len;
-  w.micro_batch = cfg.batch_size;
-  w.recompute = cfg.recompute == Recompute::kGelu ? ActRecompute::kGelu
-                                                  : ActRecompute::kNone;  // --recompute may override
-  const double step_tokens = static_cast<double>(cfg.batch_size) * cfg.seq_len * cfg.grad_accum_steps();
-  w.global_batch_tokens = step_tokens;
-  if (f.tokens.empty()) {
-    w.tokens = cfg.steps * step_tokens;
-  } else {
-    TERN_ASSIGN_OR_RETURN(w.tokens, ParseCount(f.tokens, "--tokens"));
-    cfg.steps = static_cast<int>(std::ceil(w.tokens / step_tokens));
-  }
-  TrainRunSpec run;
-  run.config_file = f.config;
-  run.steps = cfg.steps;
-  run.micro_batch = cfg.batch_size;
-  run.seq = cfg.seq_len;
-  run.grad_accum = cfg.grad_accum_steps();
-  run.eval_every = cfg.eval_every;
-  run.eval_batches = cfg.eval_batches;
-  run.sample_every = cfg.sample_every;
-  run.sample_tokens = cfg.sample_tokens;
-  run.num_samples = cfg.num_samples;
-  run.ckpt_every = cfg.ckpt.every;
-  run.durable_every = cfg.ckpt.durable.empty() ? 0 : cfg.ckpt.durable_every;
-  run.best_k = cfg.ckpt.best_k;
-  run.ckpt_async = cfg.ckpt.async;
-  run.probe_peak = cfg.peak_gflops <= 0;
-  req->run = run;
-  return Status::Ok();
-}
-
 // --calibrate FILE, repeatable: at most one `tern bench --json` (MFU and run overheads) and any number of
 // `tern bench --dist --json` (measured links), told apart by their "tool".
 Status LoadCalibrations(const std::vector<std::string>& files, PlanRequest* req) {
@@ -145,7 +94,7 @@ Result<PlanRequest> BuildRequest(const PlanFlags& f) {
           "--config takes T and the tokens per step from the config; use --set train.seq_len=T / "
           "--set train.total_batch_tokens=N");
     }
-    TERN_RETURN_IF_ERROR(ApplyTrainConfig(f, req.calibration, &req));
+    TERN_RETURN_IF_ERROR(ApplyTrainConfig(f.config, f.overrides, f.tokens, req.calibration, &req));
   } else {
     if (!f.overrides.empty())
       return Status::InvalidArgument("--set overrides a --config's keys; give --config X.yaml");

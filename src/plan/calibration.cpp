@@ -120,6 +120,34 @@ RunOverheads BenchProfile::Overheads(const GptConfig& run_model, int run_batch, 
   return o;
 }
 
+RestartOverhead RestartFor(const BenchProfile* bench, bool applies, const GptConfig& run_model, int run_batch,
+                           int run_seq, bool probe_peak, double state_bytes, const PlanDefaults& d) {
+  RestartOverhead r;
+  r.seconds = d.restart_minutes * 60;
+  r.source = fmt::format("default: restart_minutes {:g}", d.restart_minutes);
+  if (!bench) return r;
+  if (!applies) {
+    r.source += fmt::format(" ({} measured {}, not this device)", bench->file,
+                            bench->DeviceName().empty() ? "an unnamed GPU" : bench->DeviceName());
+    return r;
+  }
+  const std::optional<BenchRunTimes>& t = bench->run;
+  if (!t || t->checkpoint_bytes <= 0 || t->checkpoint_persist_ms <= 0 || t->checkpoint_copy_ms < 0) {
+    r.source += fmt::format(" ({} has no timed start-up and save: run `tern bench --config X.yaml --json`)",
+                            bench->file);
+    return r;
+  }
+  const RunOverheads o = bench->Overheads(run_model, run_batch, run_seq, d);
+  r.measured = true;
+  r.startup_s = o.startup_s + (probe_peak ? o.peak_probe_s : 0);
+  const double save_ms = t->checkpoint_copy_ms + t->checkpoint_persist_ms;
+  r.resume_s = state_bytes / t->checkpoint_bytes * save_ms / 1e3;
+  r.seconds = r.startup_s + r.resume_s;
+  r.source = fmt::format("measured: {} (start-up {:.2f} s + resume {:.2f} s, taken as one save)", bench->file,
+                         r.startup_s, r.resume_s);
+  return r;
+}
+
 Result<BenchProfile> ParseBenchJson(const std::string& text, const std::string& file) {
   json j;
   try {

@@ -47,6 +47,23 @@ struct BenchProfile {
   RunOverheads Overheads(const GptConfig& run_model, int run_batch, int run_seq, const PlanDefaults& d) const;
 };
 
+// The restart overhead of a spot job: what a new instance spends before it trains again after a preemption.
+// Measured (a bench with a run block and a timed save that speaks for the device): the start-up of a new
+// `tern train` process as BenchProfile::Overheads scales it to the run (+ the peak probe when the run probes)
+// plus reading its checkpoint back, which tern bench does not time: it is taken as one measured save (state
+// copy + persist) of the run's checkpoint bytes. Acquiring and booting the instance is in neither. Else the
+// default restart_minutes.
+struct RestartOverhead {
+  bool measured = false;
+  double startup_s = 0, resume_s = 0;  // measured parts
+  double seconds = 0;                  // startup + resume, or the default
+  std::string source;  // "measured: bench.json (start-up 1.2 s + resume 0.3 s)" | "default: ..."
+};
+// `bench` speaks for the device when `applies`; the run is `run_model` at `run_batch` x `run_seq` with a
+// checkpoint of `state_bytes`.
+RestartOverhead RestartFor(const BenchProfile* bench, bool applies, const GptConfig& run_model, int run_batch,
+                           int run_seq, bool probe_peak, double state_bytes, const PlanDefaults& d);
+
 // Parses `tern bench --json` output. Missing or mistyped keys are errors naming the key.
 Result<BenchProfile> ParseBenchJson(const std::string& text, const std::string& file);
 Result<BenchProfile> LoadBenchJson(const std::string& path);

@@ -238,5 +238,31 @@ TEST(Calibration, LocalRunIncludesItsNonStepWork) {
   EXPECT_GT(rb.checkpoint_s(), 0);
 }
 
+// The restart overhead: the bench's start-up (+ the peak probe) and a resume taken as one measured save of
+// the run's checkpoint, by hand; the default when the bench is of another device, has no run block, or is
+// absent.
+TEST(Calibration, RestartOverheadFromTheBench) {
+  const PlanDefaults d;
+  auto b = LoadBenchJson(TestData("bench_v100_run.json"));
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  // Same model and shape as the bench: start-up 0.3 + 2.5 + 0.4 + 0.05, probe 0.6; twice its checkpoint bytes
+  // resume in twice its 20 + 180 ms save.
+  const RestartOverhead r = RestartFor(&*b, true, b->model, b->batch, b->seq, true, 2 * 53.5e6, d);
+  EXPECT_TRUE(r.measured);
+  EXPECT_NEAR(r.startup_s, 3.85, 1e-9);
+  EXPECT_NEAR(r.resume_s, 0.4, 1e-9);
+  EXPECT_NEAR(r.seconds, 4.25, 1e-9);
+  EXPECT_NE(r.source.find("measured: " + TestData("bench_v100_run.json")), std::string::npos) << r.source;
+  EXPECT_NEAR(RestartFor(&*b, true, b->model, b->batch, b->seq, false, 53.5e6, d).seconds, 3.25 + 0.2, 1e-9);
+  const RestartOverhead other = RestartFor(&*b, false, b->model, b->batch, b->seq, true, 53.5e6, d);
+  EXPECT_FALSE(other.measured);
+  EXPECT_DOUBLE_EQ(other.seconds, d.restart_minutes * 60);
+  EXPECT_NE(other.source.find("measured V100, not this device"), std::string::npos) << other.source;
+  auto steps_only = LoadBenchJson(TestData("bench_h100.json"));  // no run block
+  ASSERT_TRUE(steps_only.ok());
+  EXPECT_FALSE(RestartFor(&*steps_only, true, b->model, 16, 128, true, 53.5e6, d).measured);
+  EXPECT_DOUBLE_EQ(RestartFor(nullptr, false, b->model, 16, 128, true, 53.5e6, d).seconds, 600);
+}
+
 }  // namespace
 }  // namespace tern::plan

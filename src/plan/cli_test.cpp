@@ -214,5 +214,120 @@ TEST(PlanCli, ErrorsNameTheProblem) {
   EXPECT_NE(on.text.find("auto, none, gelu or blocks"), std::string::npos) << on.text;
 }
 
+// `tern simulate --config`: the work is the planner's whole-run model for the same config on one --instance
+// (the on-demand row of `tern plan --config` for it), calibrated by a bench of that GPU when given.
+struct SimulateRun {
+  nlohmann::json doc;
+  std::string text;
+};
+SimulateRun Simulate(const std::string& flags) {
+  const std::string trace = (fs::path(TERN_TEST_SOURCE_DIR) /
+                             "data/spot-traces/availability/1-node/aws-02-15-2023/us-west-2a_v100_1.json")
+                                .string();
+  Output o = Tern("simulate --trace " + trace +
+                  " --deadline 48h --starts 5 --polarity available-if-nonzero --policy on-demand,spot " +
+                  flags + " --json");
+  EXPECT_EQ(o.code, 0) << flags << "\n" << o.text;
+  return {nlohmann::json::parse(o.text, nullptr, false), o.text};
+}
+
+// The plan's on-demand row for one p3.2xlarge in us-east-1, as JSON.
+nlohmann::json PlanRowFor(const std::string& flags, const char* billing) {
+  Output o = Tern(
+      "plan --config configs/demo.yaml --instance p3.2xlarge --regions us-east-1 --max-gpus 1 "
+      "--billing " +
+      std::string(billing) + " " + flags + " --json");
+  EXPECT_EQ(o.code, 0) << o.text;
+  const auto doc = nlohmann::json::parse(o.text, nullptr, false);
+  for (const auto& p : doc["plans"]) {
+    if (p["instances"] == 1 && p["region"] == "us-east-1" && p["billing"] == billing) return p;
+  }
+  ADD_FAILURE() << "no " << billing << " row for 1x p3.2xlarge in us-east-1:\n" << o.text.substr(0, 2000);
+  return nlohmann::json();
+}
+
+const std::string kV100Bench =
+    (fs::path(TERN_TEST_SOURCE_DIR) / "src/plan/testdata/bench_v100_run.json").string();
+const std::string kCpuBench =
+    (fs::path(TERN_TEST_SOURCE_DIR) / "src/plan/testdata/bench_demo_run.json").string();
+
+TEST(SimulateCli, ConfigWorkIsThePlannersRunModel) {
+  for (const auto& [calibrate, calibrated] :
+       std::vector<std::pair<std::string, bool>>{{"", false}, {" --calibrate " + kV100Bench, true}}) {
+    const std::string flags = " --config configs/demo.yaml --set train.steps=400" + calibrate;
+    SimulateRun sim = Simulate(flags + " --instance aws:us-east-1:p3.2xlarge");
+    ASSERT_TRUE(sim.doc.is_object()) << sim.text.substr(0, 500);
+    const nlohmann::json row = PlanRowFor("--set train.steps=400" + calibrate, "on-demand");
+    ASSERT_TRUE(row.is_object());
+    const double plan_s = row["run"]["total_s"].get<double>();
+    EXPECT_GT(plan_s, 0);
+    EXPECT_NEAR(sim.doc["work_h"].get<double>() * 3600, plan_s, 1e-9 * plan_s) << calibrate;
+    const auto& src = sim.doc["work_source"];
+    EXPECT_EQ(src["from"], "config");
+    EXPECT_EQ(src["config"], "configs/demo.yaml");
+    EXPECT_EQ(src["instance"], "aws/us-east-1/p3.2xlarge");
+    EXPECT_EQ(src["calibrated"], calibrated) << src.dump();
+    EXPECT_EQ(src["mfu_source"], row["throughput"]["mfu_source"]);
+  }
+  // A CPU bench does not speak for a V100: the work is the default model's, and the output says so.
+  SimulateRun cpu = Simulate("--config configs/demo.yaml --calibrate " + kCpuBench);
+  EXPECT_EQ(cpu.doc["work_source"]["calibrated"], false);
+  EXPECT_NE(cpu.doc["restart_source"].get<std::string>().find("not this device"), std::string::npos)
+      << cpu.doc["restart_source"];
+  // The table names the source too.
+  Output t = Tern("simulate --config configs/demo.yaml --calibrate " + kV100Bench +
+                  " --deadline 48h --starts 2 --policy on-demand --polarity available-if-nonzero");
+  ASSERT_EQ(t.code, 0) << t.text;
+  EXPECT_NE(t.text.find("Work: configs/demo.yaml on 1x aws/us-east-1/p3.2xlarge (calibrated"),
+            std::string::npos)
+      << t.text;
+  EXPECT_NE(t.text.find("Restart: measured: " + kV100Bench), std::string::npos) << t.text;
+}
+
+// With a bench that timed the start-up and a save, the restart overhead is the bench's figure (start-up +
+// resume, the same as `tern plan` uses for its spot rows); --restart-overhead still overrides it.
+TEST(SimulateCli, RestartOverheadIsTheBenchsMeasurement) {
+  SimulateRun sim = Simulate("--config configs/demo.yaml --calibrate " + kV100Bench);
+  ASSERT_TRUE(sim.doc.is_object()) << sim.text.substr(0, 500);
+  const double restart_s = sim.doc["restart_h"].get<double>() * 3600;
+  // bench_v100_run.json: process 0.3 + backend 2.5 + model 0.4 + data 0.05 + peak probe 0.6 = 3.85 s, and a
+  // resume of one save (20 + 180 ms for 53.5 MB) for the run's checkpoint of about that size.
+  EXPECT_GT(restart_s, 3.85 + 0.1);
+  EXPECT_LT(restart_s, 3.85 + 0.3);
+  EXPECT_NE(sim.doc["restart_source"].get<std::string>().find("measured: " + kV100Bench), std::string::npos)
+      << sim.doc["restart_source"];
+  const nlohmann::json spot = PlanRowFor("--calibrate " + kV100Bench, "spot");
+  ASSERT_TRUE(spot.is_object());
+  EXPECT_NEAR(spot["spot"]["restart_s"].get<double>(), restart_s, 1e-9);
+  EXPECT_EQ(spot["spot"]["restart_source"], sim.doc["restart_source"]);
+  EXPECT_NE(spot["spot"]["checkpoint_source"].get<std::string>().find("measured"), std::string::npos);
+  // --work-hours with the bench: its own run's start-up and save.
+  SimulateRun hours = Simulate("--work-hours 2h --calibrate " + kV100Bench);
+  EXPECT_NEAR(hours.doc["restart_h"].get<double>() * 3600, 3.85 + 0.2, 1e-9);
+  // Without a bench: the 10-minute default, said as such; the flag overrides either.
+  SimulateRun plain = Simulate("--config configs/demo.yaml");
+  EXPECT_DOUBLE_EQ(plain.doc["restart_h"].get<double>(), 10.0 / 60);
+  EXPECT_EQ(plain.doc["restart_source"].get<std::string>().rfind("default: restart_minutes 10", 0), 0u);
+  EXPECT_EQ(PlanRowFor("", "spot")["spot"]["restart_s"], 600.0);
+  SimulateRun flag =
+      Simulate("--config configs/demo.yaml --calibrate " + kV100Bench + " --restart-overhead 5m");
+  EXPECT_DOUBLE_EQ(flag.doc["restart_h"].get<double>(), 5.0 / 60);
+  EXPECT_EQ(flag.doc["restart_source"], "--restart-overhead");
+}
+
+TEST(SimulateCli, ConfigAndWorkHoursAreExclusive) {
+  Output both = Tern("simulate --config configs/demo.yaml --work-hours 3h --deadline 48h");
+  ASSERT_RAN(both);
+  EXPECT_EQ(both.code, 2) << both.text;
+  EXPECT_NE(both.text.find("--config and --work-hours both give the job's work; give one"), std::string::npos)
+      << both.text;
+  Output neither = Tern("simulate --deadline 48h");
+  EXPECT_EQ(neither.code, 1);
+  EXPECT_NE(neither.text.find("--config CONFIG.yaml"), std::string::npos) << neither.text;
+  Output set = Tern("simulate --work-hours 3h --deadline 48h --set train.steps=10");
+  EXPECT_EQ(set.code, 1);
+  EXPECT_NE(set.text.find("give --config"), std::string::npos) << set.text;
+}
+
 }  // namespace
 }  // namespace tern::plan

@@ -32,6 +32,8 @@ struct SpotModel {
   double expected_wall_s = 0;        // E[T]
   double expected_preemptions = 0;
   double time_lost_s = 0;  // E[T] - W: checkpoint writes + restarts + lost work
+  // Where delta and R came from (the planner fills them): "measured: bench.json ..." or "default: ...".
+  std::string checkpoint_source, restart_source;
 };
 SpotModel ModelSpot(double work_s, double checkpoint_bytes, int nodes, double hazard_per_instance_hr,
                     const PlanDefaults& d);

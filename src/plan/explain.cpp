@@ -156,13 +156,13 @@ Result<std::string> ExplainRow(const PlanResult& r, const Catalog& cat, const Pl
                                             : " (default)",
                      p.nodes, sp.job_mtbf_h);
     s += fmt::format(
-        "           checkpoint {} / {:g} GB/s = {:.1f} s; Young/Daly interval sqrt(2 x {:.1f} x {:.0f}) = "
+        "           checkpoint {} in {:.1f} s ({}); Young/Daly interval sqrt(2 x {:.1f} x {:.0f}) = "
         "{:.0f} s ({})\n",
-        FormatBytes(w.checkpoint_bytes()), d.checkpoint_write_gb_per_s, sp.checkpoint_s, sp.checkpoint_s,
+        FormatBytes(w.checkpoint_bytes()), sp.checkpoint_s, sp.checkpoint_source, sp.checkpoint_s,
         sp.job_mtbf_h * 3600, sp.interval_s, FormatHours(sp.interval_s / 3600));
     s += fmt::format(
-        "           per preemption: restart {:.0f} s + half an interval and write {:.0f} s = {:.0f} s\n",
-        sp.restart_s, (sp.interval_s + sp.checkpoint_s) / 2, sp.lost_per_preemption_s);
+        "           per preemption: restart {:.0f} s ({}) + half an interval and write {:.0f} s = {:.0f} s\n",
+        sp.restart_s, sp.restart_source, (sp.interval_s + sp.checkpoint_s) / 2, sp.lost_per_preemption_s);
     s += fmt::format(
         "           E[T] = {:.0f} x (1 + {:.1f}/{:.0f}) / (1 - {:.3g} x {:.0f}) = {:.0f} s = {}; {:.2f} "
         "preemptions expected\n",

@@ -45,33 +45,6 @@ bool Passes(const std::vector<std::string>& filter, const std::string& value) {
                      [&](const std::string& f) { return EqualsIgnoreCase(f, value); });
 }
 
-// What tern train lacks for a plan on GPU `g` with this fit (docs/planning.md, "What tern runs"); empty
-// when it can run it. Data parallelism over any number of GPUs and nodes and ZeRO-1 it has.
-std::vector<std::string> NotInTern(const GpuSpec& g, const MemoryFit& fit) {
-  std::vector<std::string> lacks;
-  switch (g.generation) {
-    case GpuGeneration::kVolta:
-      lacks.push_back(
-          fmt::format("{} is compute capability 7.0; tern's CUDA backend needs 8.0+ (docs/gpu.md)", g.name));
-      break;
-    case GpuGeneration::kTuring:
-      lacks.push_back(
-          fmt::format("{} (sm_75) is not in tern's CUDA build; it needs 8.0+ (docs/gpu.md: "
-                      "-DCMAKE_CUDA_ARCHITECTURES=75 with CUDA 12 may work, untested)",
-                      g.name));
-      break;
-    case GpuGeneration::kUnknown:
-      lacks.push_back(fmt::format(
-          "{}: unknown GPU generation; tern's CUDA backend needs compute capability 8.0+", g.name));
-      break;
-    default:
-      break;
-  }
-  if (fit.recompute == ActRecompute::kBlocks)
-    lacks.push_back("needs whole-block recompute (tern train has train.recompute none|gelu)");
-  return lacks;
-}
-
 // Everything about one (offer, node count) that does not depend on billing.
 struct Shape {
   size_t offer;
@@ -94,13 +67,27 @@ class Planner {
     if (req.calibration && req.calibration->run) {
       const BenchRunTimes& t = *req.calibration->run;
       const double ms = t.checkpoint_copy_ms + t.checkpoint_persist_ms;
-      if (t.checkpoint_bytes > 0 && t.checkpoint_persist_ms > 0 && ms > 0)
+      if (t.checkpoint_bytes > 0 && t.checkpoint_persist_ms > 0 && ms > 0) {
         measured_d_.checkpoint_write_gb_per_s = t.checkpoint_bytes / (ms / 1e3) / 1e9;
+        measured_save_ = true;
+      }
     }
   }
 
   void Run() {
     used_links_.assign(req_.links.size(), false);
+    // The bench's measured restart (start-up + resume) for the spot rows of the device it ran on.
+    const Workload& w = out_->workload;
+    const BenchProfile* b = req_.calibration ? &*req_.calibration : nullptr;
+    for (bool applies : {true, false}) {
+      (applies ? restart_ : default_restart_) =
+          RestartFor(b, applies, w.spec().cfg,
+                     req_.run ? req_.run->micro_batch
+                     : b      ? b->batch
+                              : 1,
+                     w.seq(), req_.run ? req_.run->probe_peak : true, w.checkpoint_bytes(), d_);
+    }
+    if (restart_.measured) measured_d_.restart_minutes = restart_.seconds / 60;
     if (req_.run) schedule_ = ScheduleRun(*req_.run);
     for (size_t i = 0; i < cat_.offers.size(); ++i) PlanOffer(i);
     if (!req_.spot_traces.empty()) ReplaySpotRows();
@@ -291,6 +278,11 @@ class Planner {
           req_.spot_hazard_per_hr.value_or(o.spot_hazard_per_hr.value_or(1.0 / d_.spot_mtbf_hours));
       r.spot = ModelSpot(s.work_s(), out_->workload.checkpoint_bytes(), s.nodes, hazard,
                          s.calibrated ? measured_d_ : d_);
+      r.spot.checkpoint_source =
+          s.calibrated && measured_save_
+              ? fmt::format("measured: {} (state copy + persist)", req_.calibration->file)
+              : fmt::format("default: checkpoint_write_gb_per_s {:g}", d_.checkpoint_write_gb_per_s);
+      r.spot.restart_source = (s.calibrated ? restart_ : default_restart_).source;
       r.hourly_usd = r.price_hr * s.nodes;
       if (!req_.spot_traces.empty()) {
         r.wall_s = r.spot.feasible ? r.spot.expected_wall_s : s.work_s();  // until ReplaySpotRows
@@ -442,7 +434,9 @@ class Planner {
   const PlanRequest& req_;
   const PlanDefaults& d_;
   PlanResult* out_;
-  PlanDefaults measured_d_;     // d_ with the bench's measured checkpoint bandwidth
+  PlanDefaults measured_d_;     // d_ with the bench's measured checkpoint bandwidth and restart
+  bool measured_save_ = false;  // the bench timed a checkpoint save
+  RestartOverhead restart_, default_restart_;  // for the rows the bench speaks for / the others
   std::vector<size_t> replay_;  // spot rows to replay on --spot-traces (indices into out_->rows)
   RunSchedule schedule_;
 };

@@ -148,4 +148,31 @@ MemoryFit Workload::Fit(Precision p, double gpu_mem_gib, int dp_ranks, const Pla
   return fit;
 }
 
+// What tern train lacks for a plan on GPU `g` with this fit (docs/planning.md, "What tern runs"); empty
+// when it can run it. Data parallelism over any number of GPUs and nodes and ZeRO-1 it has.
+std::vector<std::string> NotInTern(const GpuSpec& g, const MemoryFit& fit) {
+  std::vector<std::string> lacks;
+  switch (g.generation) {
+    case GpuGeneration::kVolta:
+      lacks.push_back(
+          fmt::format("{} is compute capability 7.0; tern's CUDA backend needs 8.0+ (docs/gpu.md)", g.name));
+      break;
+    case GpuGeneration::kTuring:
+      lacks.push_back(
+          fmt::format("{} (sm_75) is not in tern's CUDA build; it needs 8.0+ (docs/gpu.md: "
+                      "-DCMAKE_CUDA_ARCHITECTURES=75 with CUDA 12 may work, untested)",
+                      g.name));
+      break;
+    case GpuGeneration::kUnknown:
+      lacks.push_back(fmt::format(
+          "{}: unknown GPU generation; tern's CUDA backend needs compute capability 8.0+", g.name));
+      break;
+    default:
+      break;
+  }
+  if (fit.recompute == ActRecompute::kBlocks)
+    lacks.push_back("needs whole-block recompute (tern train has train.recompute none|gelu)");
+  return lacks;
+}
+
 }  // namespace tern::plan

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "model/gpt_config.h"
 #include "plan/defaults.h"
@@ -101,5 +102,9 @@ class Workload {
   double layer_act_b1_ = 0;    // saved activations of one block at micro-batch 1
   double layer_input_b1_ = 0;  // one block's input (B*T*C fp32): what block recomputation keeps per layer
 };
+
+// What tern train lacks for a plan on GPU `g` with this fit (docs/planning.md, "What tern runs"); empty
+// when it can run it. Data parallelism over any number of GPUs and nodes and ZeRO-1 it has.
+std::vector<std::string> NotInTern(const GpuSpec& g, const MemoryFit& fit);
 
 }  // namespace tern::plan
