@@ -74,10 +74,10 @@ int Submit(const RunOptions& o, const run::JobSpec& spec) {
 // --policy: the instance's spot and on-demand prices, between which each attempt is billed.
 Status PricePolicy(run::JobSpec* spec) {
   if (spec->instance.empty()) {
-    return Status::InvalidArgument(fmt::format(
-        "--policy {} switches between the instance's spot and on-demand prices: give --instance "
-        "provider:region:type (e.g. aws:us-west-2:p3.2xlarge), not a price per hour",
-        spec->policy));
+    return Status::InvalidArgument(
+        fmt::format("--policy {} switches between the instance's spot and on-demand prices: give --instance "
+                    "provider:region:type (e.g. aws:us-west-2:p3.2xlarge), not a price per hour",
+                    spec->policy));
   }
   const std::string base = spec->instance.substr(0, spec->instance.rfind(':'));  // normalised: has billing
   TERN_ASSIGN_OR_RETURN(run::InstancePrice spot, run::PriceInstanceFromShippedCatalog(base + ":spot"));
@@ -182,10 +182,8 @@ void AddRunCommand(CLI::App& root, CommandTable& table) {
       "  tern run configs/demo.yaml --on slurm --ranks 8 --time-limit 4:00:00   # sbatch; a requeue resumes\n"
       "  tern run configs/demo.yaml --instance aws:us-west-2:p3.2xlarge --policy uniform-progress "
       "--deadline 48h\n"
-      "      # spot or on-demand per attempt by Uniform Progress (as `tern simulate`), switches in the ledger\n"
-      "  tern run configs/demo.yaml --instance aws:us-west-2:p3.2xlarge --policy uniform-progress "
-      "--deadline 48h\n"
-      "      # each attempt on spot or on-demand by Uniform Progress (as tern simulate); switches in the ledger\n"
+      "      # spot or on-demand per attempt by Uniform Progress (as `tern simulate`), switches in the "
+      "ledger\n"
       "  tern job status runs/demo            # attempts, reasons, time, lost work and $\n\n"
       "The same options can live in the config, in a job: section (flags win):\n" +
       run::DescribeJobKeys() +

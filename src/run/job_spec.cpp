@@ -116,8 +116,8 @@ const std::vector<JobKey>& Keys() {
        "Progress rules, billed at the instance's spot or on-demand price; needs job.deadline)",
        [](JobSpec& s, const std::string& v) -> Status {
          if (v != "none" && v != "uniform-progress") {
-           return Status::InvalidArgument(fmt::format(
-               "job.policy: '{}' is not a live policy; choose uniform-progress (or none)", v));
+           return Status::InvalidArgument(
+               fmt::format("job.policy: '{}' is not a live policy; choose uniform-progress (or none)", v));
          }
          s.policy = v == "none" ? "" : v;
          return Status::Ok();

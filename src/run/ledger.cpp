@@ -371,8 +371,13 @@ Status Ledger::PutSwitch(const SwitchRow& w) {
   Stmt s(db_,
          "INSERT OR REPLACE INTO switches (job_id, at_unix, at_utc, attempt, from_cluster, to_cluster, why) "
          "VALUES (?,?,?,?,?,?,?)");
-  s.Bind(w.job_id).Bind(w.at_unix).Bind(FormatUtc(w.at_unix)).Bind(w.attempt).Bind(w.from).Bind(w.to).Bind(
-      w.why);
+  s.Bind(w.job_id)
+      .Bind(w.at_unix)
+      .Bind(FormatUtc(w.at_unix))
+      .Bind(w.attempt)
+      .Bind(w.from)
+      .Bind(w.to)
+      .Bind(w.why);
   Status st;
   s.Step(&st);
   return st;

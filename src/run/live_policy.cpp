@@ -39,8 +39,9 @@ plan::Cluster LivePolicy::Decide(const LiveView& v) {
   const bool net_before = up_.safety_net();
   const Cluster next = up_.Decide(p);
   const double expected = p.deadline_h > 0 ? p.work_h * std::min(1.0, p.t_h / p.deadline_h) : p.work_h;
-  const std::string where = fmt::format("{:.1f}% done, {:.1f}% expected by the straight line at {:.2f} h",
-                                        100 * done / total, 100 * expected / std::max(p.work_h, 1e-12), p.t_h);
+  const std::string where =
+      fmt::format("{:.1f}% done, {:.1f}% expected by the straight line at {:.2f} h", 100 * done / total,
+                  100 * expected / std::max(p.work_h, 1e-12), p.t_h);
   if (up_.safety_net()) {
     why_ = fmt::format("safety net{}: {:.2f} h left to the deadline, {:.2f} h of work left + 2 x restart",
                        net_before ? " (held)" : "", p.deadline_h - p.t_h, p.work_h - p.done_h);

@@ -56,8 +56,8 @@ class TraceSpotMarket : public SpotMarket {
 // What the live policy knows at a decision.
 struct LiveView {
   double now_unix = 0;
-  int steps_done = 0;        // of the job, across attempts
-  double step_s = 0;         // measured seconds per step; 0 = not measured yet
+  int steps_done = 0;  // of the job, across attempts
+  double step_s = 0;   // measured seconds per step; 0 = not measured yet
   plan::Cluster current = plan::Cluster::kNone;
   bool spot_up = false;
 };

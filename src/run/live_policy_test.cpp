@@ -106,7 +106,8 @@ std::vector<Switch> SimSwitches(const std::vector<Cluster>& decisions, double ga
   Cluster prev = Cluster::kNone;
   for (size_t i = 0; i < decisions.size(); i++) {
     if (decisions[i] != prev)
-      out.push_back({i * gap_h, std::string(plan::ClusterName(prev)), std::string(plan::ClusterName(decisions[i]))});
+      out.push_back(
+          {i * gap_h, std::string(plan::ClusterName(prev)), std::string(plan::ClusterName(decisions[i]))});
     prev = decisions[i];
   }
   return out;
@@ -118,8 +119,9 @@ class LivePolicyTest : public SupervisorTest {
 
   // Supervises a job of `steps` steps of `step_s` with start-up `startup_s` under Uniform Progress, on
   // `trace` from `start_tick`, deciding every trace tick; the clock moves `poll_s` per look.
-  Result<JobOutcome> SuperviseOnTrace(const plan::SpotTrace& trace, size_t start_tick, int steps, double step_s,
-                                      double startup_s, const std::string& deadline, double poll_s) {
+  Result<JobOutcome> SuperviseOnTrace(const plan::SpotTrace& trace, size_t start_tick, int steps,
+                                      double step_s, double startup_s, const std::string& deadline,
+                                      double poll_s) {
     FakeClock clock(1.7e9, 0);
     job_.clock = &clock;
     job_.metrics = spec_.run_dir + "/metrics.jsonl";
@@ -260,7 +262,8 @@ TEST_F(LivePolicyTest, SameSwitchesAsTheSimulatorOnShippedTraces) {
       sj.spot_usd_h = kSpotPrice;
       sj.ondemand_usd_h = kOnDemandPrice;
       std::vector<Cluster> decisions;
-      const plan::SimRun sim = plan::Simulate(trace, start, sj, plan::SpotPolicy::kUniformProgress, &decisions);
+      const plan::SimRun sim =
+          plan::Simulate(trace, start, sj, plan::SpotPolicy::kUniformProgress, &decisions);
       ASSERT_TRUE(sim.met_deadline);
       const std::vector<Switch> want = SimSwitches(decisions, trace.gap_h());
       EXPECT_EQ(LiveSwitches(LedgerSwitches(out->job.job_id)), want);

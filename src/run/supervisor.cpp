@@ -38,6 +38,7 @@ Status Supervisor::OpenJob(JobBook* book) {
                       FormatDollars(t.cost_usd)));
   }
   DescribeJob(s, &j);
+  if (!s.policy.empty()) j.billing = s.policy;  // each attempt's billing is the policy's choice
   if (const std::string id = SlurmJobIdFromEnv(); !id.empty()) j.slurm_job_id = id;
   TERN_ASSIGN_OR_RETURN(deadline_unix_, DeadlineUnix(s.deadline, j.created_unix));
   j.deadline_unix = deadline_unix_;
@@ -192,8 +193,8 @@ Result<JobOutcome> Supervisor::Run() {
       const double now = clock_->Now();
       const JobTotals t = book->totals();
       const int steps = std::max(0, t.last_step);
-      TERN_ASSIGN_OR_RETURN(
-          on, DecideAt(book.get(), policy_->Tick(now), plan::Cluster::kNone, steps, StepSeconds(t.productive_s, steps)));
+      TERN_ASSIGN_OR_RETURN(on, DecideAt(book.get(), policy_->Tick(now), plan::Cluster::kNone, steps,
+                                         StepSeconds(t.productive_s, steps)));
       if (on == plan::Cluster::kNone) {  // wait for spot until the next decision
         const double wait = policy_->TickStart(policy_->Tick(now) + 1) - now;
         if (const std::string why = TooLateAfter(wait); !why.empty()) {

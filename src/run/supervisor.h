@@ -16,8 +16,8 @@
 // With a live policy (job.policy uniform-progress, run/live_policy.h) each attempt runs on spot or on-demand
 // as the policy decides, billed at that price; while it runs the policy decides again every job.policy_tick,
 // and a change stops it (reason "switch": it saves) and starts the next on the other; spot taken back by the
-// market stops it as a notice would ("preempted"); "none" waits for spot. Each change is a row of the ledger's
-// switches table. The state machine is drawn in docs/jobs.md.
+// market stops it as a notice would ("preempted"); "none" waits for spot. Each change is a row of the
+// ledger's switches table. The state machine is drawn in docs/jobs.md.
 #pragma once
 
 #include <cstdio>

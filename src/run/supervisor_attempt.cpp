@@ -185,7 +185,7 @@ Status Supervisor::RecoverLost(JobBook* book) {
 
 Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n, int ranks, plan::Cluster on) {
   JobSpec s = o_.spec;
-  s.ranks = ranks;  // an elastic job's attempt may have fewer than job.ranks
+  s.ranks = ranks;                   // an elastic job's attempt may have fewer than job.ranks
   if (on != plan::Cluster::kNone) {  // the live policy chose this attempt's billing
     s.billing = std::string(plan::ClusterName(on));
     s.price_per_hour = on == plan::Cluster::kSpot ? s.spot_price_per_hour : s.ondemand_price_per_hour;
