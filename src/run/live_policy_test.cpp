@@ -5,6 +5,7 @@
 // outage gives the hand-computed switches, attempts and bill.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -114,9 +115,25 @@ std::vector<Switch> SimSwitches(const std::vector<Cluster>& decisions, double ga
 }
 
 class LivePolicyTest : public SupervisorTest {
- protected:
+ public:
   static constexpr double kSpotPrice = 1, kOnDemandPrice = 3;
 
+  // The same job in a fresh run directory and ledger named `name`.
+  Result<JobOutcome> Run(const plan::SpotTrace& trace, size_t start_tick, int steps, double step_s,
+                         double startup_s, double deadline_h, const std::string& name) {
+    spec_.run_dir = (dir_ / ("run-" + name)).string();
+    ledger_path_ = (dir_ / ("home-" + name) / "ledger.sqlite").string();
+    return SuperviseOnTrace(trace, start_tick, steps, step_s, startup_s, fmt::format("{}h", deadline_h),
+                            step_s);
+  }
+  std::vector<Switch> Live(const std::string& job_id) {
+    const std::vector<SwitchRow> rows = LedgerSwitches(job_id);
+    for (const SwitchRow& r : rows) whys.push_back(r.why);
+    return LiveSwitches(rows);
+  }
+  std::vector<std::string> whys;  // every switch's reason, over the jobs run
+
+ protected:
   // Supervises a job of `steps` steps of `step_s` with start-up `startup_s` under Uniform Progress, on
   // `trace` from `start_tick`, deciding every trace tick; the clock moves `poll_s` per look.
   Result<JobOutcome> SuperviseOnTrace(const plan::SpotTrace& trace, size_t start_tick, int steps,
@@ -233,49 +250,81 @@ TEST_F(LivePolicyTest, OneOutageGivesTheHandComputedSwitchesAttemptsAndBill) {
   EXPECT_NEAR(sim.wall_h, 6.3, 1e-9);
 }
 
-// The shipped traces (45 days of p3.2xlarge in 9 zones, 195 s ticks): from several starts in three zones of
-// different availability, the live policy's switches are the simulator's, one for one, at the same times.
-TEST_F(LivePolicyTest, SameSwitchesAsTheSimulatorOnShippedTraces) {
+// One job on a shipped trace (195 s ticks) from `start`: 222 steps of 65 s (4.0 h of work), d = 390 s (two
+// ticks), a decision every tick. The live policy's switches must be the simulator's, one for one at the same
+// times, and its bill the simulator's. Returns the simulator's switches.
+std::vector<Switch> ExpectSameAsSimulator(LivePolicyTest* t, const std::string& zone, size_t start,
+                                          double deadline_h) {
+  SCOPED_TRACE(fmt::format("{} from tick {}, deadline {} h", zone, start, deadline_h));
   const char* src = std::getenv("TERN_SOURCE_DIR");
-  const std::string dir =
-      std::string(src ? src : TERN_TEST_SOURCE_DIR) + "/data/spot-traces/availability/1-node/aws-02-15-2023/";
-  const int steps = 222;              // 222 x 65 s = 4.0 h of work
-  const double step_s = 65, d = 390;  // d = two ticks
-  size_t compared = 0, ondemand_switches = 0;
+  const std::string file = std::string(src ? src : TERN_TEST_SOURCE_DIR) +
+                           "/data/spot-traces/availability/1-node/aws-02-15-2023/" + zone + "_v100_1.json";
+  auto traces = plan::LoadSpotTraces({file}, plan::Polarity::kAvailableIfNonzero);
+  EXPECT_TRUE(traces.ok()) << traces.status().ToString();
+  if (!traces.ok()) return {};
+  const plan::SpotTrace& trace = traces->front();
+  EXPECT_EQ(trace.gap_s, 195);
+  const int steps = 222;
+  const double step_s = 65, d = 390;
+  plan::SimJob sj;
+  sj.work_h = steps * step_s / 3600;
+  sj.deadline_h = deadline_h;
+  sj.restart_h = d / 3600;
+  sj.spot_usd_h = LivePolicyTest::kSpotPrice;
+  sj.ondemand_usd_h = LivePolicyTest::kOnDemandPrice;
+  std::vector<Cluster> decisions;
+  const plan::SimRun sim = plan::Simulate(trace, start, sj, plan::SpotPolicy::kUniformProgress, &decisions);
+  EXPECT_TRUE(sim.met_deadline);
+  const std::vector<Switch> want = SimSwitches(decisions, trace.gap_h());
+  auto out =
+      t->Run(trace, start, steps, step_s, d, deadline_h, fmt::format("{}-{}-{}", zone, start, deadline_h));
+  EXPECT_TRUE(out.ok()) << out.status().ToString();
+  if (!out.ok()) return want;
+  EXPECT_EQ(out->exit_code, kRunDone);
+  EXPECT_EQ(t->Live(out->job.job_id), want);
+  double cost = 0;
+  for (const AttemptRow& a : out->attempts) cost += a.cost_usd;
+  EXPECT_NEAR(cost, sim.cost_usd, 1e-6) << "billed as the simulator bills";
+  return want;
+}
+
+size_t Count(const std::vector<Switch>& switches, const std::string& to) {
+  return static_cast<size_t>(
+      std::count_if(switches.begin(), switches.end(), [&](const Switch& s) { return s.to == to; }));
+}
+
+// The shipped traces (45 days of p3.2xlarge in 9 zones): from three starts in three zones of different
+// availability (17%, 59%, 90% of the time), an 8 h deadline.
+TEST_F(LivePolicyTest, SameSwitchesAsTheSimulatorOnShippedTraces) {
+  size_t compared = 0, ondemand = 0;
   for (const char* zone : {"us-east-1a", "us-east-1f", "us-west-2b"}) {
-    auto traces = plan::LoadSpotTraces({dir + zone + "_v100_1.json"}, plan::Polarity::kAvailableIfNonzero);
-    ASSERT_TRUE(traces.ok()) << traces.status().ToString();
-    const plan::SpotTrace& trace = traces->front();
-    ASSERT_EQ(trace.gap_s, 195);
-    for (size_t start : {size_t{0}, trace.ticks() / 3, 2 * trace.ticks() / 3}) {
-      SCOPED_TRACE(fmt::format("{} from tick {}", zone, start));
-      // A fresh run directory and ledger for each job.
-      spec_.run_dir = (dir_ / fmt::format("run-{}-{}", zone, start)).string();
-      ledger_path_ = (dir_ / fmt::format("home-{}-{}/ledger.sqlite", zone, start)).string();
-      auto out = SuperviseOnTrace(trace, start, steps, step_s, d, "8h", 65);
-      ASSERT_TRUE(out.ok()) << out.status().ToString();
-      EXPECT_EQ(out->exit_code, kRunDone);
-      plan::SimJob sj;
-      sj.work_h = steps * step_s / 3600;
-      sj.deadline_h = 8;
-      sj.restart_h = d / 3600;
-      sj.spot_usd_h = kSpotPrice;
-      sj.ondemand_usd_h = kOnDemandPrice;
-      std::vector<Cluster> decisions;
-      const plan::SimRun sim =
-          plan::Simulate(trace, start, sj, plan::SpotPolicy::kUniformProgress, &decisions);
-      ASSERT_TRUE(sim.met_deadline);
-      const std::vector<Switch> want = SimSwitches(decisions, trace.gap_h());
-      EXPECT_EQ(LiveSwitches(LedgerSwitches(out->job.job_id)), want);
-      double cost = 0;
-      for (const AttemptRow& a : out->attempts) cost += a.cost_usd;
-      EXPECT_NEAR(cost, sim.cost_usd, 1e-6) << "billed as the simulator bills";
-      compared += want.size();
-      for (const Switch& s : want) ondemand_switches += s.to == "on-demand" ? 1 : 0;
+    for (size_t start : {size_t{0}, size_t{6719}, size_t{13438}}) {
+      const std::vector<Switch> s = ExpectSameAsSimulator(this, zone, start, 8);
+      compared += s.size();
+      ondemand += Count(s, "on-demand");
     }
   }
+  std::printf("compared %zu switches, %zu to on-demand\n", compared, ondemand);
   EXPECT_GT(compared, 20u) << "the starts chosen exercise the policy";
-  EXPECT_GT(ondemand_switches, 2u) << "and its on-demand rules";
+  EXPECT_GT(ondemand, 2u) << "and its on-demand rules";
+}
+
+// A deadline of 4.5 h for the 4 h of work: the safety net (work left + 2d + a tick) takes over.
+TEST_F(LivePolicyTest, SameSwitchesAsTheSimulatorUnderATightDeadline) {
+  size_t compared = 0, ondemand = 0;
+  for (const char* zone : {"us-east-1a", "us-east-1f"}) {
+    for (size_t start : {size_t{0}, size_t{6719}, size_t{13438}}) {
+      const std::vector<Switch> s = ExpectSameAsSimulator(this, zone, start, 4.5);
+      compared += s.size();
+      ondemand += Count(s, "on-demand");
+    }
+  }
+  const size_t net = static_cast<size_t>(std::count_if(whys.begin(), whys.end(), [](const std::string& w) {
+    return w.find("safety net") != std::string::npos;
+  }));
+  std::printf("compared %zu switches, %zu to on-demand, %zu by the safety net\n", compared, ondemand, net);
+  EXPECT_GT(ondemand, 2u);
+  EXPECT_GT(net, 0u) << "the safety net took the job to on-demand";
 }
 
 }  // namespace
