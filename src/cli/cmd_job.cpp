@@ -76,8 +76,11 @@ int ShowStatus(const JobOptions& o) {
     else
       slurm_error = info.status().message();
   }
+  auto switches = ledger->Switches(job.job_id);
+  if (!switches.ok()) return Fail(switches.status().message());
   if (o.json) {
     nlohmann::json j = run::JobJson(job, *attempts);
+    if (!switches->empty()) j["switches"] = run::SwitchesJson(*switches);
     j["supervisor_alive"] = job.state == "running" && !gone;
     if (slurm) {
       j["slurm"] = {{"job_id", slurm->id},   {"state", slurm->state},       {"reason", slurm->reason},
@@ -89,6 +92,7 @@ int ShowStatus(const JobOptions& o) {
     return 0;
   }
   std::fputs(run::JobTable(job, *attempts).c_str(), stdout);
+  std::fputs(run::SwitchTable(*switches).c_str(), stdout);
   if (slurm) {
     std::string state = slurm->state.empty() ? "no longer in Slurm's records" : slurm->state;
     if (slurm->state == "PENDING") state += " (" + slurm->reason + ")";

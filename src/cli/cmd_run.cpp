@@ -71,6 +71,24 @@ int Submit(const RunOptions& o, const run::JobSpec& spec) {
   return out->exit_code;
 }
 
+// --policy: the instance's spot and on-demand prices, between which each attempt is billed.
+Status PricePolicy(run::JobSpec* spec) {
+  if (spec->instance.empty()) {
+    return Status::InvalidArgument(
+        fmt::format("--policy {} switches between the instance's spot and on-demand prices: give --instance "
+                    "provider:region:type (e.g. aws:us-west-2:p3.2xlarge), not a price per hour",
+                    spec->policy));
+  }
+  const std::string base = spec->instance.substr(0, spec->instance.rfind(':'));  // normalised: has billing
+  TERN_ASSIGN_OR_RETURN(run::InstancePrice spot, run::PriceInstanceFromShippedCatalog(base + ":spot"));
+  TERN_ASSIGN_OR_RETURN(run::InstancePrice od, run::PriceInstanceFromShippedCatalog(base + ":on-demand"));
+  spec->spot_price_per_hour = spot.price_per_hour;
+  spec->ondemand_price_per_hour = od.price_per_hour;
+  std::fprintf(stderr, "tern run: policy %s: spot $%.4f/h, on-demand $%.4f/h, deadline %s\n",
+               spec->policy.c_str(), spot.price_per_hour, od.price_per_hour, spec->deadline.c_str());
+  return Status::Ok();
+}
+
 // The job from the config's job: section, the environment's mpirun arguments, and the flags (a flag wins).
 Result<run::JobSpec> BuildSpec(const RunOptions& o) {
   run::JobSpec spec;
@@ -99,6 +117,7 @@ Result<run::JobSpec> BuildSpec(const RunOptions& o) {
     spec.billing = "custom";
   }
   TERN_RETURN_IF_ERROR(run::ValidateJobSpec(spec));
+  if (!spec.policy.empty()) TERN_RETURN_IF_ERROR(PricePolicy(&spec));
   if (spec.budget_usd > 0 && spec.price_per_hour <= 0) {
     return Status::InvalidArgument(
         "--budget needs a price: give --instance (priced from the catalog) or --price-per-hour");
@@ -161,6 +180,10 @@ void AddRunCommand(CLI::App& root, CommandTable& table) {
       "  tern run configs/demo.yaml --price-per-hour 0.10\n"
       "  tern run configs/demo.yaml --instance aws:us-east-1:p5.48xlarge:spot --budget 50 --deadline 12h\n"
       "  tern run configs/demo.yaml --on slurm --ranks 8 --time-limit 4:00:00   # sbatch; a requeue resumes\n"
+      "  tern run configs/demo.yaml --instance aws:us-west-2:p3.2xlarge --policy uniform-progress "
+      "--deadline 48h\n"
+      "      # spot or on-demand per attempt by Uniform Progress (as `tern simulate`), switches in the "
+      "ledger\n"
       "  tern job status runs/demo            # attempts, reasons, time, lost work and $\n\n"
       "The same options can live in the config, in a job: section (flags win):\n" +
       run::DescribeJobKeys() +
@@ -195,6 +218,15 @@ void AddRunCommand(CLI::App& root, CommandTable& table) {
   flag("--max-attempts", "max_attempts", "attempts in all before giving up (default 10)");
   flag("--budget", "budget", "USD the job may spend in all; it stops (after a save) when spent");
   flag("--deadline", "deadline", "12h, 2d (after the job's first start) or a UTC time 2025-01-02T00:00:00Z");
+  flag("--policy", "policy",
+       "uniform-progress: each attempt on spot or on-demand by the Uniform Progress rules of `tern simulate` "
+       "(behind the straight line to the deadline: on-demand; spot whenever up; a safety net near the "
+       "deadline), billed at the instance's spot or on-demand price, each switch a ledger row; needs "
+       "--deadline and --instance, e.g. --instance aws:us-west-2:p3.2xlarge --policy uniform-progress "
+       "--deadline 48h");
+  flag("--restart-overhead", "restart_overhead",
+       "the policy's d: start-up and resume of a new instance (default 5m)");
+  flag("--policy-tick", "policy_tick", "how often the policy decides while an attempt runs (default 60 s)");
   flag("--project", "project", "a tag for the spend reports (tern job ls --json)");
   flag("--heartbeat", "heartbeat", "metrics.jsonl silent this long = hung (default 600 s; 0 = off)");
   flag("--kill-grace", "kill_grace", "seconds a stopped trainer may take to save before SIGKILL (120)");

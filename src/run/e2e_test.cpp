@@ -297,6 +297,41 @@ TEST_F(RunE2eTest, JobCommandsNameWhatIsWrong) {
   EXPECT_NE(help.output.find("job.max_attempts"), std::string::npos) << help.output;
 }
 
+// `--policy uniform-progress` (run/live_policy.h): a usage error without a deadline or without an instance
+// (exit 2, naming the fix); on this machine (the local market: spot is up) the job runs on spot, billed at
+// the catalog's spot price, and its one switch (none -> spot) is in the ledger and in `tern job status`.
+TEST_F(RunE2eTest, LivePolicyNeedsADeadlineAndRunsOnSpotHere) {
+  const std::string run = "run " + root_ + "/tiny.yaml --instance aws:us-west-2:p3.2xlarge ";
+  testing::CommandResult no_deadline = testing::RunCommand(Shell(run + "--policy uniform-progress"));
+  EXPECT_EQ(no_deadline.code, 2) << no_deadline.output;
+  EXPECT_NE(no_deadline.output.find("needs a deadline"), std::string::npos) << no_deadline.output;
+  EXPECT_NE(no_deadline.output.find("--deadline 48h"), std::string::npos) << no_deadline.output;
+  testing::CommandResult no_instance = testing::RunCommand(
+      Shell("run " + root_ + "/tiny.yaml --price-per-hour 1 --policy uniform-progress --deadline 2h"));
+  EXPECT_EQ(no_instance.code, 2) << no_instance.output;
+  EXPECT_NE(no_instance.output.find("give --instance"), std::string::npos) << no_instance.output;
+  testing::CommandResult unknown = testing::RunCommand(Shell(run + "--policy cheapest --deadline 2h"));
+  EXPECT_EQ(unknown.code, 2) << unknown.output;
+  EXPECT_NE(unknown.output.find("uniform-progress"), std::string::npos) << unknown.output;
+  testing::CommandResult help = testing::RunCommand(Shell("run --help"));
+  EXPECT_NE(help.output.find("--policy uniform-progress --deadline 48h"), std::string::npos) << help.output;
+
+  testing::CommandResult ok = testing::RunCommand(
+      Shell(run + "--policy uniform-progress --deadline 48h --quiet --set run.dir=" + root_ + "/pol"));
+  ASSERT_EQ(ok.code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("spot $0.5349/h, on-demand $3.0600/h"), std::string::npos) << ok.output;
+  const json st = Status("pol");
+  ASSERT_TRUE(st.contains("switches")) << st.dump(2);
+  ASSERT_EQ(st["switches"].size(), 1u) << st.dump(2);
+  EXPECT_EQ(st["switches"][0]["from"], "none");
+  EXPECT_EQ(st["switches"][0]["to"], "spot");
+  ASSERT_EQ(st["attempts"].size(), 1u);
+  EXPECT_EQ(st["attempts"][0]["billing"], "spot");
+  EXPECT_DOUBLE_EQ(st["attempts"][0]["price_per_hour"].get<double>(), 0.5349);
+  testing::CommandResult table = testing::RunCommand(Shell("job status " + root_ + "/pol"));
+  EXPECT_NE(table.output.find("policy switches:"), std::string::npos) << table.output;
+}
+
 TEST_F(RunE2eTest, CancelStopsTheJobAfterTheTrainerSaves) {
   testing::Child run({tern_, "run", root_ + "/tiny.yaml", "--set", "run.dir=" + root_ + "/c", "--set",
                       "train.steps=100000", "--quiet"},

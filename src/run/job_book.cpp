@@ -80,6 +80,20 @@ Status JobBook::SaveAttempt(const AttemptRow& a) {
   return first;
 }
 
+Status JobBook::SaveSwitch(const SwitchRow& w) {
+  Status first;
+  for (Ledger* l : {local_.get(), global_.get()}) {
+    if (!l) continue;
+    Status st = l->PutSwitch(w);
+    if (first.ok()) first = st;
+  }
+  return first;
+}
+
+Result<std::vector<SwitchRow>> JobBook::Switches() {
+  return local_->Switches(job_.job_id);
+}
+
 bool JobBook::CancelRequested() {
   auto job = local_->GetJob(job_.job_id);
   return job.ok() && job->has_value() && (*job)->cancel_requested;

@@ -28,6 +28,9 @@ class JobBook {
 
   Status SaveJob();
   Status SaveAttempt(const AttemptRow& a);  // also updates attempts()
+  Status SaveSwitch(const SwitchRow& w);    // the live spot policy's switches (both ledgers)
+  // The switches in the run directory's ledger, oldest first.
+  Result<std::vector<SwitchRow>> Switches();
   // Whether `tern job cancel` asked this job to stop (read from the run directory's ledger).
   bool CancelRequested();
   Status ClearCancel();

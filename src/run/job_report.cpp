@@ -80,6 +80,29 @@ std::string JobTable(const JobRow& job, const std::vector<AttemptRow>& attempts)
   return out;
 }
 
+std::string SwitchTable(const std::vector<SwitchRow>& switches) {
+  if (switches.empty()) return "";
+  std::string out = "  policy switches:\n";
+  for (const SwitchRow& w : switches) {
+    out += fmt::format("    {}  {:>9} -> {:<9}  attempt {}: {}\n", FormatUtc(w.at_unix), w.from, w.to,
+                       w.attempt, w.why);
+  }
+  return out;
+}
+
+nlohmann::json SwitchesJson(const std::vector<SwitchRow>& switches) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const SwitchRow& w : switches) {
+    out.push_back({{"at_utc", FormatUtc(w.at_unix)},
+                   {"at_unix", w.at_unix},
+                   {"attempt", w.attempt},
+                   {"from", w.from},
+                   {"to", w.to},
+                   {"why", w.why}});
+  }
+  return out;
+}
+
 nlohmann::json AttemptJson(const AttemptRow& a) {
   auto step = [](int s) { return s < 0 ? nlohmann::json(nullptr) : nlohmann::json(s); };
   return {{"attempt", a.attempt},

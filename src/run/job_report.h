@@ -17,6 +17,9 @@ std::string FormatDollars(double usd);         // "$0.0042", "$12.35"
 std::string FormatSeconds(double s);           // "4.2 s", "3m12s", "2h05m"
 std::string AttemptLine(const AttemptRow& a);  // "preempted (exit 75), steps 1-40, 12.1 s, $0.0003"
 std::string JobTable(const JobRow& job, const std::vector<AttemptRow>& attempts);
+// The live spot policy's switches (time, from, to, why, the attempt then); "" when there are none.
+std::string SwitchTable(const std::vector<SwitchRow>& switches);
+nlohmann::json SwitchesJson(const std::vector<SwitchRow>& switches);
 
 nlohmann::json AttemptJson(const AttemptRow& a);
 nlohmann::json JobJson(const JobRow& job, const std::vector<AttemptRow>& attempts);

@@ -111,6 +111,30 @@ const std::vector<JobKey>& Keys() {
          s.deadline = v;
          return Status::Ok();
        }},
+      {"policy",
+       "the live spot policy: none, or uniform-progress (each attempt on spot or on-demand by the Uniform "
+       "Progress rules, billed at the instance's spot or on-demand price; needs job.deadline)",
+       [](JobSpec& s, const std::string& v) -> Status {
+         if (v != "none" && v != "uniform-progress") {
+           return Status::InvalidArgument(
+               fmt::format("job.policy: '{}' is not a live policy; choose uniform-progress (or none)", v));
+         }
+         s.policy = v == "none" ? "" : v;
+         return Status::Ok();
+       }},
+      {"restart_overhead",
+       "the live policy's d: a new instance's start-up and resume (\"5m\"; 300 s), as `tern simulate "
+       "--restart-overhead`",
+       [](JobSpec& s, const std::string& v) -> Status {
+         TERN_ASSIGN_OR_RETURN(s.restart_overhead_s, ParseSeconds(v, "job.restart_overhead"));
+         return Status::Ok();
+       }},
+      {"policy_tick", "how often the live policy decides while an attempt runs (60 s)",
+       [](JobSpec& s, const std::string& v) -> Status {
+         TERN_ASSIGN_OR_RETURN(s.policy_tick_s, ParseSeconds(v, "job.policy_tick"));
+         if (s.policy_tick_s <= 0) return Status::InvalidArgument("job.policy_tick: must be above 0 s");
+         return Status::Ok();
+       }},
       {"project", "a tag the spend reports group by",
        [](JobSpec& s, const std::string& v) {
          s.project = v;
@@ -227,6 +251,16 @@ Status ValidateJobSpec(const JobSpec& spec) {
   }
   if (spec.backoff_max_s < spec.backoff_s)
     return Status::InvalidArgument("job.backoff_max must be at least job.backoff");
+  if (!spec.policy.empty() && (spec.deadline.empty() || spec.deadline == "0" || spec.deadline == "none")) {
+    return Status::InvalidArgument(fmt::format(
+        "--policy {} needs a deadline: the policy keeps the job on the straight line to it; add e.g. "
+        "--deadline 48h",
+        spec.policy));
+  }
+  if (!spec.policy.empty() && spec.where != "local") {
+    return Status::InvalidArgument(
+        "--policy is for --on local: under Slurm the allocation decides the machine; drop --policy");
+  }
   return Status::Ok();
 }
 

@@ -37,6 +37,13 @@ struct JobSpec {
   double budget_usd = 0;  // stop when the job has spent this; 0 = no budget
   std::string deadline;   // "12h" (after the job was created) or a UTC time; "" = none
   std::string project;    // a tag for the spend reports (tern job ls --json)
+  // the live spot policy (run/live_policy.h): "" = none (the instance's billing throughout), or
+  // "uniform-progress": each attempt on spot or on-demand as Uniform Progress decides; needs a deadline
+  std::string policy;
+  double restart_overhead_s = 300;  // d: a new instance's start-up and resume, for the policy
+  double policy_tick_s = 60;        // how often the policy decides while an attempt runs
+  double spot_price_per_hour = 0;   // the instance's two prices (the catalog), for the policy's billing
+  double ondemand_price_per_hour = 0;
   // watching the trainer
   double heartbeat_s = 600;    // metrics.jsonl silent this long = hung (killed, relaunched); 0 = off
   double kill_grace_s = 120;   // after a SIGTERM, how long the trainer may take to save before SIGKILL

@@ -56,6 +56,26 @@ TEST(JobSpecTest, TheJobSectionSetsTheKeysAndUnknownOnesAreNamed) {
   EXPECT_EQ(s.signal_lead_s, 300);
 }
 
+TEST(JobSpecTest, TheLivePolicyNeedsADeadlineAndRunsLocally) {
+  JobSpec s;
+  ASSERT_TRUE(SetJobKey("policy", "uniform-progress", &s).ok());
+  ASSERT_TRUE(SetJobKey("restart_overhead", "10m", &s).ok());
+  ASSERT_TRUE(SetJobKey("policy_tick", "195", &s).ok());
+  EXPECT_EQ(s.policy, "uniform-progress");
+  EXPECT_DOUBLE_EQ(s.restart_overhead_s, 600);
+  EXPECT_DOUBLE_EQ(s.policy_tick_s, 195);
+  const Status no_deadline = ValidateJobSpec(s);
+  EXPECT_EQ(no_deadline.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(no_deadline.message().find("needs a deadline"), std::string::npos) << no_deadline.message();
+  ASSERT_TRUE(SetJobKey("deadline", "48h", &s).ok());
+  EXPECT_TRUE(ValidateJobSpec(s).ok());
+  s.where = "slurm";
+  EXPECT_NE(ValidateJobSpec(s).message().find("--on local"), std::string::npos);
+  const Status bad = SetJobKey("policy", "cheapest", &s);
+  EXPECT_NE(bad.message().find("uniform-progress"), std::string::npos) << bad.message();
+  EXPECT_FALSE(SetJobKey("policy_tick", "0", &s).ok());
+}
+
 TEST(JobSpecTest, ReadTrainConfigTakesTheRunDirectoryAndRefusesABadConfig) {
   testing::TempDir tmp;
   const std::string cfg = tmp / "c.yaml";

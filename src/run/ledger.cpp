@@ -33,6 +33,9 @@ CREATE TABLE IF NOT EXISTS attempts(
   trainer_pid INTEGER, trainer_start TEXT, metrics_offset INTEGER, log TEXT,
   slurm_job_id TEXT, slurm_restart_count INTEGER,
   PRIMARY KEY(job_id, attempt));
+CREATE TABLE IF NOT EXISTS switches(
+  job_id TEXT NOT NULL, at_unix REAL NOT NULL, at_utc TEXT, attempt INTEGER, from_cluster TEXT,
+  to_cluster TEXT, why TEXT, PRIMARY KEY(job_id, at_unix));
 CREATE VIEW IF NOT EXISTS job_totals AS
   SELECT job_id, COUNT(*) AS attempts, SUM(wall_s) AS wall_s, SUM(MAX(startup_s, 0)) AS startup_s,
          SUM(productive_s) AS productive_s, SUM(lost_steps) AS lost_steps, SUM(lost_s) AS lost_s,
@@ -360,6 +363,43 @@ Result<std::vector<AttemptRow>> Ledger::Attempts(const std::string& job_id) {
   std::vector<AttemptRow> out;
   Status st;
   while (s.Step(&st)) out.push_back(ReadAttempt(s));
+  if (!st.ok()) return st;
+  return out;
+}
+
+Status Ledger::PutSwitch(const SwitchRow& w) {
+  Stmt s(db_,
+         "INSERT OR REPLACE INTO switches (job_id, at_unix, at_utc, attempt, from_cluster, to_cluster, why) "
+         "VALUES (?,?,?,?,?,?,?)");
+  s.Bind(w.job_id)
+      .Bind(w.at_unix)
+      .Bind(FormatUtc(w.at_unix))
+      .Bind(w.attempt)
+      .Bind(w.from)
+      .Bind(w.to)
+      .Bind(w.why);
+  Status st;
+  s.Step(&st);
+  return st;
+}
+
+Result<std::vector<SwitchRow>> Ledger::Switches(const std::string& job_id) {
+  Stmt s(db_,
+         "SELECT job_id, at_unix, attempt, from_cluster, to_cluster, why FROM switches WHERE job_id = ? "
+         "ORDER BY at_unix");
+  s.Bind(job_id);
+  std::vector<SwitchRow> out;
+  Status st;
+  while (s.Step(&st)) {
+    SwitchRow w;
+    w.job_id = s.Text();
+    w.at_unix = s.Real();
+    w.attempt = static_cast<int>(s.Int());
+    w.from = s.Text();
+    w.to = s.Text();
+    w.why = s.Text();
+    out.push_back(std::move(w));
+  }
   if (!st.ok()) return st;
   return out;
 }

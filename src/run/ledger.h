@@ -76,6 +76,15 @@ struct AttemptRow {
   int slurm_restart_count = -1;  // SLURM_RESTART_COUNT (0 = the job's first start; -1 = not under Slurm)
 };
 
+// A switch of the live spot policy (`tern run --policy uniform-progress`, run/live_policy.h): at a decision
+// the job moved from one cluster to another (spot | on-demand | none: waiting for spot), and why.
+struct SwitchRow {
+  std::string job_id;
+  double at_unix = 0;  // the decision's time
+  int attempt = 0;     // the attempt running when it was decided, or the last one before (0 = none yet)
+  std::string from, to, why;
+};
+
 struct JobTotals {
   int attempts = 0;
   double wall_s = 0, startup_s = 0, productive_s = 0, lost_s = 0, lost_usd = 0, checkpoint_s = 0;
@@ -104,6 +113,8 @@ class Ledger {
   Result<std::optional<JobRow>> GetJob(const std::string& job_id);
   Result<std::vector<JobRow>> Jobs();  // newest first
   Result<std::vector<AttemptRow>> Attempts(const std::string& job_id);
+  Status PutSwitch(const SwitchRow& row);  // insert or replace (one per job and time)
+  Result<std::vector<SwitchRow>> Switches(const std::string& job_id);  // oldest first
   const std::string& path() const { return path_; }
 
  private:

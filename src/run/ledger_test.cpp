@@ -31,6 +31,30 @@ AttemptRow Attempt(const std::string& job, int n, double start, double wall, dou
   return a;
 }
 
+TEST(LedgerTest, TheLivePolicysSwitchesRoundTripInTimeOrderAndShowInTheTable) {
+  testing::TempDir tmp;
+  auto l = Ledger::Open(tmp / "ledger.sqlite");
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  const double t0 = 1.7e9;
+  ASSERT_TRUE((*l)->PutSwitch({"j1", t0 + 7200, 1, "spot", "none", "preempted; wait"}).ok());
+  ASSERT_TRUE((*l)->PutSwitch({"j1", t0, 0, "none", "spot", "spot is up"}).ok());
+  ASSERT_TRUE((*l)->PutSwitch({"j2", t0, 0, "none", "on-demand", "other job"}).ok());
+  auto rows = (*l)->Switches("j1");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_DOUBLE_EQ((*rows)[0].at_unix, t0);
+  EXPECT_EQ((*rows)[0].to, "spot");
+  EXPECT_EQ((*rows)[1].from, "spot");
+  EXPECT_EQ((*rows)[1].to, "none");
+  EXPECT_EQ((*rows)[1].attempt, 1);
+  EXPECT_EQ((*rows)[1].why, "preempted; wait");
+  const std::string table = SwitchTable(*rows);
+  EXPECT_NE(table.find(FormatUtc(t0 + 7200)), std::string::npos) << table;
+  EXPECT_NE(table.find("preempted; wait"), std::string::npos) << table;
+  EXPECT_EQ(SwitchesJson(*rows)[1]["to"], "none");
+  EXPECT_EQ(SwitchTable({}), "");
+}
+
 TEST(LedgerTest, RowsRoundTripAndTheCancelFlagIsOnlySetBySetCancel) {
   testing::TempDir tmp;
   auto l = Ledger::Open(tmp / "sub/dir/ledger.sqlite");

@@ -38,6 +38,7 @@ Status Supervisor::OpenJob(JobBook* book) {
                       FormatDollars(t.cost_usd)));
   }
   DescribeJob(s, &j);
+  if (!s.policy.empty()) j.billing = s.policy;  // each attempt's billing is the policy's choice
   if (const std::string id = SlurmJobIdFromEnv(); !id.empty()) j.slurm_job_id = id;
   TERN_ASSIGN_OR_RETURN(deadline_unix_, DeadlineUnix(s.deadline, j.created_unix));
   j.deadline_unix = deadline_unix_;
@@ -88,6 +89,65 @@ void Supervisor::WaitInterruptibly(JobBook* book, double seconds) {
   }
 }
 
+double StepSeconds(double productive_s, int steps) {
+  return steps > 0 ? productive_s / steps : 0;
+}
+
+Status Supervisor::StartPolicy(JobBook* book) {
+  if (o_.spec.policy.empty()) return Status::Ok();
+  LivePolicyOptions po;
+  po.start_unix = book->job().created_unix;
+  po.deadline_unix = deadline_unix_;
+  po.total_steps = o_.spec.total_steps;
+  po.restart_s = o_.spec.restart_overhead_s;
+  po.tick_s = o_.spec.policy_tick_s;
+  policy_ = std::make_unique<LivePolicy>(po);
+  market_ = o_.market;
+  if (!market_) {
+    own_market_ = std::make_unique<LocalSpotMarket>(po.restart_s);
+    market_ = own_market_.get();
+  }
+  // A job continued by a new supervisor is where its last switch put it.
+  TERN_ASSIGN_OR_RETURN(std::vector<SwitchRow> switches, book->Switches());
+  cluster_ = plan::Cluster::kNone;
+  if (!switches.empty()) {
+    const std::string& to = switches.back().to;
+    if (to == "spot") cluster_ = plan::Cluster::kSpot;
+    if (to == "on-demand") cluster_ = plan::Cluster::kOnDemand;
+  }
+  Print(fmt::format("policy {}: deadline {}, restart overhead {}, deciding every {}", o_.spec.policy,
+                    FormatUtc(deadline_unix_), FormatSeconds(po.restart_s), FormatSeconds(po.tick_s)));
+  return Status::Ok();
+}
+
+Result<plan::Cluster> Supervisor::DecideAt(JobBook* book, long tick, plan::Cluster running, int steps_done,
+                                           double step_s) {
+  const bool up = market_->SpotUp(clock_->Now());
+  // One decision per tick, as in the simulator; again only when spot it chose is gone (taken back mid-tick).
+  if (tick == decided_tick_ && !(cluster_ == plan::Cluster::kSpot && !up)) return cluster_;
+  LiveView v;
+  v.now_unix = policy_->TickStart(tick);
+  v.steps_done = steps_done;
+  v.step_s = step_s;
+  v.current = running;
+  v.spot_up = up;
+  plan::Cluster next = policy_->Decide(v);
+  if (next == plan::Cluster::kSpot && !up) next = plan::Cluster::kNone;
+  decided_tick_ = tick;
+  if (next == cluster_) return next;
+  SwitchRow w;
+  w.job_id = book->job().job_id;
+  w.at_unix = v.now_unix;
+  w.attempt = book->attempts().empty() ? 0 : book->attempts().back().attempt;
+  w.from = plan::ClusterName(cluster_);
+  w.to = plan::ClusterName(next);
+  w.why = (cluster_ == plan::Cluster::kSpot && !up ? "preempted; " : "") + policy_->why();
+  Print(fmt::format("policy: {} -> {} at {}: {}", w.from, w.to, FormatUtc(w.at_unix), w.why));
+  cluster_ = next;
+  TERN_RETURN_IF_ERROR(book->SaveSwitch(w));
+  return next;
+}
+
 Result<JobOutcome> Supervisor::Run() {
   ClearSupervisorSignal();
   interrupted_ = false;
@@ -97,6 +157,7 @@ Result<JobOutcome> Supervisor::Run() {
   TERN_ASSIGN_OR_RETURN(auto book, JobBook::Open(o_.spec.run_dir, o_.ledger_path));
   TERN_RETURN_IF_ERROR(OpenJob(book.get()));
   TERN_RETURN_IF_ERROR(RecoverLost(book.get()));
+  TERN_RETURN_IF_ERROR(StartPolicy(book.get()));
   JobOutcome out;
   auto finish = [&](const std::string& state, const std::string& reason, int code) -> Result<JobOutcome> {
     JobRow& j = book->job();
@@ -110,6 +171,10 @@ Result<JobOutcome> Supervisor::Run() {
     out.attempts = book->attempts();
     out.totals = book->totals();
     if (o_.console) std::fputs(JobTable(out.job, out.attempts).c_str(), o_.console);
+    if (policy_) {
+      auto switches = book->Switches();
+      if (switches.ok() && o_.console) std::fputs(SwitchTable(*switches).c_str(), o_.console);
+    }
     return out;
   };
 
@@ -122,6 +187,23 @@ Result<JobOutcome> Supervisor::Run() {
     if (!limit.empty()) {
       Print("stopping: " + limit);
       return finish("stopped", limit, kRunStopped);
+    }
+    plan::Cluster on = plan::Cluster::kNone;  // without a policy: the instance's own billing
+    if (policy_) {
+      const double now = clock_->Now();
+      const JobTotals t = book->totals();
+      const int steps = std::max(0, t.last_step);
+      TERN_ASSIGN_OR_RETURN(on, DecideAt(book.get(), policy_->Tick(now), plan::Cluster::kNone, steps,
+                                         StepSeconds(t.productive_s, steps)));
+      if (on == plan::Cluster::kNone) {  // wait for spot until the next decision
+        const double wait = policy_->TickStart(policy_->Tick(now) + 1) - now;
+        if (const std::string why = TooLateAfter(wait); !why.empty()) {
+          Print("stopping: " + why);
+          return finish("stopped", why, kRunStopped);
+        }
+        WaitInterruptibly(book.get(), wait);
+        continue;
+      }
     }
     int ranks = o_.spec.ranks;
     if (Elastic(o_.spec)) {
@@ -141,7 +223,7 @@ Result<JobOutcome> Supervisor::Run() {
       ranks = now.ranks;
     }
     const int n = book->attempts().empty() ? 1 : book->attempts().back().attempt + 1;
-    TERN_ASSIGN_OR_RETURN(AttemptRow a, RunAttempt(book.get(), n, ranks));
+    TERN_ASSIGN_OR_RETURN(AttemptRow a, RunAttempt(book.get(), n, ranks, on));
     switch (NextAfter(a.reason)) {
       case Next::kDone: {
         TERN_RETURN_IF_ERROR(AddJobToSummary(o_.spec.run_dir, book->job(), book->attempts()));

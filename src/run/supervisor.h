@@ -13,10 +13,15 @@
 // fewer than MIN the supervisor waits (the backoff) and asks again.
 // Restarted on the same run directory (even after kill -9) it reads the ledger and carries on: attempt
 // numbers continue, and an attempt its dead predecessor left running is closed as "lost".
-// The state machine is drawn in docs/jobs.md.
+// With a live policy (job.policy uniform-progress, run/live_policy.h) each attempt runs on spot or on-demand
+// as the policy decides, billed at that price; while it runs the policy decides again every job.policy_tick,
+// and a change stops it (reason "switch": it saves) and starts the next on the other; spot taken back by the
+// market stops it as a notice would ("preempted"); "none" waits for spot. Each change is a row of the
+// ledger's switches table. The state machine is drawn in docs/jobs.md.
 #pragma once
 
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,6 +30,7 @@
 #include "run/job_spec.h"
 #include "run/launcher.h"
 #include "run/ledger.h"
+#include "run/live_policy.h"
 
 namespace tern::run {
 
@@ -42,6 +48,9 @@ struct SupervisorOptions {
   std::FILE* console = stderr;       // progress lines; null = silent
   bool echo_trainer = true;          // copy the trainer's output to the console too
   bool handle_signals = true;        // install the SIGTERM/SIGUSR1/SIGINT handlers while running
+  double save_every_s = 2.0;         // how often a running attempt's row is written (for a successor)
+  // The spot market the live policy (spec.policy) reads; null = LocalSpotMarket (run/live_policy.h).
+  SpotMarket* market = nullptr;
 };
 
 struct JobOutcome {
@@ -59,6 +68,8 @@ double BackoffSeconds(const JobSpec& spec, int failures_in_a_row);
 // Failing attempts at the end of the history, since the last that finished, was preempted, or advanced
 // the job beyond every attempt before it.
 int FailuresInARow(const std::vector<AttemptRow>& attempts);
+// Seconds per step from the job's time in new steps (0 = not measured yet).
+double StepSeconds(double productive_s, int steps);
 // Why no further attempt may start now ("" = it may): max attempts, budget, deadline.
 std::string LimitReached(const JobSpec& spec, const JobRow& job, const JobTotals& totals, double now);
 
@@ -75,7 +86,12 @@ class Supervisor {
  private:
   Status OpenJob(class JobBook* book);
   Status RecoverLost(JobBook* book);
-  Result<AttemptRow> RunAttempt(JobBook* book, int attempt, int ranks);
+  Status StartPolicy(JobBook* book);  // the live policy and its market, when job.policy is set
+  Result<AttemptRow> RunAttempt(JobBook* book, int attempt, int ranks, plan::Cluster on);
+  // The live policy's decision for tick `tick` (made once per tick; a later call in the same tick returns
+  // it), recording a switch in the ledger when it changes the cluster. `running`: what runs now.
+  Result<plan::Cluster> DecideAt(JobBook* book, long tick, plan::Cluster running, int steps_done,
+                                 double step_s);
   std::string TooLateAfter(double wait) const;  // why a wait would end past the deadline ("" = it would not)
   void WaitInterruptibly(JobBook* book, double seconds);
   void Print(const std::string& line);
@@ -87,6 +103,12 @@ class Supervisor {
   Launcher* launcher_;
   double deadline_unix_ = 0;
   bool interrupted_ = false;  // a signal came: pause after the attempt that is stopping
+  // the live policy (null without job.policy)
+  std::unique_ptr<LivePolicy> policy_;
+  std::unique_ptr<SpotMarket> own_market_;
+  SpotMarket* market_ = nullptr;
+  plan::Cluster cluster_ = plan::Cluster::kNone;  // the last decision: where the job is
+  long decided_tick_ = -1;
 };
 
 }  // namespace tern::run

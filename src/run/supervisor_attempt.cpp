@@ -106,7 +106,7 @@ bool Failing(const std::string& reason) {
 
 Next NextAfter(const std::string& reason) {
   if (reason == "done") return Next::kDone;
-  if (reason == "preempted" || reason == "lost") return Next::kRelaunchNow;
+  if (reason == "preempted" || reason == "lost" || reason == "switch") return Next::kRelaunchNow;
   if (reason == "bad_config" || reason == "launch_failed") return Next::kFailed;
   if (reason == "interrupted") return Next::kPaused;
   if (reason == "cancelled") return Next::kCancelled;
@@ -183,9 +183,16 @@ Status Supervisor::RecoverLost(JobBook* book) {
   return Status::Ok();
 }
 
-Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n, int ranks) {
+Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n, int ranks, plan::Cluster on) {
   JobSpec s = o_.spec;
-  s.ranks = ranks;  // an elastic job's attempt may have fewer than job.ranks
+  s.ranks = ranks;                   // an elastic job's attempt may have fewer than job.ranks
+  if (on != plan::Cluster::kNone) {  // the live policy chose this attempt's billing
+    s.billing = std::string(plan::ClusterName(on));
+    s.price_per_hour = on == plan::Cluster::kSpot ? s.spot_price_per_hour : s.ondemand_price_per_hour;
+    if (const size_t colon = s.instance.rfind(':');
+        colon != std::string::npos && std::count(s.instance.begin(), s.instance.end(), ':') == 3)
+      s.instance = s.instance.substr(0, colon + 1) + s.billing;
+  }
   const std::string metrics = s.run_dir + "/metrics.jsonl";
   const JobTotals before = book->totals();
   AttemptRow a;
@@ -232,12 +239,14 @@ Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n, int ranks) {
   auto elapsed_now = [&] { return a.start_unix + (clock_->Monotonic() - mono_start); };
   double last_growth = a.start_unix, last_save = a.start_unix, last_cancel_check = a.start_unix;
   double stop_sent = 0;
+  bool just_stopped = false;  // look at the trainer again at once: it may have exited already
   std::string stop_reason;
   bool killed = false;
   std::optional<ExitStatus> exit;
   auto stop = [&](const std::string& reason, int sig, const std::string& why) {
     stop_reason = reason;
     stop_sent = elapsed_now();
+    just_stopped = true;
     Print(fmt::format("{}: sending SIG{} to the trainer (pid {}) so that it saves and exits", why,
                       sigabbrev_np(sig), a.trainer_pid));
     (*proc)->Signal(sig);
@@ -276,13 +285,30 @@ Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n, int ranks) {
     } else if (s.heartbeat_s > 0 && now - last_growth > s.heartbeat_s) {
       stop("hung", SIGTERM,
            fmt::format("metrics.jsonl has not grown for {:.0f} s (job.heartbeat)", now - last_growth));
+    } else if (policy_ && on == plan::Cluster::kSpot && !market_->SpotUp(clock_->Now())) {
+      stop("preempted", stop_signal, "the spot market took the instance back");
+    } else if (policy_ && policy_->Tick(clock_->Now()) > decided_tick_) {
+      const AttemptProgress& p = tail.progress();
+      const int steps = std::max({0, before.last_step, p.last_step});
+      Result<plan::Cluster> next = DecideAt(book, policy_->Tick(clock_->Now()), on, steps,
+                                            StepSeconds(before.productive_s + p.productive_s, steps));
+      if (!next.ok()) {
+        Print("warning: " + next.status().message());
+      } else if (*next != on) {
+        stop("switch", stop_signal,
+             fmt::format("the policy moves the job to {} ({})", plan::ClusterName(*next), policy_->why()));
+      }
     }
-    if (now - last_save >= 2.0) {  // so that a successor can bill this attempt if we die
+    if (now - last_save >= o_.save_every_s) {  // so that a successor can bill this attempt if we die
       a.seen_unix = now;
       Account(tail.progress(), now, true, &a);
       a.end_unix = 0;
       if (Status st = book->SaveAttempt(a); !st.ok()) Print("warning: " + st.message());
       last_save = now;
+    }
+    if (just_stopped) {
+      just_stopped = false;
+      continue;
     }
     clock_->Sleep(o_.poll_s);
   }
@@ -322,6 +348,7 @@ Result<AttemptRow> Supervisor::RunAttempt(JobBook* book, int n, int ranks) {
   }
   TERN_RETURN_IF_ERROR(book->SaveAttempt(a));
   Print(fmt::format("attempt {} ended: {}", n, AttemptLine(a)));
+  if (market_ && on == plan::Cluster::kSpot && a.reason == "preempted") market_->Preempted(clock_->Now());
   return a;
 }
 
