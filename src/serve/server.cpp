@@ -52,16 +52,6 @@ class HttpServer : public httplib::Server {
 
 }  // namespace
 
-bool ConstantTimeEquals(const std::string& a, const std::string& b) {
-  const size_t n = std::max(a.size(), b.size());
-  volatile unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < n; i++) {
-    const unsigned char x = i < a.size() ? a[i] : 0, y = i < b.size() ? b[i] : 0;
-    diff = diff | (x ^ y);
-  }
-  return diff == 0;
-}
-
 // The bearer token of a request ("" when there is none).
 std::string BearerToken(const httplib::Request& req) {
   const std::string auth = req.get_header_value("Authorization");

@@ -58,7 +58,4 @@ class Server {
   std::unique_ptr<Impl> impl_;
 };
 
-// a == b without an early exit, so the time taken does not reveal how much of a guess was right.
-bool ConstantTimeEquals(const std::string& a, const std::string& b);
-
 }  // namespace tern
