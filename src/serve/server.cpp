@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "serve/connection_deadlines.h"
 #include "serve/response_builder.h"
