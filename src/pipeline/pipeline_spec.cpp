@@ -17,6 +17,12 @@ Status CheckKeys(const YAML::Node& node, const std::string& section, const std::
   if (!node.IsMap())
     return Status::InvalidArgument(fmt::format("{}: `{}` must be a mapping", where, section));
   for (const auto& kv : node) {
+    // A key that is itself a list or a mapping (`[a, b]: 1`): as<std::string>() would throw.
+    if (!kv.first.IsScalar())
+      return Status::InvalidArgument(
+          fmt::format("{}: a key in `{}` (line {}) is a list or a mapping; keys are "
+                      "plain words (name, train, evaluate, ...)",
+                      where, section.empty() ? "the top level" : section, kv.first.Mark().line + 1));
     const std::string key = kv.first.as<std::string>();
     if (!allowed.count(key)) {
       std::string list;

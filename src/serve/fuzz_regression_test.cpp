@@ -1,10 +1,12 @@
-// Inputs the openai_request fuzzer (fuzz/README.md) found that crashed ParseRequest: each must now be a 400.
+// Inputs the serve fuzzers (fuzz/README.md) found that crashed a parser: openai_request's must now be a 400,
+// api_keys's an error naming the file and line.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <variant>
 
 #include "serve/api.h"
+#include "serve/api_keys.h"
 
 namespace tern {
 namespace {
@@ -22,6 +24,32 @@ TEST(FuzzRegression, OpenaiRequestNumberOverflow) {
       EXPECT_NE(std::get<ApiError>(r).message.find("not valid JSON"), std::string::npos)
           << std::get<ApiError>(r).message;
     }
+  }
+}
+
+// api_keys: a field name that is a list or a mapping (the fuzzer's own, `? oject: ...` in an entry), or a
+// key that is a list, made yaml-cpp's as<std::string>() throw out of LoadApiKeys: `tern serve --api-keys`
+// died of an uncaught YAML::TypedBadConversion instead of saying which line was wrong.
+TEST(FuzzRegression, ApiKeysFieldNameOrKeyThatIsAListOrMapping) {
+  struct Case {
+    const char* text;
+    const char* says;
+  };
+  for (const Case& c : {
+           Case{"keys:\n  - id: search-prod\n    key: sk-search-0123456789\n    ? oject: "
+                "searckens_per_miads\n",
+                "keys.yaml:4: a field name must be a plain word"},
+           Case{"keys:\n  - {id: a, [key]: sk-aaaaaaaaaa, project: p}\n",
+                "a field name must be a plain word"},
+           Case{"keys:\n  - {id: a, key: [sk-aaaaaaaaaa], project: p}\n",
+                "'key' of 'a' must be text, not a list or a mapping"},
+           Case{"keys:\n  - id: a\n    key_env: {HOME: 1}\n    project: p\n",
+                "keys.yaml:3: 'key_env' of 'a' must be text"},
+       }) {
+    auto keys = ParseApiKeys(c.text, "keys.yaml");
+    ASSERT_FALSE(keys.ok()) << c.text;
+    EXPECT_NE(keys.status().message().find(c.says), std::string::npos) << keys.status().message();
+    EXPECT_EQ(keys.status().message().find("sk-aaaaaaaaaa"), std::string::npos) << "a key in an error";
   }
 }
 

@@ -6,7 +6,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
+#include "serve/connection_deadlines.h"
 #include "serve/response_builder.h"
 
 namespace tern {
@@ -52,16 +54,6 @@ class HttpServer : public httplib::Server {
 
 }  // namespace
 
-bool ConstantTimeEquals(const std::string& a, const std::string& b) {
-  const size_t n = std::max(a.size(), b.size());
-  volatile unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < n; i++) {
-    const unsigned char x = i < a.size() ? a[i] : 0, y = i < b.size() ? b[i] : 0;
-    diff = diff | (x ^ y);
-  }
-  return diff == 0;
-}
-
 // The bearer token of a request ("" when there is none).
 std::string BearerToken(const httplib::Request& req) {
   const std::string auth = req.get_header_value("Authorization");
@@ -82,10 +74,11 @@ UsageOptions MakeUsageOptions(const ServerOptions& o) {
 }
 
 struct Server::Impl {
-  explicit Impl(const ServerOptions& o) : opt(o), usage(MakeUsageOptions(o)) {}
+  explicit Impl(const ServerOptions& o) : opt(o), usage(MakeUsageOptions(o)), deadlines(o.io_timeout_s) {}
   ServerOptions opt;
   UsageTracker usage;
   ServeMetrics* metrics;
+  ConnectionDeadlines deadlines;  // slow clients (slowloris) are cut off after io_timeout_s
   HttpServer http;
   int port = -1;
   std::atomic<Engine*> engine{nullptr};
@@ -122,6 +115,7 @@ Status Server::Bind() {
     return Status::Unavailable(
         fmt::format("cannot listen on {}:{} (address in use or not local?)", m.opt.host, m.opt.port));
   m.http.RaiseBacklog(1024);
+  m.deadlines.Start(m.port);
   return Status::Ok();
 }
 
@@ -153,18 +147,33 @@ void Server::Impl::Routes() {
   http.set_write_timeout(opt.io_timeout_s, 0);
   http.set_keep_alive_timeout(5);
 
-  // Authentication happens before the body is read, so an unauthenticated client cannot make us read 10 MB.
+  // Authentication happens before the body is read, so an unauthenticated client cannot make us read 10 MB;
+  // so does the size check, so that a Content-Length over the limit is refused at once rather than after
+  // httplib has waited to read (and discard) a body that may never come.
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!usage.auth_required() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    const std::string auth = req.get_header_value("Authorization");
-    if (!auth.empty() && usage.Authenticate(BearerToken(req)) >= 0)
-      return httplib::Server::HandlerResponse::Unhandled;
-    Reply(res,
-          {401,
-           auth.empty() ? "You didn't provide an API key: send it as the header 'Authorization: Bearer KEY'"
+    deadlines.HeadersRead(req.remote_addr, req.remote_port);
+    if (usage.auth_required() && req.path != "/health") {
+      const std::string auth = req.get_header_value("Authorization");
+      if (auth.empty() || usage.Authenticate(BearerToken(req)) < 0) {
+        Reply(res, {401,
+                    auth.empty()
+                        ? "You didn't provide an API key: send it as the header 'Authorization: Bearer KEY'"
                         : "Incorrect API key provided",
-           "invalid_request_error", "", "invalid_api_key"});
-    return httplib::Server::HandlerResponse::Handled;
+                    "invalid_request_error", "", "invalid_api_key"});
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    const std::string length = req.get_header_value("Content-Length");
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(length.c_str(), &end, 10);
+    if (!length.empty() && *end == '\0' && n > opt.max_body_bytes) {
+      // The unread body stays in the socket: close the connection after the answer.
+      res.set_header("Connection", "close");
+      Reply(res, {413, fmt::format("The request body is larger than {} bytes", opt.max_body_bytes),
+                  "invalid_request_error", "", ""});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
   });
   // Errors that reach here without a body (unknown route, 413, ...) get an OpenAI error object.
   http.set_error_handler(
@@ -192,33 +201,44 @@ void Server::Impl::Routes() {
     Reply(res, {500, "The server had an error while processing your request", "server_error", "", ""});
   });
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    deadlines.ResponseWritten(req.remote_addr, req.remote_port);
     metrics->CountRequest(RouteLabel(req.path), res.status);
     if (opt.log_requests)
       std::fprintf(stderr, "%s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
   });
 
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    const bool ready = engine.load() != nullptr;
-    res.status = ready ? 200 : 503;
-    res.set_content(ready ? R"({"status":"ok"})" : R"({"status":"loading"})", "application/json");
-  });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics->Render() + usage.RenderMetrics(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(ModelsJson(opt.model_name, created), "application/json");
-  });
-  http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
-    if (req.matches[1] != opt.model_name) {
-      return Reply(res, {404, fmt::format("The model '{}' does not exist", req.matches[1].str()),
-                         "invalid_request_error", "model", "model_not_found"});
-    }
-    res.set_content(ModelJson(opt.model_name, created), "application/json");
-  });
-  http.Post("/v1/completions",
-            [this](const httplib::Request& req, httplib::Response& res) { Generate(req, res, false); });
-  http.Post("/v1/chat/completions",
-            [this](const httplib::Request& req, httplib::Response& res) { Generate(req, res, true); });
+  // Every route: from here the server is the one working, so the connection has no deadline (deadlines).
+  const auto Handler = [this](httplib::Server::Handler h) {
+    return [this, h = std::move(h)](const httplib::Request& req, httplib::Response& res) {
+      deadlines.HandlerStarted(req.remote_addr, req.remote_port);
+      h(req, res);
+    };
+  };
+  http.Get("/health", Handler([this](const httplib::Request&, httplib::Response& res) {
+             const bool ready = engine.load() != nullptr;
+             res.status = ready ? 200 : 503;
+             res.set_content(ready ? R"({"status":"ok"})" : R"({"status":"loading"})", "application/json");
+           }));
+  http.Get("/metrics", Handler([this](const httplib::Request&, httplib::Response& res) {
+             res.set_content(metrics->Render() + usage.RenderMetrics(),
+                             "text/plain; version=0.0.4; charset=utf-8");
+           }));
+  http.Get("/v1/models", Handler([this](const httplib::Request&, httplib::Response& res) {
+             res.set_content(ModelsJson(opt.model_name, created), "application/json");
+           }));
+  http.Get(R"(/v1/models/(.+))", Handler([this](const httplib::Request& req, httplib::Response& res) {
+             if (req.matches[1] != opt.model_name) {
+               return Reply(res, {404, fmt::format("The model '{}' does not exist", req.matches[1].str()),
+                                  "invalid_request_error", "model", "model_not_found"});
+             }
+             res.set_content(ModelJson(opt.model_name, created), "application/json");
+           }));
+  http.Post("/v1/completions", Handler([this](const httplib::Request& req, httplib::Response& res) {
+              Generate(req, res, false);
+            }));
+  http.Post("/v1/chat/completions", Handler([this](const httplib::Request& req, httplib::Response& res) {
+              Generate(req, res, true);
+            }));
 }
 
 void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res, bool chat) {

@@ -31,7 +31,8 @@ struct ServerOptions {
   double usage_file_period_s = 5;
   int http_threads = 64;            // each open stream holds one
   size_t max_body_bytes = 1 << 20;  // larger bodies get 413
-  int io_timeout_s = 30;            // socket read/write timeouts
+  int io_timeout_s = 30;            // socket read/write timeouts; and the most a client may take to send a
+                                    // request's headers, then its body (connection_deadlines.h)
   int request_timeout_s = 600;      // a request running longer is cancelled
   std::string model_name = "tern";
   bool log_requests = false;  // one line per request on stderr (method, path, status, seconds)
@@ -57,8 +58,5 @@ class Server {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// a == b without an early exit, so the time taken does not reveal how much of a guess was right.
-bool ConstantTimeEquals(const std::string& a, const std::string& b);
 
 }  // namespace tern

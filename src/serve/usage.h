@@ -19,26 +19,9 @@
 #include <vector>
 
 #include "core/status.h"
+#include "serve/api_keys.h"
 
 namespace tern {
-
-struct ApiKeyEntry {
-  std::string id;               // short, non-secret name (metrics, logs, usage file)
-  std::string key;              // the secret
-  std::string project;          // who pays
-  double requests_per_min = 0;  // 0 = no limit
-  double tokens_per_min = 0;    // prompt + generated tokens; 0 = no limit
-};
-
-// The --api-keys file:
-//   keys:
-//     - id: search-prod          # [A-Za-z0-9_.-]{1,64}, unique
-//       key: sk-...              # or key_env: NAME (the key is read from $NAME)
-//       project: search
-//       requests_per_min: 600    # optional
-//       tokens_per_min: 200000   # optional
-// Errors name the file and the line.
-[[nodiscard]] Result<std::vector<ApiKeyEntry>> LoadApiKeys(const std::string& path);
 
 // What one request used, as the usage log writes it.
 struct UsageRecord {

@@ -76,6 +76,9 @@ Result<Param> ParseParam(const std::string& key, const YAML::Node& n, const std:
   } else {
     TERN_ASSIGN_OR_RETURN(p.lo, Number(v[0], at));
     TERN_ASSIGN_OR_RETURN(p.hi, Number(v[1], at));
+    if (!std::isfinite(p.lo) || !std::isfinite(p.hi))
+      return Status::InvalidArgument(
+          fmt::format("{}: {} needs finite [lo, hi] (got {}, {})", at, law, p.lo, p.hi));
   }
   if (!(p.lo <= p.hi))
     return Status::InvalidArgument(fmt::format("{}: lo {} is above hi {}", at, p.lo, p.hi));
@@ -133,10 +136,14 @@ Status ParseJob(const YAML::Node& n, const std::string& where, SweepSpec* s) {
   return Status::Ok();
 }
 
-int GridSize(const Param& p) {
-  return p.kind == Param::Kind::kChoice ? static_cast<int>(p.choices.size())
-                                        : static_cast<int>(p.hi - p.lo) + 1;
+// The values of one key in a grid, in 64 bits: an int law's hi - lo + 1 can exceed an int
+// ([-2147483648, 2147483647] has 2^32 values; the cast once overflowed).
+int64_t GridSize(const Param& p) {
+  return p.kind == Param::Kind::kChoice ? static_cast<int64_t>(p.choices.size())
+                                        : static_cast<int64_t>(p.hi) - static_cast<int64_t>(p.lo) + 1;
 }
+
+constexpr int64_t kMaxGrid = 1 << 20;  // the most trials a grid may have
 
 std::string FormatNumber(double v) {
   return fmt::format("{:.6g}", v);
@@ -201,11 +208,17 @@ Result<SweepSpec> ParseRoot(const YAML::Node& root, const std::string& path) {
     return Status::InvalidArgument(fmt::format("{}: give asha: {{min_steps: N, max_steps: M}}", path));
   if (sampler == "grid") {
     s.grid = true;
-    for (const Param& p : s.space)
+    for (const Param& p : s.space) {
       if (p.kind == Param::Kind::kUniform || p.kind == Param::Kind::kLogUniform)
         return Status::InvalidArgument(fmt::format(
             "{}: space.{}: a grid needs choice or int values; use choice: [...] or sampler: random", path,
             p.key));
+      if (GridSize(p) > kMaxGrid)
+        return Status::InvalidArgument(
+            fmt::format("{}: space.{}: a grid over {} values is more than {} trials; narrow the range or use "
+                        "sampler: random",
+                        path, p.key, GridSize(p), kMaxGrid));
+    }
   } else if (sampler != "random") {
     return Status::InvalidArgument(
         fmt::format("{}: sampler: '{}' is not one of random, grid", path, sampler));
@@ -250,7 +263,7 @@ std::vector<int> RungSteps(const AshaSettings& a) {
 int TrialCount(const SweepSpec& spec) {
   if (!spec.grid) return spec.trials;
   int64_t n = 1;
-  for (const Param& p : spec.space) n = std::min<int64_t>(n * GridSize(p), 1 << 20);
+  for (const Param& p : spec.space) n = std::min<int64_t>(n * GridSize(p), kMaxGrid);
   return spec.trials > 0 && spec.trials < n ? spec.trials : static_cast<int>(n);
 }
 
@@ -258,9 +271,9 @@ std::vector<std::pair<std::string, std::string>> SampleTrial(const SweepSpec& sp
   std::vector<std::pair<std::string, std::string>> out;
   if (spec.grid) {  // the index in mixed radix, the last key fastest
     std::vector<int> digit(spec.space.size());
-    int rest = index;
+    int64_t rest = index;
     for (size_t i = spec.space.size(); i-- > 0;) {
-      digit[i] = rest % GridSize(spec.space[i]);
+      digit[i] = static_cast<int>(rest % GridSize(spec.space[i]));
       rest /= GridSize(spec.space[i]);
     }
     for (size_t i = 0; i < spec.space.size(); i++) {

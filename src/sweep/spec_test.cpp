@@ -105,5 +105,34 @@ TEST(SweepSpec, GridWalksEveryPointOnce) {
   EXPECT_EQ(SampleTrial(*s, 5)[1].second, "3");
 }
 
+// Found by an input written against the parser's assumptions and fed through the sweep_spec fuzzer
+// (fuzz/README.md; docs/hardening.md): a grid over int [-2147483648, 2147483647] has 2^32 values, and
+// GridSize's cast of hi - lo + 1 to int overflowed (undefined behaviour; in practice a size of 0 or less,
+// then a division by it in SampleTrial). Now such a grid is refused, and so are bounds that are not finite.
+TEST(SweepSpec, FuzzRegressionGridTooWideAndBoundsNotFinite) {
+  const std::string head = "base: t.yaml\nasha: {min_steps: 1, max_steps: 2}\n";
+  auto wide = ParseSweepSpec(
+      head + "sampler: grid\nspace:\n  model.n_layer: {int: [-2147483648, 2147483647]}\n", "/x/sweep.yaml");
+  ASSERT_FALSE(wide.ok());
+  EXPECT_NE(wide.status().message().find("space.model.n_layer: a grid over 4294967296 values"),
+            std::string::npos)
+      << wide.status().message();
+  // The same range sampled at random is fine, and every sample is inside it.
+  auto random = ParseSweepSpec(
+      head + "trials: 3\nspace:\n  model.n_layer: {int: [-2147483648, 2147483647]}\n", "/x/sweep.yaml");
+  ASSERT_TRUE(random.ok()) << random.status().ToString();
+  for (int i = 0; i < 3; i++) (void)std::stoll(SampleTrial(*random, i)[0].second);
+  // The widest grid allowed still walks to its last point.
+  auto edge =
+      ParseSweepSpec(head + "sampler: grid\nspace:\n  model.n_layer: {int: [1, 1048576]}\n", "/x/sweep.yaml");
+  ASSERT_TRUE(edge.ok()) << edge.status().ToString();
+  EXPECT_EQ(TrialCount(*edge), 1 << 20);
+  EXPECT_EQ(SampleTrial(*edge, (1 << 20) - 1)[0].second, "1048576");
+  auto inf = ParseSweepSpec(head + "trials: 2\nspace:\n  train.lr: {uniform: [0, .inf]}\n", "/x/sweep.yaml");
+  ASSERT_FALSE(inf.ok());
+  EXPECT_NE(inf.status().message().find("uniform needs finite [lo, hi]"), std::string::npos)
+      << inf.status().message();
+}
+
 }  // namespace
 }  // namespace tern::sweep

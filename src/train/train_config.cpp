@@ -381,9 +381,46 @@ Status UnknownKey(const std::string& name) {
       fmt::format("unknown config key '{}'; allowed keys: {}", name, fmt::join(same_section, ", ")));
 }
 
+// The offset of the first byte of `s` that is a control character (other than tab and newline) or not part
+// of valid UTF-8, or npos.
+// Config values are names, paths and numbers: printable text, which config.yaml then writes so that it
+// reads back the same (the emitter cannot round-trip other bytes).
+size_t FirstBadTextByte(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    const unsigned c = p[i];
+    if (c < 0x80) {
+      if ((c < 0x20 && c != '\t' && c != '\n') || c == 0x7F) return i;
+      i++;
+      continue;
+    }
+    const size_t len = c >= 0xC2 && c <= 0xDF   ? 2
+                       : c >= 0xE0 && c <= 0xEF ? 3
+                       : c >= 0xF0 && c <= 0xF4 ? 4
+                                                : 0;
+    if (len == 0 || i + len > s.size()) return i;
+    unsigned cp = c & (0xFF >> (len + 1));
+    for (size_t k = 1; k < len; k++) {
+      if ((p[i + k] & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+      return i;
+    if (cp >= 0x80 && cp < 0xA0) return i;  // C1 control characters
+    i += len;
+  }
+  return std::string::npos;
+}
+
 Status SetKey(TrainConfig* cfg, const std::string& name, const std::string& value) {
   const Key* k = FindKey(name);
   if (!k) return UnknownKey(name);
+  if (const size_t at = FirstBadTextByte(value); at != std::string::npos)
+    return Status::InvalidArgument(fmt::format(
+        "config key '{}': byte {} of its value (0x{:02x}) is a control character or not UTF-8 text; config "
+        "values must be UTF-8 text (check the file's encoding and quoting)",
+        name, at, static_cast<unsigned char>(value[at])));
   return k->set(*cfg, value);
 }
 
