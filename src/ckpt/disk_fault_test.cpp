@@ -16,6 +16,7 @@
 #include "ckpt/format.h"
 #include "ckpt/local_storage.h"
 #include "testing/processes.h"
+#include "testing/tiny_config.h"
 
 namespace tern::ckpt {
 namespace {
@@ -151,13 +152,13 @@ TEST_F(DiskFaultTest, TrainerOnAFillingDiskContinuesOrStopsAndResumes) {
         return r.code == 0;
       });
   ASSERT_FALSE(data.empty());
-  std::ofstream(root_ / "tiny.yaml")
-      << "model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
-      << "data: {dir: " << data << "}\n"
-      << "train: {batch_size: 4, seq_len: 32, total_batch_tokens: 256, steps: 12, lr: 3.0e-3, warmup_steps: "
-         "2}\n"
-         "eval: {every: 0, batches: 2}\nsample: {count: 0}\nrun: {peak_gflops: 100}\n"
-         "ckpt: {every: 3, keep_last: 2}\n";
+  std::ofstream(root_ / "tiny.yaml") << testing::TinyTrainYaml(data,
+                                                               {.n_layer = 2,
+                                                                .total_batch_tokens = 256,
+                                                                .steps = 12,
+                                                                .warmup_steps = 2,
+                                                                .lr = "3.0e-3",
+                                                                .more = "ckpt: {every: 3, keep_last: 2}\n"});
   auto train = [&](const std::string& run, const std::string& args) {
     return RunCommand("OMP_NUM_THREADS=1 " + tern + " train " + (root_ / "tiny.yaml").string() +
                       " --set run.dir=" + (root_ / run).string() + " --set ckpt.dir=" + Mnt() + "/" + run +

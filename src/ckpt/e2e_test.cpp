@@ -20,6 +20,7 @@
 
 #include "testing/processes.h"
 #include "testing/skip.h"
+#include "testing/tiny_config.h"
 
 namespace tern::ckpt {
 namespace {
@@ -52,16 +53,9 @@ class E2eTest : public ::testing::Test {
     ASSERT_FALSE(data.empty());
     // Constant LR after warmup, so a run may be extended (train.steps is a safe change) and still match a
     // reference run of the extended length bit for bit.
-    std::ofstream(root_ / "tiny.yaml")
-        << "model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
-           "data: {dir: "
-        << data
-        << "}\n"
-           "train: {batch_size: 4, seq_len: 32, total_batch_tokens: 256, steps: 10,\n"
-           "        lr: 3.0e-3, warmup_steps: 2, schedule: constant}\n"
-           "eval: {every: 0, batches: 2}\n"
-           "sample: {count: 0}\n"
-           "run: {peak_gflops: 100}\n";
+    std::ofstream(root_ / "tiny.yaml") << testing::TinyTrainYaml(
+        data,
+        {.n_layer = 2, .total_batch_tokens = 256, .warmup_steps = 2, .lr = "3.0e-3", .schedule = "constant"});
   }
   // `tern train` on the tiny config, single-threaded (bit-exactness holds per thread count; one thread
   // also keeps OpenMP barriers from stalling on a busy machine).

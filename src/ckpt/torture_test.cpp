@@ -17,6 +17,7 @@
 #include "ckpt/format.h"
 #include "ckpt/local_storage.h"
 #include "testing/processes.h"
+#include "testing/tiny_config.h"
 
 namespace tern::ckpt {
 namespace {
@@ -59,17 +60,14 @@ TEST(Torture, KillNineTwentyTimesAndStillBitExact) {
                        (root / "data").string() + " --vocab-size 300 --val-fraction 0.1 --threads 1")
                 .code,
             0);
-  std::ofstream(root / "tiny.yaml")
-      << "model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
-         "data: {dir: "
-      << (root / "data").string()
-      << "}\n"
-         "train: {batch_size: 4, seq_len: 32, total_batch_tokens: 256, steps: 3000,\n"
-         "        lr: 3.0e-3, warmup_steps: 20}\n"
-         "eval: {every: 1000, batches: 2}\n"
-         "sample: {count: 0}\n"
-         "run: {peak_gflops: 100}\n"
-         "ckpt: {every: 3, keep_last: 2, resume: auto}\n";
+  std::ofstream(root / "tiny.yaml") << testing::TinyTrainYaml(
+      (root / "data").string(), {.n_layer = 2,
+                                 .total_batch_tokens = 256,
+                                 .steps = 3000,
+                                 .warmup_steps = 20,
+                                 .lr = "3.0e-3",
+                                 .eval_every = 1000,
+                                 .more = "ckpt: {every: 3, keep_last: 2, resume: auto}\n"});
   auto argv = [&](const std::string& run) {
     return std::vector<std::string>{tern,      "train", (root / "tiny.yaml").string(),
                                     "--quiet", "--set", "run.dir=" + (root / run).string()};

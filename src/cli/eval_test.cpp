@@ -12,6 +12,7 @@
 #include "testing/prepared_data.h"
 #include "testing/processes.h"
 #include "testing/tern_binary.h"
+#include "testing/tiny_config.h"
 
 namespace tern {
 namespace {
@@ -27,12 +28,12 @@ class EvalCliTest : public ::testing::Test {
     fs::remove_all(root_);
     fs::create_directories(root_);
     std::ofstream(root_ / "tiny.yaml")
-        << "model: {n_layer: 1, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
-        << "data: {dir: " << data_ << "}\n"
-        << "train: {batch_size: 4, seq_len: 24, steps: 12, warmup_steps: 2}\n"
-        << "eval: {every: 6, batches: 3}\n"
-        << "sample: {count: 0}\n"
-        << "run: {peak_gflops: 100, dir: " << (root_ / "run").string() << "}\n";
+        << testing::TinyTrainYaml(data_, {.seq_len = 24,
+                                          .steps = 12,
+                                          .warmup_steps = 2,
+                                          .eval_every = 6,
+                                          .eval_batches = 3,
+                                          .run_dir = (root_ / "run").string()});
     train_ = testing::RunCommand("OMP_NUM_THREADS=1 " + tern_ + " train " + (root_ / "tiny.yaml").string() +
                                  " --quiet 2>&1");
   }

@@ -18,6 +18,7 @@
 #include "testing/processes.h"
 #include "testing/skip.h"
 #include "testing/tern_binary.h"
+#include "testing/tiny_config.h"
 
 namespace tern {
 namespace {
@@ -34,14 +35,9 @@ class MetricsPortTest : public ::testing::Test {
     root_ = fs::temp_directory_path() / ("tern_metrics_port_test_" + std::to_string(::getpid()));
     fs::remove_all(root_);
     fs::create_directories(root_);
-    std::ofstream(root_ / "tiny.yaml")
-        << "model: {n_layer: 1, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
-        << "data: {dir: " << data_ << "}\n"
-        << "train: {batch_size: 4, seq_len: 32, steps: 100000, warmup_steps: 10}\n"
-        << "eval: {every: 3, batches: 2}\n"
-        << "sample: {count: 0}\n"
-        << "run: {peak_gflops: 100}\n"
-        << "ckpt: {every: 4, keep_last: 1}\n";
+    std::ofstream(root_ / "tiny.yaml") << testing::TinyTrainYaml(
+        data_,
+        {.steps = 100000, .warmup_steps = 10, .eval_every = 3, .more = "ckpt: {every: 4, keep_last: 1}\n"});
   }
   void TearDown() override { fs::remove_all(root_); }
 

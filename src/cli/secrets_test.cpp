@@ -22,6 +22,7 @@
 #include "testing/processes.h"
 #include "testing/skip.h"
 #include "testing/tern_binary.h"
+#include "testing/tiny_config.h"
 
 namespace tern {
 namespace {
@@ -54,15 +55,13 @@ class SecretsTest : public ::testing::Test {
     root_ = fs::temp_directory_path() / ("tern_secrets_test_" + std::to_string(::getpid()));
     fs::remove_all(root_);
     fs::create_directories(root_);
-    std::ofstream(root_ / "tiny.yaml")
-        << "model: {n_layer: 1, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
-        << "data: {dir: " << data_ << "}\n"
-        << "train: {batch_size: 4, seq_len: 32, steps: 4, warmup_steps: 1}\n"
-        << "eval: {every: 2, batches: 1}\n"
-        << "sample: {count: 0}\n"
-        << "run: {peak_gflops: 100}\n"
-        << "ckpt: {every: 2, durable: s3://secrets/run, durable_every: 2,\n"
-        << "       s3_endpoint: " << moto_->endpoint << "}\n";
+    std::ofstream(root_ / "tiny.yaml") << testing::TinyTrainYaml(
+        data_, {.steps = 4,
+                .warmup_steps = 1,
+                .eval_every = 2,
+                .eval_batches = 1,
+                .more = "ckpt: {every: 2, durable: s3://secrets/run, durable_every: 2, s3_endpoint: " +
+                        moto_->endpoint + "}\n"});
   }
   void TearDown() override {
     if (!root_.empty()) fs::remove_all(root_);

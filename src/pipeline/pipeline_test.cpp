@@ -12,6 +12,7 @@
 #include "testing/prepared_data.h"
 #include "testing/processes.h"
 #include "testing/tern_binary.h"
+#include "testing/tiny_config.h"
 
 namespace tern {
 namespace {
@@ -28,13 +29,7 @@ class PipelineTest : public ::testing::Test {
     root_ = fs::temp_directory_path() / ("tern_pipeline_test_" + std::to_string(::getpid()));
     fs::remove_all(root_);
     fs::create_directories(root_);
-    std::ofstream(root_ / "tiny.yaml")
-        << "model: {n_layer: 1, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
-        << "data: {dir: " << data_ << "}\n"
-        << "train: {batch_size: 4, seq_len: 32, steps: 10, warmup_steps: 2, lr: 0.003}\n"
-        << "eval: {every: 0, batches: 2}\n"
-        << "sample: {count: 0}\n"
-        << "run: {peak_gflops: 100}\n";
+    std::ofstream(root_ / "tiny.yaml") << testing::TinyTrainYaml(data_, {.warmup_steps = 2, .lr = "0.003"});
   }
   void TearDown() override { fs::remove_all(root_); }
 

@@ -14,6 +14,7 @@
 #include "testing/files.h"
 #include "testing/prepared_data.h"
 #include "testing/test_run.h"
+#include "testing/tiny_config.h"
 
 namespace {
 using tern::testing::TempDir;
@@ -142,14 +143,12 @@ TEST_F(RegistryCli, ATrainedRunAndItsCheckpointRegisterWithDataAndMetrics) {
   ASSERT_FALSE(data.empty());
   const std::string run = home_ / "trained";
   tern::testing::WriteFile(home_ / "tiny.yaml",
-                           "model: {n_layer: 1, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
-                           "data: {dir: " +
-                               data +
-                               "}\n"
-                               "train: {batch_size: 2, seq_len: 32, steps: 10, lr: 3.0e-3, warmup_steps: 2}\n"
-                               "eval: {every: 5, batches: 2}\nsample: {count: 0}\nckpt: {every: 5}\n"
-                               "run: {dir: " +
-                               run + "}\n");
+                           tern::testing::TinyTrainYaml(data, {.batch_size = 2,
+                                                               .warmup_steps = 2,
+                                                               .lr = "3.0e-3",
+                                                               .eval_every = 5,
+                                                               .run_dir = run,
+                                                               .more = "ckpt: {every: 5}\n"}));
   CmdResult train = Tern("train " + home_ / "tiny.yaml --quiet");
   ASSERT_EQ(train.code, 0) << train.output;
 

@@ -24,6 +24,7 @@
 #include "testing/processes.h"
 #include "testing/skip.h"
 #include "testing/tern_binary.h"
+#include "testing/tiny_config.h"
 
 namespace tern {
 namespace {
@@ -43,15 +44,14 @@ class ReportBrowserTest : public ::testing::Test {
     data_ = testing::SharedSmallPreparedData();
     ASSERT_FALSE(data_.empty());
     root_ = tmp_.path();
-    testing::WriteFile(root_ + "/tiny.yaml",
-                       "model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
-                       "data: {dir: " +
-                           data_ +
-                           "}\n"
-                           "train: {batch_size: 4, seq_len: 32, total_batch_tokens: 256, steps: 30,\n"
-                           "        lr: 3.0e-3, warmup_steps: 2, schedule: constant}\n"
-                           "eval: {every: 10, batches: 2}\nsample: {count: 0}\nrun: {peak_gflops: 100}\n"
-                           "ckpt: {every: 10}\n");
+    testing::WriteFile(root_ + "/tiny.yaml", testing::TinyTrainYaml(data_, {.n_layer = 2,
+                                                                            .total_batch_tokens = 256,
+                                                                            .steps = 30,
+                                                                            .warmup_steps = 2,
+                                                                            .lr = "3.0e-3",
+                                                                            .schedule = "constant",
+                                                                            .eval_every = 10,
+                                                                            .more = "ckpt: {every: 10}\n"}));
   }
   std::string Train(const std::string& name, const std::string& extra = "") {
     const std::string dir = root_ + "/" + name;

@@ -11,6 +11,7 @@
 #include "testing/prepared_data.h"
 #include "testing/processes.h"
 #include "testing/tern_binary.h"
+#include "testing/tiny_config.h"
 
 namespace tern {
 namespace {
@@ -25,13 +26,8 @@ TEST(DiagnoseE2E, SlowLoaderIsDataBound) {
   const fs::path root = fs::temp_directory_path() / ("tern_diagnose_e2e_" + std::to_string(::getpid()));
   fs::remove_all(root);
   fs::create_directories(root);
-  std::ofstream(root / "tiny.yaml")
-      << "model: {n_layer: 1, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
-      << "data: {dir: " << data << "}\n"
-      << "train: {batch_size: 4, seq_len: 32, steps: 12, warmup_steps: 2}\n"
-      << "eval: {every: 0, batches: 1}\n"
-      << "sample: {count: 0}\n"
-      << "run: {peak_gflops: 100}\n";
+  std::ofstream(root / "tiny.yaml") << testing::TinyTrainYaml(
+      data, {.steps = 12, .warmup_steps = 2, .eval_batches = 1});
   const std::string run = (root / "run").string();
   auto train = testing::RunCommand("OMP_NUM_THREADS=1 TERN_TEST_DATA_DELAY_MS=40 " + tern.string() +
                                    " train " + (root / "tiny.yaml").string() +

@@ -19,6 +19,7 @@
 #include "testing/processes.h"
 #include "testing/skip.h"
 #include "testing/tern_binary.h"
+#include "testing/tiny_config.h"
 
 namespace tern::run {
 namespace {
@@ -38,16 +39,17 @@ class RunE2eTest : public ::testing::Test {
     root_ = tmp_.path();
     // Evaluating every step only slows the steps down (it reads the validation split, not the training
     // data), so that a signal lands mid-run; the weights are the same with or without it.
-    testing::WriteFile(root_ + "/tiny.yaml",
-                       "model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
-                       "data: {dir: " +
-                           data +
-                           "}\n"
-                           "train: {batch_size: 4, seq_len: 32, total_batch_tokens: 256, steps: 80,\n"
-                           "        lr: 3.0e-3, warmup_steps: 2, schedule: constant}\n"
-                           "eval: {every: 1, batches: 4}\nsample: {count: 0}\nrun: {peak_gflops: 100}\n"
-                           "ckpt: {every: 10}\n"
-                           "job: {backoff: 0.2, project: e2e}\n");
+    testing::WriteFile(
+        root_ + "/tiny.yaml",
+        testing::TinyTrainYaml(data, {.n_layer = 2,
+                                      .total_batch_tokens = 256,
+                                      .steps = 80,
+                                      .warmup_steps = 2,
+                                      .lr = "3.0e-3",
+                                      .schedule = "constant",
+                                      .eval_every = 1,
+                                      .eval_batches = 4,
+                                      .more = "ckpt: {every: 10}\njob: {backoff: 0.2, project: e2e}\n"}));
   }
 
   std::map<std::string, std::string> Env() const {

@@ -20,6 +20,7 @@
 #include "testing/skip.h"
 #include "testing/slurm.h"
 #include "testing/tern_binary.h"
+#include "testing/tiny_config.h"
 
 namespace tern::run {
 namespace {
@@ -41,15 +42,16 @@ class SlurmE2eTest : public ::testing::Test {
     // Evaluating every step slows the steps down so that the signal lands mid-run (the weights are the same
     // with or without it).
     testing::WriteFile(root_ + "/tiny.yaml",
-                       "model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
-                       "data: {dir: " +
-                           data +
-                           "}\n"
-                           "train: {batch_size: 4, seq_len: 32, total_batch_tokens: 256, steps: 60,\n"
-                           "        lr: 3.0e-3, warmup_steps: 2, schedule: constant}\n"
-                           "eval: {every: 1, batches: 4}\nsample: {count: 0}\nrun: {peak_gflops: 100}\n"
-                           "ckpt: {every: 10}\n"
-                           "job: {backoff: 0.2, project: slurm-e2e}\n");
+                       testing::TinyTrainYaml(
+                           data, {.n_layer = 2,
+                                  .total_batch_tokens = 256,
+                                  .steps = 60,
+                                  .warmup_steps = 2,
+                                  .lr = "3.0e-3",
+                                  .schedule = "constant",
+                                  .eval_every = 1,
+                                  .eval_batches = 4,
+                                  .more = "ckpt: {every: 10}\njob: {backoff: 0.2, project: slurm-e2e}\n"}));
   }
   void TearDown() override {
     if (!slurm_id_.empty()) (void)testing::RunCommand("scancel " + slurm_id_);  // a failed test's job

@@ -22,6 +22,7 @@
 #include "testing/skip.h"
 #include "testing/slurm.h"
 #include "testing/tern_binary.h"
+#include "testing/tiny_config.h"
 
 namespace tern::sweep {
 namespace {
@@ -38,15 +39,12 @@ class SweepSlurmE2eTest : public ::testing::Test {
     const std::string data = testing::SharedSmallPreparedData();
     ASSERT_FALSE(data.empty());
     root_ = tmp_.path();
-    testing::WriteFile(root_ + "/tiny.yaml",
-                       "model: {n_layer: 1, n_head: 2, n_embd: 32, vocab_size: 0, block_size: 32}\n"
-                       "data: {dir: " +
-                           data +
-                           "}\n"
-                           "train: {batch_size: 4, seq_len: 32, total_batch_tokens: 128, steps: 100,\n"
-                           "        lr: 1.0e-3, warmup_steps: 0, schedule: constant}\n"
-                           "eval: {every: 0, batches: 2}\nsample: {count: 0}\nrun: {peak_gflops: 100}\n"
-                           "job: {backoff: 0.2}\n");
+    testing::WriteFile(root_ + "/tiny.yaml", testing::TinyTrainYaml(data, {.total_batch_tokens = 128,
+                                                                           .steps = 100,
+                                                                           .warmup_steps = 0,
+                                                                           .lr = "1.0e-3",
+                                                                           .schedule = "constant",
+                                                                           .more = "job: {backoff: 0.2}\n"}));
     path_ = root_ + "/s.yaml";
     testing::WriteFile(path_,
                        "base: tiny.yaml\ndir: s\nseed: 3\ntrials: 4\nparallel: 2\n"
