@@ -212,6 +212,10 @@ int RunBenchCommand(BenchCliOptions o) {
           t.checkpoint_bytes / 1e6, t.checkpoint_copy_ms, t.checkpoint_persist_ms, t.model_bytes / 1e6,
           t.model_save_ms, t.io_dir.c_str());
     }
+    if (t.checkpoint_load_ms >= 0) {
+      std::printf("resume     checkpoint read from disk, verified and restored in %.0f ms\n",
+                  t.checkpoint_load_ms);
+    }
   }
   return 0;
 }

@@ -23,6 +23,7 @@ struct BenchRunTimes {
   int sample_tokens = 0;
   double sample_ms = -1;  // one samples call
   double checkpoint_bytes = 0, checkpoint_copy_ms = -1, checkpoint_persist_ms = -1;
+  double checkpoint_load_ms = -1;  // one resume of that checkpoint, from the disk (benches before it: -1)
   double model_bytes = 0, model_save_ms = -1;
 };
 
@@ -50,14 +51,16 @@ struct BenchProfile {
 // The restart overhead of a spot job: what a new instance spends before it trains again after a preemption.
 // Measured (a bench with a run block and a timed save that speaks for the device): the start-up of a new
 // `tern train` process as BenchProfile::Overheads scales it to the run (+ the peak probe when the run probes)
-// plus reading its checkpoint back, which tern bench does not time: it is taken as one measured save (state
-// copy + persist) of the run's checkpoint bytes. Acquiring and booting the instance is in neither. Else the
-// default restart_minutes.
+// plus reading its checkpoint back: the bench's timed load (read from the disk, verified, restored) scaled
+// to the run's checkpoint bytes; a bench from before tern bench timed a load has the load taken as one
+// measured save (state copy + persist). Acquiring and booting the instance is in neither. Else the default
+// restart_minutes.
 struct RestartOverhead {
   bool measured = false;
   double startup_s = 0, resume_s = 0;  // measured parts
   double seconds = 0;                  // startup + resume, or the default
-  std::string source;  // "measured: bench.json (start-up 1.2 s + resume 0.3 s)" | "default: ..."
+  std::string
+      source;  // "measured: bench.json (start-up 1.2 s + resume 0.3 s, a timed load)" | "default: ..."
 };
 // `bench` speaks for the device when `applies`; the run is `run_model` at `run_batch` x `run_seq` with a
 // checkpoint of `state_bytes`.

@@ -253,6 +253,25 @@ TEST(Calibration, RestartOverheadFromTheBench) {
   EXPECT_NEAR(r.resume_s, 0.4, 1e-9);
   EXPECT_NEAR(r.seconds, 4.25, 1e-9);
   EXPECT_NE(r.source.find("measured: " + TestData("bench_v100_run.json")), std::string::npos) << r.source;
+  EXPECT_NE(r.source.find("taken as one save"), std::string::npos) << r.source;  // this bench timed no load
+  // A bench that timed the load: the resume is that load, scaled to the run's checkpoint bytes.
+  BenchProfile loaded = *b;
+  loaded.run->checkpoint_load_ms = 50;
+  const RestartOverhead rl = RestartFor(&loaded, true, b->model, b->batch, b->seq, true, 2 * 53.5e6, d);
+  EXPECT_TRUE(rl.measured);
+  EXPECT_NEAR(rl.resume_s, 0.1, 1e-9);
+  EXPECT_NEAR(rl.seconds, 3.85 + 0.1, 1e-9);
+  EXPECT_NE(rl.source.find("a timed load"), std::string::npos) << rl.source;
+  auto parsed = ParseBenchJson(
+      R"({"tool":"tern bench","model":{"n_layer":2,"n_head":2,"n_embd":32,"vocab_size":64,"block_size":16},)"
+      R"("batch":2,"seq":16,"grad_accum":1,"precision":"fp32","device":"cpu","step_ms":5,"tokens_per_s":6400,)"
+      R"("flops_per_token":1e5,"achieved_tflops":0.00064,"peak_tflops":0.1,"mfu":0.0064,)"
+      R"("run":{"process_start_s":0.1,"backend_init_s":0,"peak_probe_s":0.5,"model_init_s":0.01,)"
+      R"("forward_ms":1,"sample_tokens":0,"checkpoint_bytes":1e6,"checkpoint_copy_ms":1,"checkpoint_persist_ms":4,)"
+      R"("checkpoint_load_ms":3}})",
+      "inline.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_DOUBLE_EQ(parsed->run->checkpoint_load_ms, 3);
   EXPECT_NEAR(RestartFor(&*b, true, b->model, b->batch, b->seq, false, 53.5e6, d).seconds, 3.25 + 0.2, 1e-9);
   const RestartOverhead other = RestartFor(&*b, false, b->model, b->batch, b->seq, true, 53.5e6, d);
   EXPECT_FALSE(other.measured);

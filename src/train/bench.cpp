@@ -1,5 +1,6 @@
 #include "train/bench.h"
 
+#include <fcntl.h>
 #include <omp.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -63,9 +64,27 @@ Status WriteRandomShards(const std::string& dir, const GptConfig& model, int win
   return Status::Ok();
 }
 
+// Drops the files under `dir` from the page cache (they were fsync'd, so the pages are clean), so that the
+// next read comes from the disk, as a new instance's resume does. Best effort: a file that cannot be opened
+// stays cached, and the load is then faster than a cold one.
+void EvictFromPageCache(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    const int fd = ::open(it->path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ::fdatasync(fd);
+    (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
 // One checkpoint save through the trainer's own path (capture, copy, persist with fsync) to a fresh
-// manager, as the first save of a run is, and the final model.safetensors write.
-Status TimeSaves(const Gpt& model, const TrainConfig& cfg, const BenchOptions& o, BenchRunTimes* r) {
+// manager, as the first save of a run is; its resume (the newest valid checkpoint found, verified and
+// restored into the model, as `tern train --resume` does, from the disk); and the final model.safetensors
+// write. The restore writes back the state just saved, so the model is unchanged.
+Status TimeSaveAndLoad(Gpt* model, const TrainConfig& cfg, const BenchOptions& o, BenchRunTimes* r) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(o.io_dir) / ("tern_bench_io." + std::to_string(::getpid()));
   std::error_code ec;
@@ -85,8 +104,8 @@ Status TimeSaves(const Gpt& model, const TrainConfig& cfg, const BenchOptions& o
       p.step = 1;
       st = (*mgr)->Save(
           1, {0}, "periodic", std::nullopt,
-          [&](ckpt::Snapshot& s) { return CaptureTrainMeta(model, cfg, {}, p, &s); },
-          [&](ckpt::Snapshot& s) { return CopyModelState(model, &s); }, /*sync=*/true);
+          [&](ckpt::Snapshot& s) { return CaptureTrainMeta(*model, cfg, {}, p, &s); },
+          [&](ckpt::Snapshot& s) { return CopyModelState(*model, &s); }, /*sync=*/true);
     }
     if (st.ok()) {
       for (const auto& e : (*mgr)->TakeEvents()) {
@@ -96,16 +115,30 @@ Status TimeSaves(const Gpt& model, const TrainConfig& cfg, const BenchOptions& o
         r->checkpoint_persist_ms = e.persist_ms;
       }
     }
+    if (st.ok()) {
+      EvictFromPageCache(dir / "ckpt");
+      const auto t0 = Clock::now();
+      std::vector<std::string> skipped;
+      auto loaded =
+          (*mgr)->LoadNewestValid(&skipped, ResumeFiles(model->num_params(), model->optimizer_shard()));
+      if (!loaded.ok()) {
+        st = loaded.status().WithContext("loading it back");
+      } else {
+        auto restored = RestoreTrainState(*loaded, cfg, {}, model);
+        if (!restored.ok()) st = restored.status().WithContext("restoring it");
+      }
+      if (st.ok()) r->checkpoint_load_ms = Since(t0) * 1e3;
+    }
   }
   if (st.ok()) {
     const auto t0 = Clock::now();
-    std::vector<float> params = model.GetParameters();
+    std::vector<float> params = model->GetParameters();
     r->model_bytes = static_cast<double>(params.size()) * 4;
     st = WriteGptSafetensors((dir / "model.safetensors").string(), o.model, params, {});
     r->model_save_ms = Since(t0) * 1e3;
   }
   fs::remove_all(dir, ec);
-  return st.WithContext("timing a checkpoint save in --io-dir " + o.io_dir);
+  return st.WithContext("timing a checkpoint save and load in --io-dir " + o.io_dir);
 }
 
 }  // namespace
@@ -173,6 +206,7 @@ nlohmann::json BenchResult::ToJson() const {
                 {"checkpoint_bytes", run.checkpoint_bytes},
                 {"checkpoint_copy_ms", or_null(run.checkpoint_copy_ms)},
                 {"checkpoint_persist_ms", or_null(run.checkpoint_persist_ms)},
+                {"checkpoint_load_ms", or_null(run.checkpoint_load_ms)},
                 {"model_bytes", run.model_bytes},
                 {"model_save_ms", or_null(run.model_save_ms)},
                 {"io_dir", run.io_dir.empty() ? nlohmann::json(nullptr) : nlohmann::json(run.io_dir)}};
@@ -311,7 +345,7 @@ Result<BenchResult> RunBench(const BenchOptions& o) {
     TERN_RETURN_IF_ERROR(t->Samples(choices, o.sample_tokens, /*full_length=*/true).status());
     r.run.sample_ms = Since(t0) * 1e3;
   }
-  if (!o.io_dir.empty()) TERN_RETURN_IF_ERROR(TimeSaves(*t->model_, cfg, o, &r.run));
+  if (!o.io_dir.empty()) TERN_RETURN_IF_ERROR(TimeSaveAndLoad(t->model_.get(), cfg, o, &r.run));
   return r;
 }
 

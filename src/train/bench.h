@@ -11,7 +11,8 @@
 //
 // For `tern plan --config`, the bench also times the rest of a `tern train` run on this device (the "run"
 // block of the JSON): start-up, a forward-only pass (Trainer::Evaluate), a generated sample
-// (Trainer::Samples), and, with an io_dir, one real checkpoint save and the model.safetensors write.
+// (Trainer::Samples), and, with an io_dir, one real checkpoint save, its load back (the resume of a restart)
+// and the model.safetensors write.
 //
 // Memory: the bytes the model allocated (Gpt::memory()), next to tern plan's estimate for the same config
 // (filled in by the caller, which links the planner) and what the device measured: the process's peak
@@ -64,6 +65,10 @@ struct BenchRunTimes {
   int sample_tokens = 0, sample_choices = 0;
   double sample_ms = -1;  // one Trainer::Samples call: choices x tokens, to full length; -1 = no tokenizer
   double checkpoint_bytes = 0, checkpoint_copy_ms = -1, checkpoint_persist_ms = -1;  // one tier; -1 = skipped
+  // One resume of that checkpoint, as `tern train --resume` does it: the newest valid checkpoint found, its
+  // checksums verified, weights and moments restored into the model; its files evicted from the page cache
+  // first, so they are read from the disk as on a new instance. -1 = skipped.
+  double checkpoint_load_ms = -1;
   double model_bytes = 0, model_save_ms = -1;
   std::string io_dir;
 };

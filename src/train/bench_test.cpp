@@ -78,6 +78,7 @@ TEST(Bench, RunBlockTimesStartupEvalSampleAndSaves) {
   const GptMemory mem = GptMemoryEstimate(o.model, o.batch, o.seq, false);
   EXPECT_GE(t.checkpoint_bytes, static_cast<double>(mem.params + mem.adam_state));
   EXPECT_GT(t.checkpoint_persist_ms, 0);
+  EXPECT_GT(t.checkpoint_load_ms, 0);  // found, verified and restored (a failed load fails the bench)
   EXPECT_DOUBLE_EQ(t.model_bytes, static_cast<double>(mem.params));
   EXPECT_GT(t.model_save_ms, 0);
   EXPECT_TRUE(fs::is_empty(dir));  // the bench cleans up after itself
@@ -85,6 +86,7 @@ TEST(Bench, RunBlockTimesStartupEvalSampleAndSaves) {
   EXPECT_TRUE(j["run"]["data_open_s"].is_null());
   EXPECT_TRUE(j["run"]["sample_ms"].is_null());
   EXPECT_DOUBLE_EQ(j["run"]["forward_ms"].get<double>(), t.forward_ms);
+  EXPECT_DOUBLE_EQ(j["run"]["checkpoint_load_ms"].get<double>(), t.checkpoint_load_ms);
   fs::remove_all(dir);
 }
 
