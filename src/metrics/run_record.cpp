@@ -1,97 +1,25 @@
 #include "metrics/run_record.h"
 
-#include <cmath>
+#include "metrics/run_record_fields.h"
+
 #include <fstream>
-#include <limits>
 
 namespace tern {
 namespace {
 
 using json = nlohmann::json;
+using run_record_internal::Fields;
+using run_record_internal::ReadEval;
+using run_record_internal::ReadStep;
 
 std::string TypeError(std::string_view where, const char* key, const char* want, const json& got) {
   return fmt::format("{}: \"{}\" is {} ({}), expected {}; the file is not one tern wrote, or is damaged",
                      where, key, got.type_name(), got.dump(), want);
 }
 
-// Reads a record's fields by type. The first error sticks; a missing optional field leaves its default.
-class Fields {
- public:
-  Fields(const json& j, std::string_view where) : j_(j), where_(where) {}
-  const Status& status() const { return status_; }
-
-  // One lookup a field (find, not contains + operator[]): the rows of a long run are read by the million.
-  template <typename T>
-  void Need(const char* key, T* out) {
-    if (!status_.ok()) return;
-    const auto it = j_.find(key);
-    if (it == j_.end()) {
-      status_ = Status::InvalidArgument(fmt::format("{}: \"{}\" is missing", where_, key));
-      return;
-    }
-    Get(key, *it, out);
-  }
-  template <typename T>
-  void Maybe(const char* key, T* out) {
-    if (!status_.ok()) return;
-    if (const auto it = j_.find(key); it != j_.end()) Get(key, *it, out);
-  }
-  template <typename T>
-  void Maybe(const char* key, std::optional<T>* out) {
-    if (!status_.ok()) return;
-    const auto it = j_.find(key);
-    if (it == j_.end()) return;
-    T v{};
-    Get(key, *it, &v);
-    *out = std::move(v);
-  }
-
- private:
-  void Fail(const char* key, const char* want) {
-    status_ = Status::InvalidArgument(TypeError(where_, key, want, j_[key]));
-  }
-  void Get(const char* key, const json& v, double* out) {
-    if (v.is_null()) {
-      *out = std::numeric_limits<double>::quiet_NaN();  // JSON's stand-in for inf and NaN
-    } else if (v.is_number()) {
-      *out = v.get<double>();
-    } else {
-      Fail(key, "a number");
-    }
-  }
-  template <typename I>
-  void GetInteger(const char* key, const json& v, I* out) {
-    if (!v.is_number_integer()) return Fail(key, "an integer");
-    if (std::is_unsigned_v<I> && !v.is_number_unsigned() && v.get<int64_t>() < 0)
-      return Fail(key, "a non-negative integer");
-    *out = v.get<I>();
-  }
-  void Get(const char* key, const json& v, int* out) { GetInteger(key, v, out); }
-  void Get(const char* key, const json& v, int64_t* out) { GetInteger(key, v, out); }
-  void Get(const char* key, const json& v, uint64_t* out) { GetInteger(key, v, out); }
-  void Get(const char* key, const json& v, bool* out) {
-    if (!v.is_boolean()) return Fail(key, "true or false");
-    *out = v.get<bool>();
-  }
-  void Get(const char* key, const json& v, std::string* out) {
-    if (!v.is_string()) return Fail(key, "a string");
-    *out = v.get_ref<const std::string&>();
-  }
-  void Get(const char* key, const json& v, std::vector<std::string>* out) {
-    bool ok = v.is_array();
-    for (size_t i = 0; ok && i < v.size(); i++) ok = v[i].is_string();
-    if (!ok) return Fail(key, "an array of strings");
-    *out = v.get<std::vector<std::string>>();
-  }
-
-  const json& j_;
-  std::string_view where_;
-  Status status_;
-};
-
 Result<StartRecord> ReadStart(const json& j, std::string_view where) {
   StartRecord r;
-  Fields f(j, where);
+  Fields<json> f(j, where);
   f.Maybe("model", &r.model);
   f.Maybe("params", &r.params);
   f.Maybe("device", &r.device);
@@ -115,58 +43,9 @@ Result<StartRecord> ReadStart(const json& j, std::string_view where) {
   return r;
 }
 
-Result<StepRecord> ReadStep(const json& j, std::string_view where) {
-  StepRecord r;
-  Fields f(j, where);
-  f.Need("step", &r.step);
-  f.Need("loss", &r.loss);
-  f.Maybe("lr", &r.lr);
-  f.Maybe("grad_norm", &r.grad_norm);
-  f.Maybe("tokens", &r.tokens);
-  f.Maybe("tokens_per_s", &r.tokens_per_s);
-  f.Maybe("mfu", &r.mfu);
-  f.Maybe("step_ms", &r.step_ms);
-  f.Maybe("data_wait_ms", &r.data_wait_ms);
-  f.Maybe("comm_ms", &r.comm_ms);
-  f.Maybe("precision", &r.precision);
-  f.Maybe("elapsed_s", &r.elapsed_s);
-  if (j.contains("step_ms_max")) {
-    RankSpreadRecord s;
-    f.Need("step_ms_max", &s.step_ms_max);
-    f.Need("step_ms_min", &s.step_ms_min);
-    f.Need("data_wait_ms_max", &s.data_wait_ms_max);
-    f.Need("data_wait_ms_min", &s.data_wait_ms_min);
-    r.ranks = s;
-  }
-  f.Maybe("loss_scale", &r.loss_scale);
-  f.Maybe("skipped", &r.skipped);
-  if (j.contains("gpu_util")) {
-    GpuRecord g;
-    f.Need("gpu_util", &g.util_pct);
-    f.Need("gpu_mem_gb", &g.mem_used_gb);
-    f.Need("gpu_power_w", &g.power_w);
-    f.Need("joules_per_token", &g.joules_per_token);
-    r.gpu = g;
-  }
-  f.Maybe("cost_usd", &r.cost_usd);
-  f.Maybe("usd_per_mtok", &r.usd_per_mtok);
-  if (!f.status().ok()) return f.status();
-  return r;
-}
-
-Result<EvalRecord> ReadEval(const json& j, std::string_view where) {
-  EvalRecord r;
-  Fields f(j, where);
-  f.Need("step", &r.step);
-  f.Need("val_loss", &r.val_loss);
-  f.Maybe("eval_ms", &r.eval_ms);
-  if (!f.status().ok()) return f.status();
-  return r;
-}
-
 Result<EndRecord> ReadEnd(const json& j, std::string_view where) {
   EndRecord r;
-  Fields f(j, where);
+  Fields<json> f(j, where);
   f.Maybe("steps", &r.steps);
   f.Maybe("train_loss", &r.train_loss);
   f.Maybe("val_loss", &r.val_loss);
@@ -350,22 +229,6 @@ Result<RunRow> ParseRunLine(const std::string& line, std::string_view where) {
   const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return Status::InvalidArgument(fmt::format("{}: not a JSON object", where));
   return ParseRunRow(j, where);
-}
-
-Result<std::vector<RunRow>> ReadMetricsFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in)
-    return Status::NotFound(fmt::format("cannot open {}: is it a run directory's metrics.jsonl?", path));
-  std::vector<RunRow> rows;
-  std::string line, where;
-  for (int n = 1; std::getline(in, line); n++) {
-    const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) continue;  // torn by a kill mid-write
-    where.assign(path).append(" line ").append(std::to_string(n));
-    TERN_ASSIGN_OR_RETURN(RunRow row, ParseRunRow(j, where));
-    rows.push_back(std::move(row));
-  }
-  return rows;
 }
 
 Result<EndRecord> ReadSummaryFile(const std::string& path) {

@@ -133,6 +133,93 @@ TEST(RunRecord, WrongTypesAndUnknownRowsAreRefusedNotMisread) {
   EXPECT_FALSE(ParseRunLine("{\"step\": 1, \"lo", "f").ok());
 }
 
+// The simdjson path of ReadMetricsFile takes the rows a long run is made of, and wherever it reads a line
+// it reads what nlohmann's ParseRunLine reads; lines it declines go to ParseRunLine.
+TEST(RunRecord, FastPathTakesStepAndEvalRowsAndAgreesWithTheReference) {
+  StepRecord spread = SampleStep();
+  spread.ranks = RankSpreadRecord{21, 19, 2, 1};
+  spread.loss_scale = 1024;
+  spread.skipped = true;
+  spread.grad_norm = std::numeric_limits<double>::infinity();  // written as null
+  StepRecord bare;
+  bare.step = 1;
+  bare.loss = 9;
+  const std::vector<std::string> taken = {
+      ToJson(SampleStep()).dump(),
+      ToJson(spread).dump(),
+      ToJson(bare).dump(),
+      ToJson(EvalRecord{8, 2.0, 1.0}).dump(),
+      R"({"step":3,"loss":4})",                            // version 0
+      R"({"step":3,"loss":4,"loss":5,"v":1})",             // the last repeated key wins
+      R"({"step":3,"loss":4,"extra":[1,{"a":2}],"v":1})",  // unknown fields ignored
+      R"({"step":18446744073709551615,"loss":1e300,"tokens":9223372036854775808})",
+      R"( {"step":2,"val_loss":3.5e-1,"eval_ms":0} )",
+      R"({"step":2,"loss":1,"val_loss":3})"};
+  const std::vector<std::string> declined = {ToJson(StartRecord{}).dump(),
+                                             ToJson(EndRecord{}).dump(),
+                                             R"({"event":"checkpoint","step":4})",
+                                             R"({"step":3,"loss":-0.0})",
+                                             R"({"step":3,"loss":4,"precision":"b\u0066"})",
+                                             R"({"step":3,"loss":4,"v":2})",
+                                             R"({"step":3,"loss":4,"v":-1})",
+                                             R"({"step":3.0,"loss":4})",
+                                             R"({"step":3,"loss":"4"})",
+                                             R"({"step":3,"loss":4,"tokens":-1})",
+                                             R"({"step":3,"loss":4,"gpu_util":1})",
+                                             R"({"step":3,"loss":4,"step_ms_max":1})",
+                                             R"({"step":1,"loss":1e400})",
+                                             R"({"step":123456789012345678901234567890,"loss":1})",
+                                             R"({"step":1,"lo)",
+                                             "[1,2]",
+                                             "",
+                                             "x",
+                                             R"({"step":1,"loss":1} x)",
+                                             R"({"val":1})"};
+  for (const auto& line : taken) {
+    RunRow fast;
+    ASSERT_TRUE(ReadStepOrEvalFast(line, &fast)) << line;
+    auto ref = ParseRunLine(line, "f");
+    ASSERT_TRUE(ref.ok()) << line << ": " << ref.status().message();
+    EXPECT_EQ(fast.version, ref->version) << line;
+    EXPECT_EQ(ToJson(fast.record).dump(), ToJson(ref->record).dump()) << line;
+  }
+  for (const auto& line : declined) {
+    RunRow fast;
+    EXPECT_FALSE(ReadStepOrEvalFast(line, &fast)) << line;
+  }
+  // A file of both kinds reads as ParseRunLine reads each line (torn and empty lines skipped).
+  namespace fs = std::filesystem;
+  const fs::path file =
+      fs::temp_directory_path() / ("tern_fast_rows_" + std::to_string(::getpid()) + ".jsonl");
+  std::vector<std::string> want;
+  {
+    std::ofstream f(file);
+    for (const auto* list : {&taken, &declined}) {
+      for (const auto& line : *list) {
+        if (line == "[1,2]" || line == R"({"val":1})" || line.find(R"("v":2)") != std::string::npos ||
+            line.find(R"("v":-1)") != std::string::npos)
+          continue;  // refusals: they fail the whole read (checked above and below)
+        auto ref = ParseRunLine(line, "f");
+        if (ref.ok()) {
+          want.push_back(ToJson(ref->record).dump());
+        } else if (!nlohmann::json::accept(line)) {
+          // a torn line: skipped
+        } else {
+          continue;  // a refused row
+        }
+        f << line << "\n";
+      }
+    }
+    f << R"({"step":99,"loss":1})";  // no newline at the end
+    want.push_back(ToJson(ParseRunLine(R"({"step":99,"loss":1})", "f")->record).dump());
+  }
+  auto rows = ReadMetricsFile(file.string());
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  ASSERT_EQ(rows->size(), want.size());
+  for (size_t i = 0; i < want.size(); i++) EXPECT_EQ(ToJson((*rows)[i].record).dump(), want[i]) << i;
+  fs::remove(file);
+}
+
 TEST(RunRecord, FilesSkipTornLinesAndSummariesMustBeEndRecords) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("tern_run_record_test_" + std::to_string(::getpid()));
