@@ -33,9 +33,13 @@ double Seconds(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Best of 5 passes summing `mb` MB of floats, in GB/s.
+// Best of 5 passes summing `mb` MB of floats, in GB/s. Each thread keeps 64 independent partial sums (a
+// block of 256 bytes a step, which the compiler turns into several vector accumulators): one running sum,
+// or a horizontal sum a block, is a chain of dependent adds that a fast core's memory outruns (on an
+// AVX-512 Zen 5 VM it measured 5.3 GB/s where this reads 28).
 double StreamRead(size_t mb) {
-  const size_t n = mb * 1048576 / sizeof(float);
+  constexpr size_t kLanes = 64;
+  const size_t n = mb * 1048576 / sizeof(float) / kLanes * kLanes;
   std::vector<float> buf(n);
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++) buf[i] = static_cast<float>(i & 7);
@@ -43,12 +47,15 @@ double StreamRead(size_t mb) {
   for (int rep = 0; rep < 5; rep++) {
     const auto t0 = Clock::now();
     double sum = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sum)
-    for (size_t i = 0; i < n; i += 16) {
-      float s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int j = 0; j < 16; j++) s += buf[i + j];
-      sum += s;
+#pragma omp parallel reduction(+ : sum)
+    {
+      alignas(64) float acc[kLanes] = {};
+#pragma omp for schedule(static)
+      for (size_t i = 0; i < n; i += kLanes) {
+        const float* p = buf.data() + i;
+        for (size_t j = 0; j < kLanes; j++) acc[j] += p[j];
+      }
+      for (float a : acc) sum += a;
     }
     sink += sum;
     best = std::max(best, n * sizeof(float) / Seconds(t0) / 1e9);
