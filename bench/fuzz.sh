@@ -21,16 +21,16 @@ printf '|%s|%s|%s|%s|%s|%s|%s|\n' ----------------- -------------- ---------- --
 failed=0
 for name in "${names[@]}"; do
   crashes=build-fuzz/crashes/$name
-  before=$(ls "$crashes" 2> /dev/null | wc -l)
+  before=$(find "$crashes" -type f 2> /dev/null | wc -l || true)  # no folder yet on a first run
   scripts/fuzz run "$seconds" "$name" > /dev/null 2>&1 || failed=1
   log=build-fuzz/logs/$name.log
-  execs=$(grep -oP 'stat::number_of_executed_units: \K[0-9]+' "$log" || grep -oP '^#\K[0-9]+' "$log" | tail -1)
-  rate=$(grep -oP 'stat::average_exec_per_sec: \K[0-9]+' "$log" || echo "-")
+  execs=$(grep -oP 'stat::number_of_executed_units:\s+\K[0-9]+' "$log" || grep -oP '^#\K[0-9]+' "$log" | tail -1)
+  rate=$(grep -oP 'stat::average_exec_per_sec:\s+\K[0-9]+' "$log" || echo "-")
   last=$(grep -E '^#[0-9]+' "$log" | tail -1)
   cov=$(grep -oP 'cov: \K[0-9]+' <<< "$last" || echo "-")
   ft=$(grep -oP 'ft: \K[0-9]+' <<< "$last" || echo "-")
   corpus="$(ls build-fuzz/corpus/"$name" | wc -l) / $(du -sk build-fuzz/corpus/"$name" | cut -f1) KB"
-  after=$(ls "$crashes" 2> /dev/null | wc -l)
+  after=$(find "$crashes" -type f 2> /dev/null | wc -l || true)
   printf '| %-15s | %12s | %8s | %6s | %7s | %15s | %7s |\n' "$name" "${execs:--}" "$rate" "$cov" "$ft" "$corpus" \
     "$((after - before))"
 done
