@@ -43,11 +43,22 @@ TEST(Catalog, MalformedRowsAreErrorsWithFileAndLine) {
                                            "aws,us-east-1,b,H100,8,80,192,2048,abc,1\n"),
             "my.csv:3: column 'price_ondemand_hr': 'abc' is not a number");
   EXPECT_EQ(ErrorOf(std::string(kHeader) + "aws,us-east-1,a,H100,0,80,192,2048,55.04,1\n"),
-            "my.csv:2: column 'gpu_count': '0' is not a positive integer");
+            "my.csv:2: column 'gpu_count': '0' is not a positive integer up to 1024");
   EXPECT_EQ(ErrorOf(std::string(kHeader) + ",us-east-1,a,H100,8,80,192,2048,55.04,1\n"),
             "my.csv:2: column 'provider' is empty");
   EXPECT_EQ(ErrorOf(std::string(kHeader) + "aws,us-east-1,a,H100,8,80,192,2048,-1,1\n"),
             "my.csv:2: column 'price_ondemand_hr': -1 is negative");
+  // Found by fuzz/catalog_csv (bench/fuzz.sh, 2026-12-02): a 54-digit count was cast to int (UB). A count
+  // above any instance's is refused with the limit named.
+  EXPECT_EQ(
+      ErrorOf(
+          std::string(kHeader) +
+          "aws,us-east-1,a,H100,188888888888888888888888888888888888888888888888888888,80,192,2048,5,1\n"),
+      "my.csv:2: column 'gpu_count': '188888888888888888888888888888888888888888888888888888' is not a "
+      "positive integer up to 1024");
+  EXPECT_EQ(ErrorOf(std::string(kHeader) + "aws,us-east-1,a,H100,1025,80,192,2048,5,1\n"),
+            "my.csv:2: column 'gpu_count': '1025' is not a positive integer up to 1024");
+  EXPECT_TRUE(Load(std::string(kHeader) + "aws,us-east-1,a,H100,1024,80,192,2048,5,1\n").ok());
   // Comments and blank lines keep the line count honest.
   EXPECT_EQ(ErrorOf(std::string(kHeader) + "# my prices\n\naws,us-east-1,a,H100,8,80,192,2048,x,1\n"),
             "my.csv:4: column 'price_ondemand_hr': 'x' is not a number");
