@@ -1,6 +1,6 @@
-// The typed reader's inside, shared by run_record.cpp (nlohmann's objects) and run_record_file.cpp (simdjson's
-// fast path for the step and evaluation rows of a long metrics.jsonl): one list of fields a record has, read
-// from either kind of object with the same rules. Not for use outside src/metrics.
+// The typed reader's inside, shared by run_record.cpp (nlohmann's objects) and run_record_file.cpp
+// (simdjson's fast path for the step and evaluation rows of a long metrics.jsonl): one list of fields a
+// record has, read from either kind of object with the same rules. Not for use outside src/metrics.
 #pragma once
 
 #include <cmath>
@@ -53,29 +53,63 @@ inline const json* Find(const json& j, const char* key) {
   const auto it = j.find(key);  // one lookup a field: the rows of a long run are read by the million
   return it == j.end() ? nullptr : &*it;
 }
-inline bool IsNull(const json& v) { return v.is_null(); }
-inline bool IsNumber(const json& v) { return v.is_number(); }
-inline bool IsInteger(const json& v) { return v.is_number_integer(); }
-inline bool IsUnsigned(const json& v) { return v.is_number_unsigned(); }
-inline bool IsBool(const json& v) { return v.is_boolean(); }
-inline bool IsString(const json& v) { return v.is_string(); }
-inline double AsDouble(const json& v) { return v.get<double>(); }
+inline bool IsNull(const json& v) {
+  return v.is_null();
+}
+inline bool IsNumber(const json& v) {
+  return v.is_number();
+}
+inline bool IsInteger(const json& v) {
+  return v.is_number_integer();
+}
+inline bool IsUnsigned(const json& v) {
+  return v.is_number_unsigned();
+}
+inline bool IsBool(const json& v) {
+  return v.is_boolean();
+}
+inline bool IsString(const json& v) {
+  return v.is_string();
+}
+inline double AsDouble(const json& v) {
+  return v.get<double>();
+}
 template <typename I>
 I AsInteger(const json& v) {
   return v.get<I>();
 }
-inline bool AsBool(const json& v) { return v.get<bool>(); }
-inline std::string AsString(const json& v) { return v.get_ref<const std::string&>(); }
-inline std::string Describe(const json& v) { return fmt::format("{} ({})", v.type_name(), v.dump()); }
+inline bool AsBool(const json& v) {
+  return v.get<bool>();
+}
+inline std::string AsString(const json& v) {
+  return v.get_ref<const std::string&>();
+}
+inline std::string Describe(const json& v) {
+  return fmt::format("{} ({})", v.type_name(), v.dump());
+}
 
 using FT = FlatValue::Type;
-inline const FlatValue* Find(const FlatObject& o, const char* key) { return o.Find(key); }
-inline bool IsNull(const FlatValue& v) { return v.type == FT::kNull; }
-inline bool IsInteger(const FlatValue& v) { return v.type == FT::kInt || v.type == FT::kUint; }
-inline bool IsNumber(const FlatValue& v) { return IsInteger(v) || v.type == FT::kDouble; }
-inline bool IsUnsigned(const FlatValue& v) { return v.type == FT::kUint || (v.type == FT::kInt && v.i >= 0); }
-inline bool IsBool(const FlatValue& v) { return v.type == FT::kBool; }
-inline bool IsString(const FlatValue& v) { return v.type == FT::kString; }
+inline const FlatValue* Find(const FlatObject& o, const char* key) {
+  return o.Find(key);
+}
+inline bool IsNull(const FlatValue& v) {
+  return v.type == FT::kNull;
+}
+inline bool IsInteger(const FlatValue& v) {
+  return v.type == FT::kInt || v.type == FT::kUint;
+}
+inline bool IsNumber(const FlatValue& v) {
+  return IsInteger(v) || v.type == FT::kDouble;
+}
+inline bool IsUnsigned(const FlatValue& v) {
+  return v.type == FT::kUint || (v.type == FT::kInt && v.i >= 0);
+}
+inline bool IsBool(const FlatValue& v) {
+  return v.type == FT::kBool;
+}
+inline bool IsString(const FlatValue& v) {
+  return v.type == FT::kString;
+}
 inline double AsDouble(const FlatValue& v) {
   return v.type == FT::kInt ? static_cast<double>(v.i) : v.type == FT::kUint ? static_cast<double>(v.u) : v.d;
 }
@@ -83,9 +117,15 @@ template <typename I>
 I AsInteger(const FlatValue& v) {
   return v.type == FT::kInt ? static_cast<I>(v.i) : static_cast<I>(v.u);
 }
-inline bool AsBool(const FlatValue& v) { return v.b; }
-inline std::string AsString(const FlatValue& v) { return std::string(v.s); }
-inline std::string Describe(const FlatValue&) { return "a value of another type"; }  // the fast path's, unshown
+inline bool AsBool(const FlatValue& v) {
+  return v.b;
+}
+inline std::string AsString(const FlatValue& v) {
+  return std::string(v.s);
+}
+inline std::string Describe(const FlatValue&) {
+  return "a value of another type";
+}  // the fast path's, unshown
 
 // Reads a record's fields by type, from a nlohmann object or a FlatObject. The first error sticks; a missing
 // optional field leaves its default.
@@ -123,9 +163,9 @@ class Fields {
  private:
   template <typename V>
   void Fail(const char* key, const char* want, const V& got) {
-    status_ = Status::InvalidArgument(fmt::format(
-        "{}: \"{}\" is {}, expected {}; the file is not one tern wrote, or is damaged", where_, key,
-        Describe(got), want));
+    status_ = Status::InvalidArgument(
+        fmt::format("{}: \"{}\" is {}, expected {}; the file is not one tern wrote, or is damaged", where_,
+                    key, Describe(got), want));
   }
   template <typename V>
   void Get(const char* key, const V& v, double* out) {
