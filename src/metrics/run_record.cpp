@@ -11,11 +11,7 @@ using json = nlohmann::json;
 using run_record_internal::Fields;
 using run_record_internal::ReadEval;
 using run_record_internal::ReadStep;
-
-std::string TypeError(std::string_view where, const char* key, const char* want, const json& got) {
-  return fmt::format("{}: \"{}\" is {} ({}), expected {}; the file is not one tern wrote, or is damaged",
-                     where, key, got.type_name(), got.dump(), want);
-}
+using run_record_internal::TypeError;
 
 Result<StartRecord> ReadStart(const json& j, std::string_view where) {
   StartRecord r;

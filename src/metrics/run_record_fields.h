@@ -127,6 +127,13 @@ inline std::string Describe(const FlatValue&) {
   return "a value of another type";
 }  // the fast path's, unshown
 
+// The message of a field of the wrong type (the typed reader's and ParseRunRow's).
+template <typename V>
+std::string TypeError(std::string_view where, const char* key, const char* want, const V& got) {
+  return fmt::format("{}: \"{}\" is {}, expected {}; the file is not one tern wrote, or is damaged", where,
+                     key, Describe(got), want);
+}
+
 // Reads a record's fields by type, from a nlohmann object or a FlatObject. The first error sticks; a missing
 // optional field leaves its default.
 template <typename Object>
@@ -163,9 +170,7 @@ class Fields {
  private:
   template <typename V>
   void Fail(const char* key, const char* want, const V& got) {
-    status_ = Status::InvalidArgument(
-        fmt::format("{}: \"{}\" is {}, expected {}; the file is not one tern wrote, or is damaged", where_,
-                    key, Describe(got), want));
+    status_ = Status::InvalidArgument(TypeError(where_, key, want, got));
   }
   template <typename V>
   void Get(const char* key, const V& v, double* out) {

@@ -74,7 +74,6 @@ void EvictFromPageCache(const std::filesystem::path& dir) {
     if (!it->is_regular_file(ec)) continue;
     const int fd = ::open(it->path().c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) continue;
-    ::fdatasync(fd);
     (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     ::close(fd);
   }
