@@ -50,6 +50,23 @@ const char* ComputeName(Compute c) {
   return "?";
 }
 
+const char* AttentionKindName(AttentionKind k) {
+  return k == AttentionKind::kFlash ? "flash" : "naive";
+}
+
+AttentionMemory AttentionStateBytes(AttentionKind kind, int B, int T, int /*C*/, int NH,
+                                    Compute /*compute*/) {
+  const size_t rows = static_cast<size_t>(B) * NH * T;  // score rows
+  AttentionMemory m;
+  if (kind == AttentionKind::kFlash) {
+    m.state = rows * 2 * sizeof(float);
+  } else {
+    m.state = rows * T * sizeof(float);
+    m.scratch = rows * T * sizeof(float);
+  }
+  return m;
+}
+
 // The inference ops are optional: a backend that lacks one fails loudly at the first call (a missing
 // kernel is a bug in the build, not an input error).
 namespace {

@@ -38,6 +38,26 @@ const char* DTypeName(DType t);
 size_t KvBlockBytes(DType kv_dtype, int C, int NH, int bs);
 const char* ComputeName(Compute c);
 
+// Causal-attention kernel families (Backend::SetAttentionKernel, `train.attention`). kNaive keeps the
+// softmax probabilities for the backward; kFlash keeps two floats per score row (the softmax statistics)
+// and recomputes the probabilities in the backward.
+enum class AttentionKind : uint8_t { kNaive, kFlash };
+const char* AttentionKindName(AttentionKind k);  // "naive", "flash"
+// What attention keeps from a layer's forward for its backward (`state`, bytes per layer) and what its
+// backward needs as scratch (`scratch`, bytes, shared by every layer), at micro-batch B x T:
+//   kNaive: state = the probabilities att[B,NH,T,T] (fp32); scratch = datt[B,NH,T,T] (fp32)
+//   kFlash: state = two fp32 per score row [B,NH,T,2] in the backend's own layout (CUDA: the logsumexp;
+//           the fast CPU path: the row maximum and 1/sum, so that it recomputes the naive kernel's
+//           probabilities bit for bit); scratch = 0 (a backend's per-thread working memory is its own).
+// The model allocates both (Gpt::memory()) and the planner counts both (GptMemoryEstimate), so they agree.
+// `compute` is part of the signature so that a 16-bit state (a cuDNN kernel's) can size itself; no kind
+// depends on it yet.
+struct AttentionMemory {
+  size_t state = 0;
+  size_t scratch = 0;
+};
+AttentionMemory AttentionStateBytes(AttentionKind kind, int B, int T, int C, int NH, Compute compute);
+
 // A matmul operand: a device pointer and how its elements are stored.
 struct Operand {
   const void* ptr = nullptr;
@@ -62,7 +82,7 @@ struct Capabilities {
   bool native_fp16 = false;
   // The kv_dtype values KvCacheWrite and PagedAttentionForward accept (empty: no inference ops).
   std::vector<DType> kv_dtypes;
-  // The kinds SetAttentionKernel accepts; "naive" (the default) is always one of them.
+  // The kinds SetAttentionKernel accepts (AttentionKindName); "naive" (the default) is always one of them.
   std::vector<std::string> attention_kinds = {"naive"};
   // A GPU: NVML can sample it through PciBusId(), and names and messages may say so.
   bool is_gpu = false;
@@ -89,9 +109,11 @@ class Backend {
   // the compute; null for host backends.
   virtual void* native_stream() const { return nullptr; }
   // Selects the causal-attention kernel family, one of capabilities().attention_kinds ("naive": the
-  // interface's materialised att[B,NH,T,T]; "flash": a fused online-softmax kernel). Returns false for a name
-  // this backend does not have.
+  // materialised probabilities att[B,NH,T,T]; "flash": softmax statistics only, see AttentionKind). Returns
+  // false for a name this backend does not have. Choose before sizing a model: the model sizes its attention
+  // state for attention_kind() when it is built.
   virtual bool SetAttentionKernel(const std::string& kind) { return kind == "naive"; }
+  virtual AttentionKind attention_kind() const { return AttentionKind::kNaive; }
 
   // ---- memory ----------------------------------------------------------------------------------
   virtual void* Alloc(size_t bytes) = 0;  // zero-filled; aborts on out-of-memory (a bug in sizing)
@@ -140,12 +162,18 @@ class Backend {
   // out[n] = a[n] + b[n]
   virtual void Add(float* out, const float* a, const float* b, size_t n) = 0;
 
-  // Causal self-attention. qkv[B,T,3C] packs q,k,v; out[B,T,C]; att[B,NH,T,T] saves the softmax
-  // probabilities for the backward (entries above the diagonal are zero).
-  virtual void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) = 0;
-  // dqkv[B,T,3C] = (overwrites), using scratch datt[B,NH,T,T].
-  virtual void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                                 const float* att, int B, int T, int C, int NH) = 0;
+  // Causal self-attention with the kernel family attention_kind(). qkv[B,T,3C] packs q,k,v; out[B,T,C];
+  // `state` (AttentionStateBytes(attention_kind(), B, T, C, NH, compute).state bytes) receives what the
+  // backward needs; for kNaive it is att[B,NH,T,T], the softmax probabilities (zero above the diagonal).
+  // compute: kF32 multiplies in fp32; kBF16 / kF16 let a backend round q, k, v and the probabilities to 16
+  // bits for its products (fp32 accumulation; the softmax in fp32). CUDA does; the CPU backends compute in
+  // fp32 at every compute.
+  virtual void AttentionForward(float* out, void* state, const float* qkv, int B, int T, int C, int NH,
+                                Compute compute) = 0;
+  // dqkv[B,T,3C] = (overwrites) from dout[B,T,C] and the forward's qkv and state, with the same kind and
+  // compute as that forward; scratch holds AttentionStateBytes(...).scratch bytes.
+  virtual void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv,
+                                 const void* state, int B, int T, int C, int NH, Compute compute) = 0;
 
   // Fused softmax + cross-entropy over logits[N,V] with targets[N]:
   // losses[N] = -log softmax(logits)[target]. If dloss != 0, logits are overwritten with the gradient

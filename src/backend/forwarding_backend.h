@@ -27,6 +27,7 @@ class ForwardingBackend : public Backend {
   std::string PciBusId() const override { return inner_->PciBusId(); }
   void* native_stream() const override { return inner_->native_stream(); }
   bool SetAttentionKernel(const std::string& kind) override { return inner_->SetAttentionKernel(kind); }
+  AttentionKind attention_kind() const override { return inner_->attention_kind(); }
 
   void* Alloc(size_t bytes) override { return inner_->Alloc(bytes); }
   void Free(void* ptr) override { inner_->Free(ptr); }
@@ -65,12 +66,13 @@ class ForwardingBackend : public Backend {
     inner_->GeluBackward(dinp, inp, dout, n);
   }
   void Add(float* out, const float* a, const float* b, size_t n) override { inner_->Add(out, a, b, n); }
-  void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override {
-    inner_->AttentionForward(out, att, qkv, B, T, C, NH);
+  void AttentionForward(float* out, void* state, const float* qkv, int B, int T, int C, int NH,
+                        Compute compute) override {
+    inner_->AttentionForward(out, state, qkv, B, T, C, NH, compute);
   }
-  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
-                         int B, int T, int C, int NH) override {
-    inner_->AttentionBackward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+  void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv, const void* state,
+                         int B, int T, int C, int NH, Compute compute) override {
+    inner_->AttentionBackward(dqkv, scratch, dout, qkv, state, B, T, C, NH, compute);
   }
   void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
                                    float dloss) override {

@@ -31,6 +31,7 @@ Status ApplyTrainConfig(const std::string& config, const std::vector<std::string
   w.micro_batch = cfg.batch_size;
   w.recompute = cfg.recompute == Recompute::kGelu ? ActRecompute::kGelu
                                                   : ActRecompute::kNone;  // --recompute may override
+  w.attention = cfg.attention;
   const double step_tokens = static_cast<double>(cfg.batch_size) * cfg.seq_len * cfg.grad_accum_steps();
   w.global_batch_tokens = step_tokens;
   if (tokens.empty()) {

@@ -90,7 +90,7 @@ std::vector<float> TrainingAttention(const std::vector<float>& qkv, int T, int N
   Arena ar(*ref);
   float* out = ar.Zeros<float>(static_cast<size_t>(T) * C);
   float* att = ar.Zeros<float>(static_cast<size_t>(NH) * T * T);
-  ref->AttentionForward(out, att, ar.In(qkv), 1, T, C, NH);
+  ref->AttentionForward(out, att, ar.In(qkv), 1, T, C, NH, Compute::kF32);
   return ar.Out(out, static_cast<size_t>(T) * C);
 }
 

@@ -11,6 +11,13 @@
 
 namespace tern {
 
+namespace {
+// Floats that hold `bytes` (the attention state and scratch are carved from the float buffers).
+size_t AttentionFloats(size_t bytes) {
+  return (bytes + sizeof(float) - 1) / sizeof(float);
+}
+}  // namespace
+
 // Activation pointers for one (B, T): carved out of one buffer sized for (max_B, max_T).
 // Per-layer tensors are stacked [L, ...]; shapes in the comments use N = B*T. With Recompute::kGelu,
 // fch_gelu is one layer's [N, 4C], written by every layer's forward and recomputed in the backward.
@@ -21,7 +28,7 @@ struct Gpt::Acts {
   float* ln1_rstd;   // [L, N]
   float* qkv;        // [L, N, 3C]
   float* atty;       // [L, N, C]
-  float* att;        // [L, B, NH, T, T]
+  float* att;        // [L, state]: each layer's attention state (AttentionStateBytes; naive: [B, NH, T, T])
   float* attproj;    // [L, N, C]
   float* residual2;  // [L, N, C]
   float* ln2;        // [L, N, C]
@@ -38,8 +45,14 @@ struct Gpt::Acts {
   float* losses;     // [N]
   size_t total;      // floats used
 
-  Acts(float* base, const GptConfig& c, size_t B, size_t T, Recompute recompute) {
-    const size_t L = c.n_layer, C = c.n_embd, V = c.vocab_size, NH = c.n_head, N = B * T;
+  size_t att_stride;  // floats of one layer's attention state
+
+  Acts(float* base, const GptConfig& c, size_t B, size_t T, Recompute recompute, AttentionKind attention,
+       Compute compute) {
+    const size_t L = c.n_layer, C = c.n_embd, V = c.vocab_size, N = B * T;
+    att_stride = AttentionFloats(
+        AttentionStateBytes(attention, static_cast<int>(B), static_cast<int>(T), c.n_embd, c.n_head, compute)
+            .state);
     size_t off = 0;
     auto take = [&](size_t n) {
       float* p = base ? base + off : nullptr;
@@ -52,7 +65,7 @@ struct Gpt::Acts {
     ln1_rstd = take(L * N);
     qkv = take(L * N * 3 * C);
     atty = take(L * N * C);
-    att = take(L * B * NH * T * T);
+    att = take(L * att_stride);
     attproj = take(L * N * C);
     residual2 = take(L * N * C);
     ln2 = take(L * N * C);
@@ -77,10 +90,12 @@ struct Gpt::Acts {
 
 // Backward scratch, reused by every layer.
 struct BackwardScratch {
-  float *dresidual, *dln, *datty, *dqkv, *dfch, *dfch_gelu, *datt;
+  float *dresidual, *dln, *datty, *dqkv, *dfch, *dfch_gelu;
+  float* att;  // attention's backward scratch (AttentionStateBytes; naive: datt[B, NH, T, T])
   size_t total;
-  BackwardScratch(float* base, const GptConfig& c, size_t B, size_t T) {
-    const size_t C = c.n_embd, NH = c.n_head, N = B * T;
+  BackwardScratch(float* base, const GptConfig& c, size_t B, size_t T, AttentionKind attention,
+                  Compute compute) {
+    const size_t C = c.n_embd, N = B * T;
     size_t off = 0;
     auto take = [&](size_t n) {
       float* p = base ? base + off : nullptr;
@@ -93,22 +108,24 @@ struct BackwardScratch {
     dqkv = take(N * 3 * C);
     dfch = take(N * 4 * C);
     dfch_gelu = take(N * 4 * C);
-    datt = take(B * NH * T * T);
+    att = take(AttentionFloats(
+        AttentionStateBytes(attention, static_cast<int>(B), static_cast<int>(T), c.n_embd, c.n_head, compute)
+            .scratch));
     total = off;
   }
 };
 
-GptMemory Gpt::Allocation(const GptConfig& config, int max_B, int max_T, Compute compute,
-                          Recompute recompute) {
+GptMemory Gpt::Allocation(const GptConfig& config, int max_B, int max_T, Compute compute, Recompute recompute,
+                          AttentionKind attention) {
   const size_t P = GptParamCount(config);
   GptMemory m;
   m.params = P * sizeof(float);
   m.params_bf16 = compute == Compute::kBF16 ? P * sizeof(uint16_t) : 0;
   m.grads = P * sizeof(float);
   m.adam_state = 2 * P * sizeof(float);
-  m.activations = Acts(nullptr, config, max_B, max_T, recompute).total * sizeof(float) +
+  m.activations = Acts(nullptr, config, max_B, max_T, recompute, attention, compute).total * sizeof(float) +
                   2 * static_cast<size_t>(max_B) * max_T * sizeof(int32_t);  // tokens_
-  m.scratch = BackwardScratch(nullptr, config, max_B, max_T).total * sizeof(float);
+  m.scratch = BackwardScratch(nullptr, config, max_B, max_T, attention, compute).total * sizeof(float);
   return m;
 }
 
@@ -130,7 +147,8 @@ Gpt::Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Comput
       max_B_(max_B),
       max_T_(max_T),
       compute_(compute),
-      recompute_(recompute) {
+      recompute_(recompute),
+      attention_(backend->attention_kind()) {
   assert(config.Validate().ok());
   assert(max_T <= config.block_size);
   layout_ = GptParamLayout(config_);
@@ -141,8 +159,10 @@ Gpt::Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Comput
   grads_ = DeviceBuffer(backend_, num_params_ * sizeof(float));
   adam_m_ = DeviceBuffer(backend_, num_params_ * sizeof(float));
   adam_v_ = DeviceBuffer(backend_, num_params_ * sizeof(float));
-  acts_ = DeviceBuffer(backend_, Acts(nullptr, config_, max_B, max_T, recompute_).total * sizeof(float));
-  scratch_ = DeviceBuffer(backend_, BackwardScratch(nullptr, config_, max_B, max_T).total * sizeof(float));
+  acts_ = DeviceBuffer(
+      backend_, Acts(nullptr, config_, max_B, max_T, recompute_, attention_, compute_).total * sizeof(float));
+  scratch_ = DeviceBuffer(
+      backend_, BackwardScratch(nullptr, config_, max_B, max_T, attention_, compute_).total * sizeof(float));
   tokens_ = DeviceBuffer(backend_, 2 * static_cast<size_t>(max_B) * max_T * sizeof(int32_t));
 }
 
@@ -227,9 +247,11 @@ void Gpt::SetOptimizerShard(GradRange shard) {
 
 float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
   assert(B <= max_B_ && T <= max_T_);
+  assert(backend_->attention_kind() == attention_ &&
+         "the attention kernel changed after the model was sized");
   const int L = config_.n_layer, C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
   const size_t N = static_cast<size_t>(B) * T;
-  Acts a(acts_.as<float>(), config_, B, T, recompute_);
+  Acts a(acts_.as<float>(), config_, B, T, recompute_, attention_, compute_);
   int32_t* d_inputs = tokens_.as<int32_t>();
   int32_t* d_targets = d_inputs + N;
   backend_->Upload(d_inputs, inputs, N * sizeof(int32_t));
@@ -257,7 +279,7 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
                                P("ln1b") + lc, N, C);
     backend_->Matmul(qkv, F32(ln1), W("qkvw", lc * 3 * C), P("qkvb") + 3 * lc, N, 3 * C, C, false, true, 0.0f,
                      compute_);
-    backend_->AttentionForward(atty, a.att + static_cast<size_t>(l) * B * NH * T * T, qkv, B, T, C, NH);
+    backend_->AttentionForward(atty, a.att + l * a.att_stride, qkv, B, T, C, NH, compute_);
     backend_->Matmul(attproj, F32(atty), W("attprojw", lc * C), P("attprojb") + lc, N, C, C, false, true,
                      0.0f, compute_);
     backend_->Add(residual2, residual, attproj, nc);
@@ -284,8 +306,8 @@ void Gpt::Backward(const GradsReady& on_ready) {
   const int B = last_B_, T = last_T_;
   const int L = config_.n_layer, C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
   const size_t N = static_cast<size_t>(B) * T, nc = N * C;
-  Acts a(acts_.as<float>(), config_, B, T, recompute_);
-  BackwardScratch s(scratch_.as<float>(), config_, B, T);
+  Acts a(acts_.as<float>(), config_, B, T, recompute_, attention_, compute_);
+  BackwardScratch s(scratch_.as<float>(), config_, B, T, attention_, compute_);
   const int32_t* d_inputs = tokens_.as<int32_t>();
   have_dlogits_ = false;
 
@@ -323,7 +345,7 @@ void Gpt::Backward(const GradsReady& on_ready) {
     const float* ln1 = a.ln1 + l * nc;
     const float* qkv = a.qkv + l * 3 * nc;
     const float* atty = a.atty + l * nc;
-    const float* att = a.att + static_cast<size_t>(l) * B * NH * T * T;
+    const float* att = a.att + l * a.att_stride;
     const float* residual2 = a.residual2 + l * nc;
     const float* ln2 = a.ln2 + l * nc;
     const float* fch = a.fch + l * 4 * nc;
@@ -353,7 +375,7 @@ void Gpt::Backward(const GradsReady& on_ready) {
     backend_->Matmul(G("attprojw") + lc * C, F32(s.dresidual), F32(atty), nullptr, C, C, N, true, false, 1.0f,
                      compute_);
     backend_->BiasBackward(G("attprojb") + lc, s.dresidual, N, C);
-    backend_->AttentionBackward(s.dqkv, s.datt, s.datty, qkv, att, B, T, C, NH);
+    backend_->AttentionBackward(s.dqkv, s.att, s.datty, qkv, att, B, T, C, NH, compute_);
     backend_->Matmul(s.dln, F32(s.dqkv), W("qkvw", lc * 3 * C), nullptr, N, C, 3 * C, false, false, 0.0f,
                      compute_);
     backend_->Matmul(G("qkvw") + lc * 3 * C, F32(s.dqkv), F32(ln1), nullptr, 3 * C, C, N, true, false, 1.0f,
@@ -381,7 +403,7 @@ void Gpt::ZeroGrad() {
 }
 
 void Gpt::GetLogits(int b, int t, float* host_out) const {
-  Acts a(acts_.as<float>(), config_, last_B_, last_T_, recompute_);
+  Acts a(acts_.as<float>(), config_, last_B_, last_T_, recompute_, attention_, compute_);
   const size_t V = config_.vocab_size;
   backend_->Download(host_out, a.logits + (static_cast<size_t>(b) * last_T_ + t) * V, V * sizeof(float));
 }

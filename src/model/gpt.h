@@ -34,14 +34,18 @@ class Gpt {
   Compute compute() const { return compute_; }
   Backend* backend() const { return backend_; }
   Recompute recompute() const { return recompute_; }
+  // The backend's attention kernel family when the model was built; the model's attention state is sized
+  // for it (choose the kernel with Backend::SetAttentionKernel before building the model).
+  AttentionKind attention() const { return attention_; }
 
   // Bytes this model allocated, per part (the token-id buffer counts as activations). GptMemoryEstimate,
   // the planner's memory model, must give the same figures (model/gpt_recompute_test.cpp;
   // plan/memory_agreement_test.cpp for the planner).
   GptMemory memory() const;
   // What the constructor allocates for these arguments, computed by the same sizing code without allocating.
+  // `attention` is the backend's attention_kind() (the model sizes attention's state for it).
   static GptMemory Allocation(const GptConfig& config, int max_B, int max_T, Compute compute,
-                              Recompute recompute);
+                              Recompute recompute, AttentionKind attention = AttentionKind::kNaive);
 
   // GPT-2 initialisation from a seed: N(0, 0.02) for matrices and embeddings, residual projections
   // (attprojw, fcprojw) scaled by 1/sqrt(2L), biases 0, layernorm weights 1. Deterministic per seed.
@@ -103,6 +107,7 @@ class Gpt {
   int max_B_, max_T_;
   Compute compute_;
   Recompute recompute_;
+  AttentionKind attention_;
   std::vector<ParamTensor> layout_;
   size_t num_params_ = 0;
   GradRange shard_;  // of the AdamW moments

@@ -118,8 +118,9 @@ Result<Recompute> ParseRecompute(const std::string& s) {
   return Status::InvalidArgument(fmt::format("recompute '{}' is not allowed; use none or gelu", s));
 }
 
-GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recompute recompute) {
-  const size_t L = cfg.n_layer, C = cfg.n_embd, V = cfg.vocab_size, NH = cfg.n_head;
+GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recompute recompute,
+                            AttentionKind attention) {
+  const size_t L = cfg.n_layer, C = cfg.n_embd, V = cfg.vocab_size;
   const size_t N = static_cast<size_t>(B) * T;
   const size_t P = GptParamCount(cfg);
   GptMemory m;
@@ -129,14 +130,17 @@ GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recom
   m.adam_state = P * 8;
   // per layer: ln1, atty, attproj, residual2, ln2, fcproj, residual3 (7 x C), qkv (3C), fch (4C), the GELU
   // output (4C, or one layer's for all with recompute=gelu), two layernorm stats pairs (4 per row),
-  // attention probabilities NH*T per row.
+  // attention's state (naive: the probabilities, NH*T floats per row; flash: 2*NH floats per row).
+  const AttentionMemory att =
+      AttentionStateBytes(attention, B, T, cfg.n_embd, cfg.n_head, bf16 ? Compute::kBF16 : Compute::kF32);
   const size_t gelu = recompute == Recompute::kGelu ? N * 4 * C : L * N * 4 * C;
-  size_t per_layer = N * (7 * C + 3 * C + 4 * C + 4) + N * NH * T;
+  const size_t per_layer = N * (7 * C + 3 * C + 4 * C + 4) + att.state / 4;
   m.activations =
       4 * (N * C /*encoded*/ + L * per_layer + gelu + N * (C + 2) /*lnf*/ + N * V /*logits*/ + N /*losses*/) +
       2 * N * 4 /*input and target token ids (int32)*/;
-  // backward scratch: dresidual, dln, datty (C each), dqkv (3C), dfch, dfch_gelu (4C each), datt (NH*T)
-  m.scratch = 4 * (N * (3 * C + 3 * C + 8 * C) + N * NH * T);
+  // backward scratch: dresidual, dln, datty (C each), dqkv (3C), dfch, dfch_gelu (4C each), attention's
+  // (naive: datt, NH*T floats per row; flash: none)
+  m.scratch = 4 * (N * (3 * C + 3 * C + 8 * C)) + att.scratch;
   return m;
 }
 
@@ -160,8 +164,8 @@ size_t ShardElements(size_t n, int world, int rank) {
 }
 
 GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recompute recompute, int world,
-                            ZeroStage zero, int rank) {
-  GptMemory m = GptMemoryEstimate(cfg, B, T, bf16, recompute);
+                            ZeroStage zero, int rank, AttentionKind attention) {
+  GptMemory m = GptMemoryEstimate(cfg, B, T, bf16, recompute, attention);
   if (world <= 1 || zero == ZeroStage::kNone) return m;
   const size_t shard = ShardElements(GptParamCount(cfg), world, rank);
   m.adam_state = shard * 8;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/status.h"
 
 namespace tern {
@@ -75,14 +76,17 @@ struct GptMemory {
   size_t params_bf16 = 0;  // bf16 working copy of the weights (bf16 precision only)
   size_t grads = 0;        // fp32 gradients
   size_t adam_state = 0;   // fp32 first and second moments
-  size_t activations = 0;  // saved forward activations (incl. attention probabilities, logits, token ids)
+  size_t activations = 0;  // saved forward activations (incl. attention's state, logits, token ids)
   size_t scratch = 0;      // backward scratch reused across layers
   size_t total() const { return params + params_bf16 + grads + adam_state + activations + scratch; }
 };
 // The memory model `tern plan` and `tern bench` use; Gpt::memory() is what the model really allocated and a
-// test keeps the two equal.
+// test keeps the two equal. `attention` is the attention kernel family (train.attention): naive saves the
+// probabilities [B,NH,T,T] per layer and needs as much again as backward scratch, flash two floats per
+// score row (AttentionStateBytes).
 GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16,
-                            Recompute recompute = Recompute::kNone);
+                            Recompute recompute = Recompute::kNone,
+                            AttentionKind attention = AttentionKind::kNaive);
 
 // Data-parallel sharding of the training state over `world` ranks, by ZeRO stage. tern train runs kNone and
 // kOptimizer (ZeRO-1: each rank keeps the AdamW moments of its shard of the parameters; the fp32 weights,
@@ -99,6 +103,6 @@ size_t ShardElements(size_t n, int world, int rank);
 // GPU. world 1 or kNone is GptMemoryEstimate above. The engine's Gpt allocates this for its rank; a test
 // (plan/memory_agreement_test.cpp) holds the planner to it.
 GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recompute recompute, int world,
-                            ZeroStage zero, int rank = 0);
+                            ZeroStage zero, int rank = 0, AttentionKind attention = AttentionKind::kNaive);
 
 }  // namespace tern

@@ -2,6 +2,10 @@
 // and recomputes the outputs in the backward. Losses, gradients and updated weights must be bit for bit those
 // of Recompute::kNone on both CPU backends in every precision, and the allocation must shrink by exactly
 // (L-1) x B*T x 4C floats, as GptMemoryEstimate (the planner's memory model) says.
+//
+// The same for the flash attention kernel (train.attention=flash) on the fast CPU backend: it keeps two
+// floats per score row instead of the probabilities and recomputes them, so the training is bit for bit
+// naive's while the allocation shrinks by what AttentionStateBytes says.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -87,6 +91,25 @@ TEST_P(GptRecompute, GeluRecomputeGivesTheSameLossesGradientsAndWeightsBitForBit
   EXPECT_GT(none.norms.front(), 0);
 }
 
+// The fast backend only: cpu-ref keeps the plain kernel (capabilities_test checks it refuses flash).
+class GptFlashAttention : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GptFlashAttention, GivesTheSameLossesGradientsAndWeightsBitForBit) {
+  const Case& c = GetParam();
+  auto naive_backend = MakeCpu(c.backend, c.compute), flash_backend = MakeCpu(c.backend, c.compute);
+  ASSERT_TRUE(flash_backend->SetAttentionKernel("flash"));
+  const GptConfig cfg{3, 2, 16, 37, 8};
+  const Trace naive = Train(naive_backend.get(), cfg, 3, 8, c.compute, Recompute::kNone);
+  const Trace flash = Train(flash_backend.get(), cfg, 3, 8, c.compute, Recompute::kNone);
+  ASSERT_TRUE(SameBits(naive.losses, flash.losses));
+  for (size_t s = 0; s < naive.grads.size(); s++) {
+    EXPECT_TRUE(SameBits(naive.grads[s], flash.grads[s])) << "gradients of step " << s + 1;
+    EXPECT_EQ(naive.norms[s], flash.norms[s]) << "step " << s + 1;
+  }
+  EXPECT_TRUE(SameBits(naive.params, flash.params));
+  EXPECT_GT(naive.norms.front(), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(CpuBackends, GptRecompute,
                          ::testing::Values(Case{"cpu", Compute::kF32}, Case{"cpu", Compute::kBF16},
                                            Case{"cpu", Compute::kF16}, Case{"cpu-ref", Compute::kF32},
@@ -98,31 +121,49 @@ INSTANTIATE_TEST_SUITE_P(CpuBackends, GptRecompute,
                            return std::string(i.param.backend == "cpu" ? "Fast" : "Reference") + p;
                          });
 
+INSTANTIATE_TEST_SUITE_P(CpuFast, GptFlashAttention,
+                         ::testing::Values(Case{"cpu", Compute::kF32}, Case{"cpu", Compute::kBF16},
+                                           Case{"cpu", Compute::kF16}),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           return std::string(i.param.compute == Compute::kBF16  ? "Bf16"
+                                              : i.param.compute == Compute::kF16 ? "Fp16"
+                                                                                 : "Fp32");
+                         });
+
 // Gpt::memory() is what the constructor allocated; Gpt::Allocation and GptMemoryEstimate must say the same.
 TEST(GptMemory, AllocationMatchesTheEstimateWithAndWithoutRecompute) {
-  auto backend = MakeCpuFastBackend();
   const GptConfig cfg{4, 2, 16, 37, 8};
   const int B = 3, T = 8;
-  for (Compute compute : {Compute::kF32, Compute::kBF16, Compute::kF16}) {
-    for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
-      SCOPED_TRACE(std::string(RecomputeName(r)) + " compute " + std::to_string(static_cast<int>(compute)));
-      Gpt model(backend.get(), cfg, B, T, compute, r);
-      const GptMemory got = model.memory(), sized = Gpt::Allocation(cfg, B, T, compute, r);
-      const GptMemory est = GptMemoryEstimate(cfg, B, T, compute == Compute::kBF16, r);
-      for (const GptMemory* m : {&sized, &est}) {
-        EXPECT_EQ(got.params, m->params);
-        EXPECT_EQ(got.params_bf16, m->params_bf16);
-        EXPECT_EQ(got.grads, m->grads);
-        EXPECT_EQ(got.adam_state, m->adam_state);
-        EXPECT_EQ(got.activations, m->activations);
-        EXPECT_EQ(got.scratch, m->scratch);
+  for (AttentionKind kind : {AttentionKind::kNaive, AttentionKind::kFlash})
+    for (Compute compute : {Compute::kF32, Compute::kBF16, Compute::kF16}) {
+      for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
+        SCOPED_TRACE(std::string(RecomputeName(r)) + " compute " + std::to_string(static_cast<int>(compute)) +
+                     " attention " + AttentionKindName(kind));
+        auto backend = MakeCpuFastBackend();
+        ASSERT_TRUE(backend->SetAttentionKernel(AttentionKindName(kind)));
+        Gpt model(backend.get(), cfg, B, T, compute, r);
+        EXPECT_EQ(model.attention(), kind);
+        const GptMemory got = model.memory(), sized = Gpt::Allocation(cfg, B, T, compute, r, kind);
+        const GptMemory est = GptMemoryEstimate(cfg, B, T, compute == Compute::kBF16, r, kind);
+        for (const GptMemory* m : {&sized, &est}) {
+          EXPECT_EQ(got.params, m->params);
+          EXPECT_EQ(got.params_bf16, m->params_bf16);
+          EXPECT_EQ(got.grads, m->grads);
+          EXPECT_EQ(got.adam_state, m->adam_state);
+          EXPECT_EQ(got.activations, m->activations);
+          EXPECT_EQ(got.scratch, m->scratch);
+        }
       }
     }
-  }
   // The saving: (L-1) GELU outputs of B*T x 4C floats.
   const size_t saved = GptMemoryEstimate(cfg, B, T, false).activations -
                        GptMemoryEstimate(cfg, B, T, false, Recompute::kGelu).activations;
   EXPECT_EQ(saved, size_t{3} * B * T * 4 * 16 * sizeof(float));
+  // flash: per layer B*NH*T*T probabilities become B*NH*T*2 statistics, and the datt scratch goes.
+  const GptMemory naive = GptMemoryEstimate(cfg, B, T, false),
+                  flash = GptMemoryEstimate(cfg, B, T, false, Recompute::kNone, AttentionKind::kFlash);
+  EXPECT_EQ(naive.activations - flash.activations, size_t{4} * B * 2 * (T * T - 2 * T) * sizeof(float));
+  EXPECT_EQ(naive.scratch - flash.scratch, size_t{1} * B * 2 * T * T * sizeof(float));
 }
 
 TEST(GptMemory, RecomputeNamesRoundTrip) {

@@ -51,30 +51,32 @@ TEST(MemoryAgreement, PlannerEstimateIsTheModelsAllocation) {
   } precisions[] = {{Compute::kF32, Precision::kFp32},
                     {Compute::kBF16, Precision::kBf16},
                     {Compute::kF16, Precision::kFp32}};
-  for (const Shape& s : shapes) {
-    for (const auto& p : precisions) {
-      for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
-        SCOPED_TRACE(fmt::format("{}, compute {}, recompute {}", s.what, static_cast<int>(p.compute),
-                                 RecomputeName(r)));
-        WorkloadSpec spec;
-        spec.cfg = s.cfg;
-        spec.seq = s.T;
-        spec.tokens = 1e9;
-        spec.micro_batch = s.B;
-        Result<Workload> w = Workload::Make(spec, PlanDefaults());
-        ASSERT_TRUE(w.ok()) << w.status().message();
-        const ActRecompute ar = r == Recompute::kGelu ? ActRecompute::kGelu : ActRecompute::kNone;
-        const MemoryBreakdown planned = w->Memory(p.planned, s.B, false, ar, 1);
-        const GptMemory a = Gpt::Allocation(s.cfg, s.B, s.T, p.compute, r);
-        ExpectSameBytes("weights", planned.weights, static_cast<double>(a.params + a.params_bf16));
-        ExpectSameBytes("grads", planned.grads, static_cast<double>(a.grads));
-        ExpectSameBytes("optimizer", planned.optimizer, static_cast<double>(a.adam_state));
-        ExpectSameBytes("activations + scratch", planned.activations,
-                        static_cast<double>(a.activations + a.scratch));
-        ExpectSameBytes("total", planned.total(), static_cast<double>(a.total()));
+  for (const Shape& s : shapes)
+    for (AttentionKind kind : {AttentionKind::kNaive, AttentionKind::kFlash}) {
+      for (const auto& p : precisions) {
+        for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
+          SCOPED_TRACE(fmt::format("{}, compute {}, recompute {}, attention {}", s.what,
+                                   static_cast<int>(p.compute), RecomputeName(r), AttentionKindName(kind)));
+          WorkloadSpec spec;
+          spec.cfg = s.cfg;
+          spec.attention = kind;
+          spec.seq = s.T;
+          spec.tokens = 1e9;
+          spec.micro_batch = s.B;
+          Result<Workload> w = Workload::Make(spec, PlanDefaults());
+          ASSERT_TRUE(w.ok()) << w.status().message();
+          const ActRecompute ar = r == Recompute::kGelu ? ActRecompute::kGelu : ActRecompute::kNone;
+          const MemoryBreakdown planned = w->Memory(p.planned, s.B, false, ar, 1);
+          const GptMemory a = Gpt::Allocation(s.cfg, s.B, s.T, p.compute, r, kind);
+          ExpectSameBytes("weights", planned.weights, static_cast<double>(a.params + a.params_bf16));
+          ExpectSameBytes("grads", planned.grads, static_cast<double>(a.grads));
+          ExpectSameBytes("optimizer", planned.optimizer, static_cast<double>(a.adam_state));
+          ExpectSameBytes("activations + scratch", planned.activations,
+                          static_cast<double>(a.activations + a.scratch));
+          ExpectSameBytes("total", planned.total(), static_cast<double>(a.total()));
+        }
       }
     }
-  }
 }
 
 // The saving the docs quote (docs/gpu.md, Memory): GPT-2 124M, B=16, T=1024: (L-1) x B*T x 4C floats.
@@ -84,6 +86,18 @@ TEST(MemoryAgreement, GeluRecomputeSavesLMinusOneGeluOutputs) {
   const GptMemory gelu = Gpt::Allocation(cfg, 16, 1024, Compute::kBF16, Recompute::kGelu);
   EXPECT_EQ(none.activations - gelu.activations, size_t{11} * 16 * 1024 * 4 * 768 * 4);  // 2,214,592,512 B
   EXPECT_EQ(none.activations - gelu.activations, size_t{2214592512});
+}
+
+// The saving the docs quote (docs/gpu.md, Attention kernels): GPT-2 124M, B=16, T=1024, flash instead of
+// naive: per layer the B*NH*T*T probabilities become B*NH*T*2 statistics, and the datt scratch goes.
+TEST(MemoryAgreement, FlashAttentionKeepsStatisticsNotProbabilities) {
+  const GptConfig cfg{12, 12, 768, 50257, 1024};
+  const GptMemory naive = Gpt::Allocation(cfg, 16, 1024, Compute::kBF16, Recompute::kNone);
+  const GptMemory flash =
+      Gpt::Allocation(cfg, 16, 1024, Compute::kBF16, Recompute::kNone, AttentionKind::kFlash);
+  EXPECT_EQ(naive.activations - flash.activations, size_t{12} * 16 * 12 * (1024 * 1024 - 2 * 1024) * 4);
+  EXPECT_EQ(naive.activations - flash.activations, size_t{9644802048});  // 8.98 GiB
+  EXPECT_EQ(naive.scratch - flash.scratch, size_t{805306368});           // 768 MiB
 }
 
 // GPT-2 124M over 7 ranks, by hand: P = 124,439,808 = 7 x 17,777,115 + 3, so ranks 0-2 hold 17,777,116

@@ -47,15 +47,18 @@ Result<Workload> Workload::Make(const WorkloadSpec& spec_in, const PlanDefaults&
   w.flops_per_token_ = GptFlopsPerToken(w.spec_.cfg, T);
   for (int bf16 : {0, 1}) {
     for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
-      w.base_[bf16][r == Recompute::kGelu] = GptMemoryEstimate(w.spec_.cfg, 1, T, bf16 == 1, r);
+      w.base_[bf16][r == Recompute::kGelu] =
+          GptMemoryEstimate(w.spec_.cfg, 1, T, bf16 == 1, r, w.spec_.attention);
     }
   }
   // One block's saved activations = the difference between a 2-layer and a 1-layer model of this width.
   GptConfig one = w.spec_.cfg, two = w.spec_.cfg;
   one.n_layer = 1;
   two.n_layer = 2;
-  w.layer_act_b1_ = static_cast<double>(GptMemoryEstimate(two, 1, T, false).activations) -
-                    static_cast<double>(GptMemoryEstimate(one, 1, T, false).activations);
+  const AttentionKind att = w.spec_.attention;
+  w.layer_act_b1_ =
+      static_cast<double>(GptMemoryEstimate(two, 1, T, false, Recompute::kNone, att).activations) -
+      static_cast<double>(GptMemoryEstimate(one, 1, T, false, Recompute::kNone, att).activations);
   w.layer_input_b1_ = 4.0 * T * w.spec_.cfg.n_embd;
   return w;
 }

@@ -38,6 +38,8 @@ struct WorkloadSpec {
   // Empty = auto: none, then gelu, then blocks, each only when the cheaper ones do not fit. A training
   // config fixes it to its train.recompute (the trainer does not adapt it).
   std::optional<ActRecompute> recompute;
+  // Attention's kernel family (train.attention): what it saves per layer (AttentionStateBytes).
+  AttentionKind attention = AttentionKind::kNaive;
 };
 
 // Memory per GPU in bytes, split the way GptMemory splits it, after sharding/recomputation.

@@ -34,7 +34,7 @@ namespace tern {
 
 struct BenchOptions {
   // The run whose step is timed (`tern bench --config`; the defaults otherwise): its optimizer, clipping, LR
-  // schedule, loss scaling, cuda.attention and seed. The fields below replace its shape, precision and
+  // schedule, loss scaling, train.attention and seed. The fields below replace its shape, precision and
   // device.
   TrainConfig train;
   GptConfig model;

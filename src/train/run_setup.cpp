@@ -1,6 +1,7 @@
 #include "train/run_setup.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "backend/peak_probe.h"
 #include "backend/registry.h"
@@ -26,10 +27,11 @@ Result<RunSetup> MakeRunSetup(const TrainConfig& cfg) {
   // The fast CPU path has no fp16 matmul: emulate it (operands rounded to fp16, fp32 products) so the fp16
   // trainer runs, and is tested, on every backend.
   if (s.compute == Compute::kF16) s.backend = WithF16Emulation(std::move(s.backend));
-  if (s.backend->capabilities().is_gpu && !s.backend->SetAttentionKernel(AttentionName(cfg.cuda_attention))) {
-    return Status::InvalidArgument(
-        fmt::format("cuda.attention={} is not available on {}; use cuda.attention=naive",
-                    AttentionName(cfg.cuda_attention), s.backend->name()));
+  if (!s.backend->SetAttentionKernel(AttentionKindName(cfg.attention))) {
+    return Status::InvalidArgument(fmt::format(
+        "train.attention={} is not available on {} (it has {}); use train.attention=naive or another device",
+        AttentionKindName(cfg.attention), s.backend->name(),
+        fmt::join(s.backend->capabilities().attention_kinds, ", ")));
   }
   // fp16 and bf16 tensor cores have the same peak on every supported GPU, and the probe's bf16 path is the
   // one that pre-casts its operands; on the CPU fp16 runs at the fp32 matmul's speed (emulated).

@@ -146,8 +146,9 @@ const Choice<Recompute> kRecomputes[] = {{Recompute::kNone, RecomputeName(Recomp
                                          {Recompute::kGelu, RecomputeName(Recompute::kGelu)}};
 const Choice<LrScheduleKind> kSchedules[] = {{LrScheduleKind::kCosine, "cosine"},
                                              {LrScheduleKind::kConstant, "constant"}};
-const Choice<AttentionKernel> kAttentions[] = {{AttentionKernel::kNaive, "naive"},
-                                               {AttentionKernel::kFlash, "flash"}};
+const Choice<AttentionKind> kAttentions[] = {
+    {AttentionKind::kNaive, AttentionKindName(AttentionKind::kNaive)},
+    {AttentionKind::kFlash, AttentionKindName(AttentionKind::kFlash)}};
 const Choice<WhenBusy> kWhenBusy[] = {{WhenBusy::kWait, "wait"}, {WhenBusy::kSkip, "skip"}};
 const Choice<OnSaveError> kOnError[] = {{OnSaveError::kContinue, "continue"}, {OnSaveError::kStop, "stop"}};
 const Choice<OnNotice> kOnNotice[] = {{OnNotice::kFinish, "finish"}, {OnNotice::kAbandon, "abandon"}};
@@ -241,13 +242,13 @@ const std::vector<Key>& Registry() {
            "activation recomputation: gelu keeps one layer's GELU output instead of all L and recomputes it "
            "in "
            "the backward (saves (L-1) x B*T x 4C floats for L-1 extra GELU forwards; same gradients)"),
+      Enum("train.attention", &C::attention, kAttentions,
+           "attention kernels: naive saves the probabilities [B,NH,T,T] per layer; flash only two floats per "
+           "score row and recomputes the rest in the backward (less memory, one more Q.K^T); CPU and CUDA"),
       Number("fp16.initial_scale", &C::loss_scale_init, 1.0,
              "fp16: first loss scale (halved on overflow, doubled after growth_interval good steps)"),
       Number("fp16.growth_interval", &C::loss_scale_growth_interval, 1,
              "fp16: good steps in a row before the loss scale doubles"),
-      Enum("cuda.attention", &C::cuda_attention, kAttentions,
-           "CUDA attention kernels: naive (saves att[B,NH,T,T]) or flash (fused, online softmax); CPU "
-           "ignores it"),
       Number("eval.every", &C::eval_every, 0, "validate every N steps; 0 = only at the end"),
       Number("eval.batches", &C::eval_batches, 1, "validation micro-batches per evaluation"),
       Number("sample.every", &C::sample_every, 0, "print samples every N steps; 0 = only at the end"),
@@ -357,7 +358,9 @@ const std::vector<Key>& Registry() {
   return keys;
 }
 
-const Key* FindKey(const std::string& name) {
+const Key* FindKey(const std::string& name_in) {
+  // Older names that still read: cuda.attention became train.attention when the CPU got a flash kernel.
+  const std::string& name = name_in == "cuda.attention" ? std::string("train.attention") : name_in;
   for (const auto& k : Registry())
     if (k.name == name) return &k;
   return nullptr;
@@ -447,9 +450,6 @@ const char* DeviceName(TrainDevice v) {
 }
 const char* LrScheduleName(LrScheduleKind v) {
   return NameOf(kSchedules, v);
-}
-const char* AttentionName(AttentionKernel v) {
-  return NameOf(kAttentions, v);
 }
 const char* DistBackendName(DistBackend v) {
   return NameOf(kDistBackends, v);

@@ -19,20 +19,19 @@ namespace tern {
 enum class TrainPrecision { kFp32, kBf16, kFp16 };       // train.precision: fp32 | bf16 | fp16
 enum class TrainDevice { kCpu, kCpuRef, kCuda, kAuto };  // train.device: cpu | cpu-ref | cuda | auto
 enum class LrScheduleKind { kCosine, kConstant };        // train.schedule: cosine | constant
-enum class AttentionKernel { kNaive, kFlash };           // cuda.attention: naive | flash
 enum class WhenBusy { kWait, kSkip };                    // ckpt.when_busy: wait | skip
 enum class OnSaveError { kContinue, kStop };             // ckpt.on_error: continue | stop
 enum class OnNotice { kFinish, kAbandon };               // ckpt.on_notice: finish | abandon
 enum class NoticeKind { kAws, kGcp };                    // ckpt.notice_kind: aws | gcp
 enum class DistBackend { kAuto, kNone, kMpi, kNccl };    // dist.backend: auto | none | mpi | nccl
-// train.recompute is the model layer's Recompute (model/gpt_config.h): none | gelu.
+// train.recompute is the model layer's Recompute (model/gpt_config.h): none | gelu; train.attention the
+// backend's AttentionKind (backend/backend.h): naive | flash.
 
 // The name a config writes for each value ("bf16", "cpu-ref", ...), as TrainConfigToYaml and the logs print
 // it.
 const char* PrecisionName(TrainPrecision v);
 const char* DeviceName(TrainDevice v);
 const char* LrScheduleName(LrScheduleKind v);
-const char* AttentionName(AttentionKernel v);
 const char* NoticeKindName(NoticeKind v);
 const char* DistBackendName(DistBackend v);
 // The registry's parsers, for flags that take the same values (`tern bench --precision`, `--device`): the
@@ -127,7 +126,9 @@ struct TrainConfig {
   // fp16 dynamic loss scaling (precision fp16 only; backend/loss_scaler.h, docs/gpu.md). Keys fp16.*.
   double loss_scale_init = 65536;         // the first scale (2^16); a resumed run continues its saved scale
   int loss_scale_growth_interval = 2000;  // good steps in a row before the scale doubles
-  AttentionKernel cuda_attention = AttentionKernel::kNaive;  // ignored on the CPU
+  // attention's kernel family: naive saves the probabilities, flash only softmax statistics (less memory,
+  // one more Q.K^T in the backward). Key train.attention; cuda.attention, its older name, still reads.
+  AttentionKind attention = AttentionKind::kNaive;
 
   // evaluation and samples
   int eval_every = 100;  // steps; 0 = only at the end

@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "train/run_setup.h"
 #include "train/train_config.h"
 
 namespace tern {
@@ -21,7 +22,7 @@ struct EnumKey {
 constexpr EnumKey kEnumKeys[] = {
     {"train.precision", "fp32, bf16, fp16"}, {"train.device", "cpu, cpu-ref, cuda, auto"},
     {"train.recompute", "none, gelu"},       {"train.schedule", "cosine, constant"},
-    {"cuda.attention", "naive, flash"},      {"ckpt.when_busy", "wait, skip"},
+    {"train.attention", "naive, flash"},     {"ckpt.when_busy", "wait, skip"},
     {"ckpt.on_error", "continue, stop"},     {"ckpt.on_notice", "finish, abandon"},
     {"ckpt.notice_kind", "aws, gcp"},
 };
@@ -56,7 +57,7 @@ TEST(TrainConfigEnums, GoodValuesParseIntoTheEnums) {
   EXPECT_EQ(c.device, TrainDevice::kCpuRef);
   EXPECT_EQ(c.recompute, Recompute::kGelu);
   EXPECT_EQ(c.schedule, LrScheduleKind::kConstant);
-  EXPECT_EQ(c.cuda_attention, AttentionKernel::kFlash);
+  EXPECT_EQ(c.attention, AttentionKind::kFlash);  // cuda.attention: the key's older name still reads
   EXPECT_EQ(c.ckpt.when_busy, WhenBusy::kSkip);
   EXPECT_EQ(c.ckpt.on_error, OnSaveError::kStop);
   EXPECT_EQ(c.ckpt.on_notice, OnNotice::kAbandon);
@@ -79,7 +80,10 @@ TEST(TrainConfigEnums, GoodValuesParseIntoTheEnums) {
   EXPECT_STREQ(PrecisionName(TrainPrecision::kBf16), "bf16");
   EXPECT_STREQ(DeviceName(TrainDevice::kCpuRef), "cpu-ref");
   EXPECT_STREQ(LrScheduleName(LrScheduleKind::kCosine), "cosine");
-  EXPECT_STREQ(AttentionName(AttentionKernel::kNaive), "naive");
+  ASSERT_TRUE(ApplyOverride("train.attention=naive", &c).ok());
+  EXPECT_EQ(c.attention, AttentionKind::kNaive);
+  EXPECT_EQ(values["train.attention"], "flash");
+  EXPECT_EQ(values.count("cuda.attention"), 0u);
   EXPECT_STREQ(NoticeKindName(NoticeKind::kAws), "aws");
 }
 
@@ -125,6 +129,34 @@ TEST(TrainConfigEnums, YamlRoundTripKeepsTheEnums) {
   EXPECT_EQ(back.ckpt.resume.mode, ResumeFrom::Mode::kAuto);
   EXPECT_EQ(TrainConfigValues(back), TrainConfigValues(c));
   std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace tern
+
+namespace tern {
+namespace {
+
+// train.attention reaches the backend the trainer builds (the model sizes its attention state by it), and a
+// backend without the kernel is an error naming what it has.
+TEST(RunSetup, AttentionKindReachesTheBackendOrNamesWhatItHas) {
+  TrainConfig c;
+  ASSERT_TRUE(ApplyOverride("train.attention=flash", &c).ok());
+  ASSERT_TRUE(ApplyOverride("train.device=cpu", &c).ok());
+  Result<RunSetup> fast = MakeRunSetup(c);
+  ASSERT_TRUE(fast.ok()) << fast.status().message();
+  EXPECT_EQ(fast->backend->attention_kind(), AttentionKind::kFlash);
+  ASSERT_TRUE(ApplyOverride("train.precision=fp16", &c).ok());  // through the fp16 emulation decorator
+  Result<RunSetup> f16 = MakeRunSetup(c);
+  ASSERT_TRUE(f16.ok()) << f16.status().message();
+  EXPECT_EQ(f16->backend->attention_kind(), AttentionKind::kFlash);
+  ASSERT_TRUE(ApplyOverride("train.device=cpu-ref", &c).ok());
+  Result<RunSetup> ref = MakeRunSetup(c);
+  ASSERT_FALSE(ref.ok());
+  EXPECT_NE(ref.status().message().find("train.attention=flash is not available on cpu-ref"),
+            std::string::npos)
+      << ref.status().message();
+  EXPECT_NE(ref.status().message().find("(it has naive)"), std::string::npos) << ref.status().message();
 }
 
 }  // namespace

@@ -10,6 +10,11 @@
 //   forward   S = Q·Kᵀ (scaled) → row softmax → att;  out = att·V
 //   backward  dP = dO·Vᵀ;  dS = att ⊙ (dP − rowsum(att ⊙ dP)) · scale → datt
 //             dQ = dS·K;  dK = dSᵀ·Q;  dV = attᵀ·dO
+//
+// Kernel families (SetAttentionKernel): "naive" keeps att[B,NH,T,T] as the interface's state; "flash" keeps
+// only each score row's maximum and 1/sum ([B,NH,T,2]) and recomputes the probabilities in the backward
+// from the same scores with the same instructions, so both give the same bits (fast_ops_test checks it).
+// flash trades O(B·NH·T²) saved floats per layer for one more Q·Kᵀ in the backward.
 #include <omp.h>
 
 #include <cmath>
@@ -100,13 +105,61 @@ void PackTransposed(float* dst, const float* src, ptrdiff_t stride, int T, int h
   }
 }
 
+// One score row's softmax statistics: the naive kernel's maximum and 1/sum, which "flash" keeps as its state.
+struct RowStats {
+  float max, inv;
+};
+
+// srow[i] = exp((srow[i] - maxval) * scale) for i < n. Not inlined, so that the forward and the flash
+// backward's recomputation run the same instructions and get the same bits.
+__attribute__((noinline)) void ExpRow(float* __restrict srow, int n, float maxval, float scale) {
+#pragma omp simd
+  for (int i = 0; i < n; i++) srow[i] = fast::Exp((srow[i] - maxval) * scale);
+}
+
+// arow[i] = srow[i] * inv for i <= t, zeros up to T. Not inlined, for the same reason.
+__attribute__((noinline)) void ScaleRow(const float* __restrict srow, float* __restrict arow, int t, int T,
+                                        float inv) {
+#pragma omp simd
+  for (int i = 0; i <= t; i++) arow[i] = srow[i] * inv;
+  std::memset(arow + t + 1, 0, sizeof(float) * (T - t - 1));
+}
+
+// Row t of the probabilities from its scores srow[0..t] (overwritten); returns the statistics.
+RowStats SoftmaxRow(float* srow, float* arow, int t, int T, float scale) {
+  const float maxval = fast::Max(srow, t + 1);
+  ExpRow(srow, t + 1, maxval, scale);
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int i = 0; i <= t; i++) sum += srow[i];
+  const float inv = 1.0f / sum;
+  ScaleRow(srow, arow, t, T, inv);
+  return {maxval, inv};
+}
+
+// The same row again from the same scores and the statistics SoftmaxRow returned: the same bits.
+void RecomputeRow(float* srow, float* arow, int t, int T, float scale, RowStats st) {
+  ExpRow(srow, t + 1, st.max, scale);
+  ScaleRow(srow, arow, t, T, st.inv);
+}
+
 }  // namespace
 
-void CpuFastBackend::AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+// Per (batch, head) the scores of kRows rows at a time, their softmax into the probabilities, and out = P·V.
+// naive: the probabilities go to the state (att[B,NH,T,T]). flash: to a per-thread [T,T] buffer, and the
+// state keeps each row's statistics (RowStats, [B,NH,T]).
+void CpuFastBackend::AttentionForward(float* out, void* state, const float* qkv, int B, int T, int C, int NH,
+                                      Compute /*compute: fp32 on the CPU*/) {
+  const bool flash = attention_kind_ == AttentionKind::kFlash;
   const int C3 = 3 * C, hs = C / NH, tp = RoundUp(T, 16), hsp = RoundUp(hs, 16);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const size_t per_thread = static_cast<size_t>(hs) * tp + static_cast<size_t>(T) * hsp + kRows * (tp + hsp);
+  // Multiples of 16 floats, so that every thread's tiles stay 64-byte aligned.
+  const size_t probs = flash ? RoundUp(static_cast<size_t>(T) * T, size_t{16}) : 0;
+  const size_t per_thread =
+      static_cast<size_t>(hs) * tp + static_cast<size_t>(T) * hsp + kRows * (tp + hsp) + probs;
   float* scratch = attention_.As<float>(per_thread * omp_get_max_threads());
+  float* att = flash ? nullptr : static_cast<float*>(state);
+  RowStats* stats = flash ? static_cast<RowStats*>(state) : nullptr;
 #pragma omp parallel for schedule(static) if (B * NH > 1)
   for (int bh = 0; bh < B * NH; bh++) {
     const int b = bh / NH, h = bh % NH;
@@ -114,29 +167,18 @@ void CpuFastBackend::AttentionForward(float* out, float* att, const float* qkv, 
     float* vp = kt + static_cast<size_t>(hs) * tp;            // [T][hsp]
     float* s = vp + static_cast<size_t>(T) * hsp;             // [kRows][tp] scores
     float* o = s + kRows * tp;                                // [kRows][hsp] outputs
+    float* local = o + kRows * hsp;                           // [T][T] probabilities (flash)
     const float* q = qkv + static_cast<size_t>(b) * T * C3 + h * hs;
     PackTransposed(kt, q + C, C3, T, hs, tp);
     PackRows(vp, q + 2 * C, C3, T, hs, hsp);
-    float* att_bh = att + static_cast<size_t>(bh) * T * T;
+    float* att_bh = flash ? local : att + static_cast<size_t>(bh) * T * T;
     for (int r0 = 0; r0 < T; r0 += kRows) {
       const int mr = std::min(kRows, T - r0);
       RowBlock(Causal::kColsToDiagonal, r0, mr, tp, hs, q, C3, 1, kt, tp, s, tp);
       for (int i = 0; i < mr; i++) {
         const int t = r0 + i;
-        float* __restrict srow = s + i * tp;
-        float* __restrict arow = att_bh + static_cast<size_t>(t) * T;
-        const float maxval = fast::Max(srow, t + 1);
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int t2 = 0; t2 <= t; t2++) {
-          float e = fast::Exp((srow[t2] - maxval) * scale);
-          srow[t2] = e;
-          sum += e;
-        }
-        const float inv = 1.0f / sum;
-#pragma omp simd
-        for (int t2 = 0; t2 <= t; t2++) arow[t2] = srow[t2] * inv;
-        std::memset(arow + t + 1, 0, sizeof(float) * (T - t - 1));
+        const RowStats st = SoftmaxRow(s + i * tp, att_bh + static_cast<size_t>(t) * T, t, T, scale);
+        if (flash) stats[static_cast<size_t>(bh) * T + t] = st;
       }
       RowBlock(Causal::kKToDiagonal, r0, mr, hsp, T, att_bh, T, 1, vp, hsp, o, hsp);
       for (int i = 0; i < mr; i++) {
@@ -147,13 +189,21 @@ void CpuFastBackend::AttentionForward(float* out, float* att, const float* qkv, 
   }
 }
 
-void CpuFastBackend::AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                                       const float* att, int B, int T, int C, int NH) {
+// flash: the probabilities of one (batch, head) are recomputed first, from the same scores and statistics,
+// into a per-thread [T,T] buffer, and dS goes to another; then the products run as for naive.
+void CpuFastBackend::AttentionBackward(float* dqkv, void* scratch_in, const float* dout, const float* qkv,
+                                       const void* state, int B, int T, int C, int NH, Compute /*compute*/) {
+  const bool flash = attention_kind_ == AttentionKind::kFlash;
   const int C3 = 3 * C, hs = C / NH, tp = RoundUp(T, 16), hsp = RoundUp(hs, 16);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const size_t tt = RoundUp(static_cast<size_t>(T) * T, size_t{16});  // keeps every thread's tiles aligned
+  const size_t own = flash ? static_cast<size_t>(hs) * tp + 2 * tt : 0;
   const size_t per_thread =
-      static_cast<size_t>(hs) * tp + 3 * static_cast<size_t>(T) * hsp + kRows * (tp + hsp);
+      static_cast<size_t>(hs) * tp + 3 * static_cast<size_t>(T) * hsp + kRows * (tp + hsp) + own;
   float* scratch = attention_.As<float>(per_thread * omp_get_max_threads());
+  const float* att = flash ? nullptr : static_cast<const float*>(state);
+  float* datt = flash ? nullptr : static_cast<float*>(scratch_in);
+  const RowStats* stats = flash ? static_cast<const RowStats*>(state) : nullptr;
 #pragma omp parallel for schedule(static) if (B * NH > 1)
   for (int bh = 0; bh < B * NH; bh++) {
     const int b = bh / NH, h = bh % NH;
@@ -161,13 +211,28 @@ void CpuFastBackend::AttentionBackward(float* dqkv, float* datt, const float* do
     float* qp = vt + static_cast<size_t>(hs) * tp;            // [T][hsp]
     float* kp = qp + static_cast<size_t>(T) * hsp;            // [T][hsp]
     float* dop = kp + static_cast<size_t>(T) * hsp;           // [T][hsp]
-    float* s = dop + static_cast<size_t>(T) * hsp;            // [kRows][tp] dP rows
+    float* s = dop + static_cast<size_t>(T) * hsp;            // [kRows][tp] dP rows (flash: scores first)
     float* o = s + kRows * tp;                                // [kRows][hsp] gradient rows
+    float* kt = o + kRows * hsp;                              // flash: [hs][tp] K transposed
+    float* local_att = kt + static_cast<size_t>(hs) * tp;     // flash: [T][T] probabilities
+    float* local_datt = local_att + tt;                       // flash: [T][T] dS
     const float* q = qkv + static_cast<size_t>(b) * T * C3 + h * hs;
     const float* dy = dout + static_cast<size_t>(b) * T * C + h * hs;
     float* dq = dqkv + static_cast<size_t>(b) * T * C3 + h * hs;
-    const float* att_bh = att + static_cast<size_t>(bh) * T * T;
-    float* datt_bh = datt + static_cast<size_t>(bh) * T * T;
+    const float* att_bh = flash ? local_att : att + static_cast<size_t>(bh) * T * T;
+    float* datt_bh = flash ? local_datt : datt + static_cast<size_t>(bh) * T * T;
+    if (flash) {
+      PackTransposed(kt, q + C, C3, T, hs, tp);
+      for (int r0 = 0; r0 < T; r0 += kRows) {
+        const int mr = std::min(kRows, T - r0);
+        RowBlock(Causal::kColsToDiagonal, r0, mr, tp, hs, q, C3, 1, kt, tp, s, tp);
+        for (int i = 0; i < mr; i++) {
+          const int t = r0 + i;
+          RecomputeRow(s + i * tp, local_att + static_cast<size_t>(t) * T, t, T, scale,
+                       stats[static_cast<size_t>(bh) * T + t]);
+        }
+      }
+    }
     PackTransposed(vt, q + 2 * C, C3, T, hs, tp);
     PackRows(qp, q, C3, T, hs, hsp);
     PackRows(kp, q + C, C3, T, hs, hsp);

@@ -73,7 +73,13 @@ Capabilities CpuFastBackend::capabilities() const {
   Capabilities c;
   c.host_addressable_memory = true;
   c.kv_dtypes = {DType::kF32, DType::kBF16, DType::kI8};  // fast_paged_attention.cpp
+  c.attention_kinds = {"naive", "flash"};                 // fast_attention.cpp
   return c;
+}
+bool CpuFastBackend::SetAttentionKernel(const std::string& kind) {
+  if (kind != "naive" && kind != "flash") return false;
+  attention_kind_ = kind == "flash" ? AttentionKind::kFlash : AttentionKind::kNaive;
+  return true;
 }
 
 // ---- embedding ---------------------------------------------------------------------------------------

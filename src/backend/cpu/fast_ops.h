@@ -24,8 +24,12 @@ class CpuFastBackend : public CpuReferenceBackend {
   CpuFastBackend();
   ~CpuFastBackend() override;
   std::string name() const override { return "cpu"; }
-  // The reference's: host memory, every KV cache dtype, the naive attention; no fp16 matmul.
+  // The reference's: host memory, every KV cache dtype; no fp16 matmul; naive and flash attention.
   Capabilities capabilities() const override;
+  // "flash" keeps each score row's maximum and 1/sum instead of the probabilities and recomputes them in the
+  // backward, bit for bit as the naive kernel computed them (fast_attention.cpp).
+  bool SetAttentionKernel(const std::string& kind) override;
+  AttentionKind attention_kind() const override { return attention_kind_; }
   void PrepareThread() override;
 
   void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
@@ -42,9 +46,10 @@ class CpuFastBackend : public CpuReferenceBackend {
   void GeluForward(float* out, const float* inp, size_t n) override;
   void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override;
   void Add(float* out, const float* a, const float* b, size_t n) override;
-  void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override;
-  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
-                         int B, int T, int C, int NH) override;
+  void AttentionForward(float* out, void* state, const float* qkv, int B, int T, int C, int NH,
+                        Compute compute) override;
+  void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv, const void* state,
+                         int B, int T, int C, int NH, Compute compute) override;
   void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
                                    float dloss) override;
   double SumSquares(const float* x, size_t n) override;
@@ -81,6 +86,7 @@ class CpuFastBackend : public CpuReferenceBackend {
   fast::Scratch attention_;              // per-thread packed q, k, v tiles
   fast::Scratch paged_scores_;           // PagedAttentionForward: per-thread attention scores
   fast::Scratch int8_acts_;              // MatmulInt8: quantised activations, row scales and sums
+  AttentionKind attention_kind_ = AttentionKind::kNaive;
 };
 
 }  // namespace tern

@@ -148,9 +148,11 @@ TEST(FastOpsPerf, DISABLED_OpsVsReference) {
       {"Add (N x C)", [&](Backend& be, Bufs& u) { be.Add(u.z, u.x, u.y, nC); }},
       {"BiasBackward (OC=4C)", [&](Backend& be, Bufs& u) { be.BiasBackward(u.w, u.x, N, 4 * C); }},
       {"AttentionForward T=256",
-       [&](Backend& be, Bufs& u) { be.AttentionForward(u.z, u.att, u.qkv, B, T, C, NH); }},
+       [&](Backend& be, Bufs& u) { be.AttentionForward(u.z, u.att, u.qkv, B, T, C, NH, Compute::kF32); }},
       {"AttentionBackward T=256",
-       [&](Backend& be, Bufs& u) { be.AttentionBackward(u.dqkv, u.datt, u.x, u.qkv, u.att, B, T, C, NH); }},
+       [&](Backend& be, Bufs& u) {
+         be.AttentionBackward(u.dqkv, u.datt, u.x, u.qkv, u.att, B, T, C, NH, Compute::kF32);
+       }},
       {"CrossEntropy N=2048 V=50257",
        [&](Backend& be, Bufs& u) {
          be.CrossEntropyForwardBackward(u.losses, u.logits, u.targets, N, V, 1e-3f);

@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #include <omp.h>
 #include <bit>
+#include <cstring>
 #include <functional>
 
 #include <limits>
@@ -347,13 +348,63 @@ TEST_F(FastOpsTest, Attention) {
           float *out = ar.Zeros<float>(nout), *att = ar.In(garbage_att), *datt = ar.In(garbage_att);
           float* dqkv = ar.In(garbage_qkv);
           const float* pq = ar.In(qkv);
-          be.AttentionForward(out, att, pq, s.B, s.T, s.C, s.NH);
-          be.AttentionBackward(dqkv, datt, ar.In(dout), pq, att, s.B, s.T, s.C, s.NH);
+          be.AttentionForward(out, att, pq, s.B, s.T, s.C, s.NH, Compute::kF32);
+          be.AttentionBackward(dqkv, datt, ar.In(dout), pq, att, s.B, s.T, s.C, s.NH, Compute::kF32);
           return Outputs{ar.Out(out, nout), ar.Out(att, natt), ar.Out(dqkv, nqkv)};
         },
         1e-5, 1e-5,
         "attention B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " C=" + std::to_string(s.C) +
             " NH=" + std::to_string(s.NH));
+  }
+}
+
+// flash keeps two floats per score row instead of the probabilities and recomputes them in the backward:
+// the same bits as naive (out and dqkv), from a state and scratch that start as garbage, at odd shapes.
+TEST_F(FastOpsTest, FlashAttentionIsNaiveAttentionBitForBit) {
+  auto flash = MakeCpuFastBackend();
+  ASSERT_TRUE(flash->SetAttentionKernel("flash"));
+  EXPECT_EQ(flash->attention_kind(), AttentionKind::kFlash);
+  EXPECT_EQ(fast_->attention_kind(), AttentionKind::kNaive);
+  EXPECT_FALSE(flash->SetAttentionKernel("cudnn"));
+  EXPECT_EQ(flash->attention_kind(), AttentionKind::kFlash);  // a refused name changes nothing
+  EXPECT_TRUE(flash->capabilities().HasAttentionKind("flash"));
+  EXPECT_FALSE(ref_->capabilities().HasAttentionKind("flash"));
+  EXPECT_FALSE(ref_->SetAttentionKernel("flash"));
+  struct Case {
+    int B, T, C, NH;
+  };
+  for (Case s :
+       {Case{2, 7, 24, 3}, Case{1, 1, 16, 2}, Case{2, 130, 192, 3}, Case{1, 20, 39, 3}, Case{3, 17, 96, 1}}) {
+    const std::string what = "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
+                             " C=" + std::to_string(s.C) + " NH=" + std::to_string(s.NH);
+    const size_t nqkv = size_t(s.B) * s.T * 3 * s.C, nout = size_t(s.B) * s.T * s.C;
+    const AttentionMemory naive_mem =
+                              AttentionStateBytes(AttentionKind::kNaive, s.B, s.T, s.C, s.NH, Compute::kF32),
+                          flash_mem =
+                              AttentionStateBytes(AttentionKind::kFlash, s.B, s.T, s.C, s.NH, Compute::kF32);
+    EXPECT_EQ(naive_mem.state, size_t(s.B) * s.NH * s.T * s.T * 4) << what;
+    EXPECT_EQ(naive_mem.scratch, naive_mem.state) << what;
+    EXPECT_EQ(flash_mem.state, size_t(s.B) * s.NH * s.T * 2 * 4) << what;
+    EXPECT_EQ(flash_mem.scratch, 0u) << what;
+    auto qkv = U(nqkv, -2.0f, 2.0f), dout = U(nout), garbage = U(naive_mem.state / 4, 5.0f, 6.0f);
+    auto run = [&](Backend& be, const AttentionMemory& mem) {
+      Arena ar(be);
+      std::vector<float> state_init(garbage.begin(), garbage.begin() + mem.state / 4);
+      float* out = ar.Zeros<float>(nout);
+      float* state = ar.In(state_init);
+      float* scratch = mem.scratch ? ar.In(garbage) : nullptr;
+      float* dqkv = ar.Zeros<float>(nqkv);
+      const float* pq = ar.In(qkv);
+      be.AttentionForward(out, state, pq, s.B, s.T, s.C, s.NH, Compute::kF32);
+      be.AttentionBackward(dqkv, scratch, ar.In(dout), pq, state, s.B, s.T, s.C, s.NH, Compute::kF32);
+      return Outputs{ar.Out(out, nout), ar.Out(dqkv, nqkv)};
+    };
+    const Outputs want = run(*fast_, naive_mem), got = run(*flash, flash_mem);
+    for (size_t i = 0; i < want.size(); i++) {
+      ASSERT_EQ(want[i].size(), got[i].size());
+      EXPECT_EQ(0, std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)))
+          << what << " output " << i;
+    }
   }
 }
 

@@ -147,8 +147,9 @@ void CpuReferenceBackend::Add(float* out, const float* a, const float* b, size_t
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-void CpuReferenceBackend::AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C,
-                                           int NH) {
+void CpuReferenceBackend::AttentionForward(float* out, void* state, const float* qkv, int B, int T, int C,
+                                           int NH, Compute /*compute: fp32 always*/) {
+  float* att = static_cast<float*>(state);  // the naive kind only: att[B,NH,T,T]
   const int C3 = 3 * C, hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   for (int b = 0; b < B; b++) {
@@ -187,8 +188,11 @@ void CpuReferenceBackend::AttentionForward(float* out, float* att, const float* 
   }
 }
 
-void CpuReferenceBackend::AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                                            const float* att, int B, int T, int C, int NH) {
+void CpuReferenceBackend::AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv,
+                                            const void* state, int B, int T, int C, int NH,
+                                            Compute /*compute*/) {
+  const float* att = static_cast<const float*>(state);
+  float* datt = static_cast<float*>(scratch);
   const int C3 = 3 * C, hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   std::memset(dqkv, 0, sizeof(float) * B * T * C3);

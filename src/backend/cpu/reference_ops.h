@@ -26,9 +26,10 @@ class CpuReferenceBackend : public CpuMemoryBackend {
   void GeluForward(float* out, const float* inp, size_t n) override;
   void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override;
   void Add(float* out, const float* a, const float* b, size_t n) override;
-  void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override;
-  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
-                         int B, int T, int C, int NH) override;
+  void AttentionForward(float* out, void* state, const float* qkv, int B, int T, int C, int NH,
+                        Compute compute) override;
+  void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv, const void* state,
+                         int B, int T, int C, int NH, Compute compute) override;
   void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
                                    float dloss) override;
   double SumSquares(const float* x, size_t n) override;

@@ -98,15 +98,15 @@ TEST_F(ReferenceGradTest, Attention) {
   auto loss = [&] {
     Arena ar(be());
     float *out = ar.Zeros<float>(nout), *att = ar.Zeros<float>(natt);
-    be().AttentionForward(out, att, ar.In(qkv), B, T, C, NH);
+    be().AttentionForward(out, att, ar.In(qkv), B, T, C, NH, Compute::kF32);
     return Dot(ar.Out(out, nout), dout);
   };
   Arena ar(be());
   float *out = ar.Zeros<float>(nout), *att = ar.Zeros<float>(natt), *datt = ar.Zeros<float>(natt);
   float* dqkv = ar.Zeros<float>(nqkv);
   const float* pq = ar.In(qkv);
-  be().AttentionForward(out, att, pq, B, T, C, NH);
-  be().AttentionBackward(dqkv, datt, ar.In(dout), pq, att, B, T, C, NH);
+  be().AttentionForward(out, att, pq, B, T, C, NH, Compute::kF32);
+  be().AttentionBackward(dqkv, datt, ar.In(dout), pq, att, B, T, C, NH, Compute::kF32);
   ExpectGrad(qkv, ar.Out(dqkv, nqkv), loss, "attention dqkv");
 }
 

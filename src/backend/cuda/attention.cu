@@ -5,15 +5,13 @@
 // No permute: for one batch row b, head h's q/k/v are [T, hs] matrices with row stride 3C starting at
 // column h*hs, so the heads of one batch row are a strided batch (stride hs). We loop over b.
 //
-// Precision: with bf16 (fp16) compute (the compute of the most recent Matmul, see cuda_backend.h) q, k, v,
+// Precision: with bf16 (fp16) compute (the caller's compute argument, see cuda_backend.h) q, k, v,
 // dout and the probabilities are rounded to bf16 (fp16) for the GEMMs (fp32 accumulate); with fp32 compute
 // every GEMM is true fp32. The softmax and its backward are fp32 either way. In fp16, dout carries the loss
 // scale, so an overflow shows up as inf in the gradients, which the loss scaler then skips.
 //
-// SetAttentionKernel("flash") routes both ops to attention_flash.cu instead (no att[B,NH,T,T]).
-//
-// Next step (see README.md): a fused flash-attention kernel or cuDNN SDPA, which needs an interface that
-// lets the backend keep its own attention state (logsumexp) instead of the [B, NH, T, T] probabilities.
+// SetAttentionKernel("flash") routes both ops to attention_flash.cu instead (no att[B,NH,T,T]: the state is
+// the logsumexp of each row, AttentionStateBytes(kFlash, ...)). Next step (see README.md): cuDNN SDPA.
 #include <cmath>
 
 #include "backend/cuda/cuda_backend.h"
@@ -82,15 +80,17 @@ void CudaBackend::CastToHalf(uint16_t* dst, const float* src, size_t n, bool f16
   }
 }
 
-void CudaBackend::AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+void CudaBackend::AttentionForward(float* out, void* state, const float* qkv, int B, int T, int C, int NH,
+                                   Compute requested) {
   if (B <= 0 || T <= 0) return;
   if (flash_attention_) {
-    FlashAttentionForward(out, att, qkv, B, T, C, NH);
+    FlashAttentionForward(out, static_cast<float*>(state), qkv, B, T, C, NH, requested);
     return;
   }
+  float* att = static_cast<float*>(state);
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const Compute compute = attention_compute();
+  const Compute compute = attention_compute(requested);
   const bool half = compute != Compute::kF32, f16 = compute == Compute::kF16;  // half: 16-bit GEMMs
   const cudaDataType_t type = cuda::GemmType(compute);
   const size_t esize = half ? 2 : 4, tt = static_cast<size_t>(T) * T, rows = static_cast<size_t>(NH) * T;
@@ -120,16 +120,18 @@ void CudaBackend::AttentionForward(float* out, float* att, const float* qkv, int
   }
 }
 
-void CudaBackend::AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                                    const float* att, int B, int T, int C, int NH) {
+void CudaBackend::AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv,
+                                    const void* state, int B, int T, int C, int NH, Compute requested) {
   if (B <= 0 || T <= 0) return;
   if (flash_attention_) {
-    FlashAttentionBackward(dqkv, dout, qkv, att, B, T, C, NH);
+    FlashAttentionBackward(dqkv, dout, qkv, static_cast<const float*>(state), B, T, C, NH, requested);
     return;
   }
+  const float* att = static_cast<const float*>(state);
+  float* datt = static_cast<float*>(scratch);
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const Compute compute = attention_compute();
+  const Compute compute = attention_compute(requested);
   const bool half = compute != Compute::kF32, f16 = compute == Compute::kF16;
   const cudaDataType_t type = cuda::GemmType(compute);
   const size_t esize = half ? 2 : 4, tt = static_cast<size_t>(T) * T, rows = static_cast<size_t>(NH) * T;

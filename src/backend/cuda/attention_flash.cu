@@ -1,7 +1,7 @@
 // Fused causal attention, flash-attention style (cuda.attention=flash): online softmax over key tiles held
 // in shared memory, so no [T, T] matrix is ever written. The forward keeps one float per query row, the
-// logsumexp of its scores (lse = m + log l), in the first B*NH*T floats of the interface's `att` buffer; the
-// backward recomputes the probabilities from it (p = exp(s - lse)).
+// logsumexp of its scores (lse = m + log l), in the first B*NH*T floats of the attention state
+// (AttentionStateBytes); the backward recomputes the probabilities from it (p = exp(s - lse)).
 //
 // Layout: one warp per query row (forward, dQ) or key row (dK, dV), 8 rows per block sharing 32-row tiles of
 // the other side in shared memory; in a tile, lane l owns row l of the tile for the dot products, and head
@@ -245,29 +245,29 @@ cuda::Geometry FlashGeometry(int T, int C, int NH, Compute compute) {
 
 }  // namespace
 
-void CudaBackend::FlashAttentionForward(float* out, float* att, const float* qkv, int B, int T, int C,
-                                        int NH) {
-  const cuda::Geometry g = FlashGeometry(T, C, NH, attention_compute());
+void CudaBackend::FlashAttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                                        Compute compute) {
+  const cuda::Geometry g = FlashGeometry(T, C, NH, attention_compute(compute));
   const size_t smem = (2 * cuda::kTile * (g.hs + 1) + cuda::kRows * g.hs) * sizeof(float);
   const dim3 grid(cuda::CeilDiv(T, cuda::kRows), B * NH);
-  cuda::FlashForwardKernel<<<grid, cuda::kRows * cuda::kWarp, smem, stream_>>>(out, att, qkv, g);
+  cuda::FlashForwardKernel<<<grid, cuda::kRows * cuda::kWarp, smem, stream_>>>(out, lse, qkv, g);
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::FlashAttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                                         int B, int T, int C, int NH) {
-  const cuda::Geometry g = FlashGeometry(T, C, NH, attention_compute());
+void CudaBackend::FlashAttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                                         int B, int T, int C, int NH, Compute compute) {
+  const cuda::Geometry g = FlashGeometry(T, C, NH, attention_compute(compute));
   auto* dsum = static_cast<float*>(
       ScratchBuffer(cuda::Scratch::kAttnP, static_cast<size_t>(B) * NH * T * sizeof(float)));
   const dim3 grid(cuda::CeilDiv(T, cuda::kRows), B * NH);
   const size_t smem_dq = (2 * cuda::kTile * (g.hs + 1) + 2 * cuda::kRows * g.hs) * sizeof(float);
   cuda::FlashBackwardDqKernel<<<grid, cuda::kRows * cuda::kWarp, smem_dq, stream_>>>(dqkv, dsum, dout, qkv,
-                                                                                     att, g);
+                                                                                     lse, g);
   CUDA_CHECK_LAUNCH();
   const size_t smem_dkv =
       (2 * cuda::kTile * (g.hs + 1) + 2 * cuda::kRows * g.hs + 2 * cuda::kTile) * sizeof(float);
   cuda::FlashBackwardDkvKernel<<<grid, cuda::kRows * cuda::kWarp, smem_dkv, stream_>>>(dqkv, dsum, dout, qkv,
-                                                                                       att, g);
+                                                                                       lse, g);
   CUDA_CHECK_LAUNCH();
 }
 

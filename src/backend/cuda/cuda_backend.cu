@@ -179,8 +179,8 @@ void* CudaBackend::Pinned(size_t bytes) {
   return pinned_;
 }
 
-Compute CudaBackend::attention_compute() const {
-  return force_fp32_attention_ ? Compute::kF32 : last_compute_;
+Compute CudaBackend::attention_compute(Compute requested) const {
+  return force_fp32_attention_ ? Compute::kF32 : requested;
 }
 
 }  // namespace tern

@@ -70,6 +70,9 @@ class CudaBackend : public Backend {
   std::string PciBusId() const override { return pci_bus_id_; }
   void* native_stream() const override { return stream_; }
   bool SetAttentionKernel(const std::string& kind) override;
+  AttentionKind attention_kind() const override {
+    return flash_attention_ ? AttentionKind::kFlash : AttentionKind::kNaive;
+  }
 
   void* Alloc(size_t bytes) override;
   void Free(void* ptr) override;
@@ -96,9 +99,10 @@ class CudaBackend : public Backend {
   void GeluForward(float* out, const float* inp, size_t n) override;
   void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override;
   void Add(float* out, const float* a, const float* b, size_t n) override;
-  void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override;
-  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
-                         int B, int T, int C, int NH) override;
+  void AttentionForward(float* out, void* state, const float* qkv, int B, int T, int C, int NH,
+                        Compute compute) override;
+  void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv, const void* state,
+                         int B, int T, int C, int NH, Compute compute) override;
   void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
                                    float dloss) override;
   double SumSquares(const float* x, size_t n) override;
@@ -121,10 +125,9 @@ class CudaBackend : public Backend {
   void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias,
                   int N, int OC, int K) override;
 
-  // The attention interface has no compute argument: its GEMMs use the compute type of the most recent
-  // Matmul call (the model always runs the qkv / attproj matmuls with its own compute type right before).
-  // TERN_CUDA_ATTENTION=fp32 in the environment forces fp32 attention GEMMs.
-  Compute attention_compute() const;
+  // The compute type of attention's GEMMs: the caller's, unless TERN_CUDA_ATTENTION=fp32 in the environment
+  // forces fp32.
+  Compute attention_compute(Compute requested) const;
 
   cudaStream_t stream() const { return stream_; }
   // Grows a scratch buffer to at least `bytes` (synchronising the stream first when it must grow).
@@ -142,10 +145,12 @@ class CudaBackend : public Backend {
   // dst = fp16(src) when f16, else bf16(src) (the 16-bit operand copies of the attention GEMMs).
   void CastToHalf(uint16_t* dst, const float* src, size_t n, bool f16);
   // The fused kernels of attention_flash.cu (SetAttentionKernel("flash")). The forward keeps only the
-  // logsumexp of each score row, in the first B*NH*T floats of `att`; the backward recomputes the rest.
-  void FlashAttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-  void FlashAttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                              int T, int C, int NH);
+  // logsumexp of each score row, lse[B*NH*T] at the start of the state (AttentionStateBytes gives two floats
+  // per row; the second half is unused); the backward recomputes the rest.
+  void FlashAttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                             Compute compute);
+  void FlashAttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* lse, int B,
+                              int T, int C, int NH, Compute compute);
   // Strided-batched GEMM through cublasGemmStridedBatchedEx (column-major arguments), used by attention.
   void GemmStridedBatched(bool ta, bool tb, int m, int n, int k, float alpha, const void* a, int lda,
                           long long stride_a, const void* b, int ldb, long long stride_b, float beta,
@@ -165,7 +170,6 @@ class CudaBackend : public Backend {
   std::vector<size_t> scratch_bytes_;
   void* pinned_ = nullptr;  // small pinned host buffer: reduction results and encoder buckets
   size_t pinned_bytes_ = 0;
-  Compute last_compute_ = Compute::kF32;
   bool force_fp32_attention_ = false;
   bool flash_attention_ = false;  // SetAttentionKernel("flash"): attention_flash.cu
   int num_sms_ = 0;

@@ -1,4 +1,4 @@
-// The fused flash-attention kernels (attention_flash.cu, cuda.attention=flash) against the CPU reference at
+// The fused flash-attention kernels (attention_flash.cu, train.attention=flash) against the CPU reference at
 // odd shapes (head sizes 1, 12, 16, 48, 64, 128; T not a multiple of the tiles), fp32, bf16 and fp16.
 // Written without a GPU: run on the next GPU session (scripts/gpu-check).
 //
@@ -11,12 +11,6 @@
 
 namespace tern::testing {
 namespace {
-
-void SelectCompute(Backend* be, Compute compute) {  // attention follows the most recent Matmul's compute
-  DeviceBuffer x(be, 16);
-  be->Matmul(x.as<float>(), F32(x.as<float>() + 1), F32(x.as<float>() + 2), nullptr, 1, 1, 1, false, false,
-             0.0f, compute);
-}
 
 // lse[b, h, t] = log sum_{t2 <= t} exp(scale * q_t . k_t2), in double.
 std::vector<double> HostLse(const std::vector<float>& qkv, int B, int T, int C, int NH) {
@@ -54,16 +48,15 @@ TEST_F(CudaVsReference, FlashAttentionMatchesTheReference) {
     for (Compute compute : {Compute::kF32, Compute::kBF16, Compute::kF16}) {
       SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH
                                         << " compute=" << ComputeName(compute));
-      SelectCompute(gpu_.get(), compute);
       const size_t N = static_cast<size_t>(s.B) * s.T, natt = static_cast<size_t>(s.B) * s.NH * s.T * s.T;
       const size_t nlse = static_cast<size_t>(s.B) * s.NH * s.T;
       const std::vector<float> hqkv = Random(N * 3 * s.C);
       Twin qkv = Make(hqkv), out = Make(std::vector<float>(N * s.C)),
            att = Make(std::vector<float>(natt, 7.0f));
       ref_->AttentionForward(out.ref.as<float>(), att.ref.as<float>(), qkv.ref.as<float>(), s.B, s.T, s.C,
-                             s.NH);
+                             s.NH, Compute::kF32);
       gpu_->AttentionForward(out.gpu.as<float>(), att.gpu.as<float>(), qkv.gpu.as<float>(), s.B, s.T, s.C,
-                             s.NH);
+                             s.NH, compute);
       const bool f32 = compute == Compute::kF32, f16 = compute == Compute::kF16;
       EXPECT_LT(RelMaxError(Gpu<float>(out), Ref<float>(out)), f32 ? 1e-4 : f16 ? 1e-2 : 3e-2);
       const std::vector<float> att_gpu = Gpu<float>(att);
@@ -76,13 +69,13 @@ TEST_F(CudaVsReference, FlashAttentionMatchesTheReference) {
       Twin dout = Make(Random(N * s.C)), dqkv = Make(std::vector<float>(N * 3 * s.C, 1e30f)),
            datt = Make(std::vector<float>(natt, -5.0f));
       ref_->AttentionBackward(dqkv.ref.as<float>(), datt.ref.as<float>(), dout.ref.as<float>(),
-                              qkv.ref.as<float>(), att.ref.as<float>(), s.B, s.T, s.C, s.NH);
+                              qkv.ref.as<float>(), att.ref.as<float>(), s.B, s.T, s.C, s.NH, Compute::kF32);
       gpu_->AttentionBackward(dqkv.gpu.as<float>(), datt.gpu.as<float>(), dout.gpu.as<float>(),
-                              qkv.gpu.as<float>(), att.gpu.as<float>(), s.B, s.T, s.C, s.NH);
+                              qkv.gpu.as<float>(), att.gpu.as<float>(), s.B, s.T, s.C, s.NH, compute);
       const std::vector<float> first = Gpu<float>(dqkv);
       EXPECT_LT(RelMaxError(first, Ref<float>(dqkv)), f32 ? 1e-4 : f16 ? 2e-2 : 6e-2);
       gpu_->AttentionBackward(dqkv.gpu.as<float>(), datt.gpu.as<float>(), dout.gpu.as<float>(),
-                              qkv.gpu.as<float>(), att.gpu.as<float>(), s.B, s.T, s.C, s.NH);
+                              qkv.gpu.as<float>(), att.gpu.as<float>(), s.B, s.T, s.C, s.NH, compute);
       EXPECT_TRUE(BitwiseEqual(Gpu<float>(dqkv), first)) << "the backward must be deterministic";
     }
   }

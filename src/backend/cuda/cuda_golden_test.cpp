@@ -10,7 +10,7 @@
 //         within a few hundredths; attention GEMMs are bf16 here too, unlike the CPU bf16 path)
 //   fp16: logits 1e-2, loss 1e-2, gradients 4e-2, step losses 1e-2 with a loss scale of 1024 (the trainer's
 //         loss scaling; 3 more mantissa bits than bf16, attention GEMMs in fp16 too)
-//   flash attention (cuda.attention=flash) in bf16: the bf16 bounds.
+//   flash attention (train.attention=flash) in bf16: the bf16 bounds.
 // The measured errors are printed, so a failing bound shows by how much.
 #include <gtest/gtest.h>
 

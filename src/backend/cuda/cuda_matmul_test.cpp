@@ -73,12 +73,6 @@ TEST_F(CudaVsReference, MatmulFp16OverflowIsInf) {
 }
 
 // Sets the attention GEMM precision (it follows the compute type of the most recent Matmul).
-void SelectAttentionCompute(Backend* be, Compute compute) {
-  DeviceBuffer x(be, 16);
-  be->Matmul(x.as<float>(), F32(x.as<float>() + 1), F32(x.as<float>() + 2), nullptr, 1, 1, 1, false, false,
-             0.0f, compute);
-}
-
 TEST_F(CudaVsReference, CausalAttentionForwardBackward) {
   struct S {
     int B, T, C, NH;
@@ -87,14 +81,13 @@ TEST_F(CudaVsReference, CausalAttentionForwardBackward) {
     for (Compute compute : {Compute::kF32, Compute::kBF16, Compute::kF16}) {
       SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH
                                         << " compute=" << ComputeName(compute));
-      SelectAttentionCompute(gpu_.get(), compute);
       const size_t N = static_cast<size_t>(s.B) * s.T, natt = static_cast<size_t>(s.B) * s.NH * s.T * s.T;
       Twin qkv = Make(Random(N * 3 * s.C)), out = Make(std::vector<float>(N * s.C)),
            att = Make(std::vector<float>(natt, 7.0f));
       ref_->AttentionForward(out.ref.as<float>(), att.ref.as<float>(), qkv.ref.as<float>(), s.B, s.T, s.C,
-                             s.NH);
+                             s.NH, Compute::kF32);
       gpu_->AttentionForward(out.gpu.as<float>(), att.gpu.as<float>(), qkv.gpu.as<float>(), s.B, s.T, s.C,
-                             s.NH);
+                             s.NH, compute);
       const bool f32 = compute == Compute::kF32, f16 = compute == Compute::kF16;
       std::vector<float> att_gpu = Gpu<float>(att);
       EXPECT_LT(RelMaxError(Gpu<float>(out), Ref<float>(out)), f32 ? 1e-4 : f16 ? 1e-2 : 3e-2);
@@ -106,9 +99,9 @@ TEST_F(CudaVsReference, CausalAttentionForwardBackward) {
       Twin dout = Make(Random(N * s.C)), dqkv = Make(std::vector<float>(N * 3 * s.C, 1e30f)),
            datt = Make(std::vector<float>(natt, -5.0f));
       ref_->AttentionBackward(dqkv.ref.as<float>(), datt.ref.as<float>(), dout.ref.as<float>(),
-                              qkv.ref.as<float>(), att.ref.as<float>(), s.B, s.T, s.C, s.NH);
+                              qkv.ref.as<float>(), att.ref.as<float>(), s.B, s.T, s.C, s.NH, Compute::kF32);
       gpu_->AttentionBackward(dqkv.gpu.as<float>(), datt.gpu.as<float>(), dout.gpu.as<float>(),
-                              qkv.gpu.as<float>(), att.gpu.as<float>(), s.B, s.T, s.C, s.NH);
+                              qkv.gpu.as<float>(), att.gpu.as<float>(), s.B, s.T, s.C, s.NH, compute);
       EXPECT_LT(RelMaxError(Gpu<float>(dqkv), Ref<float>(dqkv)), f32 ? 1e-4 : f16 ? 2e-2 : 6e-2);
     }
   }

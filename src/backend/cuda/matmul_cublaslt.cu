@@ -106,7 +106,6 @@ cuda::LtPlan* CudaBackend::GetPlan(int m, int n, int k, bool ta, bool tb, cudaDa
 
 void CudaBackend::Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
                          bool trans_b, float beta, Compute compute) {
-  last_compute_ = compute;
   if (M <= 0 || N <= 0) return;
   const cudaDataType_t type = cuda::GemmType(compute);
   const void* pa = PrepareOperand(a, static_cast<size_t>(M) * K, compute, cuda::Scratch::kMatmulA);
