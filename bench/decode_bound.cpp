@@ -92,8 +92,7 @@ void MatmulCompare(tern::CpuFastBackend& be) {
       for (auto& x : a) x = u(rng);
       std::vector<uint16_t> a16(a.size());
       for (size_t i = 0; i < a.size(); i++) a16[i] = tern::F32ToBF16(a[i]);
-      const double own =
-          BestUs([&] { be.MatmulBF16Weights(c.data(), a.data(), w.data(), nullptr, M, OC, K); });
+      const double own = BestUs([&] { be.MatmulBF16(c.data(), a.data(), w.data(), nullptr, M, OC, K); });
       const std::string impl = be.dnnl().ImplName(tern::DType::kBF16, false, M, OC, K, false, true, 0.0f);
       std::string bf = "none (" + std::string(impl.empty() ? "no bf16 kernel on this CPU" : impl) + ")";
       if (!impl.empty()) {

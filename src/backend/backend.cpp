@@ -90,6 +90,11 @@ void Backend::PagedAttentionForward(float*, const float*, const void*, const voi
                                     const int32_t*, int, int, int, int, int, int) {
   NotImplemented("PagedAttentionForward", *this);
 }
+void Backend::MatmulBF16(float* out, const float* inp, const uint16_t* w, const float* bias, int N, int OC,
+                         int K) {
+  Matmul(out, F32(inp), BF16(w), bias, N, OC, K, false, true, 0.0f, Compute::kBF16);
+}
+
 void Backend::MatmulInt8(float*, const float*, const int8_t*, const float*, const float*, int, int, int) {
   NotImplemented("MatmulInt8", *this);
 }

@@ -236,6 +236,13 @@ class Backend {
   // w(o,k) is byte ((o / 16) * (K / 4) + k / 4) * 64 + (o % 16) * 4 + k % 4. K % 4 == 0.
   virtual void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale,
                           const float* bias, int N, int OC, int K);
+  // out[N,OC] = bf16(inp)[N,K] * W[OC,K]^T + bias (bias may be null) with bf16 weights (serving with
+  // --weights bf16): each activation rounded to bf16 (nearest even), the bf16 x bf16 products exact, summed
+  // in fp32. Row independent on the CPU backends (any summation order a backend picks is the same for every
+  // row count). The default runs Matmul(F32(inp), BF16(w), ..., Compute::kBF16), which means the same numbers
+  // but may pick another kernel (and order) for another N: CUDA's cuBLASLt does.
+  virtual void MatmulBF16(float* out, const float* inp, const uint16_t* w, const float* bias, int N, int OC,
+                          int K);
 };
 
 // Backends this build knows. "cpu" is the fast CPU path, "cpu-ref" the plain reference (the test oracle).

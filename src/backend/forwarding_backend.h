@@ -106,6 +106,10 @@ class ForwardingBackend : public Backend {
     inner_->PagedAttentionForward(out, qkv, k_cache, v_cache, kv_dtype, seqs, block_tables, S, max_blocks, N,
                                   C, NH, bs);
   }
+  void MatmulBF16(float* out, const float* inp, const uint16_t* w, const float* bias, int N, int OC,
+                  int K) override {
+    inner_->MatmulBF16(out, inp, w, bias, N, OC, K);
+  }
   void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias,
                   int N, int OC, int K) override {
     inner_->MatmulInt8(out, inp, w, w_scale, bias, N, OC, K);

@@ -31,8 +31,7 @@ std::vector<float> RunBF16(Backend& be, const std::vector<float>& x, const std::
                            const std::vector<float>& bias, int N, int OC, int K) {
   Arena ar(be);
   float* out = ar.Zeros<float>(static_cast<size_t>(N) * OC);
-  be.Matmul(out, F32(ar.In(x)), BF16(ar.In(w)), bias.empty() ? nullptr : ar.In(bias), N, OC, K, false, true,
-            0.0f, Compute::kF32);
+  be.MatmulBF16(out, ar.In(x), ar.In(w), bias.empty() ? nullptr : ar.In(bias), N, OC, K);
   return ar.Out(out, static_cast<size_t>(N) * OC);
 }
 

@@ -224,10 +224,9 @@ void InferenceModel::RunLinear(float* out, const float* inp, const Linear& w, co
   if (w.q) {
     backend_->MatmulInt8(out, inp, w.q, w.scale, bias, N, OC, K);
   } else if (w.bf16) {
-    // CPU: bf16 weights widened in registers, fp32 activations and sums (cpu/bf16_matmul.cpp). GPU: bf16 x
-    // bf16 on the tensor cores (cuBLASLt casts the activations).
-    const Compute compute = backend_->capabilities().is_gpu ? Compute::kBF16 : Compute::kF32;
-    backend_->Matmul(out, F32(inp), BF16(w.bf16), bias, N, OC, K, false, true, 0.0f, compute);
+    // Activations rounded to bf16, bf16 x bf16 products, fp32 sums: CPU vdpbf16ps or FMA tiles
+    // (cpu/bf16_matmul.cpp, row independent); GPU the tensor cores through cuBLASLt.
+    backend_->MatmulBF16(out, inp, w.bf16, bias, N, OC, K);
   } else {
     backend_->Matmul(out, F32(inp), F32(w.f32), bias, N, OC, K, false, true, 0.0f, Compute::kF32);
   }

@@ -202,12 +202,6 @@ void CpuFastBackend::Matmul(float* c, Operand a, Operand b, const float* bias, i
     CpuReferenceBackend::Matmul(c, a, b, bias, M, N, K, trans_a, trans_b, beta, compute);
     return;
   }
-  if (a.dtype == DType::kF32 && b.dtype == DType::kBF16 && compute == Compute::kF32 && !trans_a && trans_b &&
-      beta == 0.0f) {  // bf16 weights (infer/ with --weights bf16): read once, widened in registers
-    MatmulBF16Weights(c, static_cast<const float*>(a.ptr), static_cast<const uint16_t*>(b.ptr), bias, M, N,
-                      K);
-    return;
-  }
   const DType want = compute == Compute::kBF16 ? DType::kBF16 : DType::kF32;
   // Brings an operand to the compute type: bf16 compute casts fp32 into scratch; fp32 compute widens bf16.
   auto convert = [&](Operand op, size_t n, fast::Scratch& scratch) -> const void* {

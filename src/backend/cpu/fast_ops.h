@@ -71,9 +71,9 @@ class CpuFastBackend : public CpuReferenceBackend {
   void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias,
                   int N, int OC, int K) override;
 
-  // c[M,N] = a[M,K] * w[N,K]^T + bias with bf16 weights, fp32 activations and fp32 sums (bf16_matmul.cpp):
-  // what Matmul runs for F32(a) x BF16(w) with trans_b, beta 0 and Compute::kF32. Public for the benchmark.
-  void MatmulBF16Weights(float* c, const float* a, const uint16_t* w, const float* bias, int M, int N, int K);
+  // bf16_matmul.cpp: vdpbf16ps tiles on CPUs with AVX512-BF16, else FMA tiles on widened bf16.
+  void MatmulBF16(float* out, const float* inp, const uint16_t* w, const float* bias, int N, int OC,
+                  int K) override;
 
   // The oneDNN matmul (for tests and benchmarks: implementation names, cache size).
   DnnlMatmul& dnnl() { return *dnnl_; }
@@ -86,6 +86,7 @@ class CpuFastBackend : public CpuReferenceBackend {
   fast::Scratch attention_;              // per-thread packed q, k, v tiles
   fast::Scratch paged_scores_;           // PagedAttentionForward: per-thread attention scores
   fast::Scratch int8_acts_;              // MatmulInt8: quantised activations, row scales and sums
+  fast::Scratch bf16_acts_;              // MatmulBF16: activations rounded to bf16
   AttentionKind attention_kind_ = AttentionKind::kNaive;
 };
 
