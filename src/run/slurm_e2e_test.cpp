@@ -30,6 +30,9 @@ using nlohmann::json;
 class SlurmE2eTest : public ::testing::Test {
  protected:
   static constexpr double kPrice = 36;  // $/h
+  // Enough steps that Slurm's warning, sent five steps in, lands far from the end: with 60 a fast CPU (a
+  // Zen 5 ran them in 1.1 s) finished, or saved at the last step, before the signal arrived.
+  static constexpr int kSteps = 300;
 
   void SetUp() override {
     const std::string why = testing::NoSlurmCluster();
@@ -40,12 +43,12 @@ class SlurmE2eTest : public ::testing::Test {
     ASSERT_FALSE(data.empty());
     root_ = tmp_.path();
     // Evaluating every step slows the steps down so that the signal lands mid-run (the weights are the same
-    // with or without it).
+    // with or without it); kSteps does the rest.
     testing::WriteFile(root_ + "/tiny.yaml",
                        testing::TinyTrainYaml(
                            data, {.n_layer = 2,
                                   .total_batch_tokens = 256,
-                                  .steps = 60,
+                                  .steps = kSteps,
                                   .warmup_steps = 2,
                                   .lr = "3.0e-3",
                                   .schedule = "constant",
@@ -174,7 +177,7 @@ void SlurmE2eTest::ThroughTheTimeLimit(int ranks) {
   EXPECT_EQ(s["attempts"][0]["slurm_job_id"], slurm_id_);
   EXPECT_EQ(s["attempts"][0]["slurm_restart_count"], 0);
   EXPECT_EQ(s["attempts"][1]["slurm_restart_count"], 1);
-  EXPECT_EQ(s["attempts"][1]["last_step"], 60);
+  EXPECT_EQ(s["attempts"][1]["last_step"], kSteps);
   EXPECT_EQ(s["slurm"]["job_id"], slurm_id_);
   EXPECT_EQ(s["slurm"]["restarts"], 1);
   double sum = 0, wall = 0;
