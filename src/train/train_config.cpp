@@ -360,7 +360,7 @@ const std::vector<Key>& Registry() {
 
 const Key* FindKey(const std::string& name_in) {
   // Older names that still read: cuda.attention became train.attention when the CPU got a flash kernel.
-  const std::string& name = name_in == "cuda.attention" ? std::string("train.attention") : name_in;
+  const std::string_view name = name_in == "cuda.attention" ? "train.attention" : std::string_view(name_in);
   for (const auto& k : Registry())
     if (k.name == name) return &k;
   return nullptr;

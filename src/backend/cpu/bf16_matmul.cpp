@@ -69,7 +69,7 @@ struct Args {
   int M, N, K;
 };
 
-// Writes row r0 + r, channel n0 + n: the lane sum plus the bias.
+// Writes output (row r, channel n): the lane sum plus the bias.
 inline void Store(const Args& p, int r, int n, float s) {
   if (p.bias) s += p.bias[n];
   p.c[static_cast<size_t>(r) * p.N + n] = s;
@@ -183,16 +183,13 @@ void Tile(const Args& p, int r0, int n0) {
 constexpr int kGroup = 4;  // output channels per tile (NR)
 
 using TileFn = void (*)(const Args&, int, int);
-template <int... R>
-constexpr auto FullTiles(std::integer_sequence<int, R...>) {
-  return std::array<TileFn, sizeof...(R)>{Tile<R + 1, kGroup>...};
+// Tile<1, NR> .. Tile<kMaxRows, NR>, indexed by rows - 1.
+template <int NR, int... R>
+constexpr auto Tiles(std::integer_sequence<int, R...>) {
+  return std::array<TileFn, sizeof...(R)>{Tile<R + 1, NR>...};
 }
-template <int... R>
-constexpr auto NarrowTiles(std::integer_sequence<int, R...>) {
-  return std::array<TileFn, sizeof...(R)>{Tile<R + 1, 1>...};
-}
-constexpr auto kFull = FullTiles(std::make_integer_sequence<int, kMaxRows>{});
-constexpr auto kNarrow = NarrowTiles(std::make_integer_sequence<int, kMaxRows>{});
+constexpr auto kFull = Tiles<kGroup>(std::make_integer_sequence<int, kMaxRows>{});
+constexpr auto kNarrow = Tiles<1>(std::make_integer_sequence<int, kMaxRows>{});
 
 }  // namespace
 
