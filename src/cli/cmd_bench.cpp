@@ -83,6 +83,8 @@ std::optional<BenchMemory> PlannedMemory(const BenchOptions& b) {
   spec.seq = b.seq;
   spec.tokens = 1;
   spec.micro_batch = b.batch;
+  spec.attention = b.train.attention;
+  spec.logits_chunk = b.train.logits_chunk;
   auto w = plan::Workload::Make(spec, plan::PlanDefaults());
   if (!w.ok()) return std::nullopt;
   const plan::ActRecompute r =

@@ -32,6 +32,7 @@ Status ApplyTrainConfig(const std::string& config, const std::vector<std::string
   w.recompute = cfg.recompute == Recompute::kGelu ? ActRecompute::kGelu
                                                   : ActRecompute::kNone;  // --recompute may override
   w.attention = cfg.attention;
+  w.logits_chunk = cfg.logits_chunk;
   const double step_tokens = static_cast<double>(cfg.batch_size) * cfg.seq_len * cfg.grad_accum_steps();
   w.global_batch_tokens = step_tokens;
   if (tokens.empty()) {

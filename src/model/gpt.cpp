@@ -41,14 +41,14 @@ struct Gpt::Acts {
   float* lnf;        // [N, C]
   float* lnf_mean;   // [N]
   float* lnf_rstd;   // [N]
-  float* logits;     // [N, V]
+  float* logits;     // [GptLogitsRows(N, logits_chunk), V]: one chunk of rows at a time
   float* losses;     // [N]
   size_t total;      // floats used
 
   size_t att_stride;  // floats of one layer's attention state
 
   Acts(float* base, const GptConfig& c, size_t B, size_t T, Recompute recompute, AttentionKind attention,
-       Compute compute) {
+       Compute compute, int logits_chunk) {
     const size_t L = c.n_layer, C = c.n_embd, V = c.vocab_size, N = B * T;
     att_stride = AttentionFloats(
         AttentionStateBytes(attention, static_cast<int>(B), static_cast<int>(T), c.n_embd, c.n_head, compute)
@@ -78,7 +78,7 @@ struct Gpt::Acts {
     lnf = take(N * C);
     lnf_mean = take(N);
     lnf_rstd = take(N);
-    logits = take(N * V);
+    logits = take(GptLogitsRows(N, logits_chunk) * V);
     losses = take(N);
     total = off;
   }
@@ -116,15 +116,16 @@ struct BackwardScratch {
 };
 
 GptMemory Gpt::Allocation(const GptConfig& config, int max_B, int max_T, Compute compute, Recompute recompute,
-                          AttentionKind attention) {
+                          AttentionKind attention, int logits_chunk) {
   const size_t P = GptParamCount(config);
   GptMemory m;
   m.params = P * sizeof(float);
   m.params_bf16 = compute == Compute::kBF16 ? P * sizeof(uint16_t) : 0;
   m.grads = P * sizeof(float);
   m.adam_state = 2 * P * sizeof(float);
-  m.activations = Acts(nullptr, config, max_B, max_T, recompute, attention, compute).total * sizeof(float) +
-                  2 * static_cast<size_t>(max_B) * max_T * sizeof(int32_t);  // tokens_
+  m.activations =
+      Acts(nullptr, config, max_B, max_T, recompute, attention, compute, logits_chunk).total * sizeof(float) +
+      2 * static_cast<size_t>(max_B) * max_T * sizeof(int32_t);  // tokens_
   m.scratch = BackwardScratch(nullptr, config, max_B, max_T, attention, compute).total * sizeof(float);
   return m;
 }
@@ -141,16 +142,18 @@ GptMemory Gpt::memory() const {
 }
 
 Gpt::Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Compute compute,
-         Recompute recompute)
+         Recompute recompute, int logits_chunk)
     : backend_(backend),
       config_(config),
       max_B_(max_B),
       max_T_(max_T),
       compute_(compute),
       recompute_(recompute),
+      logits_chunk_(logits_chunk),
       attention_(backend->attention_kind()) {
   assert(config.Validate().ok());
   assert(max_T <= config.block_size);
+  assert(logits_chunk >= 0);
   layout_ = GptParamLayout(config_);
   num_params_ = GptParamCount(config_);
   shard_ = {0, num_params_};
@@ -160,7 +163,8 @@ Gpt::Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Comput
   adam_m_ = DeviceBuffer(backend_, num_params_ * sizeof(float));
   adam_v_ = DeviceBuffer(backend_, num_params_ * sizeof(float));
   acts_ = DeviceBuffer(
-      backend_, Acts(nullptr, config_, max_B, max_T, recompute_, attention_, compute_).total * sizeof(float));
+      backend_, Acts(nullptr, config_, max_B, max_T, recompute_, attention_, compute_, logits_chunk_).total *
+                    sizeof(float));
   scratch_ = DeviceBuffer(
       backend_, BackwardScratch(nullptr, config_, max_B, max_T, attention_, compute_).total * sizeof(float));
   tokens_ = DeviceBuffer(backend_, 2 * static_cast<size_t>(max_B) * max_T * sizeof(int32_t));
@@ -251,14 +255,14 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
          "the attention kernel changed after the model was sized");
   const int L = config_.n_layer, C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
   const size_t N = static_cast<size_t>(B) * T;
-  Acts a(acts_.as<float>(), config_, B, T, recompute_, attention_, compute_);
+  Acts a(acts_.as<float>(), config_, B, T, recompute_, attention_, compute_, logits_chunk_);
   int32_t* d_inputs = tokens_.as<int32_t>();
   int32_t* d_targets = d_inputs + N;
   backend_->Upload(d_inputs, inputs, N * sizeof(int32_t));
   if (targets) backend_->Upload(d_targets, targets, N * sizeof(int32_t));
   last_B_ = B;
   last_T_ = T;
-  have_dlogits_ = false;
+  have_head_grads_ = false;
 
   backend_->EncoderForward(a.encoded, d_inputs, P("wte"), P("wpe"), B, T, C);
   for (int l = 0; l < L; l++) {
@@ -294,28 +298,45 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
   }
   const float* last = a.residual3 + (L - 1) * N * C;
   backend_->LayerNormForward(a.lnf, a.lnf_mean, a.lnf_rstd, last, P("lnfw"), P("lnfb"), N, C);
-  backend_->Matmul(a.logits, F32(a.lnf), W("wte", 0), nullptr, N, V, C, false, true, 0.0f, compute_);
-  if (!targets) return std::numeric_limits<float>::quiet_NaN();
-  backend_->CrossEntropyForwardBackward(a.losses, a.logits, d_targets, N, V, dloss);
-  have_dlogits_ = dloss != 0.0f;
+  const size_t rows = GptLogitsRows(N, logits_chunk_);
+  if (!targets) {
+    assert(N <= rows && "Forward without targets keeps the logits of at most logits_chunk rows");
+    backend_->Matmul(a.logits, F32(a.lnf), W("wte", 0), nullptr, N, V, C, false, true, 0.0f, compute_);
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  // The fused classifier: chunk by chunk of rows, the logits, the loss and (dloss != 0) their gradient in
+  // place, then the head's backward from that gradient before the next chunk overwrites it: the input
+  // gradient of the final layer norm (dln, which Backward continues from) and the tied embedding's weight
+  // gradient (+=).
+  BackwardScratch s(scratch_.as<float>(), config_, B, T, attention_, compute_);
+  for (size_t r0 = 0; r0 < N; r0 += rows) {
+    const int n = static_cast<int>(std::min(rows, N - r0));
+    const float* lnf = a.lnf + r0 * C;
+    backend_->Matmul(a.logits, F32(lnf), W("wte", 0), nullptr, n, V, C, false, true, 0.0f, compute_);
+    backend_->CrossEntropyForwardBackward(a.losses + r0, a.logits, d_targets + r0, n, V, dloss);
+    if (dloss == 0.0f) continue;
+    const float* dlogits = a.logits;
+    backend_->Matmul(s.dln + r0 * C, F32(dlogits), W("wte", 0), nullptr, n, C, V, false, false, 0.0f,
+                     compute_);
+    backend_->Matmul(G("wte"), F32(dlogits), F32(lnf), nullptr, V, C, n, true, false, 1.0f, compute_);
+  }
+  have_head_grads_ = dloss != 0.0f;
   return static_cast<float>(backend_->Sum(a.losses, N) / N);
 }
 
 void Gpt::Backward(const GradsReady& on_ready) {
-  assert(have_dlogits_ && "Backward() needs a Forward() with targets and dloss != 0");
+  assert(have_head_grads_ && "Backward() needs a Forward() with targets and dloss != 0");
   const int B = last_B_, T = last_T_;
-  const int L = config_.n_layer, C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
+  const int L = config_.n_layer, C = config_.n_embd, NH = config_.n_head;
   const size_t N = static_cast<size_t>(B) * T, nc = N * C;
-  Acts a(acts_.as<float>(), config_, B, T, recompute_, attention_, compute_);
+  Acts a(acts_.as<float>(), config_, B, T, recompute_, attention_, compute_, logits_chunk_);
   BackwardScratch s(scratch_.as<float>(), config_, B, T, attention_, compute_);
   const int32_t* d_inputs = tokens_.as<int32_t>();
-  have_dlogits_ = false;
+  have_head_grads_ = false;
 
   backend_->Zero(s.dresidual, nc * sizeof(float));
-  // Head: logits now hold dlogits. lnf -> logits through the tied embedding.
-  const float* dlogits = a.logits;
-  backend_->Matmul(s.dln, F32(dlogits), W("wte", 0), nullptr, N, C, V, false, false, 0.0f, compute_);
-  backend_->Matmul(G("wte"), F32(dlogits), F32(a.lnf), nullptr, V, C, N, true, false, 1.0f, compute_);
+  // Head: Forward's fused classifier left the final layer norm's output gradient in s.dln (and added the
+  // head's share of wte's gradient).
   const float* last = a.residual3 + (L - 1) * nc;
   backend_->LayerNormBackward(s.dresidual, G("lnfw"), G("lnfb"), s.dln, last, P("lnfw"), a.lnf_mean,
                               a.lnf_rstd, N, C);
@@ -403,7 +424,7 @@ void Gpt::ZeroGrad() {
 }
 
 void Gpt::GetLogits(int b, int t, float* host_out) const {
-  Acts a(acts_.as<float>(), config_, last_B_, last_T_, recompute_, attention_, compute_);
+  Acts a(acts_.as<float>(), config_, last_B_, last_T_, recompute_, attention_, compute_, logits_chunk_);
   const size_t V = config_.vocab_size;
   backend_->Download(host_out, a.logits + (static_cast<size_t>(b) * last_T_ + t) * V, V * sizeof(float));
 }

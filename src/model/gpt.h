@@ -25,8 +25,9 @@ using GradsReady = std::function<void(std::span<const GradRange>)>;
 
 class Gpt {
  public:
+  // logits_chunk: rows of the LM head's logits held at once (the fused classifier, gpt_config.h; 0 = all).
   Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Compute compute,
-      Recompute recompute = Recompute::kNone);
+      Recompute recompute = Recompute::kNone, int logits_chunk = kDefaultLogitsChunk);
 
   const GptConfig& config() const { return config_; }
   const std::vector<ParamTensor>& layout() const { return layout_; }
@@ -34,6 +35,7 @@ class Gpt {
   Compute compute() const { return compute_; }
   Backend* backend() const { return backend_; }
   Recompute recompute() const { return recompute_; }
+  int logits_chunk() const { return logits_chunk_; }
   // The backend's attention kernel family when the model was built; the model's attention state is sized
   // for it (choose the kernel with Backend::SetAttentionKernel before building the model).
   AttentionKind attention() const { return attention_; }
@@ -45,7 +47,8 @@ class Gpt {
   // What the constructor allocates for these arguments, computed by the same sizing code without allocating.
   // `attention` is the backend's attention_kind() (the model sizes attention's state for it).
   static GptMemory Allocation(const GptConfig& config, int max_B, int max_T, Compute compute,
-                              Recompute recompute, AttentionKind attention = AttentionKind::kNaive);
+                              Recompute recompute, AttentionKind attention = AttentionKind::kNaive,
+                              int logits_chunk = kDefaultLogitsChunk);
 
   // GPT-2 initialisation from a seed: N(0, 0.02) for matrices and embeddings, residual projections
   // (attprojw, fcprojw) scaled by 1/sqrt(2L), biases 0, layernorm weights 1. Deterministic per seed.
@@ -57,12 +60,15 @@ class Gpt {
   void SetGradients(const std::vector<float>& host);  // for tests and optimizer restores
 
   // Forward pass over host tokens inputs[B*T]. With targets (host, [B*T], -1 = ignore) returns the mean
-  // loss; without, returns NaN and only the logits are valid. If dloss != 0 the head's backward is fused
-  // into the pass (logits are replaced by their gradient, scaled by dloss) and Backward() may follow.
+  // loss, the LM head running chunk by chunk of logits_chunk() rows; without, returns NaN and only the logits
+  // are valid (all B*T rows: B*T must be at most logits_chunk(), a bug otherwise). If dloss != 0 the head's
+  // backward is fused into the pass: each chunk's logits become their gradient (scaled by dloss), which
+  // gives the head's input gradient (kept for Backward) and accumulates the tied embedding's weight
+  // gradient (+=, into wte's) before the next chunk overwrites them. Backward() must follow.
   float Forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss = 0.0f);
-  // Accumulates parameter gradients (+=) for the last Forward, which must have had dloss != 0. on_ready, when
-  // given, hears of every gradient range as soon as it is final (see GradsReady); the ranges cover the whole
-  // buffer exactly once.
+  // Accumulates parameter gradients (+=) for the last Forward, which must have had dloss != 0 (the head's
+  // share is already in). on_ready, when given, hears of every gradient range as soon as it is final (see
+  // GradsReady); the ranges cover the whole buffer exactly once.
   void Backward(const GradsReady& on_ready = {});
   void ZeroGrad();
 
@@ -107,6 +113,7 @@ class Gpt {
   int max_B_, max_T_;
   Compute compute_;
   Recompute recompute_;
+  int logits_chunk_;
   AttentionKind attention_;
   std::vector<ParamTensor> layout_;
   size_t num_params_ = 0;
@@ -115,7 +122,7 @@ class Gpt {
   DeviceBuffer params_, params_bf16_, grads_, adam_m_, adam_v_;
   DeviceBuffer acts_, scratch_, tokens_;
   int last_B_ = 0, last_T_ = 0;
-  bool have_dlogits_ = false;
+  bool have_head_grads_ = false;  // the last Forward ran the head's backward (dloss != 0)
 };
 
 }  // namespace tern

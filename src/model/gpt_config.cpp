@@ -118,9 +118,17 @@ Result<Recompute> ParseRecompute(const std::string& s) {
   return Status::InvalidArgument(fmt::format("recompute '{}' is not allowed; use none or gelu", s));
 }
 
+size_t GptLogitsRows(size_t N, int logits_chunk) {
+  return logits_chunk > 0 ? std::min(N, static_cast<size_t>(logits_chunk)) : N;
+}
+
+size_t GptLogitsBytes(const GptConfig& cfg, int B, int T, int logits_chunk) {
+  return GptLogitsRows(static_cast<size_t>(B) * T, logits_chunk) * cfg.vocab_size * sizeof(float);
+}
+
 GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recompute recompute,
-                            AttentionKind attention) {
-  const size_t L = cfg.n_layer, C = cfg.n_embd, V = cfg.vocab_size;
+                            AttentionKind attention, int logits_chunk) {
+  const size_t L = cfg.n_layer, C = cfg.n_embd;
   const size_t N = static_cast<size_t>(B) * T;
   const size_t P = GptParamCount(cfg);
   GptMemory m;
@@ -135,9 +143,8 @@ GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recom
       AttentionStateBytes(attention, B, T, cfg.n_embd, cfg.n_head, bf16 ? Compute::kBF16 : Compute::kF32);
   const size_t gelu = recompute == Recompute::kGelu ? N * 4 * C : L * N * 4 * C;
   const size_t per_layer = N * (7 * C + 3 * C + 4 * C + 4) + att.state / 4;
-  m.activations =
-      4 * (N * C /*encoded*/ + L * per_layer + gelu + N * (C + 2) /*lnf*/ + N * V /*logits*/ + N /*losses*/) +
-      2 * N * 4 /*input and target token ids (int32)*/;
+  m.activations = 4 * (N * C /*encoded*/ + L * per_layer + gelu + N * (C + 2) /*lnf*/ + N /*losses*/) +
+                  GptLogitsBytes(cfg, B, T, logits_chunk) + 2 * N * 4 /*input and target token ids (int32)*/;
   // backward scratch: dresidual, dln, datty (C each), dqkv (3C), dfch, dfch_gelu (4C each), attention's
   // (naive: datt, NH*T floats per row; flash: none)
   m.scratch = 4 * (N * (3 * C + 3 * C + 8 * C)) + att.scratch;
@@ -164,8 +171,8 @@ size_t ShardElements(size_t n, int world, int rank) {
 }
 
 GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recompute recompute, int world,
-                            ZeroStage zero, int rank, AttentionKind attention) {
-  GptMemory m = GptMemoryEstimate(cfg, B, T, bf16, recompute, attention);
+                            ZeroStage zero, int rank, AttentionKind attention, int logits_chunk) {
+  GptMemory m = GptMemoryEstimate(cfg, B, T, bf16, recompute, attention, logits_chunk);
   if (world <= 1 || zero == ZeroStage::kNone) return m;
   const size_t shard = ShardElements(GptParamCount(cfg), world, rank);
   m.adam_state = shard * 8;

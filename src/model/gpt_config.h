@@ -70,6 +70,18 @@ enum class Recompute { kNone, kGelu };
 const char* RecomputeName(Recompute r);  // "none", "gelu"
 Result<Recompute> ParseRecompute(const std::string& s);
 
+// The fused classifier (`train.logits_chunk`): Forward with targets runs the LM head chunk by chunk of rows
+// (logits = lnf * wte^T, the loss and its gradient, then the head's backward matmuls), so the model holds
+// [min(B*T, chunk), V] fp32 logits instead of [B*T, V] (GPT-2 124M at B=16 T=1024: 206 MB, not 3.3 GB).
+// 0 = one chunk of every row. Results are the unchunked ones up to the summation order of the tied
+// embedding's gradient (bit for bit when B*T <= chunk).
+inline constexpr int kDefaultLogitsChunk = 1024;
+// Rows of logits held at once for N = B*T rows.
+size_t GptLogitsRows(size_t N, int logits_chunk);
+// The logits' bytes (fp32) at micro-batch B x T: GptLogitsRows(B*T, chunk) x V x 4. Not linear in B: the
+// planner adds it apart from the other activations.
+size_t GptLogitsBytes(const GptConfig& cfg, int B, int T, int logits_chunk);
+
 // Bytes of memory per component for training with micro-batch B x T.
 struct GptMemory {
   size_t params = 0;       // fp32 weights (the master copy)
@@ -83,10 +95,11 @@ struct GptMemory {
 // The memory model `tern plan` and `tern bench` use; Gpt::memory() is what the model really allocated and a
 // test keeps the two equal. `attention` is the attention kernel family (train.attention): naive saves the
 // probabilities [B,NH,T,T] per layer and needs as much again as backward scratch, flash two floats per
-// score row (AttentionStateBytes).
+// score row (AttentionStateBytes). `logits_chunk` sizes the logits (GptLogitsBytes).
 GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16,
                             Recompute recompute = Recompute::kNone,
-                            AttentionKind attention = AttentionKind::kNaive);
+                            AttentionKind attention = AttentionKind::kNaive,
+                            int logits_chunk = kDefaultLogitsChunk);
 
 // Data-parallel sharding of the training state over `world` ranks, by ZeRO stage. tern train runs kNone and
 // kOptimizer (ZeRO-1: each rank keeps the AdamW moments of its shard of the parameters; the fp32 weights,
@@ -103,6 +116,7 @@ size_t ShardElements(size_t n, int world, int rank);
 // GPU. world 1 or kNone is GptMemoryEstimate above. The engine's Gpt allocates this for its rank; a test
 // (plan/memory_agreement_test.cpp) holds the planner to it.
 GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recompute recompute, int world,
-                            ZeroStage zero, int rank = 0, AttentionKind attention = AttentionKind::kNaive);
+                            ZeroStage zero, int rank = 0, AttentionKind attention = AttentionKind::kNaive,
+                            int logits_chunk = kDefaultLogitsChunk);
 
 }  // namespace tern

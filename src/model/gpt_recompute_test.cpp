@@ -39,8 +39,9 @@ struct Trace {
 
 // Three AdamW steps of two micro-batches each; the second micro-batch is smaller than the allocation (B-1,
 // T-2), so the activations are carved for a shape other than the one they were sized for.
-Trace Train(Backend* backend, const GptConfig& cfg, int B, int T, Compute compute, Recompute recompute) {
-  Gpt model(backend, cfg, B, T, compute, recompute);
+Trace Train(Backend* backend, const GptConfig& cfg, int B, int T, Compute compute, Recompute recompute,
+            int logits_chunk = kDefaultLogitsChunk) {
+  Gpt model(backend, cfg, B, T, compute, recompute, logits_chunk);
   model.InitWeights(11);
   std::vector<int32_t> x(B * T), y(B * T);
   Trace t;
@@ -110,6 +111,55 @@ TEST_P(GptFlashAttention, GivesTheSameLossesGradientsAndWeightsBitForBit) {
   EXPECT_GT(naive.norms.front(), 0);
 }
 
+// The fused classifier (train.logits_chunk): the head in chunks of rows that do not divide the micro-batch
+// (24 and 12 rows in chunks of 5) against one chunk of every row. The logits of a row and its loss do not
+// depend on the chunk; the tied embedding's gradient sums its rows in another order, so the gradients and
+// weights agree to float rounding. A chunk of at least B*T rows is the unchunked head bit for bit.
+class GptFusedClassifier : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GptFusedClassifier, ChunkedHeadTrainsAsTheWholeHead) {
+  const Case& c = GetParam();
+  auto backend = MakeCpu(c.backend, c.compute);
+  const GptConfig cfg{3, 2, 16, 37, 8};
+  const Trace whole = Train(backend.get(), cfg, 3, 8, c.compute, Recompute::kNone, 0);
+  const Trace chunked = Train(backend.get(), cfg, 3, 8, c.compute, Recompute::kNone, 5);
+  const Trace one_chunk = Train(backend.get(), cfg, 3, 8, c.compute, Recompute::kNone, 24);
+  ASSERT_EQ(whole.losses.size(), chunked.losses.size());
+  // Step 1's losses come before any update: the chunks see the same weights, so only the logits' own
+  // rounding could move them. Later steps follow weights updated from gradients equal to rounding.
+  const double loss_tol = c.compute == Compute::kF32 ? 1e-6 : 1e-3;
+  for (size_t i = 0; i < whole.losses.size(); i++)
+    EXPECT_NEAR(chunked.losses[i], whole.losses[i], loss_tol * std::abs(whole.losses[i])) << "loss " << i;
+  // bf16/fp16 operands: a gradient element one rounding apart changes a 16-bit weight copy by one ulp
+  // (2^-8 relative), so the later steps' gradients are held to a bf16-sized bound.
+  const float grad_tol = c.compute == Compute::kF32 ? 1e-5f : 2e-2f;
+  for (size_t st = 0; st < whole.grads.size(); st++) {
+    double max_abs = 0, max_diff = 0;
+    for (size_t i = 0; i < whole.grads[st].size(); i++) {
+      max_abs = std::max(max_abs, std::abs(static_cast<double>(whole.grads[st][i])));
+      max_diff = std::max(max_diff, std::abs(static_cast<double>(whole.grads[st][i]) - chunked.grads[st][i]));
+    }
+    EXPECT_LE(max_diff, grad_tol * max_abs) << "gradients of step " << st + 1;
+  }
+  // fp32, the first step's gradients: the same weights, the embedding's gradient rows summed in another
+  // order only.
+  for (size_t i = 0; c.compute == Compute::kF32 && i < whole.grads[0].size(); i++)
+    ASSERT_NEAR(chunked.grads[0][i], whole.grads[0][i], 1e-5f * (1 + std::abs(whole.grads[0][i]))) << i;
+  ASSERT_TRUE(SameBits(whole.losses, one_chunk.losses));
+  for (size_t st = 0; st < whole.grads.size(); st++)
+    EXPECT_TRUE(SameBits(whole.grads[st], one_chunk.grads[st])) << "gradients of step " << st + 1;
+  EXPECT_TRUE(SameBits(whole.params, one_chunk.params));
+  EXPECT_GT(whole.norms.front(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuBackends, GptFusedClassifier,
+                         ::testing::Values(Case{"cpu", Compute::kF32}, Case{"cpu", Compute::kBF16},
+                                           Case{"cpu-ref", Compute::kF32}, Case{"cpu-ref", Compute::kBF16}),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           return std::string(i.param.backend == "cpu" ? "Fast" : "Reference") +
+                                  (i.param.compute == Compute::kBF16 ? "Bf16" : "Fp32");
+                         });
+
 INSTANTIATE_TEST_SUITE_P(CpuBackends, GptRecompute,
                          ::testing::Values(Case{"cpu", Compute::kF32}, Case{"cpu", Compute::kBF16},
                                            Case{"cpu", Compute::kF16}, Case{"cpu-ref", Compute::kF32},
@@ -134,27 +184,33 @@ INSTANTIATE_TEST_SUITE_P(CpuFast, GptFlashAttention,
 TEST(GptMemory, AllocationMatchesTheEstimateWithAndWithoutRecompute) {
   const GptConfig cfg{4, 2, 16, 37, 8};
   const int B = 3, T = 8;
-  for (AttentionKind kind : {AttentionKind::kNaive, AttentionKind::kFlash})
-    for (Compute compute : {Compute::kF32, Compute::kBF16, Compute::kF16}) {
-      for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
-        SCOPED_TRACE(std::string(RecomputeName(r)) + " compute " + std::to_string(static_cast<int>(compute)) +
-                     " attention " + AttentionKindName(kind));
-        auto backend = MakeCpuFastBackend();
-        ASSERT_TRUE(backend->SetAttentionKernel(AttentionKindName(kind)));
-        Gpt model(backend.get(), cfg, B, T, compute, r);
-        EXPECT_EQ(model.attention(), kind);
-        const GptMemory got = model.memory(), sized = Gpt::Allocation(cfg, B, T, compute, r, kind);
-        const GptMemory est = GptMemoryEstimate(cfg, B, T, compute == Compute::kBF16, r, kind);
-        for (const GptMemory* m : {&sized, &est}) {
-          EXPECT_EQ(got.params, m->params);
-          EXPECT_EQ(got.params_bf16, m->params_bf16);
-          EXPECT_EQ(got.grads, m->grads);
-          EXPECT_EQ(got.adam_state, m->adam_state);
-          EXPECT_EQ(got.activations, m->activations);
-          EXPECT_EQ(got.scratch, m->scratch);
+  for (int chunk : {0, 5, kDefaultLogitsChunk})
+    for (AttentionKind kind : {AttentionKind::kNaive, AttentionKind::kFlash})
+      for (Compute compute : {Compute::kF32, Compute::kBF16, Compute::kF16}) {
+        for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
+          SCOPED_TRACE(std::string(RecomputeName(r)) + " compute " +
+                       std::to_string(static_cast<int>(compute)) + " attention " + AttentionKindName(kind) +
+                       " logits chunk " + std::to_string(chunk));
+          auto backend = MakeCpuFastBackend();
+          ASSERT_TRUE(backend->SetAttentionKernel(AttentionKindName(kind)));
+          Gpt model(backend.get(), cfg, B, T, compute, r, chunk);
+          EXPECT_EQ(model.attention(), kind);
+          const GptMemory got = model.memory(), sized = Gpt::Allocation(cfg, B, T, compute, r, kind, chunk);
+          const GptMemory est = GptMemoryEstimate(cfg, B, T, compute == Compute::kBF16, r, kind, chunk);
+          for (const GptMemory* m : {&sized, &est}) {
+            EXPECT_EQ(got.params, m->params);
+            EXPECT_EQ(got.params_bf16, m->params_bf16);
+            EXPECT_EQ(got.grads, m->grads);
+            EXPECT_EQ(got.adam_state, m->adam_state);
+            EXPECT_EQ(got.activations, m->activations);
+            EXPECT_EQ(got.scratch, m->scratch);
+          }
         }
       }
-    }
+  // The fused classifier holds one chunk of rows: B*T = 24 rows of V = 37 logits become 5.
+  EXPECT_EQ(GptMemoryEstimate(cfg, B, T, false, Recompute::kNone, AttentionKind::kNaive, 0).activations -
+                GptMemoryEstimate(cfg, B, T, false, Recompute::kNone, AttentionKind::kNaive, 5).activations,
+            size_t{24 - 5} * 37 * sizeof(float));
   // The saving: (L-1) GELU outputs of B*T x 4C floats.
   const size_t saved = GptMemoryEstimate(cfg, B, T, false).activations -
                        GptMemoryEstimate(cfg, B, T, false, Recompute::kGelu).activations;

@@ -51,32 +51,59 @@ TEST(MemoryAgreement, PlannerEstimateIsTheModelsAllocation) {
   } precisions[] = {{Compute::kF32, Precision::kFp32},
                     {Compute::kBF16, Precision::kBf16},
                     {Compute::kF16, Precision::kFp32}};
-  for (const Shape& s : shapes)
-    for (AttentionKind kind : {AttentionKind::kNaive, AttentionKind::kFlash}) {
-      for (const auto& p : precisions) {
-        for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
-          SCOPED_TRACE(fmt::format("{}, compute {}, recompute {}, attention {}", s.what,
-                                   static_cast<int>(p.compute), RecomputeName(r), AttentionKindName(kind)));
-          WorkloadSpec spec;
-          spec.cfg = s.cfg;
-          spec.attention = kind;
-          spec.seq = s.T;
-          spec.tokens = 1e9;
-          spec.micro_batch = s.B;
-          Result<Workload> w = Workload::Make(spec, PlanDefaults());
-          ASSERT_TRUE(w.ok()) << w.status().message();
-          const ActRecompute ar = r == Recompute::kGelu ? ActRecompute::kGelu : ActRecompute::kNone;
-          const MemoryBreakdown planned = w->Memory(p.planned, s.B, false, ar, 1);
-          const GptMemory a = Gpt::Allocation(s.cfg, s.B, s.T, p.compute, r, kind);
-          ExpectSameBytes("weights", planned.weights, static_cast<double>(a.params + a.params_bf16));
-          ExpectSameBytes("grads", planned.grads, static_cast<double>(a.grads));
-          ExpectSameBytes("optimizer", planned.optimizer, static_cast<double>(a.adam_state));
-          ExpectSameBytes("activations + scratch", planned.activations,
-                          static_cast<double>(a.activations + a.scratch));
-          ExpectSameBytes("total", planned.total(), static_cast<double>(a.total()));
+  // train.logits_chunk: the whole micro-batch's logits, the default chunk, and a chunk that divides no N.
+  for (int chunk : {0, kDefaultLogitsChunk, 100})
+    for (const Shape& s : shapes)
+      for (AttentionKind kind : {AttentionKind::kNaive, AttentionKind::kFlash}) {
+        for (const auto& p : precisions) {
+          for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
+            SCOPED_TRACE(fmt::format("{}, compute {}, recompute {}, attention {}, logits chunk {}", s.what,
+                                     static_cast<int>(p.compute), RecomputeName(r), AttentionKindName(kind),
+                                     chunk));
+            WorkloadSpec spec;
+            spec.cfg = s.cfg;
+            spec.attention = kind;
+            spec.logits_chunk = chunk;
+            spec.seq = s.T;
+            spec.tokens = 1e9;
+            spec.micro_batch = s.B;
+            Result<Workload> w = Workload::Make(spec, PlanDefaults());
+            ASSERT_TRUE(w.ok()) << w.status().message();
+            const ActRecompute ar = r == Recompute::kGelu ? ActRecompute::kGelu : ActRecompute::kNone;
+            const MemoryBreakdown planned = w->Memory(p.planned, s.B, false, ar, 1);
+            const GptMemory a = Gpt::Allocation(s.cfg, s.B, s.T, p.compute, r, kind, chunk);
+            ExpectSameBytes("weights", planned.weights, static_cast<double>(a.params + a.params_bf16));
+            ExpectSameBytes("grads", planned.grads, static_cast<double>(a.grads));
+            ExpectSameBytes("optimizer", planned.optimizer, static_cast<double>(a.adam_state));
+            ExpectSameBytes("activations + scratch", planned.activations,
+                            static_cast<double>(a.activations + a.scratch));
+            ExpectSameBytes("total", planned.total(), static_cast<double>(a.total()));
+          }
         }
       }
-    }
+}
+
+// The saving the docs quote (docs/gpu.md, Memory): GPT-2 124M, B=16, T=1024, the fused classifier's default
+// chunk instead of the whole micro-batch's logits: (16384 - 1024) rows of V = 50257 floats.
+TEST(MemoryAgreement, FusedClassifierHoldsOneChunkOfLogits) {
+  const GptConfig cfg{12, 12, 768, 50257, 1024};
+  const GptMemory whole =
+      Gpt::Allocation(cfg, 16, 1024, Compute::kBF16, Recompute::kNone, AttentionKind::kFlash, 0);
+  const GptMemory fused =
+      Gpt::Allocation(cfg, 16, 1024, Compute::kBF16, Recompute::kNone, AttentionKind::kFlash);
+  EXPECT_EQ(whole.activations - fused.activations, size_t{16384 - 1024} * 50257 * 4);
+  EXPECT_EQ(whole.activations - fused.activations, size_t{3087790080});  // 2.88 GiB
+  EXPECT_EQ(whole.scratch, fused.scratch);
+  // The planner scales the other activations with the micro-batch and adds one chunk: at B=1 (1024 rows)
+  // the chunk is the whole micro-batch, at B=16 one sixteenth of it.
+  WorkloadSpec spec;
+  spec.cfg = cfg;
+  spec.attention = AttentionKind::kFlash;
+  spec.tokens = 1e9;
+  Result<Workload> w = Workload::Make(spec, PlanDefaults());
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  EXPECT_EQ(w->Memory(Precision::kBf16, 16, false, ActRecompute::kNone, 1).activations,
+            static_cast<double>(fused.activations + fused.scratch));
 }
 
 // The saving the docs quote (docs/gpu.md, Memory): GPT-2 124M, B=16, T=1024: (L-1) x B*T x 4C floats.

@@ -48,7 +48,7 @@ Result<Workload> Workload::Make(const WorkloadSpec& spec_in, const PlanDefaults&
   for (int bf16 : {0, 1}) {
     for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
       w.base_[bf16][r == Recompute::kGelu] =
-          GptMemoryEstimate(w.spec_.cfg, 1, T, bf16 == 1, r, w.spec_.attention);
+          GptMemoryEstimate(w.spec_.cfg, 1, T, bf16 == 1, r, w.spec_.attention, w.spec_.logits_chunk);
     }
   }
   // One block's saved activations = the difference between a 2-layer and a 1-layer model of this width.
@@ -90,7 +90,11 @@ MemoryBreakdown Workload::Memory(Precision p, int micro_batch, ZeroStage zero, A
     const double L = spec_.cfg.n_layer;
     act = act - L * layer_act_b1_ + L * layer_input_b1_ + layer_act_b1_;
   }
-  out.activations = B * (act + static_cast<double>(m.scratch));
+  // The logits are one chunk of rows, not B's: take micro-batch 1's out and add this micro-batch's.
+  const int T = spec_.seq, chunk = spec_.logits_chunk;
+  act -= static_cast<double>(GptLogitsBytes(spec_.cfg, 1, T, chunk));
+  out.activations = B * (act + static_cast<double>(m.scratch)) +
+                    static_cast<double>(GptLogitsBytes(spec_.cfg, micro_batch, T, chunk));
   return out;
 }
 

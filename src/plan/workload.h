@@ -40,6 +40,8 @@ struct WorkloadSpec {
   std::optional<ActRecompute> recompute;
   // Attention's kernel family (train.attention): what it saves per layer (AttentionStateBytes).
   AttentionKind attention = AttentionKind::kNaive;
+  // The fused classifier's rows of logits (train.logits_chunk; GptLogitsBytes).
+  int logits_chunk = kDefaultLogitsChunk;
 };
 
 // Memory per GPU in bytes, split the way GptMemory splits it, after sharding/recomputation.
@@ -98,8 +100,8 @@ class Workload {
   WorkloadSpec spec_;
   double params_ = 0, flops_per_token_ = 0;
   // GptMemoryEstimate at micro-batch 1 for fp32 [0] and bf16 [1], without [0] and with [1] GELU recompute;
-  // its activation terms are linear in B*T, so other micro-batches scale them (checked by a test) instead of
-  // re-running it per option.
+  // its activation terms but the logits are linear in B*T, so other micro-batches scale them (checked by a
+  // test) and add GptLogitsBytes, instead of re-running it per option.
   GptMemory base_[2][2];
   double layer_act_b1_ = 0;    // saved activations of one block at micro-batch 1
   double layer_input_b1_ = 0;  // one block's input (B*T*C fp32): what block recomputation keeps per layer

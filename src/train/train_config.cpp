@@ -245,6 +245,9 @@ const std::vector<Key>& Registry() {
       Enum("train.attention", &C::attention, kAttentions,
            "attention kernels: naive saves the probabilities [B,NH,T,T] per layer; flash only two floats per "
            "score row and recomputes the rest in the backward (less memory, one more Q.K^T); CPU and CUDA"),
+      Number("train.logits_chunk", &C::logits_chunk, 0,
+             "fused classifier: the LM head's logits, loss and backward run this many rows at a time, so "
+             "[rows, V] fp32 logits are held instead of [B*T, V]; 0 = all B*T rows at once"),
       Number("fp16.initial_scale", &C::loss_scale_init, 1.0,
              "fp16: first loss scale (halved on overflow, doubled after growth_interval good steps)"),
       Number("fp16.growth_interval", &C::loss_scale_growth_interval, 1,

@@ -129,6 +129,9 @@ struct TrainConfig {
   // attention's kernel family: naive saves the probabilities, flash only softmax statistics (less memory,
   // one more Q.K^T in the backward). Key train.attention; cuda.attention, its older name, still reads.
   AttentionKind attention = AttentionKind::kNaive;
+  // the fused classifier: rows of [rows, V] logits the LM head holds at once (model/gpt_config.h); 0 = all
+  // B*T rows. Key train.logits_chunk.
+  int logits_chunk = kDefaultLogitsChunk;
 
   // evaluation and samples
   int eval_every = 100;  // steps; 0 = only at the end

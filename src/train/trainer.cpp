@@ -99,7 +99,7 @@ Status Trainer::OpenDevice() {
 
 void Trainer::BuildModel() {
   model_ = std::make_unique<Gpt>(setup_.backend.get(), cfg_.model, cfg_.batch_size, cfg_.seq_len,
-                                 setup_.compute, cfg_.recompute);
+                                 setup_.compute, cfg_.recompute, cfg_.logits_chunk);
   // Any real communicator (even a world of one: `mpirun -np 1`, the GPU check's one-GPU NCCL run) takes the
   // data-parallel path; only the single-process one skips it.
   if (comm_ && comm_->name() != "single") {
