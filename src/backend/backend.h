@@ -151,12 +151,22 @@ class Backend {
   //                               dW[OC,C]  += dout[N,OC]^T * inp[N,C]        (trans_a, beta = 1)
   virtual void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
                       bool trans_b, float beta, Compute compute) = 0;
+  // Matmul with a GELU epilogue (the MLP's fc layer): pre[M,N] = op(A) op(B) + bias (bias may be null),
+  // out[M,N] = gelu(pre) as GeluForward computes it; pre is kept for the backward (beta is 0). The default
+  // runs Matmul, then GeluForward; CUDA fuses both into the GEMM (cuBLASLt's GELU_AUX_BIAS epilogue).
+  virtual void MatmulGelu(float* out, float* pre, Operand a, Operand b, const float* bias, int M, int N,
+                          int K, bool trans_a, bool trans_b, Compute compute);
+  // Matmul with a GELU-gradient epilogue (the fcproj input gradient turned into the fc output gradient):
+  // dinp[M,N] = gelu'(pre) * (op(A) op(B)), GeluBackward with the product as dout (beta is 0). The default
+  // runs Matmul into dinp, then GeluBackward in place; CUDA fuses it (cuBLASLt's DGELU epilogue).
+  virtual void MatmulDGelu(float* dinp, const float* pre, Operand a, Operand b, int M, int N, int K,
+                           bool trans_a, bool trans_b, Compute compute);
   // dbias[OC] += sum over rows of dout[N,OC]
   virtual void BiasBackward(float* dbias, const float* dout, int N, int OC) = 0;
 
   // out[N] = gelu(inp[N]) (tanh approximation, as GPT-2)
   virtual void GeluForward(float* out, const float* inp, size_t n) = 0;
-  // dinp[N] = gelu'(inp) * dout
+  // dinp[N] = gelu'(inp) * dout; dinp may be dout (in place)
   virtual void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
 
   // out[n] = a[n] + b[n]

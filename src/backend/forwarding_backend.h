@@ -58,6 +58,14 @@ class ForwardingBackend : public Backend {
               bool trans_b, float beta, Compute compute) override {
     inner_->Matmul(c, a, b, bias, M, N, K, trans_a, trans_b, beta, compute);
   }
+  void MatmulGelu(float* out, float* pre, Operand a, Operand b, const float* bias, int M, int N, int K,
+                  bool trans_a, bool trans_b, Compute compute) override {
+    inner_->MatmulGelu(out, pre, a, b, bias, M, N, K, trans_a, trans_b, compute);
+  }
+  void MatmulDGelu(float* dinp, const float* pre, Operand a, Operand b, int M, int N, int K, bool trans_a,
+                   bool trans_b, Compute compute) override {
+    inner_->MatmulDGelu(dinp, pre, a, b, M, N, K, trans_a, trans_b, compute);
+  }
   void BiasBackward(float* dbias, const float* dout, int N, int OC) override {
     inner_->BiasBackward(dbias, dout, N, OC);
   }

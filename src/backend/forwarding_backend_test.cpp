@@ -41,6 +41,16 @@ class SpyBackend : public CpuReferenceBackend {
     calls["Add"]++;
     CpuReferenceBackend::Add(out, a, b, n);
   }
+  void MatmulGelu(float* out, float* pre, Operand a, Operand b, const float* bias, int M, int N, int K,
+                  bool trans_a, bool trans_b, Compute compute) override {
+    calls["MatmulGelu"]++;
+    CpuReferenceBackend::MatmulGelu(out, pre, a, b, bias, M, N, K, trans_a, trans_b, compute);
+  }
+  void MatmulDGelu(float* dinp, const float* pre, Operand a, Operand b, int M, int N, int K, bool trans_a,
+                   bool trans_b, Compute compute) override {
+    calls["MatmulDGelu"]++;
+    CpuReferenceBackend::MatmulDGelu(dinp, pre, a, b, M, N, K, trans_a, trans_b, compute);
+  }
   void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
                    const float* wpe, int N, int C) override {
     calls["EmbedTokens"]++;
@@ -90,6 +100,14 @@ TEST(ForwardingBackend, DefaultedVirtualsReachTheInnerBackend) {
   const int32_t* tokens = ar.In(std::vector<int32_t>{4, 0, 2});
   const int32_t* positions = ar.In(std::vector<int32_t>{0, 1, 3});
   deco.EmbedTokens(out, tokens, positions, wte, wpe, N, C);
+  // The GELU epilogues: [N, C] = out [N, C] x a^T-shaped [C, C] (any operands of the right size).
+  float* pre = ar.Zeros<float>(N * C);
+  float* g = ar.Zeros<float>(N * C);
+  const float* w = ar.In(Uniform(rng, C * C));
+  deco.MatmulGelu(g, pre, F32(a), F32(w), nullptr, N, C, C, false, true, Compute::kF32);
+  deco.MatmulDGelu(g, pre, F32(a), F32(w), N, C, C, false, false, Compute::kF32);
+  EXPECT_EQ(spy->calls["MatmulGelu"], 1);
+  EXPECT_EQ(spy->calls["MatmulDGelu"], 1);
   EXPECT_EQ(deco.adds, 1);
   EXPECT_EQ(spy->calls["Add"], 1);
   EXPECT_EQ(spy->calls["EmbedTokens"], 1);

@@ -90,7 +90,7 @@ struct Gpt::Acts {
 
 // Backward scratch, reused by every layer.
 struct BackwardScratch {
-  float *dresidual, *dln, *datty, *dqkv, *dfch, *dfch_gelu;
+  float *dresidual, *dln, *datty, *dqkv, *dfch;
   float* att;  // attention's backward scratch (AttentionStateBytes; naive: datt[B, NH, T, T])
   size_t total;
   BackwardScratch(float* base, const GptConfig& c, size_t B, size_t T, AttentionKind attention,
@@ -107,7 +107,6 @@ struct BackwardScratch {
     datty = take(N * C);
     dqkv = take(N * 3 * C);
     dfch = take(N * 4 * C);
-    dfch_gelu = take(N * 4 * C);
     att = take(AttentionFloats(
         AttentionStateBytes(attention, static_cast<int>(B), static_cast<int>(T), c.n_embd, c.n_head, compute)
             .scratch));
@@ -289,9 +288,8 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
     backend_->Add(residual2, residual, attproj, nc);
     backend_->LayerNormForward(ln2, a.ln2_mean + l * N, a.ln2_rstd + l * N, residual2, P("ln2w") + lc,
                                P("ln2b") + lc, N, C);
-    backend_->Matmul(fch, F32(ln2), W("fcw", lc * 4 * C), P("fcb") + 4 * lc, N, 4 * C, C, false, true, 0.0f,
-                     compute_);
-    backend_->GeluForward(fch_gelu, fch, 4 * nc);
+    backend_->MatmulGelu(fch_gelu, fch, F32(ln2), W("fcw", lc * 4 * C), P("fcb") + 4 * lc, N, 4 * C, C, false,
+                         true, compute_);
     backend_->Matmul(fcproj, F32(fch_gelu), W("fcprojw", lc * 4 * C), P("fcprojb") + lc, N, C, 4 * C, false,
                      true, 0.0f, compute_);
     backend_->Add(residual3, residual2, fcproj, nc);
@@ -372,16 +370,16 @@ void Gpt::Backward(const GradsReady& on_ready) {
     const float* fch = a.fch + l * 4 * nc;
     float* fch_gelu = a.gelu(l, N, C, recompute_);
 
-    // residual3 = residual2 + fcproj: the gradient of fcproj is dresidual itself.
-    backend_->Matmul(s.dfch_gelu, F32(s.dresidual), W("fcprojw", lc * 4 * C), nullptr, N, 4 * C, C, false,
-                     false, 0.0f, compute_);
+    // residual3 = residual2 + fcproj: the gradient of fcproj is dresidual itself. Its input gradient goes
+    // straight through GELU's gradient (the epilogue) to dfch, the fc output's gradient.
+    backend_->MatmulDGelu(s.dfch, fch, F32(s.dresidual), W("fcprojw", lc * 4 * C), N, 4 * C, C, false, false,
+                          compute_);
     // Recompute: the shared buffer still holds the last layer's GELU output from the forward; every other
     // layer's is recomputed from fch by the same op, so the values (and the gradients) are the forward's.
     if (recompute_ == Recompute::kGelu && l != L - 1) backend_->GeluForward(fch_gelu, fch, 4 * nc);
     backend_->Matmul(G("fcprojw") + lc * 4 * C, F32(s.dresidual), F32(fch_gelu), nullptr, C, 4 * C, N, true,
                      false, 1.0f, compute_);
     backend_->BiasBackward(G("fcprojb") + lc, s.dresidual, N, C);
-    backend_->GeluBackward(s.dfch, fch, s.dfch_gelu, 4 * nc);
     backend_->Matmul(s.dln, F32(s.dfch), W("fcw", lc * 4 * C), nullptr, N, C, 4 * C, false, false, 0.0f,
                      compute_);
     backend_->Matmul(G("fcw") + lc * 4 * C, F32(s.dfch), F32(ln2), nullptr, 4 * C, C, N, true, false, 1.0f,

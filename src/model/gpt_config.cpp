@@ -145,9 +145,10 @@ GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recom
   const size_t per_layer = N * (7 * C + 3 * C + 4 * C + 4) + att.state / 4;
   m.activations = 4 * (N * C /*encoded*/ + L * per_layer + gelu + N * (C + 2) /*lnf*/ + N /*losses*/) +
                   GptLogitsBytes(cfg, B, T, logits_chunk) + 2 * N * 4 /*input and target token ids (int32)*/;
-  // backward scratch: dresidual, dln, datty (C each), dqkv (3C), dfch, dfch_gelu (4C each), attention's
-  // (naive: datt, NH*T floats per row; flash: none)
-  m.scratch = 4 * (N * (3 * C + 3 * C + 8 * C)) + att.scratch;
+  // backward scratch: dresidual, dln, datty (C each), dqkv (3C), dfch (4C: the GELU gradient is the
+  // fcproj input gradient's epilogue, MatmulDGelu), attention's (naive: datt, NH*T floats per row; flash:
+  // none)
+  m.scratch = 4 * (N * (3 * C + 3 * C + 4 * C)) + att.scratch;
   return m;
 }
 

@@ -32,6 +32,16 @@ class F16EmulationBackend : public ForwardingBackend {
 
   void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
               bool trans_b, float beta, Compute compute) override;
+  // The GELU epilogues run unfused here (Backend's defaults: this Matmul, then the inner GELU op), so an fp16
+  // one rounds its operands as Matmul does.
+  void MatmulGelu(float* out, float* pre, Operand a, Operand b, const float* bias, int M, int N, int K,
+                  bool trans_a, bool trans_b, Compute compute) override {
+    Backend::MatmulGelu(out, pre, a, b, bias, M, N, K, trans_a, trans_b, compute);
+  }
+  void MatmulDGelu(float* dinp, const float* pre, Operand a, Operand b, int M, int N, int K, bool trans_a,
+                   bool trans_b, Compute compute) override {
+    Backend::MatmulDGelu(dinp, pre, a, b, M, N, K, trans_a, trans_b, compute);
+  }
 
  private:
   // Rounds one operand into `scratch` (grown as needed, host memory: the inner backend is a CPU one).

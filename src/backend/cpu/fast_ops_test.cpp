@@ -302,6 +302,46 @@ TEST_F(FastOpsTest, BiasBackward) {
   }
 }
 
+// The GELU epilogues (the MLP's fc forward, the fcproj input gradient): fast vs reference on odd shapes in
+// fp32 and bf16, and on each backend the epilogue is its unfused ops bit for bit (Matmul then GeluForward;
+// Matmul then GeluBackward, in place or not: the model relies on both).
+TEST_F(FastOpsTest, MatmulGeluEpilogues) {
+  struct S {
+    int M, N, K;
+  };
+  for (S s : {S{7, 37, 13}, S{33, 96, 64}, S{1, 3, 1}})
+    for (Compute compute : {Compute::kF32, Compute::kBF16}) {
+      const std::string what = "M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) +
+                               " K=" + std::to_string(s.K) + " " + ComputeName(compute);
+      const size_t nc = static_cast<size_t>(s.M) * s.N;
+      auto a = U(static_cast<size_t>(s.M) * s.K, -2, 2), w = U(static_cast<size_t>(s.N) * s.K, -2, 2),
+           bias = U(s.N), dy = U(static_cast<size_t>(s.M) * s.K), w2 = U(static_cast<size_t>(s.K) * s.N);
+      auto run = [&](Backend& be) {
+        Arena ar(be);
+        float *out = ar.Zeros<float>(nc), *pre = ar.Zeros<float>(nc), *din = ar.Zeros<float>(nc);
+        // forward: pre = a w^T + bias, out = gelu(pre); backward: din = gelu'(pre) * (dy w2), w2 [K, N]
+        be.MatmulGelu(out, pre, F32(ar.In(a)), F32(ar.In(w)), ar.In(bias), s.M, s.N, s.K, false, true,
+                      compute);
+        be.MatmulDGelu(din, pre, F32(ar.In(dy)), F32(ar.In(w2)), s.M, s.N, s.K, false, false, compute);
+        // The same through the unfused ops.
+        float *pre2 = ar.Zeros<float>(nc), *out2 = ar.Zeros<float>(nc), *prod = ar.Zeros<float>(nc),
+              *din2 = ar.Zeros<float>(nc);
+        be.Matmul(pre2, F32(ar.In(a)), F32(ar.In(w)), ar.In(bias), s.M, s.N, s.K, false, true, 0.0f, compute);
+        be.GeluForward(out2, pre2, nc);
+        be.Matmul(prod, F32(ar.In(dy)), F32(ar.In(w2)), nullptr, s.M, s.N, s.K, false, false, 0.0f, compute);
+        be.GeluBackward(din2, pre2, prod, nc);
+        be.GeluBackward(prod, pre2, prod, nc);  // in place
+        ExpectBitEqual(ar.Out(pre, nc), ar.Out(pre2, nc), be.name() + " pre-activation " + what);
+        ExpectBitEqual(ar.Out(out, nc), ar.Out(out2, nc), be.name() + " gelu " + what);
+        ExpectBitEqual(ar.Out(din, nc), ar.Out(din2, nc), be.name() + " dgelu " + what);
+        ExpectBitEqual(ar.Out(prod, nc), ar.Out(din2, nc), be.name() + " in-place gelu backward " + what);
+        return Outputs{ar.Out(out, nc), ar.Out(pre, nc), ar.Out(din, nc)};
+      };
+      const bool bf16 = compute == Compute::kBF16;
+      Check(run, bf16 ? 1e-3 : 1e-5, bf16 ? 1e-4 : 1e-6, "matmul gelu " + what);
+    }
+}
+
 // ---- elementwise -------------------------------------------------------------------------------------
 
 TEST_F(FastOpsTest, GeluAndAdd) {

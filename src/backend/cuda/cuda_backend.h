@@ -95,6 +95,12 @@ class CudaBackend : public Backend {
                          const float* weight, const float* mean, const float* rstd, int N, int C) override;
   void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
               bool trans_b, float beta, Compute compute) override;
+  // cuBLASLt's GELU_AUX(_BIAS) and DGELU epilogues (matmul_cublaslt.cu); Backend's unfused defaults where
+  // cuBLASLt takes no such plan (alignment: N % 8 for the pre-activation's leading dimension).
+  void MatmulGelu(float* out, float* pre, Operand a, Operand b, const float* bias, int M, int N, int K,
+                  bool trans_a, bool trans_b, Compute compute) override;
+  void MatmulDGelu(float* dinp, const float* pre, Operand a, Operand b, int M, int N, int K, bool trans_a,
+                   bool trans_b, Compute compute) override;
   void BiasBackward(float* dbias, const float* dout, int N, int OC) override;
   void GeluForward(float* out, const float* inp, size_t n) override;
   void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override;
@@ -140,8 +146,14 @@ class CudaBackend : public Backend {
   double ReduceToHost(const float* x, size_t n, bool squares);
   // Converts an operand to the element type the GEMM runs in; returns the pointer to use.
   const void* PrepareOperand(Operand op, size_t elems, Compute compute, cuda::Scratch slot);
-  cuda::LtPlan* GetPlan(int m, int n, int k, bool ta, bool tb, cudaDataType_t ab_type, bool bias, int lda,
+  // epilogue: a cublasLtEpilogue_t (DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU).
+  cuda::LtPlan* GetPlan(int m, int n, int k, bool ta, bool tb, cudaDataType_t ab_type, int epilogue, int lda,
                         int ldb, int ldc);
+  // One cuBLASLt GEMM in the row-major terms of Matmul, with an epilogue: bias (BIAS variants) and aux (the
+  // GELU pre-activation: written by GELU_AUX, read by DGELU; leading dimension N). False when cuBLASLt
+  // cannot take it (alignment, no algorithm): the caller takes another path.
+  bool LtMatmul(float* c, const void* pa, const void* pb, cudaDataType_t type, const float* bias,
+                const float* aux, int epilogue, int M, int N, int K, bool trans_a, bool trans_b, float beta);
   // dst = fp16(src) when f16, else bf16(src) (the 16-bit operand copies of the attention GEMMs).
   void CastToHalf(uint16_t* dst, const float* src, size_t n, bool f16);
   // The fused kernels of attention_flash.cu (SetAttentionKernel("flash")). The forward keeps only the

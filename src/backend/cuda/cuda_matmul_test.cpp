@@ -59,6 +59,38 @@ TEST_F(CudaVsReference, MatmulAllLayoutsAndPrecisions) {
   EXPECT_EQ(cases, 5 * 2 * 2 * 3 * 2 * 2 * 2);
 }
 
+// The GELU epilogues (cuBLASLt's GELU_AUX(_BIAS) and DGELU, or the unfused ops where cuBLASLt takes no plan:
+// N = 37 is not a multiple of 8) against the reference's unfused ops. Bounds: the matmul's, plus GELU's
+// (tanhf vs libm, 1e-5 relative) on outputs of order one.
+TEST_F(CudaVsReference, MatmulGeluEpilogues) {
+  struct S {
+    int M, N, K;
+  };
+  for (S s : {S{64, 96, 128}, S{37, 37, 53}, S{256, 3072, 768}})
+    for (Compute compute : {Compute::kF32, Compute::kBF16, Compute::kF16})
+      for (int with_bias = 0; with_bias < 2; with_bias++) {
+        SCOPED_TRACE(::testing::Message() << "M=" << s.M << " N=" << s.N << " K=" << s.K
+                                          << " compute=" << ComputeName(compute) << " bias=" << with_bias);
+        const size_t nc = static_cast<size_t>(s.M) * s.N;
+        Twin a = Make(Random(static_cast<size_t>(s.M) * s.K)),
+             w = Make(Random(static_cast<size_t>(s.N) * s.K)), bias = Make(Random(s.N)),
+             dy = Make(Random(static_cast<size_t>(s.M) * s.K)),
+             w2 = Make(Random(static_cast<size_t>(s.K) * s.N)), out = Make(std::vector<float>(nc)),
+             pre = Make(std::vector<float>(nc)), din = Make(std::vector<float>(nc));
+        for (Backend* be : {ref_.get(), gpu_.get()}) {
+          const bool g = be == gpu_.get();
+          auto P = [&](Twin& t) { return g ? t.gpu.as<float>() : t.ref.as<float>(); };
+          be->MatmulGelu(P(out), P(pre), F32(P(a)), F32(P(w)), with_bias ? P(bias) : nullptr, s.M, s.N, s.K,
+                         false, true, compute);
+          be->MatmulDGelu(P(din), P(pre), F32(P(dy)), F32(P(w2)), s.M, s.N, s.K, false, false, compute);
+        }
+        const double bound = compute == Compute::kF32 ? 1e-4 : 2e-3;
+        EXPECT_LT(RelMaxError(Gpu<float>(pre), Ref<float>(pre)), bound) << "pre-activation";
+        EXPECT_LT(RelMaxError(Gpu<float>(out), Ref<float>(out)), bound) << "gelu";
+        EXPECT_LT(RelMaxError(Gpu<float>(din), Ref<float>(din)), bound) << "dgelu";
+      }
+}
+
 // fp16 operands above 65504 become inf (as on the CPU): the overflow the fp16 loss scaler must see.
 TEST_F(CudaVsReference, MatmulFp16OverflowIsInf) {
   const int M = 4, N = 8, K = 16;

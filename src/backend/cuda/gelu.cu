@@ -19,8 +19,8 @@ __global__ void GeluForwardKernel(float* __restrict__ out, const float* __restri
   }
 }
 
-__global__ void GeluBackwardKernel(float* __restrict__ dinp, const float* __restrict__ inp,
-                                   const float* __restrict__ dout, size_t n) {
+// dinp may be dout (MatmulDGelu's unfused path runs it in place): neither is __restrict__.
+__global__ void GeluBackwardKernel(float* dinp, const float* __restrict__ inp, const float* dout, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const float x = inp[i];
     const float cube = 0.044715f * x * x * x;

@@ -1,5 +1,6 @@
-// Matmul through cuBLASLt (bf16, fp16 or fp32 operands, fp32 accumulate, fp32 output, bias epilogue), with a
-// cublasGemmEx fallback for shapes cuBLASLt does not take (unaligned pointers or leading dimensions).
+// Matmul through cuBLASLt (bf16, fp16 or fp32 operands, fp32 accumulate, fp32 output; bias, GELU and GELU
+// gradient epilogues), with a cublasGemmEx fallback for shapes cuBLASLt does not take (unaligned pointers or
+// leading dimensions), and the unfused ops behind the GELU epilogues.
 //
 // Row-major to column-major: a row-major [R, S] matrix is the column-major [S, R] matrix, its transpose.
 // So C[M,N] = op(A)[M,K] op(B)[K,N] (row-major) is computed as the column-major product
@@ -63,11 +64,11 @@ const void* CudaBackend::PrepareOperand(Operand op, size_t elems, Compute comput
   return dst;
 }
 
-cuda::LtPlan* CudaBackend::GetPlan(int m, int n, int k, bool ta, bool tb, cudaDataType_t ab_type, bool bias,
-                                   int lda, int ldb, int ldc) {
+cuda::LtPlan* CudaBackend::GetPlan(int m, int n, int k, bool ta, bool tb, cudaDataType_t ab_type,
+                                   int epilogue, int lda, int ldb, int ldc) {
   char key[160];
   std::snprintf(key, sizeof(key), "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", m, n, k, ta, tb, static_cast<int>(ab_type),
-                bias, lda, ldb, ldc);
+                epilogue, lda, ldb, ldc);
   auto it = plans_.find(key);
   if (it != plans_.end()) return &it->second;
   cuda::LtPlan& p = plans_[key];
@@ -75,12 +76,20 @@ cuda::LtPlan* CudaBackend::GetPlan(int m, int n, int k, bool ta, bool tb, cudaDa
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
-  const cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  const auto epi = static_cast<cublasLtEpilogue_t>(epilogue);
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-  if (bias) {
+  if (epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
     const cudaDataType_t bias_type = CUDA_R_32F;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                 sizeof(bias_type)));
+  }
+  if (epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+      epi == CUBLASLT_EPILOGUE_DGELU) {
+    // The pre-activation: fp32 (the output's type) with the output's leading dimension. Its pointer is set
+    // per call (LtMatmul only passes 16-byte aligned ones); the heuristic reads only its alignment.
+    const int64_t aux_ld = ldc;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                sizeof(aux_ld)));
   }
   // Stored shapes: an operand used transposed is stored with its dimensions swapped.
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab_type, ta ? k : m, ta ? m : k, lda));
@@ -104,6 +113,38 @@ cuda::LtPlan* CudaBackend::GetPlan(int m, int n, int k, bool ta, bool tb, cudaDa
   return &p;
 }
 
+bool CudaBackend::LtMatmul(float* c, const void* pa, const void* pb, cudaDataType_t type, const float* bias,
+                           const float* aux, int epilogue, int M, int N, int K, bool trans_a, bool trans_b,
+                           float beta) {
+  // Column-major problem C'[m,n] = op(X)[m,k] op(Y)[k,n] with X = B', Y = A'.
+  const int m = N, n = M, k = K;
+  const bool tx = trans_b, ty = trans_a;
+  const int ldx = std::max(1, trans_b ? K : N), ldy = std::max(1, trans_a ? M : K), ldc = N;
+  const size_t esize = type == CUDA_R_32F ? 4 : 2;
+  // 16-byte pointers and leading dimensions; the GELU pre-activation's leading dimension a multiple of 8.
+  const bool ok = K > 0 && Aligned16(pa) && Aligned16(pb) && Aligned16(c) && (!bias || Aligned16(bias)) &&
+                  (!aux || (Aligned16(aux) && ldc % 8 == 0)) && (ldx * esize) % 16 == 0 &&
+                  (ldy * esize) % 16 == 0 && (ldc * 4) % 16 == 0;
+  if (!ok) return false;
+  cuda::LtPlan* plan = GetPlan(m, n, k, tx, ty, type, epilogue, ldx, ldy, ldc);
+  if (!plan->usable) return false;
+  if (bias)
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  if (aux)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                sizeof(aux)));
+  const float alpha = 1.0f;
+  const cublasStatus_t st =
+      cublasLtMatmul(cublaslt_, plan->desc, &alpha, pb, plan->a, pa, plan->b, &beta, c, plan->c, c, plan->c,
+                     &plan->algo, lt_workspace_, workspace_bytes_, stream_);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    plan->usable = false;  // remember, and take the other path from now on
+    return false;
+  }
+  return true;
+}
+
 void CudaBackend::Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
                          bool trans_b, float beta, Compute compute) {
   if (M <= 0 || N <= 0) return;
@@ -111,44 +152,48 @@ void CudaBackend::Matmul(float* c, Operand a, Operand b, const float* bias, int 
   const void* pa = PrepareOperand(a, static_cast<size_t>(M) * K, compute, cuda::Scratch::kMatmulA);
   const void* pb = PrepareOperand(b, static_cast<size_t>(K) * N, compute, cuda::Scratch::kMatmulB);
 
-  // Column-major problem C'[m,n] = op(X)[m,k] op(Y)[k,n] with X = B', Y = A'.
+  // cuBLASLt for the common, aligned case; the bias epilogue only when beta == 0, where its semantics are
+  // unambiguous.
+  const bool fuse_bias = bias && beta == 0.0f;
+  const int epi = fuse_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  if (LtMatmul(c, pa, pb, type, fuse_bias ? bias : nullptr, nullptr, epi, M, N, K, trans_a, trans_b, beta)) {
+    if (bias && !fuse_bias) cuda::LaunchAddBiasRows(c, bias, M, N, stream_);
+    return;
+  }
   const int m = N, n = M, k = K;
   const bool tx = trans_b, ty = trans_a;
   // (max with 1: BLAS wants leading dimensions >= 1 even for K == 0, where C = beta * C (+ bias).)
   const int ldx = std::max(1, trans_b ? K : N), ldy = std::max(1, trans_a ? M : K), ldc = N;
   const float alpha = 1.0f;
-  const size_t esize = type == CUDA_R_32F ? 4 : 2;
+  CUBLAS_CHECK(cublasGemmEx(cublas_, tx ? CUBLAS_OP_T : CUBLAS_OP_N, ty ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
+                            &alpha, pb, type, ldx, pa, type, ldy, &beta, c, CUDA_R_32F, ldc,
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  if (bias) cuda::LaunchAddBiasRows(c, bias, M, N, stream_);
+}
 
-  // cuBLASLt for the common, aligned case (16-byte pointers and leading dimensions); the bias epilogue
-  // only when beta == 0, where its semantics are unambiguous.
-  const bool fuse_bias = bias && beta == 0.0f;
-  const bool lt_ok = K > 0 && Aligned16(pa) && Aligned16(pb) && Aligned16(c) &&
-                     (!fuse_bias || Aligned16(bias)) && (ldx * esize) % 16 == 0 && (ldy * esize) % 16 == 0 &&
-                     (ldc * 4) % 16 == 0;
-  bool done = false;
-  if (lt_ok) {
-    cuda::LtPlan* plan = GetPlan(m, n, k, tx, ty, type, fuse_bias, ldx, ldy, ldc);
-    if (plan->usable) {
-      if (fuse_bias)
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                    sizeof(bias)));
-      cublasStatus_t st =
-          cublasLtMatmul(cublaslt_, plan->desc, &alpha, pb, plan->a, pa, plan->b, &beta, c, plan->c, c,
-                         plan->c, &plan->algo, lt_workspace_, workspace_bytes_, stream_);
-      if (st == CUBLAS_STATUS_SUCCESS) {
-        done = true;
-        if (bias && !fuse_bias) cuda::LaunchAddBiasRows(c, bias, M, N, stream_);
-      } else {
-        plan->usable = false;  // remember, and take the general path from now on
-      }
-    }
-  }
-  if (!done) {
-    CUBLAS_CHECK(cublasGemmEx(cublas_, tx ? CUBLAS_OP_T : CUBLAS_OP_N, ty ? CUBLAS_OP_T : CUBLAS_OP_N, m, n,
-                              k, &alpha, pb, type, ldx, pa, type, ldy, &beta, c, CUDA_R_32F, ldc,
-                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    if (bias) cuda::LaunchAddBiasRows(c, bias, M, N, stream_);
-  }
+// GELU_AUX(_BIAS): D = gelu(AB + bias) is the output, the pre-activation AB + bias goes to the aux buffer.
+void CudaBackend::MatmulGelu(float* out, float* pre, Operand a, Operand b, const float* bias, int M, int N,
+                             int K, bool trans_a, bool trans_b, Compute compute) {
+  if (M <= 0 || N <= 0) return;
+  const cudaDataType_t type = cuda::GemmType(compute);
+  const void* pa = PrepareOperand(a, static_cast<size_t>(M) * K, compute, cuda::Scratch::kMatmulA);
+  const void* pb = PrepareOperand(b, static_cast<size_t>(K) * N, compute, cuda::Scratch::kMatmulB);
+  const int epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (LtMatmul(out, pa, pb, type, bias, pre, epi, M, N, K, trans_a, trans_b, 0.0f)) return;
+  // Unfused: Matmul converts the operands again (into the same scratch, in stream order).
+  Backend::MatmulGelu(out, pre, a, b, bias, M, N, K, trans_a, trans_b, compute);
+}
+
+// DGELU: D = gelu'(aux) * AB, aux the forward's pre-activation.
+void CudaBackend::MatmulDGelu(float* dinp, const float* pre, Operand a, Operand b, int M, int N, int K,
+                              bool trans_a, bool trans_b, Compute compute) {
+  if (M <= 0 || N <= 0) return;
+  const cudaDataType_t type = cuda::GemmType(compute);
+  const void* pa = PrepareOperand(a, static_cast<size_t>(M) * K, compute, cuda::Scratch::kMatmulA);
+  const void* pb = PrepareOperand(b, static_cast<size_t>(K) * N, compute, cuda::Scratch::kMatmulB);
+  if (LtMatmul(dinp, pa, pb, type, nullptr, pre, CUBLASLT_EPILOGUE_DGELU, M, N, K, trans_a, trans_b, 0.0f))
+    return;
+  Backend::MatmulDGelu(dinp, pre, a, b, M, N, K, trans_a, trans_b, compute);
 }
 
 void CudaBackend::GemmStridedBatched(bool ta, bool tb, int m, int n, int k, float alpha, const void* a,
