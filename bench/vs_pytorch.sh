@@ -8,6 +8,7 @@
 #   bench/vs_pytorch.sh            # all four rows (~10 minutes on 2 cores)
 #   STEPS=3 bench/vs_pytorch.sh    # quicker, noisier
 #   CONFIGS="6 6 384 50257 8 256" bench/vs_pytorch.sh   # one config ("L H C V B T")
+#   PRECISIONS=fp32 bench/vs_pytorch.sh   # one precision (PyTorch 1.13's bf16 on an AVX2-only CPU takes hours)
 #   bench/vs_pytorch.sh --openblas-core   # only choose and print the core (CPUINFO=FILE: another CPU's flags)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -95,7 +96,7 @@ CONFIGS=${CONFIGS:-"12 12 768 50257 4 64|6 6 384 50257 8 256"}
 IFS="|" read -ra CFG_LIST <<< "$CONFIGS"
 for cfg in "${CFG_LIST[@]}"; do
   set -- $cfg
-  for prec in fp32 bf16; do
+  for prec in ${PRECISIONS:-fp32 bf16}; do
     t_inst=$(torch_rate "$@" "$prec")
     t_tuned=$(torch_tuned "$@" "$prec")
     read -r tern_tps tern_mfu <<< "$(tern_rate "$@" "$prec")"
