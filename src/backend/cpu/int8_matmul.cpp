@@ -1,5 +1,6 @@
 // MatmulInt8 for the fast CPU backend with AVX-512 VNNI (vpdpbusd: 64 int8 multiply-adds per instruction,
-// four times the multiply-adds of an fp32 FMA and a quarter of the weight bytes to stream).
+// four times the multiply-adds of an fp32 FMA and a quarter of the weight bytes to stream); on AVX2 CPUs a
+// vpmaddubsw kernel (after the AVX-512 one, below); without either the reference.
 //
 // 1. Each activation row is quantised to int8 with its own scale (backend.h states the rounding), and its
 //    int8 sum is kept.
@@ -20,6 +21,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -222,7 +224,118 @@ void CpuFastBackend::MatmulInt8(float* out, const float* inp, const int8_t* w, c
   }
 }
 
-#else  // no AVX-512 VNNI at compile time: the reference defines the result
+#elif defined(__AVX2__)  // AVX2 without AVX-512 VNNI (an AMD Zen 3, Intel before Ice Lake)
+namespace {
+
+// The reference's quantisation of one row into K bytes: a(k) = nearbyint(x[k] * (127 / m)), m = max |x|;
+// returns the row scale m / 127.
+float QuantizeRowBytes(const float* x, int K, int8_t* a) {
+  float m = 0.0f;
+  for (int k = 0; k < K; k++) m = std::max(m, std::fabs(x[k]));
+  const float inv = m > 0.0f ? 127.0f / m : 0.0f;
+  for (int k = 0; k < K; k++) a[k] = static_cast<int8_t>(std::nearbyint(x[k] * inv));
+  return m / 127.0f;
+}
+
+struct Int8Avx2Args {
+  const int8_t* a;         // [N, K] quantised rows
+  const float* row_scale;  // [N]
+  const int8_t* w;         // packed weights (backend.h)
+  const float* w_scale;    // [OC]
+  const float* bias;       // [OC] or null
+  float* out;              // [N, OC]
+  int N, OC, K;
+};
+
+// Rows [r0, r0 + MR) x the 16 output channels of group g. Per step of 4 k the group's 64 weight bytes are two
+// ymm (8 channels x 4 bytes each), multiplied by each row's 4 bytes broadcast. vpmaddubsw multiplies unsigned
+// by signed bytes and adds neighbours into int16 with saturation, so it gets |a| and w carrying a's sign
+// (vpsignb): both lie in [-127, 127], a pair sums to at most 2 x 127 x 127 < 2^15 and nothing saturates;
+// vpmaddwd by ones adds the pairs into int32 lanes, one per channel. The sums are exact, so the result is the
+// reference's whatever the tiling; the epilogue is its float arithmetic, a multiply then an add.
+template <int MR>
+void Int8TileAvx2(const Int8Avx2Args& p, int r0, int g) {
+  const int K4 = p.K / 4;
+  const int8_t* wg = p.w + static_cast<size_t>(g) * K4 * 64;
+  __m256i acc[MR][2];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t* a0 = p.a + static_cast<size_t>(r0) * p.K;
+  for (int j = 0; j < K4; j++, wg += 64) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + 32));
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++) {
+      int32_t four;
+      std::memcpy(&four, a0 + static_cast<size_t>(r) * p.K + 4 * j, 4);
+      const __m256i av = _mm256_set1_epi32(four), mag = _mm256_sign_epi8(av, av);
+      acc[r][0] = _mm256_add_epi32(
+          acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(w0, av)), ones));
+      acc[r][1] = _mm256_add_epi32(
+          acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(w1, av)), ones));
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; r++) {
+    const int n = r0 + r;
+    const __m256 rs = _mm256_set1_ps(p.row_scale[n]);
+    for (int h = 0; h < 2; h++) {
+      const int o0 = g * 16 + h * 8, valid = std::min(8, p.OC - o0);
+      if (valid <= 0) break;
+      alignas(32) float ws[8] = {}, b[8] = {}, y[8];
+      std::memcpy(ws, p.w_scale + o0, valid * sizeof(float));
+      if (p.bias) std::memcpy(b, p.bias + o0, valid * sizeof(float));
+      __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][h]), _mm256_mul_ps(rs, _mm256_load_ps(ws)));
+      // GCC's AVX intrinsics are plain vector * and +, which -ffp-contract=fast would fuse into an FMA (one
+      // rounding, not the reference's two): the empty asm keeps the product a rounded value of its own.
+      asm("" : "+x"(v));
+      if (p.bias) v = _mm256_add_ps(v, _mm256_load_ps(b));
+      _mm256_store_ps(y, v);
+      std::memcpy(p.out + static_cast<size_t>(n) * p.OC + o0, y, valid * sizeof(float));
+    }
+  }
+}
+
+}  // namespace
+
+void CpuFastBackend::MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale,
+                                const float* bias, int N, int OC, int K) {
+  if (N <= 0 || OC <= 0) return;
+  const size_t a_bytes = fast::RoundUp(static_cast<size_t>(N) * K, 64);
+  char* scratch = int8_acts_.As<char>(a_bytes + sizeof(float) * static_cast<size_t>(N));
+  int8_t* a = reinterpret_cast<int8_t*>(scratch);
+  float* row_scale = reinterpret_cast<float*>(scratch + a_bytes);
+#pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * K >= (1 << 16))
+  for (int n = 0; n < N; n++)
+    row_scale[n] = QuantizeRowBytes(inp + static_cast<size_t>(n) * K, K, a + static_cast<size_t>(n) * K);
+  const Int8Avx2Args args{a, row_scale, w, w_scale, bias, out, N, OC, K};
+  const int groups = (OC + 15) / 16;
+  // As the AVX-512 path: threads for >= 4M multiply-adds or >= 2 MB of weights streamed from DRAM.
+  const size_t macs = static_cast<size_t>(N) * OC * K, weight_bytes = static_cast<size_t>(OC) * K;
+  const bool parallel = macs >= (1 << 22) || weight_bytes >= (1 << 21);
+  // Each thread takes whole groups: a group's K x 16 weight bytes stay in L1/L2 while every row uses them.
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int g = 0; g < groups; g++) {
+    for (int r0 = 0; r0 < N; r0 += 4) {
+      switch (std::min(4, N - r0)) {
+        case 1:
+          Int8TileAvx2<1>(args, r0, g);
+          break;
+        case 2:
+          Int8TileAvx2<2>(args, r0, g);
+          break;
+        case 3:
+          Int8TileAvx2<3>(args, r0, g);
+          break;
+        default:
+          Int8TileAvx2<4>(args, r0, g);
+      }
+    }
+  }
+}
+
+#else  // neither AVX-512 VNNI nor AVX2 at compile time: the reference defines the result
 
 void CpuFastBackend::MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale,
                                 const float* bias, int N, int OC, int K) {
