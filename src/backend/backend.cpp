@@ -106,6 +106,10 @@ void Backend::MatmulBF16(float* out, const float* inp, const uint16_t* w, const 
                          int K) {
   Matmul(out, F32(inp), BF16(w), bias, N, OC, K, false, true, 0.0f, Compute::kBF16);
 }
+void Backend::MatmulF32Weights(float* out, const float* inp, const float* w, const float* bias, int N, int OC,
+                               int K) {
+  Matmul(out, F32(inp), F32(w), bias, N, OC, K, false, true, 0.0f, Compute::kF32);
+}
 
 void Backend::MatmulInt8(float*, const float*, const int8_t*, const float*, const float*, int, int, int) {
   NotImplemented("MatmulInt8", *this);

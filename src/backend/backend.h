@@ -253,6 +253,13 @@ class Backend {
   // but may pick another kernel (and order) for another N: CUDA's cuBLASLt does.
   virtual void MatmulBF16(float* out, const float* inp, const uint16_t* w, const float* bias, int N, int OC,
                           int K);
+  // out[N,OC] = inp[N,K] * W[OC,K]^T + bias (bias may be null), all fp32 (serving with --weights fp32).
+  // Row independent on the CPU fast backend (cpu/f32_matmul.cpp: a row gets bitwise the same result alone or
+  // batched, which the engine's batching invariance rests on; oneDNN's sgemm picks other kernels, and other
+  // summation orders, for other row counts). The default runs Matmul(F32(inp), F32(w), ..., Compute::kF32):
+  // what the reference and CUDA backends use.
+  virtual void MatmulF32Weights(float* out, const float* inp, const float* w, const float* bias, int N,
+                                int OC, int K);
 };
 
 // Backends this build knows. "cpu" is the fast CPU path, "cpu-ref" the plain reference (the test oracle).

@@ -118,6 +118,10 @@ class ForwardingBackend : public Backend {
                   int K) override {
     inner_->MatmulBF16(out, inp, w, bias, N, OC, K);
   }
+  void MatmulF32Weights(float* out, const float* inp, const float* w, const float* bias, int N, int OC,
+                        int K) override {
+    inner_->MatmulF32Weights(out, inp, w, bias, N, OC, K);
+  }
   void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias,
                   int N, int OC, int K) override {
     inner_->MatmulInt8(out, inp, w, w_scale, bias, N, OC, K);

@@ -56,6 +56,11 @@ class SpyBackend : public CpuReferenceBackend {
     calls["EmbedTokens"]++;
     CpuReferenceBackend::EmbedTokens(out, tokens, positions, wte, wpe, N, C);
   }
+  void MatmulF32Weights(float* out, const float* inp, const float* w, const float* bias, int N, int OC,
+                        int K) override {
+    calls["MatmulF32Weights"]++;
+    CpuReferenceBackend::MatmulF32Weights(out, inp, w, bias, N, OC, K);
+  }
 
   std::map<std::string, int> calls;
 };
@@ -106,6 +111,8 @@ TEST(ForwardingBackend, DefaultedVirtualsReachTheInnerBackend) {
   const float* w = ar.In(Uniform(rng, C * C));
   deco.MatmulGelu(g, pre, F32(a), F32(w), nullptr, N, C, C, false, true, Compute::kF32);
   deco.MatmulDGelu(g, pre, F32(a), F32(w), N, C, C, false, false, Compute::kF32);
+  deco.MatmulF32Weights(g, a, w, nullptr, N, C, C);
+  EXPECT_EQ(spy->calls["MatmulF32Weights"], 1);
   EXPECT_EQ(spy->calls["MatmulGelu"], 1);
   EXPECT_EQ(spy->calls["MatmulDGelu"], 1);
   EXPECT_EQ(deco.adds, 1);

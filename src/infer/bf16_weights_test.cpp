@@ -38,7 +38,9 @@ std::vector<float> RunBF16(Backend& be, const std::vector<float>& x, const std::
 TEST(MatmulBF16Weights, FastMatchesReferenceOnOddShapesAndIsRowIndependent) {
   std::mt19937 rng(11);
   // Rows 1-3 (one tile), 16 and 17 (decode batches, a short last tile); channels not a multiple of the
-  // 4-channel group; K below, at and off the vector width (4, 8 or 16 lanes).
+  // 4-channel group; K below, at and off the vector width (4, 8 or 16 lanes). The shapes with K % 32 == 0
+  // and N >= 16 take AMX where the CPU has it: 16-channel tiles (one or two a group, the last < 16 channels
+  // through the vector kernel), 1-16 rows a tile and several tiles (33, 40) with a padded last one.
   for (auto [N, OC, K] : {std::tuple{1, 1, 1},
                           {1, 37, 7},
                           {2, 5, 8},
@@ -46,7 +48,13 @@ TEST(MatmulBF16Weights, FastMatchesReferenceOnOddShapesAndIsRowIndependent) {
                           {16, 64, 64},
                           {17, 33, 129},
                           {5, 130, 771},
-                          {1, 2051, 48}}) {
+                          {1, 2051, 48},
+                          {1, 16, 32},
+                          {2, 50, 64},
+                          {16, 48, 96},
+                          {17, 70, 96},
+                          {33, 35, 64},
+                          {40, 130, 768}}) {
     auto w32 = Uniform(rng, static_cast<size_t>(OC) * K);
     auto w = ToBF16(w32);
     auto x = Uniform(rng, static_cast<size_t>(N) * K);

@@ -228,7 +228,9 @@ void InferenceModel::RunLinear(float* out, const float* inp, const Linear& w, co
     // (cpu/bf16_matmul.cpp, row independent); GPU the tensor cores through cuBLASLt.
     backend_->MatmulBF16(out, inp, w.bf16, bias, N, OC, K);
   } else {
-    backend_->Matmul(out, F32(inp), F32(w.f32), bias, N, OC, K, false, true, 0.0f, Compute::kF32);
+    // fp32: CPU FMA tiles that read the weights at the memory bound at one row (cpu/f32_matmul.cpp, row
+    // independent); the reference and GPU backends their fp32 Matmul.
+    backend_->MatmulF32Weights(out, inp, w.f32, bias, N, OC, K);
   }
 }
 

@@ -6,7 +6,12 @@
 // sixteen, and the rows must not change each other's results (below). oneDNN 2.6's bf16 brgemm is 2-3x faster
 // than an FMA kernel at 16 rows but picks other kernels (other summation orders) for other row counts.
 //
-// Two kernels, chosen when the file is compiled (-march=native):
+// Three kernels, chosen when the file is compiled (-march=native):
+//  * AMX-BF16 (Intel Sapphire Rapids on), when the kernel grants the process the tile state and K % 32 == 0:
+//    tdpbf16ps multiplies a 16-channel x 32-k tile of weights, loaded as stored ([N, K], a row stride of
+//    2K bytes), by up to 16 rows of activations packed in pairs of k (the B operand), into a 16-channel x
+//    rows fp32 tile: 8192 multiply-adds an instruction, so 16 rows cost about what one does and decode stays
+//    bound by reading the weights at every batch size. The channels past the last 16 go to the kernel below.
 //  * AVX512-BF16 (AMD Zen 4/5, Intel Cooper Lake and Sapphire Rapids on): vdpbf16ps multiplies 32 bf16 pairs
 //    into 16 fp32 lanes (each lane adds two exact products): half the instructions of an fp32 FMA per weight,
 //    and the weights and activations are read as they are stored, without widening.
@@ -18,16 +23,22 @@
 //
 // Row independence: each output is one accumulator per (row, channel) walking k in the same order, reduced
 // lane by lane in a fixed order, whatever MR or the number of rows: a row gets bitwise the same result
-// alone or batched (infer/engine_test.cpp depends on it). The two kernels differ from each other in the last
-// bits (vdpbf16ps adds its two products before the accumulator), so a machine's results are its own.
+// alone or batched (infer/engine_test.cpp depends on it). AMX computes every (channel, row) of a tile by the
+// same circuit, so a row's sums do not depend on the tile's other rows either (bf16_weights_test checks it);
+// which kernel a channel gets depends only on N, K and the machine. The kernels differ from each other in the
+// last bits (vdpbf16ps adds its two products before the accumulator), so a machine's results are its own.
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <utility>
 
 #include "backend/bf16.h"
@@ -180,6 +191,99 @@ void Tile(const Args& p, int r0, int n0) {
 }
 #endif
 
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+#define TERN_AMX 1
+// Linux hands out the AMX tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, once
+// per process); a kernel or hypervisor that refuses it leaves the vdpbf16ps kernel in use, as does
+// TERN_CPU_AMX=0 (for A/B measurements).
+bool AmxGranted() {
+  static const bool granted = [] {
+    const char* env = std::getenv("TERN_CPU_AMX");
+    if (env && std::string_view(env) == "0") return false;
+    constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return granted;
+}
+
+// The tile configuration (ldtilecfg's 64-byte layout, palette 1).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles: 0, 1 accumulate 16 channels x `cols` rows each (fp32); 2, 3 hold 16 channels x 32 k of weights;
+// 4 holds 16 pairs of k x `cols` rows of activations. `cols` is M up to 16, and 16 for every row tile when
+// M > 16 (the last one padded with zero rows): a row's sums do not depend on the other columns of its tile.
+constexpr int kAmxChannels = 16, kAmxK = 32, kAmxMaxRows = 16;
+
+void AmxConfigure(int cols) {
+  TileConfig cfg;
+  for (int t = 0; t < 5; t++) cfg.rows[t] = 16;
+  cfg.colsb[0] = cfg.colsb[1] = cfg.colsb[4] = static_cast<uint16_t>(cols * 4);
+  cfg.colsb[2] = cfg.colsb[3] = 64;
+  _tile_loadconfig(&cfg);
+}
+
+// Activations [M, K] (bf16) into row tiles of `cols` rows, pairs of k interleaved (tdpbf16ps's B operand):
+// tile t holds packed[t * K * cols + (k / 2) * 2 * cols + 2 * r + k % 2] = a[t * cols + r, k], zero rows past
+// M.
+void AmxPackRows(uint16_t* packed, const uint16_t* a, int M, int K, int cols) {
+  const int tiles = (M + cols - 1) / cols;
+  for (int t = 0; t < tiles; t++) {
+    uint16_t* dst = packed + static_cast<size_t>(t) * K * cols;
+    for (int r = 0; r < cols; r++) {
+      const int m = t * cols + r;
+      for (int kp = 0; kp < K / 2; kp++) {
+        uint16_t* d = dst + static_cast<size_t>(kp) * 2 * cols + 2 * r;
+        if (m < M) {
+          d[0] = a[static_cast<size_t>(m) * K + 2 * kp];
+          d[1] = a[static_cast<size_t>(m) * K + 2 * kp + 1];
+        } else {
+          d[0] = d[1] = 0;
+        }
+      }
+    }
+  }
+}
+
+// Channels [n0, n0 + 16 * tiles) (tiles 1 or 2) for every row: the weights of the group (32 x 2K bytes,
+// contiguous) stream from memory once and stay in L1/L2 while the row tiles pass over them.
+void AmxGroup(const Args& p, const uint16_t* packed, int cols, int n0, int tiles) {
+  const size_t K = static_cast<size_t>(p.K);
+  const uint16_t* w = p.w + n0 * K;
+  const int row_tiles = (p.M + cols - 1) / cols;
+  alignas(64) float sums[kAmxChannels * kAmxMaxRows];
+  for (int t = 0; t < row_tiles; t++) {
+    const uint16_t* b = packed + static_cast<size_t>(t) * K * cols;
+    _tile_zero(0);
+    _tile_zero(1);
+    for (size_t k = 0; k < K; k += kAmxK) {
+      _tile_loadd(4, b + k * cols, cols * 4);
+      _tile_loadd(2, w + k, K * 2);
+      _tile_dpbf16ps(0, 2, 4);
+      if (tiles == 2) {
+        _tile_loadd(3, w + kAmxChannels * K + k, K * 2);
+        _tile_dpbf16ps(1, 3, 4);
+      }
+    }
+    for (int h = 0; h < tiles; h++) {
+      if (h == 0) {
+        _tile_stored(0, sums, cols * 4);
+      } else {
+        _tile_stored(1, sums, cols * 4);
+      }
+      const int rows = std::min(cols, p.M - t * cols);
+      for (int r = 0; r < rows; r++)
+        for (int c = 0; c < kAmxChannels; c++)
+          Store(p, t * cols + r, n0 + h * kAmxChannels + c, sums[c * cols + r]);
+    }
+  }
+}
+#endif
+
 constexpr int kGroup = 4;  // output channels per tile (NR)
 
 using TileFn = void (*)(const Args&, int, int);
@@ -191,32 +295,65 @@ constexpr auto Tiles(std::integer_sequence<int, R...>) {
 constexpr auto kFull = Tiles<kGroup>(std::make_integer_sequence<int, kMaxRows>{});
 constexpr auto kNarrow = Tiles<1>(std::make_integer_sequence<int, kMaxRows>{});
 
+// Channels [n_begin, N) through the vdpbf16ps or FMA tiles, split over the threads of an enclosing parallel
+// region (or run alone outside one).
+void VectorChannels(const Args& p, int n_begin) {
+  const int groups = (p.N - n_begin + kGroup - 1) / kGroup;
+#pragma omp for schedule(static) nowait
+  for (int g = 0; g < groups; g++) {
+    const int n0 = n_begin + g * kGroup;
+    const bool full = n0 + kGroup <= p.N;
+    for (int r0 = 0; r0 < p.M; r0 += kMaxRows) {
+      const int mr = std::min(kMaxRows, p.M - r0);
+      if (full) {
+        kFull[mr - 1](p, r0, n0);
+      } else {
+        for (int n = n0; n < p.N; n++) kNarrow[mr - 1](p, r0, n);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void CpuFastBackend::MatmulBF16(float* out, const float* inp, const uint16_t* w, const float* bias, int M,
                                 int N, int K) {
   if (M <= 0 || N <= 0) return;
   const size_t na = static_cast<size_t>(M) * K;
-  uint16_t* a16 = bf16_acts_.As<uint16_t>(std::max<size_t>(na, 1));
+#if defined(TERN_AMX)
+  const bool amx = K % kAmxK == 0 && N >= kAmxChannels && AmxGranted();
+  const int cols = std::min(M, kAmxMaxRows);
+  const size_t packed_n = amx ? static_cast<size_t>((M + cols - 1) / cols) * cols * K : 0;
+#else
+  const size_t packed_n = 0;
+#endif
+  const size_t a16_n = fast::RoundUp(std::max<size_t>(na, 1), 32);  // keeps the packed rows 64-byte aligned
+  uint16_t* a16 = bf16_acts_.As<uint16_t>(a16_n + packed_n);
   CastF32ToBF16(a16, inp, na);  // the same rounding as the reference's (FastOpsTest checks it bit for bit)
   const Args args{a16, w, bias, out, M, N, K};
-  const int groups = (N + kGroup - 1) / kGroup;
-  // As MatmulInt8: threads pay off for >= 4M multiply-adds or >= 2 MB of weights to stream.
+  // As MatmulInt8: threads pay off for >= 4M multiply-adds or >= 256 KB of weights to stream.
   const size_t macs = static_cast<size_t>(M) * N * K, weight_bytes = 2ull * N * K;
-  const bool parallel = macs >= (1 << 22) || weight_bytes >= (1 << 21);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int g = 0; g < groups; g++) {
-    const int n0 = g * kGroup;
-    const bool full = n0 + kGroup <= N;
-    for (int r0 = 0; r0 < M; r0 += kMaxRows) {
-      const int mr = std::min(kMaxRows, M - r0);
-      if (full) {
-        kFull[mr - 1](args, r0, n0);
-      } else {
-        for (int n = n0; n < N; n++) kNarrow[mr - 1](args, r0, n);
-      }
+  const bool parallel = macs >= (1 << 22) || weight_bytes >= (1 << 18);
+#if defined(TERN_AMX)
+  if (amx) {
+    uint16_t* packed = a16 + a16_n;
+    AmxPackRows(packed, a16, M, K, cols);
+    const int amx_n = N / kAmxChannels * kAmxChannels;
+    const int pairs = amx_n / (2 * kAmxChannels), odd = amx_n / kAmxChannels % 2;
+#pragma omp parallel if (parallel)
+    {
+      AmxConfigure(cols);
+#pragma omp for schedule(static) nowait
+      for (int g = 0; g < pairs + odd; g++)
+        AmxGroup(args, packed, cols, g * 2 * kAmxChannels, g < pairs ? 2 : 1);
+      _tile_release();
+      VectorChannels(args, amx_n);
     }
+    return;
   }
+#endif
+#pragma omp parallel if (parallel)
+  VectorChannels(args, 0);
 }
 
 }  // namespace tern

@@ -58,7 +58,7 @@ class CpuFastBackend : public CpuReferenceBackend {
              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) override;
   void CastF32ToBF16(uint16_t* dst, const float* src, size_t n) override;
 
-  // Inference ops (infer/): fast_paged_attention.cpp, int8_matmul.cpp and bf16_matmul.cpp.
+  // Inference ops (infer/): fast_paged_attention.cpp, int8_matmul.cpp, bf16_matmul.cpp and f32_matmul.cpp.
   void EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
                    const float* wpe, int N, int C) override;
   void EmbedTokensBF16(float* out, const int32_t* tokens, const int32_t* positions, const uint16_t* wte,
@@ -74,6 +74,9 @@ class CpuFastBackend : public CpuReferenceBackend {
   // bf16_matmul.cpp: vdpbf16ps tiles on CPUs with AVX512-BF16, else FMA tiles on widened bf16.
   void MatmulBF16(float* out, const float* inp, const uint16_t* w, const float* bias, int N, int OC,
                   int K) override;
+  // f32_matmul.cpp: FMA tiles over fp32 weights, each weight read once per row tile, prefetched ahead.
+  void MatmulF32Weights(float* out, const float* inp, const float* w, const float* bias, int N, int OC,
+                        int K) override;
 
   // The oneDNN matmul (for tests and benchmarks: implementation names, cache size).
   DnnlMatmul& dnnl() { return *dnnl_; }

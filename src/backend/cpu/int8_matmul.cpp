@@ -199,10 +199,12 @@ void CpuFastBackend::MatmulInt8(float* out, const float* inp, const int8_t* w, c
   const int groups = (OC + 15) / 16;
   const int gblocks = (groups + kGroupsPerBlock - 1) / kGroupsPerBlock;
   const int rblocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-  // Threads pay off for compute (>= 4M multiply-adds, ~20 us on one core) or for streaming >= 2 MB of
-  // weights from DRAM; below both, waking a worker costs more than it saves.
+  // Threads pay off for compute (>= 4M multiply-adds, ~20 us on one core) or for streaming >= 256 KB of
+  // weights from DRAM (~17 us on one core); below both, waking a worker costs more than it saves. The bar
+  // was 2 MB: GPT-2's qkv (1.8 MB in int8) and attproj (0.6 MB; 1.2 MB in bf16) then streamed on one core at
+  // half the machine's bandwidth, 18 % of a one-stream decode step (an Intel Xeon VM, 2 cores).
   const size_t macs = static_cast<size_t>(N) * OC * K, weight_bytes = static_cast<size_t>(OC) * K;
-  const bool parallel = macs >= (1 << 22) || weight_bytes >= (1 << 21);
+  const bool parallel = macs >= (1 << 22) || weight_bytes >= (1 << 18);
 #pragma omp parallel for schedule(static) collapse(2) if (parallel)
   for (int rb = 0; rb < rblocks; rb++) {
     for (int gb = 0; gb < gblocks; gb++) {
@@ -311,9 +313,9 @@ void CpuFastBackend::MatmulInt8(float* out, const float* inp, const int8_t* w, c
     row_scale[n] = QuantizeRowBytes(inp + static_cast<size_t>(n) * K, K, a + static_cast<size_t>(n) * K);
   const Int8Avx2Args args{a, row_scale, w, w_scale, bias, out, N, OC, K};
   const int groups = (OC + 15) / 16;
-  // As the AVX-512 path: threads for >= 4M multiply-adds or >= 2 MB of weights streamed from DRAM.
+  // As the AVX-512 path: threads for >= 4M multiply-adds or >= 256 KB of weights streamed from DRAM.
   const size_t macs = static_cast<size_t>(N) * OC * K, weight_bytes = static_cast<size_t>(OC) * K;
-  const bool parallel = macs >= (1 << 22) || weight_bytes >= (1 << 21);
+  const bool parallel = macs >= (1 << 22) || weight_bytes >= (1 << 18);
   // Each thread takes whole groups: a group's K x 16 weight bytes stay in L1/L2 while every row uses them.
 #pragma omp parallel for schedule(static) if (parallel)
   for (int g = 0; g < groups; g++) {
