@@ -241,8 +241,12 @@ std::vector<float> RunInt8(Backend& be, const std::vector<float>& x, const Int8M
 
 TEST(MatmulInt8, FastMatchesReferenceAndFp32) {
   std::mt19937 rng(4);
-  // Shapes reach every tile kind: 1-4 rows x 4 groups, 5-8 x 2, 9-16 x 1, and a short last block.
+  // Shapes reach every tile kind: 1-4 rows x 4 groups, 5-8 x 2, 9-16 x 1, and a short last block. On AMX
+  // CPUs 8+ rows with K % 64 == 0 go to tdpbssd (one and two groups a tile, several row tiles with a padded
+  // last one) while a row alone goes to vpdpbusd: the row-independence check below holds them bit for bit.
   for (auto [N, OC, K] : {std::tuple{1, 48, 64},
+                          {8, 40, 64},
+                          {33, 50, 192},
                           {5, 37, 20},
                           {70, 200, 128},
                           {9, 16, 256},

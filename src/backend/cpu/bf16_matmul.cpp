@@ -29,19 +29,16 @@
 // last bits (vdpbf16ps adds its two products before the accumulator), so a machine's results are its own.
 #include <immintrin.h>
 #include <omp.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 #include <utility>
 
 #include "backend/bf16.h"
+#include "backend/cpu/amx.h"
 #include "backend/cpu/fast_ops.h"
 
 namespace tern {
@@ -193,34 +190,13 @@ void Tile(const Args& p, int r0, int n0) {
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
 #define TERN_AMX 1
-// Linux hands out the AMX tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, once
-// per process); a kernel or hypervisor that refuses it leaves the vdpbf16ps kernel in use, as does
-// TERN_CPU_AMX=0 (for A/B measurements).
-bool AmxGranted() {
-  static const bool granted = [] {
-    const char* env = std::getenv("TERN_CPU_AMX");
-    if (env && std::string_view(env) == "0") return false;
-    constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  }();
-  return granted;
-}
-
-// The tile configuration (ldtilecfg's 64-byte layout, palette 1).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // Tiles: 0, 1 accumulate 16 channels x `cols` rows each (fp32); 2, 3 hold 16 channels x 32 k of weights;
 // 4 holds 16 pairs of k x `cols` rows of activations. `cols` is M up to 16, and 16 for every row tile when
 // M > 16 (the last one padded with zero rows): a row's sums do not depend on the other columns of its tile.
 constexpr int kAmxChannels = 16, kAmxK = 32, kAmxMaxRows = 16;
 
 void AmxConfigure(int cols) {
-  TileConfig cfg;
+  amx::TileConfig cfg;
   for (int t = 0; t < 5; t++) cfg.rows[t] = 16;
   cfg.colsb[0] = cfg.colsb[1] = cfg.colsb[4] = static_cast<uint16_t>(cols * 4);
   cfg.colsb[2] = cfg.colsb[3] = 64;
@@ -321,9 +297,9 @@ void CpuFastBackend::MatmulBF16(float* out, const float* inp, const uint16_t* w,
   if (M <= 0 || N <= 0) return;
   const size_t na = static_cast<size_t>(M) * K;
 #if defined(TERN_AMX)
-  const bool amx = K % kAmxK == 0 && N >= kAmxChannels && AmxGranted();
+  const bool use_amx = K % kAmxK == 0 && N >= kAmxChannels && amx::Granted();
   const int cols = std::min(M, kAmxMaxRows);
-  const size_t packed_n = amx ? static_cast<size_t>((M + cols - 1) / cols) * cols * K : 0;
+  const size_t packed_n = use_amx ? static_cast<size_t>((M + cols - 1) / cols) * cols * K : 0;
 #else
   const size_t packed_n = 0;
 #endif
@@ -335,7 +311,7 @@ void CpuFastBackend::MatmulBF16(float* out, const float* inp, const uint16_t* w,
   const size_t macs = static_cast<size_t>(M) * N * K, weight_bytes = 2ull * N * K;
   const bool parallel = macs >= (1 << 22) || weight_bytes >= (1 << 18);
 #if defined(TERN_AMX)
-  if (amx) {
+  if (use_amx) {
     uint16_t* packed = a16 + a16_n;
     AmxPackRows(packed, a16, M, K, cols);
     const int amx_n = N / kAmxChannels * kAmxChannels;

@@ -15,6 +15,13 @@
 //    in the model, whose weights stream from DRAM). The inner loop is then 16 vpdpbusd and one load and
 //    flip: 1.6x the multiply-adds per second of the intrinsics GCC 12 compiled (DotBroadcast).
 // The int32 sums are exact, so results do not depend on tiling, threads or which rows share the batch.
+// 4. On AMX-INT8 CPUs (when Linux grants the tile state and K % 64 == 0) tdpbssd multiplies signed by signed
+//    bytes, 16 rows x 16 channels x 64 k an instruction: the packed layout of a group's 64 k is exactly a
+//    1 KB weight tile (16 rows of 4 k for 16 channels), read contiguously. Its int32 sums are the same exact
+//    integers, and the epilogue is the same arithmetic, so AMX gives bitwise the results of vpdpbusd, and
+//    the row count may pick the kernel: AMX from 8 rows (GPT-2 124M decode at 16 streams: 1751-1786 tok/s vs
+//    1478 with vpdpbusd), vpdpbusd below (one stream: 278 vs 227-245; AMX's tile loads stream the weights
+//    slower at one row). The tests' row-independence checks compare the two: a row alone runs vpdpbusd.
 // GCC 12's AVX-512 headers start some intrinsics from an undefined register and then warn about it.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -27,6 +34,7 @@
 #include <cstring>
 #include <utility>
 
+#include "backend/cpu/amx.h"
 #include "backend/cpu/fast_ops.h"
 
 namespace tern {
@@ -172,11 +180,107 @@ constexpr std::array<TileFn, sizeof...(MR)> MakeNarrowTiles(std::integer_sequenc
 constexpr auto kTiles = MakeTiles(std::make_integer_sequence<int, kMaxTileRows>{});
 constexpr auto kNarrowTiles = MakeNarrowTiles(std::make_integer_sequence<int, kMaxTileRows>{});
 
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__)
+#define TERN_AMX_INT8 1
+// Tiles: 0, 1 accumulate `rows` rows x 16 channels (int32); 2, 3 hold a group's 64 k of packed weights
+// (16 rows of 64 bytes); 4 holds `rows` rows x 64 k of activations. `rows` is N up to 16, and 16 for every
+// row tile when N > 16 (the last padded with zero rows).
+constexpr int kAmxK = 64, kAmxRows = 16, kAmxMinRows = 8;
+
+void AmxConfigureInt8(int rows) {
+  amx::TileConfig cfg;
+  cfg.rows[0] = cfg.rows[1] = cfg.rows[4] = static_cast<uint8_t>(rows);
+  cfg.rows[2] = cfg.rows[3] = 16;
+  for (int t = 0; t < 5; t++) cfg.colsb[t] = 64;
+  _tile_loadconfig(&cfg);
+}
+
+// Groups [g0, g0 + ng) (ng 1 or 2) of 16 channels for every row. The epilogue is MicroTileBody's.
+void AmxInt8Groups(const Int8Args& p, const int8_t* a_rows, int rows, int g0, int ng) {
+  const size_t K = static_cast<size_t>(p.K), group_bytes = K / 4 * 64;
+  const int8_t* w0 = p.w + static_cast<size_t>(g0) * group_bytes;
+  alignas(64) int32_t sums[kAmxRows * 16];
+  for (int r0 = 0; r0 < p.N; r0 += rows) {
+    const int8_t* a = a_rows + static_cast<size_t>(r0) * K;
+    _tile_zero(0);
+    _tile_zero(1);
+    for (size_t k = 0; k < K; k += kAmxK) {
+      _tile_loadd(4, a + k, static_cast<int>(K));
+      _tile_loadd(2, w0 + k / 4 * 64, 64);
+      _tile_dpbssd(0, 4, 2);
+      if (ng == 2) {
+        _tile_loadd(3, w0 + group_bytes + k / 4 * 64, 64);
+        _tile_dpbssd(1, 4, 3);
+      }
+    }
+    const int valid_rows = std::min(rows, p.N - r0);
+    for (int g = 0; g < ng; g++) {
+      if (g == 0) {
+        _tile_stored(0, sums, 64);
+      } else {
+        _tile_stored(1, sums, 64);
+      }
+      const int o0 = (g0 + g) * 16;
+      const int valid = std::min(16, p.OC - o0);
+      const __mmask16 mask =
+          valid == 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1);
+      for (int r = 0; r < valid_rows; r++) {
+        const int n = r0 + r;
+        const __m512 s = _mm512_cvtepi32_ps(_mm512_load_si512(sums + 16 * r));
+        const __m512 scale =
+            _mm512_mul_ps(_mm512_set1_ps(p.row_scale[n]), _mm512_maskz_loadu_ps(mask, p.w_scale + o0));
+        __m512 y = _mm512_mul_ps(s, scale);
+        if (p.bias) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mask, p.bias + o0));
+        _mm512_mask_storeu_ps(p.out + static_cast<size_t>(n) * p.OC + o0, mask, y);
+      }
+    }
+  }
+}
+
+// The AMX path of MatmulInt8: each row quantised into K bytes in row order (zero rows up to a multiple of
+// the row tile), then pairs of groups split over the threads.
+void AmxMatmulInt8(Int8Args p, const float* inp, fast::Scratch& scratch_buf, bool parallel) {
+  const int N = p.N, K = p.K, rows = std::min(N, kAmxRows);
+  const int padded = (N + rows - 1) / rows * rows;
+  const size_t a_bytes = fast::RoundUp(static_cast<size_t>(padded) * K, 64);
+  char* scratch = scratch_buf.As<char>(a_bytes + 8 * static_cast<size_t>(N));
+  int8_t* a_rows = reinterpret_cast<int8_t*>(scratch);
+  float* row_scale = reinterpret_cast<float*>(scratch + a_bytes);
+  std::memset(a_rows + static_cast<size_t>(N) * K, 0, static_cast<size_t>(padded - N) * K);
+#pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * K >= (1 << 16))
+  for (int n = 0; n < N; n++)
+    (void)QuantizeRow(inp + static_cast<size_t>(n) * K, K,
+                      reinterpret_cast<int32_t*>(a_rows + static_cast<size_t>(n) * K), 1, &row_scale[n]);
+  p.row_scale = row_scale;
+  const int groups = (p.OC + 15) / 16, pairs = groups / 2, odd = groups % 2;
+#pragma omp parallel if (parallel)
+  {
+    AmxConfigureInt8(rows);
+#pragma omp for schedule(static)
+    for (int g = 0; g < pairs + odd; g++) AmxInt8Groups(p, a_rows, rows, 2 * g, g < pairs ? 2 : 1);
+    _tile_release();
+  }
+}
+#endif
+
 }  // namespace
 
 void CpuFastBackend::MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale,
                                 const float* bias, int N, int OC, int K) {
   if (N <= 0 || OC <= 0) return;
+  // Threads pay off for compute (>= 4M multiply-adds, ~20 us on one core) or for streaming >= 256 KB of
+  // weights from DRAM (~17 us on one core); below both, waking a worker costs more than it saves. The bar
+  // was 2 MB: GPT-2's qkv (1.8 MB in int8) and attproj (0.6 MB; 1.2 MB in bf16) then streamed on one core at
+  // half the machine's bandwidth, 18 % of a one-stream decode step (an Intel Xeon VM, 2 cores).
+  const size_t macs = static_cast<size_t>(N) * OC * K, weight_bytes = static_cast<size_t>(OC) * K;
+  const bool parallel = macs >= (1 << 22) || weight_bytes >= (1 << 18);
+#if defined(TERN_AMX_INT8)
+  if (N >= kAmxMinRows && K % kAmxK == 0 && amx::Granted()) {
+    AmxMatmulInt8(Int8Args{nullptr, nullptr, nullptr, w, w_scale, bias, out, N, OC, K}, inp, int8_acts_,
+                  parallel);
+    return;
+  }
+#endif
   // Scratch: the quantised rows in panels of 16 rows (the last one R = N % 16 rows), [K / 4][R] int32 each,
   // the panel of row 16 p at int32 16 p * K / 4; then the row scales and sums.
   const int K4 = K / 4, panels = (N + 15) / 16;
@@ -199,12 +303,6 @@ void CpuFastBackend::MatmulInt8(float* out, const float* inp, const int8_t* w, c
   const int groups = (OC + 15) / 16;
   const int gblocks = (groups + kGroupsPerBlock - 1) / kGroupsPerBlock;
   const int rblocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-  // Threads pay off for compute (>= 4M multiply-adds, ~20 us on one core) or for streaming >= 256 KB of
-  // weights from DRAM (~17 us on one core); below both, waking a worker costs more than it saves. The bar
-  // was 2 MB: GPT-2's qkv (1.8 MB in int8) and attproj (0.6 MB; 1.2 MB in bf16) then streamed on one core at
-  // half the machine's bandwidth, 18 % of a one-stream decode step (an Intel Xeon VM, 2 cores).
-  const size_t macs = static_cast<size_t>(N) * OC * K, weight_bytes = static_cast<size_t>(OC) * K;
-  const bool parallel = macs >= (1 << 22) || weight_bytes >= (1 << 18);
 #pragma omp parallel for schedule(static) collapse(2) if (parallel)
   for (int rb = 0; rb < rblocks; rb++) {
     for (int gb = 0; gb < gblocks; gb++) {
