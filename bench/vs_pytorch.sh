@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tern vs a PyTorch 1.13 CPU baseline (Debian's python3-torch) on this machine: tokens/s and ratios,
 # GPT-2 124M at B=4 T=64 and L6 H6 C384 V50257 at B=8 T=256, fp32 and bf16. PyTorch runs twice: as
-# installed, and tuned: glibc keeps freed memory, and OpenBLAS is told its core. Debian's OpenBLAS 0.3.21
+# installed, and tuned: glibc keeps freed memory, subnormals are flushed (torch.set_flush_denormal, as tern's
+# CPU backend does), and OpenBLAS is told its core. Debian's OpenBLAS 0.3.21
 # detects an Intel Xeon with AMX as "Prescott" (SSE3 kernels, ~30 GFLOP/s), so for that one command
 # OPENBLAS_CORETYPE is the best core that works here (openblas_core below; printed), never exported.
 # Ratios are against the tuned run. Needs: build/tern, /usr/bin/python3 + torch.
@@ -70,6 +71,9 @@ openblas_core() {
   echo "openblas: OPENBLAS_CORETYPE left to OpenBLAS's detection (${detected:-unknown}) for tuned PyTorch" >&2
 }
 if [[ ${1:-} == --openblas-core ]]; then openblas_core; exit 0; fi
+[[ -x $TERN ]] || { echo "vs_pytorch: build tern first (scripts/build)" >&2; exit 1; }
+$PY -c 'import torch' 2>/dev/null ||
+  { echo "vs_pytorch: PyTorch is missing: apt-get install python3-torch (Debian's PyTorch 1.13)" >&2; exit 1; }
 
 export OMP_NUM_THREADS=2
 OPENBLAS_CORE=$(openblas_core)
@@ -84,9 +88,9 @@ tern_rate() {  # L H C V B T precision
 torch_rate() { $PY bench/pytorch_step.py "$@" "$STEPS"; }
 torch_tuned() {  # OPENBLAS_CORETYPE for this command only
   if [[ -n $OPENBLAS_CORE ]]; then
-    env OPENBLAS_CORETYPE="$OPENBLAS_CORE" MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 $PY bench/pytorch_step.py "$@" "$STEPS"
+    env FLUSH_DENORMAL=1 OPENBLAS_CORETYPE="$OPENBLAS_CORE" MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 $PY bench/pytorch_step.py "$@" "$STEPS"
   else
-    env -u OPENBLAS_CORETYPE MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 $PY bench/pytorch_step.py "$@" "$STEPS"
+    env -u OPENBLAS_CORETYPE FLUSH_DENORMAL=1 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 $PY bench/pytorch_step.py "$@" "$STEPS"
   fi
 }
 printf "machine: %s, %s threads; tuned PyTorch: OPENBLAS_CORETYPE=%s\n" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" \
