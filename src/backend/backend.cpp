@@ -62,6 +62,12 @@ void Backend::MatmulDGelu(float* dinp, const float* pre, Operand a, Operand b, i
   GeluBackward(dinp, pre, dinp, static_cast<size_t>(M) * N);
 }
 
+void Backend::CrossEntropyForwardBackwardBF16(float* losses, float* logits, uint16_t* dlogits,
+                                              const int32_t* targets, int N, int V, float dloss) {
+  CrossEntropyForwardBackward(losses, logits, targets, N, V, dloss);
+  if (dloss != 0.0f) CastF32ToBF16(dlogits, logits, static_cast<size_t>(N) * V);
+}
+
 const char* AttentionKindName(AttentionKind k) {
   return k == AttentionKind::kFlash ? "flash" : "naive";
 }

@@ -191,6 +191,12 @@ class Backend {
   // A target < 0 is ignored (loss 0, gradient 0).
   virtual void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
                                            float dloss) = 0;
+  // The same loss, with the gradient (dloss != 0) written to dlogits[N,V] as bf16 (rounded to nearest even,
+  // as CastF32ToBF16): what bf16 compute multiplies next, so the head's two backward matmuls read it as is.
+  // logits may be overwritten. The default runs the op above in place, then CastF32ToBF16; the fast CPU
+  // backend writes bf16 from the row it has in cache (the same bits).
+  virtual void CrossEntropyForwardBackwardBF16(float* losses, float* logits, uint16_t* dlogits,
+                                               const int32_t* targets, int N, int V, float dloss);
 
   // sum of squares of x[n] in double, returned to the host (for the global gradient norm).
   virtual double SumSquares(const float* x, size_t n) = 0;

@@ -86,6 +86,10 @@ class ForwardingBackend : public Backend {
                                    float dloss) override {
     inner_->CrossEntropyForwardBackward(losses, logits, targets, N, V, dloss);
   }
+  void CrossEntropyForwardBackwardBF16(float* losses, float* logits, uint16_t* dlogits,
+                                       const int32_t* targets, int N, int V, float dloss) override {
+    inner_->CrossEntropyForwardBackwardBF16(losses, logits, dlogits, targets, N, V, dloss);
+  }
   double SumSquares(const float* x, size_t n) override { return inner_->SumSquares(x, n); }
   double Sum(const float* x, size_t n) override { return inner_->Sum(x, n); }
   void AdamW(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v, size_t n, float lr,

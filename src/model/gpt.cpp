@@ -42,8 +42,10 @@ struct Gpt::Acts {
   float* lnf_mean;   // [N]
   float* lnf_rstd;   // [N]
   float* logits;     // [GptLogitsRows(N, logits_chunk), V]: one chunk of rows at a time
-  float* losses;     // [N]
-  size_t total;      // floats used
+  uint16_t* dlogits_bf16;  // bf16 compute: the chunk's gradient as bf16 [rows, V] (what the head's backward
+                           // matmuls multiply); null otherwise
+  float* losses;           // [N]
+  size_t total;            // floats used
 
   size_t att_stride;  // floats of one layer's attention state
 
@@ -79,6 +81,12 @@ struct Gpt::Acts {
     lnf_mean = take(N);
     lnf_rstd = take(N);
     logits = take(GptLogitsRows(N, logits_chunk) * V);
+    const size_t bf16_floats =
+        (GptLogitsBytes(c, static_cast<int>(B), static_cast<int>(T), logits_chunk,
+                        compute == Compute::kBF16) -
+         GptLogitsBytes(c, static_cast<int>(B), static_cast<int>(T), logits_chunk, false)) /
+        sizeof(float);
+    dlogits_bf16 = bf16_floats ? reinterpret_cast<uint16_t*>(take(bf16_floats)) : nullptr;
     losses = take(N);
     total = off;
   }
@@ -311,12 +319,18 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
     const int n = static_cast<int>(std::min(rows, N - r0));
     const float* lnf = a.lnf + r0 * C;
     backend_->Matmul(a.logits, F32(lnf), W("wte", 0), nullptr, n, V, C, false, true, 0.0f, compute_);
-    backend_->CrossEntropyForwardBackward(a.losses + r0, a.logits, d_targets + r0, n, V, dloss);
+    // bf16 compute: the gradient comes out as bf16, which both matmuls below would otherwise cast from fp32.
+    Operand dlogits = F32(a.logits);
+    if (a.dlogits_bf16) {
+      backend_->CrossEntropyForwardBackwardBF16(a.losses + r0, a.logits, a.dlogits_bf16, d_targets + r0, n, V,
+                                                dloss);
+      dlogits = BF16(a.dlogits_bf16);
+    } else {
+      backend_->CrossEntropyForwardBackward(a.losses + r0, a.logits, d_targets + r0, n, V, dloss);
+    }
     if (dloss == 0.0f) continue;
-    const float* dlogits = a.logits;
-    backend_->Matmul(s.dln + r0 * C, F32(dlogits), W("wte", 0), nullptr, n, C, V, false, false, 0.0f,
-                     compute_);
-    backend_->Matmul(G("wte"), F32(dlogits), F32(lnf), nullptr, V, C, n, true, false, 1.0f, compute_);
+    backend_->Matmul(s.dln + r0 * C, dlogits, W("wte", 0), nullptr, n, C, V, false, false, 0.0f, compute_);
+    backend_->Matmul(G("wte"), dlogits, F32(lnf), nullptr, V, C, n, true, false, 1.0f, compute_);
   }
   have_head_grads_ = dloss != 0.0f;
   return static_cast<float>(backend_->Sum(a.losses, N) / N);

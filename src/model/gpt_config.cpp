@@ -122,8 +122,9 @@ size_t GptLogitsRows(size_t N, int logits_chunk) {
   return logits_chunk > 0 ? std::min(N, static_cast<size_t>(logits_chunk)) : N;
 }
 
-size_t GptLogitsBytes(const GptConfig& cfg, int B, int T, int logits_chunk) {
-  return GptLogitsRows(static_cast<size_t>(B) * T, logits_chunk) * cfg.vocab_size * sizeof(float);
+size_t GptLogitsBytes(const GptConfig& cfg, int B, int T, int logits_chunk, bool bf16) {
+  const size_t n = GptLogitsRows(static_cast<size_t>(B) * T, logits_chunk) * cfg.vocab_size;
+  return (n + (bf16 ? (n + 1) / 2 : 0)) * sizeof(float);
 }
 
 GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recompute recompute,
@@ -144,7 +145,8 @@ GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recom
   const size_t gelu = recompute == Recompute::kGelu ? N * 4 * C : L * N * 4 * C;
   const size_t per_layer = N * (7 * C + 3 * C + 4 * C + 4) + att.state / 4;
   m.activations = 4 * (N * C /*encoded*/ + L * per_layer + gelu + N * (C + 2) /*lnf*/ + N /*losses*/) +
-                  GptLogitsBytes(cfg, B, T, logits_chunk) + 2 * N * 4 /*input and target token ids (int32)*/;
+                  GptLogitsBytes(cfg, B, T, logits_chunk, bf16) +
+                  2 * N * 4 /*input and target token ids (int32)*/;
   // backward scratch: dresidual, dln, datty (C each), dqkv (3C), dfch (4C: the GELU gradient is the
   // fcproj input gradient's epilogue, MatmulDGelu), attention's (naive: datt, NH*T floats per row; flash:
   // none)

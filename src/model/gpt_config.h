@@ -78,9 +78,10 @@ Result<Recompute> ParseRecompute(const std::string& s);
 inline constexpr int kDefaultLogitsChunk = 1024;
 // Rows of logits held at once for N = B*T rows.
 size_t GptLogitsRows(size_t N, int logits_chunk);
-// The logits' bytes (fp32) at micro-batch B x T: GptLogitsRows(B*T, chunk) x V x 4. Not linear in B: the
-// planner adds it apart from the other activations.
-size_t GptLogitsBytes(const GptConfig& cfg, int B, int T, int logits_chunk);
+// The logits' bytes at micro-batch B x T: GptLogitsRows(B*T, chunk) x V fp32 logits and, with bf16 compute,
+// their gradient in bf16 too (rounded up to whole floats). Not linear in B: the planner adds it apart from
+// the other activations.
+size_t GptLogitsBytes(const GptConfig& cfg, int B, int T, int logits_chunk, bool bf16);
 
 // Bytes of memory per component for training with micro-batch B x T.
 struct GptMemory {

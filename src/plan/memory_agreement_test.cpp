@@ -84,15 +84,16 @@ TEST(MemoryAgreement, PlannerEstimateIsTheModelsAllocation) {
 }
 
 // The saving the docs quote (docs/gpu.md, Memory): GPT-2 124M, B=16, T=1024, the fused classifier's default
-// chunk instead of the whole micro-batch's logits: (16384 - 1024) rows of V = 50257 floats.
+// chunk instead of the whole micro-batch's logits: (16384 - 1024) rows of V = 50257 floats, and of bf16
+// gradients (bf16 compute).
 TEST(MemoryAgreement, FusedClassifierHoldsOneChunkOfLogits) {
   const GptConfig cfg{12, 12, 768, 50257, 1024};
   const GptMemory whole =
       Gpt::Allocation(cfg, 16, 1024, Compute::kBF16, Recompute::kNone, AttentionKind::kFlash, 0);
   const GptMemory fused =
       Gpt::Allocation(cfg, 16, 1024, Compute::kBF16, Recompute::kNone, AttentionKind::kFlash);
-  EXPECT_EQ(whole.activations - fused.activations, size_t{16384 - 1024} * 50257 * 4);
-  EXPECT_EQ(whole.activations - fused.activations, size_t{3087790080});  // 2.88 GiB
+  EXPECT_EQ(whole.activations - fused.activations, size_t{16384 - 1024} * 50257 * (4 + 2));
+  EXPECT_EQ(whole.activations - fused.activations, size_t{4631685120});  // 4.31 GiB
   EXPECT_EQ(whole.scratch, fused.scratch);
   // The planner scales the other activations with the micro-batch and adds one chunk: at B=1 (1024 rows)
   // the chunk is the whole micro-batch, at B=16 one sixteenth of it.

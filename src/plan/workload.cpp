@@ -92,9 +92,10 @@ MemoryBreakdown Workload::Memory(Precision p, int micro_batch, ZeroStage zero, A
   }
   // The logits are one chunk of rows, not B's: take micro-batch 1's out and add this micro-batch's.
   const int T = spec_.seq, chunk = spec_.logits_chunk;
-  act -= static_cast<double>(GptLogitsBytes(spec_.cfg, 1, T, chunk));
+  const bool bf16 = p == Precision::kBf16;
+  act -= static_cast<double>(GptLogitsBytes(spec_.cfg, 1, T, chunk, bf16));
   out.activations = B * (act + static_cast<double>(m.scratch)) +
-                    static_cast<double>(GptLogitsBytes(spec_.cfg, micro_batch, T, chunk));
+                    static_cast<double>(GptLogitsBytes(spec_.cfg, micro_batch, T, chunk, bf16));
   return out;
 }
 

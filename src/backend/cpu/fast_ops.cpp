@@ -6,8 +6,8 @@
 // combined in a fixed order. Small inputs stay on the calling thread (the `if` clauses).
 #include "backend/cpu/fast_ops.h"
 
+#include <immintrin.h>
 #include <omp.h>
-#include <xmmintrin.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -32,16 +32,82 @@ void SplitRange(size_t n, size_t align, int i, int parts, size_t* begin, size_t*
   *end = std::min(n, b1 * align);
 }
 
-// dst[c][r] = bf16(src[r][c]) for src [rows, cols]: 16x16 tiles, parallel over column strips.
+#if defined(__AVX512F__)
+// fast::ToBF16 on 16 lanes: round to nearest even, NaN stays a quiet NaN.
+inline __m256i ToBF16x16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
+  const __m512i nan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                   _mm512_set1_epi32(0x7f800000));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(is_nan, rounded, nan));
+}
+
+// The 16 x 16 floats of r[] transposed in registers (r[i] becomes column i).
+inline void Transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  for (int i = 0; i < 4; i++) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 4; i++) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+    r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+    r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
+  }
+}
+#endif
+
+// dst[c][r] = bf16(src[r][c]) for src [rows, cols]: 16x16 tiles, parallel over blocks of 64 columns. With
+// AVX-512 a tile is transposed in registers. The weight gradients' A operand is large and its rows far apart
+// (the LM head's: 1024 rows of 50257 floats), so a block reads 256 contiguous bytes of each row and asks for
+// the next 16 rows' bytes while it converts these: a 16-column strip alone waited on one miss per row.
 void CastTransposeBF16(uint16_t* dst, const float* src, int rows, int cols) {
-  constexpr int kTile = 16;
-  const int strips = (cols + kTile - 1) / kTile;
+  constexpr int kTile = 16, kBlock = 64;
+  const int blocks = (cols + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (static_cast <size_t>(rows) * cols >= kParallelMin)
-  for (int s = 0; s < strips; s++) {
-    const int c0 = s * kTile, c1 = std::min(cols, c0 + kTile);
-    for (int r0 = 0; r0 < rows; r0 += kTile) {
+  for (int blk = 0; blk < blocks; blk++) {
+    const int b0 = blk * kBlock, b1 = std::min(cols, b0 + kBlock);
+    int r0 = 0;
+#if defined(__AVX512F__)
+    const int full_end = b0 + (b1 - b0) / kTile * kTile;  // columns [b0, full_end) in whole tiles
+    for (; r0 + kTile <= rows; r0 += kTile) {
+      if (r0 + 2 * kTile <= rows) {
+        for (int i = 0; i < kTile; i++)
+          for (int c = b0; c < b1; c += kTile)
+            __builtin_prefetch(src + static_cast<size_t>(r0 + kTile + i) * cols + c);
+      }
+      for (int c0 = b0; c0 < full_end; c0 += kTile) {
+        __m512 r[kTile];
+        for (int i = 0; i < kTile; i++) r[i] = _mm512_loadu_ps(src + static_cast<size_t>(r0 + i) * cols + c0);
+        Transpose16(r);
+        for (int i = 0; i < kTile; i++)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + static_cast<size_t>(c0 + i) * rows + r0),
+                              ToBF16x16(r[i]));
+      }
+      for (int c = full_end; c < b1; c++)
+        for (int r = r0; r < r0 + kTile; r++)
+          dst[static_cast<size_t>(c) * rows + r] = fast::ToBF16(src[static_cast<size_t>(r) * cols + c]);
+    }
+#endif
+    for (; r0 < rows; r0 += kTile) {
       const int r1 = std::min(rows, r0 + kTile);
-      for (int c = c0; c < c1; c++) {
+      for (int c = b0; c < b1; c++) {
         uint16_t* __restrict d = dst + static_cast<size_t>(c) * rows;
         for (int r = r0; r < r1; r++) d[r] = fast::ToBF16(src[static_cast<size_t>(r) * cols + c]);
       }
@@ -316,30 +382,64 @@ void CpuFastBackend::CastF32ToBF16(uint16_t* dst, const float* src, size_t n) {
 
 // ---- loss --------------------------------------------------------------------------------------------
 
-// One row per task: max, then the sum of exp in double, then (if dloss) the gradient written in place.
-// The row (V floats, 200 KB for GPT-2) stays in L2 across the three passes.
-void CpuFastBackend::CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N,
-                                                 int V, float dloss) {
+namespace {
+
+// One row per task: max; the sum of exp in double, keeping each exp in the row when a gradient follows (so
+// it is computed once); then (if dloss) the gradient written by `store(row, i, g)`, the target's after its
+// -dloss. The row (V floats, 200 KB for GPT-2) stays in L2 across the passes.
+template <typename Store>
+void CrossEntropyRows(float* losses, float* logits, const int32_t* targets, int N, int V, float dloss,
+                      Store store) {
 #pragma omp parallel for schedule(static) if (N > 1 && static_cast <size_t>(N) * V >= kParallelMin)
   for (int n = 0; n < N; n++) {
     float* __restrict row = logits + static_cast<size_t>(n) * V;
     const int target = targets[n];
     const float maxval = fast::Max(row, V);
+    const float target_logit = target < 0 ? 0.0f : row[target];
     double sum = 0.0;
+    if (dloss == 0.0f) {
 #pragma omp simd reduction(+ : sum)
-    for (int i = 0; i < V; i++) sum += fast::Exp(row[i] - maxval);
+      for (int i = 0; i < V; i++) sum += fast::Exp(row[i] - maxval);
+    } else {
+#pragma omp simd reduction(+ : sum)
+      for (int i = 0; i < V; i++) {
+        const float e = fast::Exp(row[i] - maxval);
+        row[i] = e;
+        sum += e;
+      }
+    }
     const float logsum = static_cast<float>(std::log(sum));
-    losses[n] = target < 0 ? 0.0f : -(row[target] - maxval - logsum);
+    losses[n] = target < 0 ? 0.0f : -(target_logit - maxval - logsum);
     if (dloss == 0.0f) continue;
     if (target < 0) {
-      std::memset(row, 0, sizeof(float) * V);
+      for (int i = 0; i < V; i++) store(n, i, 0.0f);
       continue;
     }
     const float scale = static_cast<float>(dloss / sum);
+    // p * scale rounded, then - dloss: as the fp32 op always did (written, then decremented in place).
+    float target_grad = row[target] * scale;
+    asm("" : "+x"(target_grad));  // no contraction into one FMA
+    target_grad -= dloss;
 #pragma omp simd
-    for (int i = 0; i < V; i++) row[i] = fast::Exp(row[i] - maxval) * scale;
-    row[target] -= dloss;
+    for (int i = 0; i < V; i++) store(n, i, row[i] * scale);
+    store(n, target, target_grad);
   }
+}
+
+}  // namespace
+
+void CpuFastBackend::CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N,
+                                                 int V, float dloss) {
+  CrossEntropyRows(losses, logits, targets, N, V, dloss,
+                   [=](int n, int i, float g) { logits[static_cast<size_t>(n) * V + i] = g; });
+}
+
+// The fp32 op's gradient, rounded as CastF32ToBF16 would, without writing it in fp32 first (the LM head's
+// [rows, V] gradient: 200 MB of stores and a second pass saved per 1024 rows of GPT-2).
+void CpuFastBackend::CrossEntropyForwardBackwardBF16(float* losses, float* logits, uint16_t* dlogits,
+                                                     const int32_t* targets, int N, int V, float dloss) {
+  CrossEntropyRows(losses, logits, targets, N, V, dloss,
+                   [=](int n, int i, float g) { dlogits[static_cast<size_t>(n) * V + i] = fast::ToBF16(g); });
 }
 
 // ---- reductions --------------------------------------------------------------------------------------

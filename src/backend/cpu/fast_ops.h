@@ -52,6 +52,8 @@ class CpuFastBackend : public CpuReferenceBackend {
                          int B, int T, int C, int NH, Compute compute) override;
   void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
                                    float dloss) override;
+  void CrossEntropyForwardBackwardBF16(float* losses, float* logits, uint16_t* dlogits,
+                                       const int32_t* targets, int N, int V, float dloss) override;
   double SumSquares(const float* x, size_t n) override;
   double Sum(const float* x, size_t n) override;
   void AdamW(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v, size_t n, float lr,

@@ -187,6 +187,27 @@ TEST_F(FastOpsTest, MatmulHeadShapes) {
   }
 }
 
+// A weight gradient's fp32 A operand under bf16 compute is cast and transposed in one pass (16x16 register
+// tiles with AVX-512, scalar at the edges): bit for bit the product of A transposed beforehand. Two ties
+// (round to even) sit inside a full tile.
+TEST_F(FastOpsTest, MatmulBF16TransposedOperandIsTheCastOfItsTranspose) {
+  const int M = 70, N = 24,
+            K = 83;  // A [K, M]: 4 full strips of 16 columns and a tail, 5 full row tiles and a tail
+  auto a = U(size_t(K) * M), b = U(size_t(K) * N);
+  a[3 * M + 5] = std::bit_cast<float>(0x3f808000u);  // a tie: rounds to even (down)
+  a[4 * M + 6] = std::bit_cast<float>(0x3f818000u);  // a tie: rounds to even (up)
+  std::vector<float> at(size_t(M) * K);
+  for (int k = 0; k < K; k++)
+    for (int m = 0; m < M; m++) at[size_t(m) * K + k] = a[size_t(k) * M + m];
+  Arena ar(*fast_);
+  float* c1 = ar.Zeros<float>(size_t(M) * N);
+  float* c2 = ar.Zeros<float>(size_t(M) * N);
+  const float* pb = ar.In(b);
+  fast_->Matmul(c1, F32(ar.In(a)), F32(pb), nullptr, M, N, K, true, false, 0.0f, Compute::kBF16);
+  fast_->Matmul(c2, F32(ar.In(at)), F32(pb), nullptr, M, N, K, false, false, 0.0f, Compute::kBF16);
+  ExpectBitEqual(ar.Out(c1, size_t(M) * N), ar.Out(c2, size_t(M) * N), "cast-transposed A");
+}
+
 // A long reduction (K = GPT-2's vocabulary, few outputs), where oneDNN may split K across threads: still
 // bit-identical from run to run.
 TEST_F(FastOpsTest, MatmulLongReductionIsDeterministic) {
@@ -470,6 +491,37 @@ TEST_F(FastOpsTest, CrossEntropy) {
           return Outputs{ar.Out(losses, s.N), ar.Out(pl, logits.size())};
         },
         1e-5, 1e-7, "cross-entropy V=" + std::to_string(s.V) + " dloss=" + std::to_string(s.dloss));
+  }
+}
+
+// The bf16-gradient variant: the losses of the fp32 op and its gradient rounded to bf16, bit for bit, on the
+// fast backend (fused) and the reference (the Backend default: in place, then CastF32ToBF16); an ignored
+// position's gradient is zero; dloss 0 writes no gradient.
+TEST_F(FastOpsTest, CrossEntropyBF16GradientIsTheRoundedFp32Gradient) {
+  const int N = 6, V = 5003;
+  auto logits = U(size_t(N) * V, -4.0f, 4.0f);
+  auto targets = Tokens(rng_, N, V);
+  targets[2] = -1;
+  for (Backend* be : {static_cast<Backend*>(fast_.get()), static_cast<Backend*>(ref_.get())}) {
+    for (float dloss : {1.0f / 8, 0.0f}) {
+      Arena ar(*be);
+      float *l32 = ar.In(logits), *l16 = ar.In(logits);
+      float *loss32 = ar.Zeros<float>(N), *loss16 = ar.Zeros<float>(N);
+      const std::vector<uint16_t> sentinel(size_t(N) * V, 0x7fc1);
+      uint16_t* d16 = ar.In(sentinel);
+      const int32_t* pt = ar.In(targets);
+      be->CrossEntropyForwardBackward(loss32, l32, pt, N, V, dloss);
+      be->CrossEntropyForwardBackwardBF16(loss16, l16, d16, pt, N, V, dloss);
+      ExpectBitEqual(ar.Out(loss16, N), ar.Out(loss32, N), "losses");
+      const auto got = ar.Out(d16, sentinel.size());
+      if (dloss == 0.0f) {
+        EXPECT_EQ(got, sentinel) << "dloss 0 writes no gradient";
+        continue;
+      }
+      const auto g32 = ar.Out(l32, size_t(N) * V);
+      for (size_t i = 0; i < got.size(); i++) ASSERT_EQ(got[i], F32ToBF16(g32[i])) << "element " << i;
+      for (int i = 0; i < V; i++) ASSERT_EQ(got[size_t(2) * V + i], 0) << "ignored position";
+    }
   }
 }
 
