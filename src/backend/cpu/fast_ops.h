@@ -87,6 +87,7 @@ class CpuFastBackend : public CpuReferenceBackend {
   std::unique_ptr<DnnlMatmul> dnnl_;
   fast::Scratch operand_a_, operand_b_;  // matmul operands converted to the compute type
   fast::Scratch widened_a_, widened_b_;  // bf16 operands widened to fp32 where oneDNN has no bf16 kernel
+  fast::Scratch transposed_c_;           // Matmul: the product transposed, for long reductions (fp32)
   fast::Scratch partials_;               // per-thread / per-chunk partial sums
   fast::Scratch attention_;              // per-thread packed q, k, v tiles
   fast::Scratch paged_scores_;           // PagedAttentionForward: per-thread attention scores

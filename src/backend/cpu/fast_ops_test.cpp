@@ -208,6 +208,31 @@ TEST_F(FastOpsTest, MatmulBF16TransposedOperandIsTheCastOfItsTranspose) {
   ExpectBitEqual(ar.Out(c1, size_t(M) * N), ar.Out(c2, size_t(M) * N), "cast-transposed A");
 }
 
+// The fp32 shapes the fast backend reshapes for oneDNN: a long reduction into a small product (computed as
+// C^T = B^T A^T, then transposed) and a weight gradient with many output rows (A transposed in 2048-column
+// blocks: 8 full blocks and a tail of 17, K with a tail of 3 rows past the 16 x 16 tiles).
+TEST_F(FastOpsTest, MatmulF32ReshapedProducts) {
+  struct Case {
+    int M, N, K;
+    bool ta;
+  };
+  for (Case s : {Case{9, 7, 300, false}, Case{16401, 5, 259, true}}) {
+    auto a = U(size_t(s.M) * s.K), b = U(size_t(s.K) * s.N), c0 = U(size_t(s.M) * s.N);
+    for (float beta : {0.0f, 1.0f}) {
+      Check(
+          [&](Backend& be) {
+            Arena ar(be);
+            float* c = ar.In(c0);
+            be.Matmul(c, F32(ar.In(a)), F32(ar.In(b)), nullptr, s.M, s.N, s.K, s.ta, false, beta,
+                      Compute::kF32);
+            return Outputs{ar.Out(c, c0.size())};
+          },
+          1e-5, 1e-5,
+          "M=" + std::to_string(s.M) + " ta=" + std::to_string(s.ta) + " beta=" + std::to_string(beta));
+    }
+  }
+}
+
 // A long reduction (K = GPT-2's vocabulary, few outputs), where oneDNN may split K across threads: still
 // bit-identical from run to run.
 TEST_F(FastOpsTest, MatmulLongReductionIsDeterministic) {
