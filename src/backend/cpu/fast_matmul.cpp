@@ -112,7 +112,8 @@ void TransposeF32Block(float* dst, const float* src, int rows, int cols, int c0,
     for (; r0 + kTile <= rows; r0 += kTile) {
       for (int j = j0; j < full_end; j += kTile) {
         __m512 r[kTile];
-        for (int i = 0; i < kTile; i++) r[i] = _mm512_loadu_ps(src + static_cast<size_t>(r0 + i) * cols + c0 + j);
+        for (int i = 0; i < kTile; i++)
+          r[i] = _mm512_loadu_ps(src + static_cast<size_t>(r0 + i) * cols + c0 + j);
         Transpose16(r);
         for (int i = 0; i < kTile; i++) _mm512_storeu_ps(dst + static_cast<size_t>(j + i) * rows + r0, r[i]);
       }
@@ -121,7 +122,8 @@ void TransposeF32Block(float* dst, const float* src, int rows, int cols, int c0,
           dst[static_cast<size_t>(j) * rows + r] = src[static_cast<size_t>(r) * cols + c0 + j];
     }
     for (int j = j0; j < j1; j++)
-      for (int r = r0; r < rows; r++) dst[static_cast<size_t>(j) * rows + r] = src[static_cast<size_t>(r) * cols + c0 + j];
+      for (int r = r0; r < rows; r++)
+        dst[static_cast<size_t>(j) * rows + r] = src[static_cast<size_t>(r) * cols + c0 + j];
   }
 }
 #endif
@@ -165,8 +167,8 @@ void CpuFastBackend::Matmul(float* c, Operand a, Operand b, const float* bias, i
   }
   const void* pb = convert(b, static_cast<size_t>(K) * N, operand_b_);
   if (want == DType::kF32 && !ta && !trans_b && beta == 0.0f && !bias && K >= 16 * std::max(M, N) &&
-      dnnl_->Run(transposed_c_.As<float>(static_cast<size_t>(M) * N), pb, pa, want, nullptr, N, M, K, true, true,
-                 0.0f)) {
+      dnnl_->Run(transposed_c_.As<float>(static_cast<size_t>(M) * N), pb, pa, want, nullptr, N, M, K, true,
+                 true, 0.0f)) {
     // A long reduction into a small product (the LM head's input gradient: K = the vocabulary, M = rows,
     // N = channels): oneDNN 2.6's fp32 kernel runs C^T = B^T A^T 15-20 % faster than C = A B on an AVX-512
     // Xeon (293 vs 250 GFLOP/s at 1024 x 384 x 50257), and the transpose back is small.
@@ -179,8 +181,9 @@ void CpuFastBackend::Matmul(float* c, Operand a, Operand b, const float* bias, i
 #if defined(__AVX512F__)
   if (want == DType::kF32 && ta && !trans_b && !bias && M >= 8 * kTransposeBlock && K >= 256) {
     // A weight gradient with many output rows (the LM head's: A = the logits' gradient [K = rows, M = V]):
-    // oneDNN 2.6's fp32 kernel multiplies a transposed A 10-15 % slower than an untransposed one, so blocks of
-    // A's columns are transposed (in registers, 16 x 16) into an L2/L3-sized block and multiplied as they are.
+    // oneDNN 2.6's fp32 kernel multiplies a transposed A 10-15 % slower than an untransposed one, so blocks
+    // of A's columns are transposed (in registers, 16 x 16) into an L2/L3-sized block and multiplied as they
+    // are.
     float* block = transposed_c_.As<float>(static_cast<size_t>(kTransposeBlock) * K);
     const float* src = static_cast<const float*>(pa);
     const float* fb = static_cast<const float*>(pb);
@@ -188,7 +191,8 @@ void CpuFastBackend::Matmul(float* c, Operand a, Operand b, const float* bias, i
     for (int m0 = 0; ok && m0 < M; m0 += kTransposeBlock) {
       const int mb = std::min(kTransposeBlock, M - m0);
       TransposeF32Block(block, src, K, M, m0, mb);
-      ok = dnnl_->Run(c + static_cast<size_t>(m0) * N, block, fb, want, nullptr, mb, N, K, false, false, beta);
+      ok =
+          dnnl_->Run(c + static_cast<size_t>(m0) * N, block, fb, want, nullptr, mb, N, K, false, false, beta);
     }
     if (ok) return;
   }
