@@ -32,42 +32,18 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <utility>
 
-#include "backend/bf16.h"
 #include "backend/cpu/amx.h"
 #include "backend/cpu/fast_ops.h"
+#include "backend/cpu/fma_tile.h"
 
 namespace tern {
 namespace {
 
-#if defined(__AVX512F__)
-constexpr int kLanes = 16;
-#elif defined(__AVX2__)
-constexpr int kLanes = 8;
-#else
-constexpr int kLanes = 4;
-#endif
-typedef float VF __attribute__((vector_size(kLanes * 4)));
-typedef uint32_t VU __attribute__((vector_size(kLanes * 4)));
-typedef uint16_t VH __attribute__((vector_size(kLanes * 2)));
-
-// The lanes' sum in a fixed tree order (halves added, then their halves, ...). One scalar add after another
-// was a 16-add dependency chain per output, which cost more than the k loop itself once rows were batched.
-// The order does not depend on the tile, so a row still gets the same bits alone or batched.
-inline float HorizontalSum(VF v) {
-  alignas(64) float t[kLanes];
-  std::memcpy(t, &v, sizeof v);
-#pragma GCC unroll 8
-  for (int w = kLanes / 2; w >= 1; w /= 2) {
-#pragma GCC unroll 8
-    for (int l = 0; l < w; l++) t[l] += t[l + w];
-  }
-  return t[0];
-}
+using fma_tile::HorizontalSum;
+using fma_tile::VF;
 
 struct Args {
   const uint16_t* a;  // [M, K] activations, rounded to bf16
@@ -128,63 +104,13 @@ void Tile(const Args& p, int r0, int n0) {
 #else
 constexpr int kMaxRows = 3;  // rows per tile (MR): 12 accumulators and 4 weight vectors
 
-// acc + a * b. The file is compiled with -ffp-contract=off: left to contraction, GCC fused some tile shapes
-// and not others, and a row then came out differently alone and batched. So FMA is asked for explicitly.
-inline VF Fma(VF a, VF b, VF acc) {
-#if defined(__AVX512F__)
-  return (VF)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)acc);
-#elif defined(__AVX2__) && defined(__FMA__)
-  return (VF)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)acc);
-#else
-  return acc + a * b;
-#endif
-}
-
-inline VF LoadBF16(const uint16_t* p) {
-  VH h;
-  std::memcpy(&h, p, sizeof h);
-  const VU u = __builtin_convertvector(h, VU) << 16;
-  VF f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-// Rows [r0, r0 + MR) x channels [n0, n0 + NR).
+// Rows [r0, r0 + MR) x channels [n0, n0 + NR): fma_tile.h's portable tile, prefetching as above.
 template <int MR, int NR>
 void Tile(const Args& p, int r0, int n0) {
   const size_t K = static_cast<size_t>(p.K);
-  const uint16_t* a = p.a + r0 * K;
-  const uint16_t* w = p.w + n0 * K;
-  const bool ahead = n0 + 3 * NR <= p.N;  // prefetch as above
-  VF acc[MR][NR];
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; r++)
-#pragma GCC unroll 16
-    for (int n = 0; n < NR; n++) acc[r][n] = VF{};
-  size_t k = 0;
-  for (; k + kLanes <= K; k += kLanes) {
-    VF wv[NR];
-#pragma GCC unroll 16
-    for (int n = 0; n < NR; n++) {
-      if (ahead) __builtin_prefetch(w + (n + 2 * NR) * K + k);
-      wv[n] = LoadBF16(w + n * K + k);
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; r++) {
-      const VF av = LoadBF16(a + r * K + k);
-#pragma GCC unroll 16
-      for (int n = 0; n < NR; n++) acc[r][n] = Fma(av, wv[n], acc[r][n]);
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; r++) {
-#pragma GCC unroll 16
-    for (int n = 0; n < NR; n++) {
-      float s = HorizontalSum(acc[r][n]);
-      for (size_t kk = k; kk < K; kk++) s = std::fma(BF16ToF32(a[r * K + kk]), BF16ToF32(w[n * K + kk]), s);
-      Store(p, r0 + r, n0 + n, s);
-    }
-  }
+  const bool ahead = n0 + 3 * NR <= p.N;
+  fma_tile::Tile<MR, NR>(p.a + r0 * K, p.w + n0 * K, K, ahead ? 2 * NR * K : 0,
+                         [&](int r, int n, float s) { Store(p, r0 + r, n0 + n, s); });
 }
 #endif
 

@@ -13,9 +13,10 @@
 // slower than oneDNN's packed sgemm (2048 x 3072 x 768: 41-42 ms vs 31-32): dot-product tiles reach less of
 // the FMA peak, the price of one summation order for every row count.
 //
-// The kernel is bf16_matmul.cpp's with fp32 weights: a tile is MR rows x NR = 4 output channels, k walked
-// 16 (AVX-512), 8 (AVX2) or 4 (SSE2) lanes at a time; the threads split the output channels, and a group's
-// weights stay in cache while every row tile of a block passes over them.
+// The kernel is bf16_matmul.cpp's with fp32 weights (the portable tile and the lane sum are both files', in
+// fma_tile.h): a tile is MR rows x NR = 4 output channels, k walked 16 (AVX-512), 8 (AVX2) or 4 (SSE2) lanes
+// at a time; the threads split the output channels, and a group's weights stay in cache while every row tile
+// of a block passes over them.
 //  * AVX-512: 6 rows a tile (24 accumulators, 4 weight vectors and 1 activation vector of the 32 zmm); the
 //    last K % 16 through masked loads, whose zeros add exact zeros, so every k goes through the same FMA.
 //  * Otherwise: GCC vector extensions (AVX2+FMA: 8 lanes, SSE2: 4, multiply then add), 3 rows a tile (16
@@ -31,24 +32,17 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <utility>
 
 #include "backend/cpu/fast_ops.h"
+#include "backend/cpu/fma_tile.h"
 
 namespace tern {
 namespace {
 
-#if defined(__AVX512F__)
-constexpr int kLanes = 16;
-#elif defined(__AVX2__)
-constexpr int kLanes = 8;
-#else
-constexpr int kLanes = 4;
-#endif
-typedef float VF __attribute__((vector_size(kLanes * 4)));
+using fma_tile::HorizontalSum;
+using fma_tile::VF;
 
 constexpr int kGroup = 4;  // output channels per tile (NR)
 // How many tiles ahead the weights are prefetched. At one row each weight is read once, from memory, in four
@@ -57,36 +51,6 @@ constexpr int kGroup = 4;  // output channels per tile (NR)
 // (and none) all read 28-31 GB/s at one row, within its noise; 2 is bf16_matmul.cpp's distance, which paid
 // on a Zen 5 (docs/serving.md). It changes no result.
 constexpr int kAhead = 2;
-
-// The lanes' sum in a fixed tree order (halves added, then their halves, ...), as in bf16_matmul.cpp: the
-// order does not depend on the tile, so a row gets the same bits alone or batched. With AVX-512 or AVX2 the
-// same pairs are added as whole halves of the register (the generic loop compiled to 40 instructions a sum,
-// a third of a 6 x 4 tile's time at K = 768); float addition commutes exactly, so the bits are the loop's.
-inline float HorizontalSum(VF v) {
-#if defined(__AVX512F__)
-  // Lanes l + (l + 8), the halves taken by a vector shuffle: GCC 12's extract intrinsics warn
-  // (-Wuninitialized, their undefined pass-through operand), and memcpy went through the stack.
-  const __m256 h = _mm256_add_ps((__m256)__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7),
-                                 (__m256)__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15));
-#elif defined(__AVX2__)
-  const __m256 h = (__m256)v;
-#endif
-#if defined(__AVX512F__) || defined(__AVX2__)
-  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));  // lanes l + (l + 4)
-  q = _mm_add_ps(q, _mm_movehl_ps(q, q));                                         // 0 + 2, 1 + 3
-  q = _mm_add_ss(q, _mm_movehdup_ps(q));                                          // 0 + 1
-  return _mm_cvtss_f32(q);
-#else
-  alignas(64) float t[kLanes];
-  std::memcpy(t, &v, sizeof v);
-#pragma GCC unroll 8
-  for (int w = kLanes / 2; w >= 1; w /= 2) {
-#pragma GCC unroll 8
-    for (int l = 0; l < w; l++) t[l] += t[l + w];
-  }
-  return t[0];
-#endif
-}
 
 struct Args {
   const float* a;     // [M, K] activations
@@ -154,59 +118,13 @@ void Tile(const Args& p, int r0, int n0, bool prefetch) {
 #else
 constexpr int kMaxRows = 3;  // rows per tile (MR): 12 accumulators and 4 weight vectors
 
-// acc + a * b. The file is compiled with -ffp-contract=off (so that GCC fuses no tile shape differently
-// from another); FMA is asked for explicitly.
-inline VF Fma(VF a, VF b, VF acc) {
-#if defined(__AVX2__) && defined(__FMA__)
-  return (VF)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)acc);
-#else
-  return acc + a * b;
-#endif
-}
-
-inline VF Load(const float* p) {
-  VF v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-// Rows [r0, r0 + MR) x channels [n0, n0 + NR).
+// Rows [r0, r0 + MR) x channels [n0, n0 + NR): fma_tile.h's portable tile, prefetching as above.
 template <int MR, int NR>
 void Tile(const Args& p, int r0, int n0, bool prefetch) {
   const size_t K = static_cast<size_t>(p.K);
-  const float* a = p.a + r0 * K;
-  const float* w = p.w + n0 * K;
-  const bool ahead = prefetch && n0 + (kAhead + 1) * NR <= p.N;  // prefetch as above
-  VF acc[MR][NR];
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; r++)
-#pragma GCC unroll 16
-    for (int n = 0; n < NR; n++) acc[r][n] = VF{};
-  size_t k = 0;
-  for (; k + kLanes <= K; k += kLanes) {
-    VF wv[NR];
-#pragma GCC unroll 16
-    for (int n = 0; n < NR; n++) {
-      // A cache line holds 16 floats: one prefetch per line, not per vector.
-      if (ahead && k % 16 == 0) __builtin_prefetch(w + (n + kAhead * NR) * K + k);
-      wv[n] = Load(w + n * K + k);
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; r++) {
-      const VF av = Load(a + r * K + k);
-#pragma GCC unroll 16
-      for (int n = 0; n < NR; n++) acc[r][n] = Fma(av, wv[n], acc[r][n]);
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; r++) {
-#pragma GCC unroll 16
-    for (int n = 0; n < NR; n++) {
-      float s = HorizontalSum(acc[r][n]);
-      for (size_t kk = k; kk < K; kk++) s = std::fma(a[r * K + kk], w[n * K + kk], s);
-      Store(p, r0 + r, n0 + n, s);
-    }
-  }
+  const bool ahead = prefetch && n0 + (kAhead + 1) * NR <= p.N;
+  fma_tile::Tile<MR, NR>(p.a + r0 * K, p.w + n0 * K, K, ahead ? kAhead * NR * K : 0,
+                         [&](int r, int n, float s) { Store(p, r0 + r, n0 + n, s); });
 }
 #endif
 
