@@ -105,6 +105,20 @@ inline __m512i DotBroadcast(__m512i acc, __m512i w, const int32_t* a) {
 // so every broadcast addresses one pointer plus a constant (a pointer per row spilled registers in the loop).
 // Every loop over rows and groups is unrolled, so that the accumulators stay in registers (a loop with a
 // variable index kept them in memory, stored at every step).
+// The epilogue of both AVX-512 int8 kernels (the AMX path's results are bitwise vpdpbusd's only while it is
+// one): row n, channels [o0, o0 + 16) of the exact int32 sums, times the row's and the channels' scales, plus
+// the bias; channels past OC are masked off.
+inline void StoreSums(const Int8Args& p, int n, int o0, __m512i sums) {
+  const int valid = std::min(16, p.OC - o0);
+  const __mmask16 mask =
+      valid == 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1);
+  const __m512 scale =
+      _mm512_mul_ps(_mm512_set1_ps(p.row_scale[n]), _mm512_maskz_loadu_ps(mask, p.w_scale + o0));
+  __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(sums), scale);
+  if (p.bias) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mask, p.bias + o0));
+  _mm512_mask_storeu_ps(p.out + static_cast<size_t>(n) * p.OC + o0, mask, y);
+}
+
 template <int MR, int NG, bool kPrefetch>
 void MicroTileBody(const Int8Args& p, int r0, int g0, const int8_t* next) {
   const int K4 = p.K / 4;
@@ -136,19 +150,8 @@ void MicroTileBody(const Int8Args& p, int r0, int g0, const int8_t* next) {
   for (int r = 0; r < MR; r++) {
     const int n = r0 + r;
     const __m512i excess = _mm512_set1_epi32(128 * p.row_sum[n]);
-    const __m512 rs = _mm512_set1_ps(p.row_scale[n]);
 #pragma GCC unroll 16
-    for (int g = 0; g < NG; g++) {
-      const int o0 = (g0 + g) * 16;
-      const int valid = std::min(16, p.OC - o0);
-      const __mmask16 mask =
-          valid == 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1);
-      const __m512 sums = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][g], excess));
-      const __m512 scale = _mm512_mul_ps(rs, _mm512_maskz_loadu_ps(mask, p.w_scale + o0));
-      __m512 y = _mm512_mul_ps(sums, scale);
-      if (p.bias) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mask, p.bias + o0));
-      _mm512_mask_storeu_ps(p.out + static_cast<size_t>(n) * p.OC + o0, mask, y);
-    }
+    for (int g = 0; g < NG; g++) StoreSums(p, n, (g0 + g) * 16, _mm512_sub_epi32(acc[r][g], excess));
   }
 }
 
@@ -195,7 +198,7 @@ void AmxConfigureInt8(int rows) {
   _tile_loadconfig(&cfg);
 }
 
-// Groups [g0, g0 + ng) (ng 1 or 2) of 16 channels for every row. The epilogue is MicroTileBody's.
+// Groups [g0, g0 + ng) (ng 1 or 2) of 16 channels for every row. The epilogue is MicroTileBody's (StoreSums).
 void AmxInt8Groups(const Int8Args& p, const int8_t* a_rows, int rows, int g0, int ng) {
   const size_t K = static_cast<size_t>(p.K), group_bytes = K / 4 * 64;
   const int8_t* w0 = p.w + static_cast<size_t>(g0) * group_bytes;
@@ -220,19 +223,8 @@ void AmxInt8Groups(const Int8Args& p, const int8_t* a_rows, int rows, int g0, in
       } else {
         _tile_stored(1, sums, 64);
       }
-      const int o0 = (g0 + g) * 16;
-      const int valid = std::min(16, p.OC - o0);
-      const __mmask16 mask =
-          valid == 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1);
-      for (int r = 0; r < valid_rows; r++) {
-        const int n = r0 + r;
-        const __m512 s = _mm512_cvtepi32_ps(_mm512_load_si512(sums + 16 * r));
-        const __m512 scale =
-            _mm512_mul_ps(_mm512_set1_ps(p.row_scale[n]), _mm512_maskz_loadu_ps(mask, p.w_scale + o0));
-        __m512 y = _mm512_mul_ps(s, scale);
-        if (p.bias) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mask, p.bias + o0));
-        _mm512_mask_storeu_ps(p.out + static_cast<size_t>(n) * p.OC + o0, mask, y);
-      }
+      for (int r = 0; r < valid_rows; r++)
+        StoreSums(p, r0 + r, (g0 + g) * 16, _mm512_load_si512(sums + 16 * r));
     }
   }
 }
