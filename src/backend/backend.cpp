@@ -56,6 +56,12 @@ void Backend::MatmulGelu(float* out, float* pre, Operand a, Operand b, const flo
   GeluForward(out, pre, static_cast<size_t>(M) * N);
 }
 
+void Backend::MatmulGeluBF16(uint16_t* out, float* pre, Operand a, Operand b, const float* bias, int M, int N,
+                             int K, bool trans_a, bool trans_b, Compute compute) {
+  Matmul(pre, a, b, bias, M, N, K, trans_a, trans_b, 0.0f, compute);
+  GeluForwardBF16(out, pre, static_cast<size_t>(M) * N);
+}
+
 void Backend::MatmulDGelu(float* dinp, const float* pre, Operand a, Operand b, int M, int N, int K,
                           bool trans_a, bool trans_b, Compute compute) {
   Matmul(dinp, a, b, nullptr, M, N, K, trans_a, trans_b, 0.0f, compute);

@@ -156,6 +156,11 @@ class Backend {
   // runs Matmul, then GeluForward; CUDA fuses both into the GEMM (cuBLASLt's GELU_AUX_BIAS epilogue).
   virtual void MatmulGelu(float* out, float* pre, Operand a, Operand b, const float* bias, int M, int N,
                           int K, bool trans_a, bool trans_b, Compute compute);
+  // MatmulGelu with the GELU output in bf16 (GeluForwardBF16's rounding); pre stays fp32. Under bf16 compute
+  // the GELU output is only ever a bf16 matmul operand, so the model keeps it in bf16. The default runs
+  // Matmul into pre, then GeluForwardBF16.
+  virtual void MatmulGeluBF16(uint16_t* out, float* pre, Operand a, Operand b, const float* bias, int M,
+                              int N, int K, bool trans_a, bool trans_b, Compute compute);
   // Matmul with a GELU-gradient epilogue (the fcproj input gradient turned into the fc output gradient):
   // dinp[M,N] = gelu'(pre) * (op(A) op(B)), GeluBackward with the product as dout (beta is 0). The default
   // runs Matmul into dinp, then GeluBackward in place; CUDA fuses it (cuBLASLt's DGELU epilogue).
@@ -166,6 +171,8 @@ class Backend {
 
   // out[N] = gelu(inp[N]) (tanh approximation, as GPT-2)
   virtual void GeluForward(float* out, const float* inp, size_t n) = 0;
+  // out[N] = bf16(gelu(inp[N])): GeluForward's value rounded to nearest even, as CastF32ToBF16 would round it
+  virtual void GeluForwardBF16(uint16_t* out, const float* inp, size_t n) = 0;
   // dinp[N] = gelu'(inp) * dout; dinp may be dout (in place)
   virtual void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
 

@@ -62,6 +62,10 @@ class ForwardingBackend : public Backend {
                   bool trans_a, bool trans_b, Compute compute) override {
     inner_->MatmulGelu(out, pre, a, b, bias, M, N, K, trans_a, trans_b, compute);
   }
+  void MatmulGeluBF16(uint16_t* out, float* pre, Operand a, Operand b, const float* bias, int M, int N, int K,
+                      bool trans_a, bool trans_b, Compute compute) override {
+    inner_->MatmulGeluBF16(out, pre, a, b, bias, M, N, K, trans_a, trans_b, compute);
+  }
   void MatmulDGelu(float* dinp, const float* pre, Operand a, Operand b, int M, int N, int K, bool trans_a,
                    bool trans_b, Compute compute) override {
     inner_->MatmulDGelu(dinp, pre, a, b, M, N, K, trans_a, trans_b, compute);
@@ -70,6 +74,9 @@ class ForwardingBackend : public Backend {
     inner_->BiasBackward(dbias, dout, N, OC);
   }
   void GeluForward(float* out, const float* inp, size_t n) override { inner_->GeluForward(out, inp, n); }
+  void GeluForwardBF16(uint16_t* out, const float* inp, size_t n) override {
+    inner_->GeluForwardBF16(out, inp, n);
+  }
   void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override {
     inner_->GeluBackward(dinp, inp, dout, n);
   }

@@ -16,11 +16,18 @@ namespace {
 size_t AttentionFloats(size_t bytes) {
   return (bytes + sizeof(float) - 1) / sizeof(float);
 }
+// An activation the model owns, seen as an operand, written again (Operand points to const).
+template <typename T>
+T* Mutable(Operand op) {
+  return static_cast<T*>(const_cast<void*>(op.ptr));
+}
 }  // namespace
 
 // Activation pointers for one (B, T): carved out of one buffer sized for (max_B, max_T).
 // Per-layer tensors are stacked [L, ...]; shapes in the comments use N = B*T. With Recompute::kGelu,
-// fch_gelu is one layer's [N, 4C], written by every layer's forward and recomputed in the backward.
+// fch_gelu is one layer's [N, 4C], written by every layer's forward and recomputed in the backward. With bf16
+// compute fch_gelu holds bf16: it is only ever the fcproj matmuls' operand, which bf16 compute rounds to bf16
+// anyway (the same values, half the bytes, and no cast in the forward or the backward).
 struct Gpt::Acts {
   float* encoded;    // [N, C]
   float* ln1;        // [L, N, C]
@@ -35,7 +42,8 @@ struct Gpt::Acts {
   float* ln2_mean;   // [L, N]
   float* ln2_rstd;   // [L, N]
   float* fch;        // [L, N, 4C]
-  float* fch_gelu;   // [L, N, 4C], or [N, 4C] with Recompute::kGelu
+  void* fch_gelu;    // [L, N, 4C], or [N, 4C] with Recompute::kGelu: fp32, or bf16 (gelu_bf16)
+  bool gelu_bf16;    // bf16 compute
   float* fcproj;     // [L, N, C]
   float* residual3;  // [L, N, C]
   float* lnf;        // [N, C]
@@ -74,7 +82,9 @@ struct Gpt::Acts {
     ln2_mean = take(L * N);
     ln2_rstd = take(L * N);
     fch = take(L * N * 4 * C);
-    fch_gelu = take((recompute == Recompute::kGelu ? 1 : L) * N * 4 * C);
+    gelu_bf16 = compute == Compute::kBF16;
+    const size_t gelu_elems = (recompute == Recompute::kGelu ? 1 : L) * N * 4 * C;
+    fch_gelu = take(gelu_bf16 ? (gelu_elems + 1) / 2 : gelu_elems);
     fcproj = take(L * N * C);
     residual3 = take(L * N * C);
     lnf = take(N * C);
@@ -90,9 +100,11 @@ struct Gpt::Acts {
     losses = take(N);
     total = off;
   }
-  // Layer l's GELU output: its own slice, or the shared buffer with Recompute::kGelu.
-  float* gelu(int l, size_t N, size_t C, Recompute recompute) const {
-    return recompute == Recompute::kGelu ? fch_gelu : fch_gelu + static_cast<size_t>(l) * N * 4 * C;
+  // Layer l's GELU output as a matmul operand: its own slice, or the shared buffer with Recompute::kGelu.
+  Operand gelu(int l, size_t N, size_t C, Recompute recompute) const {
+    const size_t off = recompute == Recompute::kGelu ? 0 : static_cast<size_t>(l) * N * 4 * C;
+    if (gelu_bf16) return BF16(static_cast<uint16_t*>(fch_gelu) + off);
+    return F32(static_cast<float*>(fch_gelu) + off);
   }
 };
 
@@ -282,7 +294,7 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
     float* residual2 = a.residual2 + l * nc;
     float* ln2 = a.ln2 + l * nc;
     float* fch = a.fch + l * 4 * nc;
-    float* fch_gelu = a.gelu(l, N, C, recompute_);
+    const Operand fch_gelu = a.gelu(l, N, C, recompute_);
     float* fcproj = a.fcproj + l * nc;
     float* residual3 = a.residual3 + l * nc;
 
@@ -296,10 +308,15 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
     backend_->Add(residual2, residual, attproj, nc);
     backend_->LayerNormForward(ln2, a.ln2_mean + l * N, a.ln2_rstd + l * N, residual2, P("ln2w") + lc,
                                P("ln2b") + lc, N, C);
-    backend_->MatmulGelu(fch_gelu, fch, F32(ln2), W("fcw", lc * 4 * C), P("fcb") + 4 * lc, N, 4 * C, C, false,
-                         true, compute_);
-    backend_->Matmul(fcproj, F32(fch_gelu), W("fcprojw", lc * 4 * C), P("fcprojb") + lc, N, C, 4 * C, false,
-                     true, 0.0f, compute_);
+    if (a.gelu_bf16) {
+      backend_->MatmulGeluBF16(Mutable<uint16_t>(fch_gelu), fch, F32(ln2), W("fcw", lc * 4 * C),
+                               P("fcb") + 4 * lc, N, 4 * C, C, false, true, compute_);
+    } else {
+      backend_->MatmulGelu(Mutable<float>(fch_gelu), fch, F32(ln2), W("fcw", lc * 4 * C), P("fcb") + 4 * lc,
+                           N, 4 * C, C, false, true, compute_);
+    }
+    backend_->Matmul(fcproj, fch_gelu, W("fcprojw", lc * 4 * C), P("fcprojb") + lc, N, C, 4 * C, false, true,
+                     0.0f, compute_);
     backend_->Add(residual3, residual2, fcproj, nc);
   }
   const float* last = a.residual3 + (L - 1) * N * C;
@@ -382,7 +399,7 @@ void Gpt::Backward(const GradsReady& on_ready) {
     const float* residual2 = a.residual2 + l * nc;
     const float* ln2 = a.ln2 + l * nc;
     const float* fch = a.fch + l * 4 * nc;
-    float* fch_gelu = a.gelu(l, N, C, recompute_);
+    const Operand fch_gelu = a.gelu(l, N, C, recompute_);
 
     // residual3 = residual2 + fcproj: the gradient of fcproj is dresidual itself. Its input gradient goes
     // straight through GELU's gradient (the epilogue) to dfch, the fc output's gradient.
@@ -390,9 +407,15 @@ void Gpt::Backward(const GradsReady& on_ready) {
                           compute_);
     // Recompute: the shared buffer still holds the last layer's GELU output from the forward; every other
     // layer's is recomputed from fch by the same op, so the values (and the gradients) are the forward's.
-    if (recompute_ == Recompute::kGelu && l != L - 1) backend_->GeluForward(fch_gelu, fch, 4 * nc);
-    backend_->Matmul(G("fcprojw") + lc * 4 * C, F32(s.dresidual), F32(fch_gelu), nullptr, C, 4 * C, N, true,
-                     false, 1.0f, compute_);
+    if (recompute_ == Recompute::kGelu && l != L - 1) {
+      if (a.gelu_bf16) {
+        backend_->GeluForwardBF16(Mutable<uint16_t>(fch_gelu), fch, 4 * nc);
+      } else {
+        backend_->GeluForward(Mutable<float>(fch_gelu), fch, 4 * nc);
+      }
+    }
+    backend_->Matmul(G("fcprojw") + lc * 4 * C, F32(s.dresidual), fch_gelu, nullptr, C, 4 * C, N, true, false,
+                     1.0f, compute_);
     backend_->BiasBackward(G("fcprojb") + lc, s.dresidual, N, C);
     backend_->Matmul(s.dln, F32(s.dfch), W("fcw", lc * 4 * C), nullptr, N, C, 4 * C, false, false, 0.0f,
                      compute_);

@@ -142,7 +142,9 @@ GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recom
   // attention's state (naive: the probabilities, NH*T floats per row; flash: 2*NH floats per row).
   const AttentionMemory att =
       AttentionStateBytes(attention, B, T, cfg.n_embd, cfg.n_head, bf16 ? Compute::kBF16 : Compute::kF32);
-  const size_t gelu = recompute == Recompute::kGelu ? N * 4 * C : L * N * 4 * C;
+  // (the GELU output is bf16 with bf16 compute: half as many floats, rounded up)
+  const size_t gelu_elems = recompute == Recompute::kGelu ? N * 4 * C : L * N * 4 * C;
+  const size_t gelu = bf16 ? (gelu_elems + 1) / 2 : gelu_elems;
   const size_t per_layer = N * (7 * C + 3 * C + 4 * C + 4) + att.state / 4;
   m.activations = 4 * (N * C /*encoded*/ + L * per_layer + gelu + N * (C + 2) /*lnf*/ + N /*losses*/) +
                   GptLogitsBytes(cfg, B, T, logits_chunk, bf16) +

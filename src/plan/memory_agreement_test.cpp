@@ -110,10 +110,25 @@ TEST(MemoryAgreement, FusedClassifierHoldsOneChunkOfLogits) {
 // The saving the docs quote (docs/gpu.md, Memory): GPT-2 124M, B=16, T=1024: (L-1) x B*T x 4C floats.
 TEST(MemoryAgreement, GeluRecomputeSavesLMinusOneGeluOutputs) {
   const GptConfig cfg{12, 12, 768, 50257, 1024};
-  const GptMemory none = Gpt::Allocation(cfg, 16, 1024, Compute::kBF16, Recompute::kNone);
-  const GptMemory gelu = Gpt::Allocation(cfg, 16, 1024, Compute::kBF16, Recompute::kGelu);
+  const GptMemory none = Gpt::Allocation(cfg, 16, 1024, Compute::kF32, Recompute::kNone);
+  const GptMemory gelu = Gpt::Allocation(cfg, 16, 1024, Compute::kF32, Recompute::kGelu);
   EXPECT_EQ(none.activations - gelu.activations, size_t{11} * 16 * 1024 * 4 * 768 * 4);  // 2,214,592,512 B
   EXPECT_EQ(none.activations - gelu.activations, size_t{2214592512});
+  // bf16 compute keeps the GELU outputs in bf16: half of it.
+  const GptMemory none16 = Gpt::Allocation(cfg, 16, 1024, Compute::kBF16, Recompute::kNone);
+  const GptMemory gelu16 = Gpt::Allocation(cfg, 16, 1024, Compute::kBF16, Recompute::kGelu);
+  EXPECT_EQ(none16.activations - gelu16.activations, size_t{11} * 16 * 1024 * 4 * 768 * 2);
+}
+
+// The GELU outputs in bf16 under bf16 compute (docs/gpu.md, Memory): GPT-2 124M, B=16, T=1024, every layer's
+// [B*T, 4C] in 2 bytes instead of 4.
+TEST(MemoryAgreement, Bf16ComputeKeepsTheGeluOutputsInBf16) {
+  const GptConfig cfg{12, 12, 768, 50257, 1024};
+  const GptMemory f32 = Gpt::Allocation(cfg, 16, 1024, Compute::kF32, Recompute::kNone);
+  const GptMemory bf16 = Gpt::Allocation(cfg, 16, 1024, Compute::kBF16, Recompute::kNone);
+  const size_t gelu_half = size_t{12} * 16 * 1024 * 4 * 768 * 2;  // 1.13 GiB
+  const size_t logits_grad = size_t{1024} * 50257 * 2;            // the head's bf16 gradient (one chunk)
+  EXPECT_EQ(f32.activations - bf16.activations + logits_grad, gelu_half);
 }
 
 // The saving the docs quote (docs/gpu.md, Attention kernels): GPT-2 124M, B=16, T=1024, flash instead of

@@ -56,9 +56,11 @@ Result<Workload> Workload::Make(const WorkloadSpec& spec_in, const PlanDefaults&
   one.n_layer = 1;
   two.n_layer = 2;
   const AttentionKind att = w.spec_.attention;
-  w.layer_act_b1_ =
-      static_cast<double>(GptMemoryEstimate(two, 1, T, false, Recompute::kNone, att).activations) -
-      static_cast<double>(GptMemoryEstimate(one, 1, T, false, Recompute::kNone, att).activations);
+  for (int bf16 : {0, 1}) {
+    w.layer_act_b1_[bf16] =
+        static_cast<double>(GptMemoryEstimate(two, 1, T, bf16 == 1, Recompute::kNone, att).activations) -
+        static_cast<double>(GptMemoryEstimate(one, 1, T, bf16 == 1, Recompute::kNone, att).activations);
+  }
   w.layer_input_b1_ = 4.0 * T * w.spec_.cfg.n_embd;
   return w;
 }
@@ -88,7 +90,8 @@ MemoryBreakdown Workload::Memory(Precision p, int micro_batch, ZeroStage zero, A
     // Keep each block's input and recompute the block in backward: L full blocks become L inputs
     // plus one block's working set. (GELU recompute is in m itself: the model's own layout.)
     const double L = spec_.cfg.n_layer;
-    act = act - L * layer_act_b1_ + L * layer_input_b1_ + layer_act_b1_;
+    const double block = layer_act_b1_[p == Precision::kBf16 ? 1 : 0];
+    act = act - L * block + L * layer_input_b1_ + block;
   }
   // The logits are one chunk of rows, not B's: take micro-batch 1's out and add this micro-batch's.
   const int T = spec_.seq, chunk = spec_.logits_chunk;

@@ -103,8 +103,8 @@ class Workload {
   // its activation terms but the logits are linear in B*T, so other micro-batches scale them (checked by a
   // test) and add GptLogitsBytes, instead of re-running it per option.
   GptMemory base_[2][2];
-  double layer_act_b1_ = 0;    // saved activations of one block at micro-batch 1
-  double layer_input_b1_ = 0;  // one block's input (B*T*C fp32): what block recomputation keeps per layer
+  double layer_act_b1_[2] = {};  // saved activations of one block at micro-batch 1 [fp32/fp16, bf16]
+  double layer_input_b1_ = 0;    // one block's input (B*T*C fp32): what block recomputation keeps per layer
 };
 
 // What tern train lacks for a plan on GPU `g` with this fit (docs/planning.md, "What tern runs"); empty

@@ -197,16 +197,26 @@ void CpuFastBackend::BiasBackward(float* dbias, const float* dout, int N, int OC
 
 // ---- elementwise -------------------------------------------------------------------------------------
 
+namespace {
 // gelu(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3). The sigmoid form
 // needs only one exp and has no cancellation for negative x.
+inline float Gelu(float x) {
+  const float u = kGeluScale * (x + 0.044715f * x * x * x);
+  return x / (1.0f + fast::Exp(-2.0f * u));
+}
+}  // namespace
+
 void CpuFastBackend::GeluForward(float* out, const float* inp, size_t n) {
   fast::ParallelRange(n, kParallelMin, [&](size_t b, size_t e) {
 #pragma omp simd
-    for (size_t i = b; i < e; i++) {
-      float x = inp[i];
-      float u = kGeluScale * (x + 0.044715f * x * x * x);
-      out[i] = x / (1.0f + fast::Exp(-2.0f * u));
-    }
+    for (size_t i = b; i < e; i++) out[i] = Gelu(inp[i]);
+  });
+}
+
+void CpuFastBackend::GeluForwardBF16(uint16_t* out, const float* inp, size_t n) {
+  fast::ParallelRange(n, kParallelMin, [&](size_t b, size_t e) {
+#pragma omp simd
+    for (size_t i = b; i < e; i++) out[i] = fast::ToBF16(Gelu(inp[i]));
   });
 }
 

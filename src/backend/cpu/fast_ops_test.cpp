@@ -381,6 +381,17 @@ TEST_F(FastOpsTest, MatmulGeluEpilogues) {
         ExpectBitEqual(ar.Out(out, nc), ar.Out(out2, nc), be.name() + " gelu " + what);
         ExpectBitEqual(ar.Out(din, nc), ar.Out(din2, nc), be.name() + " dgelu " + what);
         ExpectBitEqual(ar.Out(prod, nc), ar.Out(din2, nc), be.name() + " in-place gelu backward " + what);
+        // The bf16 GELU output: the same pre-activation, and the fp32 GELU rounded to bf16.
+        float* pre3 = ar.Zeros<float>(nc);
+        uint16_t* out16 = ar.Zeros<uint16_t>(nc);
+        be.MatmulGeluBF16(out16, pre3, F32(ar.In(a)), F32(ar.In(w)), ar.In(bias), s.M, s.N, s.K, false, true,
+                          compute);
+        ExpectBitEqual(ar.Out(pre3, nc), ar.Out(pre2, nc), be.name() + " bf16 gelu's pre-activation " + what);
+        const std::vector<float> g32 = ar.Out(out2, nc);
+        const std::vector<uint16_t> g16 = ar.Out(out16, nc);
+        size_t wrong = 0;
+        for (size_t i = 0; i < nc; i++) wrong += g16[i] != F32ToBF16(g32[i]);
+        EXPECT_EQ(wrong, 0u) << be.name() << " bf16 gelu " << what;
         return Outputs{ar.Out(out, nc), ar.Out(pre, nc), ar.Out(din, nc)};
       };
       const bool bf16 = compute == Compute::kBF16;
@@ -413,6 +424,20 @@ TEST_F(FastOpsTest, GeluAndAdd) {
           return Outputs{ar.Out(out, n)};
         },
         0.0, 0.0, "add n=" + std::to_string(n));
+    // GeluForwardBF16 is each backend's GeluForward rounded to bf16, bit for bit (threaded at 100003).
+    for (Backend* be : {static_cast<Backend*>(fast_.get()), static_cast<Backend*>(ref_.get())}) {
+      Arena ar(*be);
+      const float* px = ar.In(x);
+      float* out = ar.Zeros<float>(n);
+      uint16_t* out16 = ar.Zeros<uint16_t>(n);
+      be->GeluForward(out, px, n);
+      be->GeluForwardBF16(out16, px, n);
+      const std::vector<float> g32 = ar.Out(out, n);
+      const std::vector<uint16_t> g16 = ar.Out(out16, n);
+      size_t wrong = 0;
+      for (size_t i = 0; i < n; i++) wrong += g16[i] != F32ToBF16(g32[i]);
+      EXPECT_EQ(wrong, 0u) << be->name() << " bf16 gelu n=" << n;
+    }
   }
 }
 

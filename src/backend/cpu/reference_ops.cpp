@@ -129,6 +129,14 @@ void CpuReferenceBackend::GeluForward(float* out, const float* inp, size_t n) {
   }
 }
 
+void CpuReferenceBackend::GeluForwardBF16(uint16_t* out, const float* inp, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float g;
+    GeluForward(&g, inp + i, 1);
+    out[i] = F32ToBF16(g);
+  }
+}
+
 void CpuReferenceBackend::GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) {
   for (size_t i = 0; i < n; i++) {
     float x = inp[i];

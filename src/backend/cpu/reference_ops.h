@@ -24,6 +24,7 @@ class CpuReferenceBackend : public CpuMemoryBackend {
               bool trans_b, float beta, Compute compute) override;
   void BiasBackward(float* dbias, const float* dout, int N, int OC) override;
   void GeluForward(float* out, const float* inp, size_t n) override;
+  void GeluForwardBF16(uint16_t* out, const float* inp, size_t n) override;
   void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override;
   void Add(float* out, const float* a, const float* b, size_t n) override;
   void AttentionForward(float* out, void* state, const float* qkv, int B, int T, int C, int NH,
