@@ -128,6 +128,15 @@ TEST_F(CudaVsReference, GeluAndAdd) {
   ref_->Add(out.ref.as<float>(), inp.ref.as<float>(), other.ref.as<float>(), n);
   gpu_->Add(out.gpu.as<float>(), inp.gpu.as<float>(), other.gpu.as<float>(), n);
   EXPECT_TRUE(BitwiseEqual(Gpu<float>(out), Ref<float>(out)));
+  // The bf16 GELU output is the GPU's own fp32 GELU rounded to bf16, bit for bit.
+  Twin out16 = Make(std::vector<uint16_t>(n));
+  gpu_->GeluForward(out.gpu.as<float>(), inp.gpu.as<float>(), n);
+  gpu_->GeluForwardBF16(out16.gpu.as<uint16_t>(), inp.gpu.as<float>(), n);
+  const std::vector<float> g32 = Gpu<float>(out);
+  const std::vector<uint16_t> g16 = Gpu<uint16_t>(out16);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; i++) wrong += g16[i] != F32ToBF16(g32[i]);
+  EXPECT_EQ(wrong, 0u);
 }
 
 TEST_F(CudaVsReference, CrossEntropyForwardBackward) {
