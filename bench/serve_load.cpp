@@ -327,7 +327,7 @@ int ForwardBench(const std::string& run, const std::string& quantize, const std:
                      .c_str());
     return 1;
   }
-  const int max_s = *std::max_element(rows.begin(), rows.end()), bs = 16, V = w->config.vocab_size;
+  const int max_s = *std::max_element(rows.begin(), rows.end()), bs = 16;
   context = std::min(context, w->config.block_size - steps);
   const int per_seq = (context + steps + bs - 1) / bs;
   tern::InferenceModelOptions mo;
