@@ -90,13 +90,10 @@ struct Gpt::Acts {
     lnf = take(N * C);
     lnf_mean = take(N);
     lnf_rstd = take(N);
-    logits = take(GptLogitsRows(N, logits_chunk) * V);
-    const size_t bf16_floats =
-        (GptLogitsBytes(c, static_cast<int>(B), static_cast<int>(T), logits_chunk,
-                        compute == Compute::kBF16) -
-         GptLogitsBytes(c, static_cast<int>(B), static_cast<int>(T), logits_chunk, false)) /
-        sizeof(float);
-    dlogits_bf16 = bf16_floats ? reinterpret_cast<uint16_t*>(take(bf16_floats)) : nullptr;
+    const size_t logit_elems = GptLogitsRows(N, logits_chunk) * V;
+    logits = take(logit_elems);
+    dlogits_bf16 =
+        compute == Compute::kBF16 ? reinterpret_cast<uint16_t*>(take((logit_elems + 1) / 2)) : nullptr;
     losses = take(N);
     total = off;
   }

@@ -52,12 +52,16 @@ inline float Max(const float* __restrict x, int n) {
   return m;
 }
 
-// F32ToBF16 from bf16.h (round to nearest even, NaN stays a quiet NaN) without a branch.
+// F32ToBF16 from bf16.h (round to nearest even, NaN stays a quiet NaN) without a branch, on the bits of an
+// fp32 (uint32_t) or of a GCC vector of them (the result in the low 16 bits of each lane).
+template <typename U>
+inline U BF16Bits(U u) {
+  const U rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const U nan = (u >> 16) | 0x40u;
+  return (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
+}
 inline uint16_t ToBF16(float f) {
-  uint32_t u = std::bit_cast<uint32_t>(f);
-  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  uint32_t nan = (u >> 16) | 0x40u;
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+  return static_cast<uint16_t>(BF16Bits(std::bit_cast<uint32_t>(f)));
 }
 
 inline float FromBF16(uint16_t h) {

@@ -1,8 +1,6 @@
 // The fast CPU backend's Matmul: operands brought to the compute type (bf16 casts, transposing casts), the
 // product by oneDNN (dnnl_matmul.cpp), reshaped where oneDNN 2.6 runs another layout faster, and the fp32
 // fallback for bf16 on CPUs without a bf16 kernel.
-#include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -15,117 +13,121 @@ namespace {
 
 using fast::kParallelMin;
 
-#if defined(__AVX512F__)
-// fast::ToBF16 on 16 lanes: round to nearest even, NaN stays a quiet NaN.
-inline __m256i ToBF16x16(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i rounded =
-      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
-  const __m512i nan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-  const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                   _mm512_set1_epi32(0x7f800000));
-  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(is_nan, rounded, nan));
+inline void Put(float* d, float x) {
+  *d = x;
+}
+inline void Put(uint16_t* d, float x) {
+  *d = fast::ToBF16(x);
 }
 
-// The 16 x 16 floats of r[] transposed in registers (r[i] becomes column i).
-inline void Transpose16(__m512 r[16]) {
-  __m512 t[16];
+#if defined(__AVX512F__)
+// The 16 x 16 floats of r[] transposed in registers (r[i] becomes column i): the unpack / shuffle_ps /
+// shuffle_f32x4 network, written as GCC vector shuffles (GCC 12's intrinsics warn -Wmaybe-uninitialized
+// about their undefined pass-through operand).
+typedef float V16 __attribute__((vector_size(64)));
+inline V16 UnpackLo(V16 a, V16 b) {
+  return __builtin_shufflevector(a, b, 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
+}
+inline V16 UnpackHi(V16 a, V16 b) {
+  return __builtin_shufflevector(a, b, 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
+}
+inline V16 PairsLo(V16 a, V16 b) {  // shuffle_ps 0x44
+  return __builtin_shufflevector(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+}
+inline V16 PairsHi(V16 a, V16 b) {  // shuffle_ps 0xee
+  return __builtin_shufflevector(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+}
+inline V16 LanesEven(V16 a, V16 b) {  // shuffle_f32x4 0x88
+  return __builtin_shufflevector(a, b, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+}
+inline V16 LanesOdd(V16 a, V16 b) {  // shuffle_f32x4 0xdd
+  return __builtin_shufflevector(a, b, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+}
+inline void Transpose16(V16 r[16]) {
+  V16 t[16];
   for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    t[i] = UnpackLo(r[i], r[i + 1]);
+    t[i + 1] = UnpackHi(r[i], r[i + 1]);
   }
   for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
-    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    r[i] = PairsLo(t[i], t[i + 2]);
+    r[i + 1] = PairsHi(t[i], t[i + 2]);
+    r[i + 2] = PairsLo(t[i + 1], t[i + 3]);
+    r[i + 3] = PairsHi(t[i + 1], t[i + 3]);
   }
   for (int i = 0; i < 4; i++) {
-    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
-    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    t[i] = LanesEven(r[i], r[i + 4]);
+    t[i + 4] = LanesOdd(r[i], r[i + 4]);
+    t[i + 8] = LanesEven(r[i + 8], r[i + 12]);
+    t[i + 12] = LanesOdd(r[i + 8], r[i + 12]);
   }
   for (int i = 0; i < 4; i++) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-    r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
-    r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
+    r[i] = LanesEven(t[i], t[i + 8]);
+    r[i + 8] = LanesOdd(t[i], t[i + 8]);
+    r[i + 4] = LanesEven(t[i + 4], t[i + 12]);
+    r[i + 12] = LanesOdd(t[i + 4], t[i + 12]);
   }
+}
+
+// 16 floats to d: as they are, or rounded to bf16 as fast::ToBF16 rounds (its BF16Bits on the whole vector).
+inline void Put16(float* d, V16 v) {
+  __builtin_memcpy(d, &v, sizeof v);
+}
+inline void Put16(uint16_t* d, V16 v) {
+  typedef uint32_t U16 __attribute__((vector_size(64)));
+  typedef uint16_t H16 __attribute__((vector_size(32)));
+  U16 u;
+  __builtin_memcpy(&u, &v, sizeof u);
+  const H16 h = __builtin_convertvector(fast::BF16Bits(u), H16);
+  __builtin_memcpy(d, &h, sizeof h);
 }
 #endif
 
-// dst[c][r] = bf16(src[r][c]) for src [rows, cols]: 16x16 tiles, parallel over blocks of 64 columns. With
-// AVX-512 a tile is transposed in registers. The weight gradients' A operand is large and its rows far apart
-// (the LM head's: 1024 rows of 50257 floats), so a block reads 256 contiguous bytes of each row and asks for
-// the next 16 rows' bytes while it converts these: a 16-column strip alone waited on one miss per row.
-void CastTransposeBF16(uint16_t* dst, const float* src, int rows, int cols) {
+// dst[j][r] = src[r][c0 + j] for j < cb, src [rows, cols], as fp32 or rounded to bf16 (T): blocks of 64
+// columns in parallel, 16 x 16 tiles transposed in AVX-512 registers, scalar elsewhere. The rows of a weight
+// gradient's A operand lie far apart (the LM head's: 1024 rows of 50257 floats), so a block reads 256
+// contiguous bytes of each row and asks for the next 16 rows' while it converts these: a 16-column strip
+// alone waited on one miss per row.
+template <typename T>
+void TransposeColumns(T* dst, const float* src, int rows, int cols, int c0, int cb) {
   constexpr int kTile = 16, kBlock = 64;
-  const int blocks = (cols + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (static_cast <size_t>(rows) * cols >= kParallelMin)
+  const float* s = src + c0;
+  const int blocks = (cb + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (static_cast <size_t>(rows) * cb >= kParallelMin)
   for (int blk = 0; blk < blocks; blk++) {
-    const int b0 = blk * kBlock, b1 = std::min(cols, b0 + kBlock);
+    const int j0 = blk * kBlock, j1 = std::min(cb, j0 + kBlock);
     int r0 = 0;
 #if defined(__AVX512F__)
-    const int full_end = b0 + (b1 - b0) / kTile * kTile;  // columns [b0, full_end) in whole tiles
+    const int full_end = j0 + (j1 - j0) / kTile * kTile;  // columns [j0, full_end) in whole tiles
     for (; r0 + kTile <= rows; r0 += kTile) {
       if (r0 + 2 * kTile <= rows) {
         for (int i = 0; i < kTile; i++)
-          for (int c = b0; c < b1; c += kTile)
-            __builtin_prefetch(src + static_cast<size_t>(r0 + kTile + i) * cols + c);
+          for (int j = j0; j < j1; j += kTile)
+            __builtin_prefetch(s + static_cast<size_t>(r0 + kTile + i) * cols + j);
       }
-      for (int c0 = b0; c0 < full_end; c0 += kTile) {
-        __m512 r[kTile];
-        for (int i = 0; i < kTile; i++) r[i] = _mm512_loadu_ps(src + static_cast<size_t>(r0 + i) * cols + c0);
-        Transpose16(r);
+      for (int j = j0; j < full_end; j += kTile) {
+        V16 r[kTile];
         for (int i = 0; i < kTile; i++)
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + static_cast<size_t>(c0 + i) * rows + r0),
-                              ToBF16x16(r[i]));
+          __builtin_memcpy(&r[i], s + static_cast<size_t>(r0 + i) * cols + j, sizeof(V16));
+        Transpose16(r);
+        for (int i = 0; i < kTile; i++) Put16(dst + static_cast<size_t>(j + i) * rows + r0, r[i]);
       }
-      for (int c = full_end; c < b1; c++)
+      for (int j = full_end; j < j1; j++)
         for (int r = r0; r < r0 + kTile; r++)
-          dst[static_cast<size_t>(c) * rows + r] = fast::ToBF16(src[static_cast<size_t>(r) * cols + c]);
+          Put(dst + static_cast<size_t>(j) * rows + r, s[static_cast<size_t>(r) * cols + j]);
     }
 #endif
-    for (; r0 < rows; r0 += kTile) {
+    for (; r0 < rows; r0 += kTile) {  // the rows past the last whole tile (every row without AVX-512)
       const int r1 = std::min(rows, r0 + kTile);
-      for (int c = b0; c < b1; c++) {
-        uint16_t* __restrict d = dst + static_cast<size_t>(c) * rows;
-        for (int r = r0; r < r1; r++) d[r] = fast::ToBF16(src[static_cast<size_t>(r) * cols + c]);
-      }
+      for (int j = j0; j < j1; j++)
+        for (int r = r0; r < r1; r++)
+          Put(dst + static_cast<size_t>(j) * rows + r, s[static_cast<size_t>(r) * cols + j]);
     }
   }
 }
 
 #if defined(__AVX512F__)
 constexpr int kTransposeBlock = 2048;  // columns of A per transposed block (8 MB at K = 1024)
-
-// dst[j][r] = src[r][c0 + j] for j < cb, src [rows, cols]: 16 x 16 tiles in registers, scalar at the edges.
-void TransposeF32Block(float* dst, const float* src, int rows, int cols, int c0, int cb) {
-  constexpr int kTile = 16;
-  const int tiles = (cb + 63) / 64;
-#pragma omp parallel for schedule(static)
-  for (int t = 0; t < tiles; t++) {
-    const int j0 = t * 64, j1 = std::min(cb, j0 + 64), full_end = j0 + (j1 - j0) / kTile * kTile;
-    int r0 = 0;
-    for (; r0 + kTile <= rows; r0 += kTile) {
-      for (int j = j0; j < full_end; j += kTile) {
-        __m512 r[kTile];
-        for (int i = 0; i < kTile; i++)
-          r[i] = _mm512_loadu_ps(src + static_cast<size_t>(r0 + i) * cols + c0 + j);
-        Transpose16(r);
-        for (int i = 0; i < kTile; i++) _mm512_storeu_ps(dst + static_cast<size_t>(j + i) * rows + r0, r[i]);
-      }
-      for (int j = full_end; j < j1; j++)
-        for (int r = r0; r < r0 + kTile; r++)
-          dst[static_cast<size_t>(j) * rows + r] = src[static_cast<size_t>(r) * cols + c0 + j];
-    }
-    for (int j = j0; j < j1; j++)
-      for (int r = r0; r < rows; r++)
-        dst[static_cast<size_t>(j) * rows + r] = src[static_cast<size_t>(r) * cols + c0 + j];
-  }
-}
 #endif
 
 }  // namespace
@@ -159,7 +161,7 @@ void CpuFastBackend::Matmul(float* c, Operand a, Operand b, const float* bias, i
   if (want == DType::kBF16 && trans_a && a.dtype == DType::kF32) {
     // The cast has to copy A anyway: it writes A back untransposed, which oneDNN multiplies faster.
     uint16_t* dst = operand_a_.As<uint16_t>(static_cast<size_t>(M) * K);
-    CastTransposeBF16(dst, static_cast<const float*>(a.ptr), K, M);
+    TransposeColumns(dst, static_cast<const float*>(a.ptr), K, M, 0, M);
     pa = dst;
     ta = false;
   } else {
@@ -190,7 +192,7 @@ void CpuFastBackend::Matmul(float* c, Operand a, Operand b, const float* bias, i
     bool ok = true;
     for (int m0 = 0; ok && m0 < M; m0 += kTransposeBlock) {
       const int mb = std::min(kTransposeBlock, M - m0);
-      TransposeF32Block(block, src, K, M, m0, mb);
+      TransposeColumns(block, src, K, M, m0, mb);
       ok =
           dnnl_->Run(c + static_cast<size_t>(m0) * N, block, fb, want, nullptr, mb, N, K, false, false, beta);
     }

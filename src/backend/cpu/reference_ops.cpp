@@ -121,20 +121,19 @@ void CpuReferenceBackend::BiasBackward(float* dbias, const float* dout, int N, i
   }
 }
 
+namespace {
+float Gelu(float x) {
+  const float cube = 0.044715f * x * x * x;
+  return 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + cube)));
+}
+}  // namespace
+
 void CpuReferenceBackend::GeluForward(float* out, const float* inp, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    float cube = 0.044715f * x * x * x;
-    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + cube)));
-  }
+  for (size_t i = 0; i < n; i++) out[i] = Gelu(inp[i]);
 }
 
 void CpuReferenceBackend::GeluForwardBF16(uint16_t* out, const float* inp, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float g;
-    GeluForward(&g, inp + i, 1);
-    out[i] = F32ToBF16(g);
-  }
+  for (size_t i = 0; i < n; i++) out[i] = F32ToBF16(Gelu(inp[i]));
 }
 
 void CpuReferenceBackend::GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) {
