@@ -68,10 +68,14 @@ void Backend::MatmulDGelu(float* dinp, const float* pre, Operand a, Operand b, i
   GeluBackward(dinp, pre, dinp, static_cast<size_t>(M) * N);
 }
 
-void Backend::CrossEntropyForwardBackwardBF16(float* losses, float* logits, uint16_t* dlogits,
-                                              const int32_t* targets, int N, int V, float dloss) {
-  CrossEntropyForwardBackward(losses, logits, targets, N, V, dloss);
-  if (dloss != 0.0f) CastF32ToBF16(dlogits, logits, static_cast<size_t>(N) * V);
+void Backend::MatmulToBF16(uint16_t* c, Operand a, Operand b, int M, int N, int K, bool trans_a, bool trans_b,
+                           Compute compute) {
+  const size_t n = static_cast<size_t>(M) * N;
+  if (n == 0) return;
+  float* tmp = static_cast<float*>(Alloc(n * sizeof(float)));
+  Matmul(tmp, a, b, nullptr, M, N, K, trans_a, trans_b, 0.0f, compute);
+  CastF32ToBF16(c, tmp, n);
+  Free(tmp);
 }
 
 const char* AttentionKindName(AttentionKind k) {

@@ -139,6 +139,10 @@ class Backend {
   // out[N,C] = (inp - mean) * rstd * weight + bias; also saves mean[N], rstd[N]. eps = 1e-5.
   virtual void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                 const float* bias, int N, int C) = 0;
+  // LayerNormForward with out in bf16 (its fp32 value rounded as CastF32ToBF16 rounds): with bf16 compute a
+  // layer norm's output is only ever a bf16 matmul operand, and its backward reads the input, not the output.
+  virtual void LayerNormForwardBF16(uint16_t* out, float* mean, float* rstd, const float* inp,
+                                    const float* weight, const float* bias, int N, int C) = 0;
   // dinp[N,C] +=, dweight[C] +=, dbias[C] +=
   virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, const float* mean, const float* rstd,
@@ -151,6 +155,11 @@ class Backend {
   //                               dW[OC,C]  += dout[N,OC]^T * inp[N,C]        (trans_a, beta = 1)
   virtual void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
                       bool trans_b, float beta, Compute compute) = 0;
+  // Matmul with the product rounded to bf16 (fp32 accumulation, as CastF32ToBF16 rounds): c[M,N] = op(A)
+  // op(B), no bias, beta 0. Under bf16 compute the LM head writes its logits this way (half the bytes of
+  // fp32 logits). The default multiplies into a temporary fp32 buffer, then casts.
+  virtual void MatmulToBF16(uint16_t* c, Operand a, Operand b, int M, int N, int K, bool trans_a,
+                            bool trans_b, Compute compute);
   // Matmul with a GELU epilogue (the MLP's fc layer): pre[M,N] = op(A) op(B) + bias (bias may be null),
   // out[M,N] = gelu(pre) as GeluForward computes it; pre is kept for the backward (beta is 0). The default
   // runs Matmul, then GeluForward; CUDA fuses both into the GEMM (cuBLASLt's GELU_AUX_BIAS epilogue).
@@ -198,12 +207,12 @@ class Backend {
   // A target < 0 is ignored (loss 0, gradient 0).
   virtual void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
                                            float dloss) = 0;
-  // The same loss, with the gradient (dloss != 0) written to dlogits[N,V] as bf16 (rounded to nearest even,
-  // as CastF32ToBF16): what bf16 compute multiplies next, so the head's two backward matmuls read it as is.
-  // logits may be overwritten. The default runs the op above in place, then CastF32ToBF16; the fast CPU
-  // backend writes bf16 from the row it has in cache (the same bits).
-  virtual void CrossEntropyForwardBackwardBF16(float* losses, float* logits, uint16_t* dlogits,
-                                               const int32_t* targets, int N, int V, float dloss);
+  // The same loss over bf16 logits[N,V] (what bf16 compute's head matmul writes, MatmulToBF16): the loss of
+  // the widened logits in fp32, and (dloss != 0) the gradient written over them in bf16 (the fp32 op's
+  // gradient of the widened logits rounded to nearest even, as CastF32ToBF16): what the head's two backward
+  // matmuls multiply next. As llm.c and PyTorch autocast, bf16 training never holds fp32 logits.
+  virtual void CrossEntropyForwardBackwardBF16(float* losses, uint16_t* logits, const int32_t* targets, int N,
+                                               int V, float dloss) = 0;
 
   // sum of squares of x[n] in double, returned to the host (for the global gradient norm).
   virtual double SumSquares(const float* x, size_t n) = 0;

@@ -66,6 +66,14 @@ class ForwardingBackend : public Backend {
                       bool trans_a, bool trans_b, Compute compute) override {
     inner_->MatmulGeluBF16(out, pre, a, b, bias, M, N, K, trans_a, trans_b, compute);
   }
+  void LayerNormForwardBF16(uint16_t* out, float* mean, float* rstd, const float* inp, const float* weight,
+                            const float* bias, int N, int C) override {
+    inner_->LayerNormForwardBF16(out, mean, rstd, inp, weight, bias, N, C);
+  }
+  void MatmulToBF16(uint16_t* c, Operand a, Operand b, int M, int N, int K, bool trans_a, bool trans_b,
+                    Compute compute) override {
+    inner_->MatmulToBF16(c, a, b, M, N, K, trans_a, trans_b, compute);
+  }
   void MatmulDGelu(float* dinp, const float* pre, Operand a, Operand b, int M, int N, int K, bool trans_a,
                    bool trans_b, Compute compute) override {
     inner_->MatmulDGelu(dinp, pre, a, b, M, N, K, trans_a, trans_b, compute);
@@ -93,9 +101,9 @@ class ForwardingBackend : public Backend {
                                    float dloss) override {
     inner_->CrossEntropyForwardBackward(losses, logits, targets, N, V, dloss);
   }
-  void CrossEntropyForwardBackwardBF16(float* losses, float* logits, uint16_t* dlogits,
-                                       const int32_t* targets, int N, int V, float dloss) override {
-    inner_->CrossEntropyForwardBackwardBF16(losses, logits, dlogits, targets, N, V, dloss);
+  void CrossEntropyForwardBackwardBF16(float* losses, uint16_t* logits, const int32_t* targets, int N, int V,
+                                       float dloss) override {
+    inner_->CrossEntropyForwardBackwardBF16(losses, logits, targets, N, V, dloss);
   }
   double SumSquares(const float* x, size_t n) override { return inner_->SumSquares(x, n); }
   double Sum(const float* x, size_t n) override { return inner_->Sum(x, n); }

@@ -6,7 +6,9 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <vector>
 
+#include "backend/bf16.h"
 #include "model/init.h"
 
 namespace tern {
@@ -27,10 +29,11 @@ T* Mutable(Operand op) {
 // Per-layer tensors are stacked [L, ...]; shapes in the comments use N = B*T. With Recompute::kGelu,
 // fch_gelu is one layer's [N, 4C], written by every layer's forward and recomputed in the backward. With bf16
 // compute fch_gelu holds bf16: it is only ever the fcproj matmuls' operand, which bf16 compute rounds to bf16
-// anyway (the same values, half the bytes, and no cast in the forward or the backward).
+// anyway (the same values, half the bytes, and no cast in the forward or the backward). So do the layer
+// norms' outputs ln1, ln2 and lnf (matmul operands only: their backward reads the layer norm's input).
 struct Gpt::Acts {
   float* encoded;    // [N, C]
-  float* ln1;        // [L, N, C]
+  void* ln1;         // [L, N, C]: fp32, or bf16 (bf16)
   float* ln1_mean;   // [L, N]
   float* ln1_rstd;   // [L, N]
   float* qkv;        // [L, N, 3C]
@@ -38,22 +41,24 @@ struct Gpt::Acts {
   float* att;        // [L, state]: each layer's attention state (AttentionStateBytes; naive: [B, NH, T, T])
   float* attproj;    // [L, N, C]
   float* residual2;  // [L, N, C]
-  float* ln2;        // [L, N, C]
+  void* ln2;         // [L, N, C]: fp32, or bf16 (bf16)
   float* ln2_mean;   // [L, N]
   float* ln2_rstd;   // [L, N]
   float* fch;        // [L, N, 4C]
   void* fch_gelu;    // [L, N, 4C], or [N, 4C] with Recompute::kGelu: fp32, or bf16 (gelu_bf16)
-  bool gelu_bf16;    // bf16 compute
+  bool bf16;         // bf16 compute: the GELU and layer norm outputs in bf16
   float* fcproj;     // [L, N, C]
   float* residual3;  // [L, N, C]
-  float* lnf;        // [N, C]
+  void* lnf;         // [N, C]: fp32, or bf16 (bf16)
   float* lnf_mean;   // [N]
   float* lnf_rstd;   // [N]
-  float* logits;     // [GptLogitsRows(N, logits_chunk), V]: one chunk of rows at a time
-  uint16_t* dlogits_bf16;  // bf16 compute: the chunk's gradient as bf16 [rows, V] (what the head's backward
-                           // matmuls multiply); null otherwise
-  float* losses;           // [N]
-  size_t total;            // floats used
+  // [GptLogitsRows(N, logits_chunk), V]: one chunk of rows at a time, then its gradient in place; fp32, or
+  // bf16 with bf16 compute (the head's matmul rounds them as it stores them; the loss reads them widened and
+  // writes the bf16 gradient that the head's backward matmuls multiply)
+  void* logits;
+  bool logits_bf16;
+  float* losses;  // [N]
+  size_t total;   // floats used
 
   size_t att_stride;  // floats of one layer's attention state
 
@@ -69,8 +74,11 @@ struct Gpt::Acts {
       off += n;
       return p;
     };
+    bf16 = compute == Compute::kBF16;
+    // Floats taken by e elements of an activation stored in bf16 under bf16 compute.
+    auto elems = [&](size_t e) { return bf16 ? (e + 1) / 2 : e; };
     encoded = take(N * C);
-    ln1 = take(L * N * C);
+    ln1 = take(elems(L * N * C));
     ln1_mean = take(L * N);
     ln1_rstd = take(L * N);
     qkv = take(L * N * 3 * C);
@@ -78,30 +86,31 @@ struct Gpt::Acts {
     att = take(L * att_stride);
     attproj = take(L * N * C);
     residual2 = take(L * N * C);
-    ln2 = take(L * N * C);
+    ln2 = take(elems(L * N * C));
     ln2_mean = take(L * N);
     ln2_rstd = take(L * N);
     fch = take(L * N * 4 * C);
-    gelu_bf16 = compute == Compute::kBF16;
-    const size_t gelu_elems = (recompute == Recompute::kGelu ? 1 : L) * N * 4 * C;
-    fch_gelu = take(gelu_bf16 ? (gelu_elems + 1) / 2 : gelu_elems);
+    fch_gelu = take(elems((recompute == Recompute::kGelu ? 1 : L) * N * 4 * C));
     fcproj = take(L * N * C);
     residual3 = take(L * N * C);
-    lnf = take(N * C);
+    lnf = take(elems(N * C));
     lnf_mean = take(N);
     lnf_rstd = take(N);
     const size_t logit_elems = GptLogitsRows(N, logits_chunk) * V;
-    logits = take(logit_elems);
-    dlogits_bf16 =
-        compute == Compute::kBF16 ? reinterpret_cast<uint16_t*>(take((logit_elems + 1) / 2)) : nullptr;
+    logits_bf16 = compute == Compute::kBF16;
+    logits = take(logits_bf16 ? (logit_elems + 1) / 2 : logit_elems);
     losses = take(N);
     total = off;
   }
   // Layer l's GELU output as a matmul operand: its own slice, or the shared buffer with Recompute::kGelu.
   Operand gelu(int l, size_t N, size_t C, Recompute recompute) const {
     const size_t off = recompute == Recompute::kGelu ? 0 : static_cast<size_t>(l) * N * 4 * C;
-    if (gelu_bf16) return BF16(static_cast<uint16_t*>(fch_gelu) + off);
-    return F32(static_cast<float*>(fch_gelu) + off);
+    return At(fch_gelu, off);
+  }
+  // A layer norm output (ln1, ln2, lnf) from element `off` on, as a matmul operand.
+  Operand At(void* base, size_t off) const {
+    if (bf16) return BF16(static_cast<uint16_t*>(base) + off);
+    return F32(static_cast<float*>(base) + off);
   }
 };
 
@@ -200,6 +209,16 @@ float* Gpt::G(const char* name) const {
   return nullptr;
 }
 
+void Gpt::LayerNorm(Operand out, float* mean, float* rstd, const float* inp, const float* weight,
+                    const float* bias, size_t N, int C) {
+  const int n = static_cast<int>(N);
+  if (out.dtype == DType::kBF16) {
+    backend_->LayerNormForwardBF16(Mutable<uint16_t>(out), mean, rstd, inp, weight, bias, n, C);
+  } else {
+    backend_->LayerNormForward(Mutable<float>(out), mean, rstd, inp, weight, bias, n, C);
+  }
+}
+
 Operand Gpt::W(const char* name, size_t offset_elems) const {
   for (const auto& t : layout_) {
     if (t.name != name) continue;
@@ -284,44 +303,48 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
   for (int l = 0; l < L; l++) {
     const size_t lc = static_cast<size_t>(l) * C, nc = N * C;
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * nc;
-    float* ln1 = a.ln1 + l * nc;
+    const Operand ln1 = a.At(a.ln1, l * nc);
     float* qkv = a.qkv + l * 3 * nc;
     float* atty = a.atty + l * nc;
     float* attproj = a.attproj + l * nc;
     float* residual2 = a.residual2 + l * nc;
-    float* ln2 = a.ln2 + l * nc;
+    const Operand ln2 = a.At(a.ln2, l * nc);
     float* fch = a.fch + l * 4 * nc;
     const Operand fch_gelu = a.gelu(l, N, C, recompute_);
     float* fcproj = a.fcproj + l * nc;
     float* residual3 = a.residual3 + l * nc;
 
-    backend_->LayerNormForward(ln1, a.ln1_mean + l * N, a.ln1_rstd + l * N, residual, P("ln1w") + lc,
-                               P("ln1b") + lc, N, C);
-    backend_->Matmul(qkv, F32(ln1), W("qkvw", lc * 3 * C), P("qkvb") + 3 * lc, N, 3 * C, C, false, true, 0.0f,
+    LayerNorm(ln1, a.ln1_mean + l * N, a.ln1_rstd + l * N, residual, P("ln1w") + lc, P("ln1b") + lc, N, C);
+    backend_->Matmul(qkv, ln1, W("qkvw", lc * 3 * C), P("qkvb") + 3 * lc, N, 3 * C, C, false, true, 0.0f,
                      compute_);
     backend_->AttentionForward(atty, a.att + l * a.att_stride, qkv, B, T, C, NH, compute_);
     backend_->Matmul(attproj, F32(atty), W("attprojw", lc * C), P("attprojb") + lc, N, C, C, false, true,
                      0.0f, compute_);
     backend_->Add(residual2, residual, attproj, nc);
-    backend_->LayerNormForward(ln2, a.ln2_mean + l * N, a.ln2_rstd + l * N, residual2, P("ln2w") + lc,
-                               P("ln2b") + lc, N, C);
-    if (a.gelu_bf16) {
-      backend_->MatmulGeluBF16(Mutable<uint16_t>(fch_gelu), fch, F32(ln2), W("fcw", lc * 4 * C),
-                               P("fcb") + 4 * lc, N, 4 * C, C, false, true, compute_);
+    LayerNorm(ln2, a.ln2_mean + l * N, a.ln2_rstd + l * N, residual2, P("ln2w") + lc, P("ln2b") + lc, N, C);
+    if (a.bf16) {
+      backend_->MatmulGeluBF16(Mutable<uint16_t>(fch_gelu), fch, ln2, W("fcw", lc * 4 * C), P("fcb") + 4 * lc,
+                               N, 4 * C, C, false, true, compute_);
     } else {
-      backend_->MatmulGelu(Mutable<float>(fch_gelu), fch, F32(ln2), W("fcw", lc * 4 * C), P("fcb") + 4 * lc,
-                           N, 4 * C, C, false, true, compute_);
+      backend_->MatmulGelu(Mutable<float>(fch_gelu), fch, ln2, W("fcw", lc * 4 * C), P("fcb") + 4 * lc, N,
+                           4 * C, C, false, true, compute_);
     }
     backend_->Matmul(fcproj, fch_gelu, W("fcprojw", lc * 4 * C), P("fcprojb") + lc, N, C, 4 * C, false, true,
                      0.0f, compute_);
     backend_->Add(residual3, residual2, fcproj, nc);
   }
   const float* last = a.residual3 + (L - 1) * N * C;
-  backend_->LayerNormForward(a.lnf, a.lnf_mean, a.lnf_rstd, last, P("lnfw"), P("lnfb"), N, C);
+  LayerNorm(a.At(a.lnf, 0), a.lnf_mean, a.lnf_rstd, last, P("lnfw"), P("lnfb"), N, C);
   const size_t rows = GptLogitsRows(N, logits_chunk_);
   if (!targets) {
     assert(N <= rows && "Forward without targets keeps the logits of at most logits_chunk rows");
-    backend_->Matmul(a.logits, F32(a.lnf), W("wte", 0), nullptr, N, V, C, false, true, 0.0f, compute_);
+    if (a.logits_bf16) {
+      backend_->MatmulToBF16(static_cast<uint16_t*>(a.logits), a.At(a.lnf, 0), W("wte", 0), N, V, C, false,
+                             true, compute_);
+    } else {
+      backend_->Matmul(static_cast<float*>(a.logits), a.At(a.lnf, 0), W("wte", 0), nullptr, N, V, C, false,
+                       true, 0.0f, compute_);
+    }
     return std::numeric_limits<float>::quiet_NaN();
   }
   // The fused classifier: chunk by chunk of rows, the logits, the loss and (dloss != 0) their gradient in
@@ -331,20 +354,23 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
   BackwardScratch s(scratch_.as<float>(), config_, B, T, attention_, compute_);
   for (size_t r0 = 0; r0 < N; r0 += rows) {
     const int n = static_cast<int>(std::min(rows, N - r0));
-    const float* lnf = a.lnf + r0 * C;
-    backend_->Matmul(a.logits, F32(lnf), W("wte", 0), nullptr, n, V, C, false, true, 0.0f, compute_);
-    // bf16 compute: the gradient comes out as bf16, which both matmuls below would otherwise cast from fp32.
-    Operand dlogits = F32(a.logits);
-    if (a.dlogits_bf16) {
-      backend_->CrossEntropyForwardBackwardBF16(a.losses + r0, a.logits, a.dlogits_bf16, d_targets + r0, n, V,
-                                                dloss);
-      dlogits = BF16(a.dlogits_bf16);
+    const Operand lnf = a.At(a.lnf, r0 * C);
+    // bf16 compute: bf16 logits and gradient (half the bytes; what both matmuls below multiply).
+    Operand dlogits;
+    if (a.logits_bf16) {
+      uint16_t* logits = static_cast<uint16_t*>(a.logits);
+      backend_->MatmulToBF16(logits, lnf, W("wte", 0), n, V, C, false, true, compute_);
+      backend_->CrossEntropyForwardBackwardBF16(a.losses + r0, logits, d_targets + r0, n, V, dloss);
+      dlogits = BF16(logits);
     } else {
-      backend_->CrossEntropyForwardBackward(a.losses + r0, a.logits, d_targets + r0, n, V, dloss);
+      float* logits = static_cast<float*>(a.logits);
+      backend_->Matmul(logits, lnf, W("wte", 0), nullptr, n, V, C, false, true, 0.0f, compute_);
+      backend_->CrossEntropyForwardBackward(a.losses + r0, logits, d_targets + r0, n, V, dloss);
+      dlogits = F32(logits);
     }
     if (dloss == 0.0f) continue;
     backend_->Matmul(s.dln + r0 * C, dlogits, W("wte", 0), nullptr, n, C, V, false, false, 0.0f, compute_);
-    backend_->Matmul(G("wte"), dlogits, F32(lnf), nullptr, V, C, n, true, false, 1.0f, compute_);
+    backend_->Matmul(G("wte"), dlogits, lnf, nullptr, V, C, n, true, false, 1.0f, compute_);
   }
   have_head_grads_ = dloss != 0.0f;
   return static_cast<float>(backend_->Sum(a.losses, N) / N);
@@ -389,12 +415,12 @@ void Gpt::Backward(const GradsReady& on_ready) {
   for (int l = L - 1; l >= 0; l--) {
     const size_t lc = static_cast<size_t>(l) * C;
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * nc;
-    const float* ln1 = a.ln1 + l * nc;
+    const Operand ln1 = a.At(a.ln1, l * nc);
     const float* qkv = a.qkv + l * 3 * nc;
     const float* atty = a.atty + l * nc;
     const float* att = a.att + l * a.att_stride;
     const float* residual2 = a.residual2 + l * nc;
-    const float* ln2 = a.ln2 + l * nc;
+    const Operand ln2 = a.At(a.ln2, l * nc);
     const float* fch = a.fch + l * 4 * nc;
     const Operand fch_gelu = a.gelu(l, N, C, recompute_);
 
@@ -405,7 +431,7 @@ void Gpt::Backward(const GradsReady& on_ready) {
     // Recompute: the shared buffer still holds the last layer's GELU output from the forward; every other
     // layer's is recomputed from fch by the same op, so the values (and the gradients) are the forward's.
     if (recompute_ == Recompute::kGelu && l != L - 1) {
-      if (a.gelu_bf16) {
+      if (a.bf16) {
         backend_->GeluForwardBF16(Mutable<uint16_t>(fch_gelu), fch, 4 * nc);
       } else {
         backend_->GeluForward(Mutable<float>(fch_gelu), fch, 4 * nc);
@@ -416,7 +442,7 @@ void Gpt::Backward(const GradsReady& on_ready) {
     backend_->BiasBackward(G("fcprojb") + lc, s.dresidual, N, C);
     backend_->Matmul(s.dln, F32(s.dfch), W("fcw", lc * 4 * C), nullptr, N, C, 4 * C, false, false, 0.0f,
                      compute_);
-    backend_->Matmul(G("fcw") + lc * 4 * C, F32(s.dfch), F32(ln2), nullptr, 4 * C, C, N, true, false, 1.0f,
+    backend_->Matmul(G("fcw") + lc * 4 * C, F32(s.dfch), ln2, nullptr, 4 * C, C, N, true, false, 1.0f,
                      compute_);
     backend_->BiasBackward(G("fcb") + 4 * lc, s.dfch, N, 4 * C);
     backend_->LayerNormBackward(s.dresidual, G("ln2w") + lc, G("ln2b") + lc, s.dln, residual2, P("ln2w") + lc,
@@ -431,7 +457,7 @@ void Gpt::Backward(const GradsReady& on_ready) {
     backend_->AttentionBackward(s.dqkv, s.att, s.datty, qkv, att, B, T, C, NH, compute_);
     backend_->Matmul(s.dln, F32(s.dqkv), W("qkvw", lc * 3 * C), nullptr, N, C, 3 * C, false, false, 0.0f,
                      compute_);
-    backend_->Matmul(G("qkvw") + lc * 3 * C, F32(s.dqkv), F32(ln1), nullptr, 3 * C, C, N, true, false, 1.0f,
+    backend_->Matmul(G("qkvw") + lc * 3 * C, F32(s.dqkv), ln1, nullptr, 3 * C, C, N, true, false, 1.0f,
                      compute_);
     backend_->BiasBackward(G("qkvb") + 3 * lc, s.dqkv, N, 3 * C);
     backend_->LayerNormBackward(s.dresidual, G("ln1w") + lc, G("ln1b") + lc, s.dln, residual, P("ln1w") + lc,
@@ -457,8 +483,14 @@ void Gpt::ZeroGrad() {
 
 void Gpt::GetLogits(int b, int t, float* host_out) const {
   Acts a(acts_.as<float>(), config_, last_B_, last_T_, recompute_, attention_, compute_, logits_chunk_);
-  const size_t V = config_.vocab_size;
-  backend_->Download(host_out, a.logits + (static_cast<size_t>(b) * last_T_ + t) * V, V * sizeof(float));
+  const size_t V = config_.vocab_size, row = static_cast<size_t>(b) * last_T_ + t;
+  if (!a.logits_bf16) {
+    backend_->Download(host_out, static_cast<float*>(a.logits) + row * V, V * sizeof(float));
+    return;
+  }
+  std::vector<uint16_t> h(V);
+  backend_->Download(h.data(), static_cast<uint16_t*>(a.logits) + row * V, V * sizeof(uint16_t));
+  for (size_t i = 0; i < V; i++) host_out[i] = BF16ToF32(h[i]);
 }
 
 double Gpt::GradNorm() {

@@ -72,7 +72,8 @@ class Gpt {
   void Backward(const GradsReady& on_ready = {});
   void ZeroGrad();
 
-  // Copies the logits row for (b, t) of the last Forward without targets to host (V floats).
+  // Copies the logits row for (b, t) of the last Forward without targets to host (V floats; with bf16
+  // compute the bf16 logits widened).
   void GetLogits(int b, int t, float* host_out) const;
 
   // Global L2 norm of the gradient buffer.
@@ -106,6 +107,9 @@ class Gpt {
   float* P(const char* name) const;                        // device pointer of a parameter tensor
   float* G(const char* name) const;                        // device pointer of its gradient
   Operand W(const char* name, size_t offset_elems) const;  // matmul operand for a weight (bf16 copy if bf16)
+  // LayerNormForward into out, a layer norm output (fp32, or bf16 under bf16 compute: LayerNormForwardBF16).
+  void LayerNorm(Operand out, float* mean, float* rstd, const float* inp, const float* weight,
+                 const float* bias, size_t N, int C);
   void SyncBf16Copy();
 
   Backend* backend_;

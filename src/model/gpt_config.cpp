@@ -124,7 +124,7 @@ size_t GptLogitsRows(size_t N, int logits_chunk) {
 
 size_t GptLogitsBytes(const GptConfig& cfg, int B, int T, int logits_chunk, bool bf16) {
   const size_t n = GptLogitsRows(static_cast<size_t>(B) * T, logits_chunk) * cfg.vocab_size;
-  return (n + (bf16 ? (n + 1) / 2 : 0)) * sizeof(float);
+  return (bf16 ? (n + 1) / 2 : n) * sizeof(float);
 }
 
 GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recompute recompute,
@@ -137,16 +137,17 @@ GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recom
   m.params_bf16 = bf16 ? P * 2 : 0;
   m.grads = P * 4;
   m.adam_state = P * 8;
-  // per layer: ln1, atty, attproj, residual2, ln2, fcproj, residual3 (7 x C), qkv (3C), fch (4C), the GELU
-  // output (4C, or one layer's for all with recompute=gelu), two layernorm stats pairs (4 per row),
-  // attention's state (naive: the probabilities, NH*T floats per row; flash: 2*NH floats per row).
+  // per layer: atty, attproj, residual2, fcproj, residual3 (5 x C), qkv (3C), fch (4C), two layernorm stats
+  // pairs (4 per row), attention's state (naive: the probabilities, NH*T floats per row; flash: 2*NH floats
+  // per row); the layer norm outputs ln1, ln2 (C each) and the GELU output (4C, or one layer's for all with
+  // recompute=gelu) are bf16 with bf16 compute (half as many floats, each tensor rounded up), as is lnf.
   const AttentionMemory att =
       AttentionStateBytes(attention, B, T, cfg.n_embd, cfg.n_head, bf16 ? Compute::kBF16 : Compute::kF32);
-  // (the GELU output is bf16 with bf16 compute: half as many floats, rounded up)
-  const size_t gelu_elems = recompute == Recompute::kGelu ? N * 4 * C : L * N * 4 * C;
-  const size_t gelu = bf16 ? (gelu_elems + 1) / 2 : gelu_elems;
-  const size_t per_layer = N * (7 * C + 3 * C + 4 * C + 4) + att.state / 4;
-  m.activations = 4 * (N * C /*encoded*/ + L * per_layer + gelu + N * (C + 2) /*lnf*/ + N /*losses*/) +
+  auto floats = [&](size_t elems) { return bf16 ? (elems + 1) / 2 : elems; };
+  const size_t gelu = floats(recompute == Recompute::kGelu ? N * 4 * C : L * N * 4 * C);
+  const size_t ln = 2 * floats(L * N * C) + floats(N * C);
+  const size_t per_layer = N * (5 * C + 3 * C + 4 * C + 4) + att.state / 4;
+  m.activations = 4 * (N * C /*encoded*/ + L * per_layer + ln + gelu + N * 2 /*lnf stats*/ + N /*losses*/) +
                   GptLogitsBytes(cfg, B, T, logits_chunk, bf16) +
                   2 * N * 4 /*input and target token ids (int32)*/;
   // backward scratch: dresidual, dln, datty (C each), dqkv (3C), dfch (4C: the GELU gradient is the

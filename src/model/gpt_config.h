@@ -78,9 +78,9 @@ Result<Recompute> ParseRecompute(const std::string& s);
 inline constexpr int kDefaultLogitsChunk = 1024;
 // Rows of logits held at once for N = B*T rows.
 size_t GptLogitsRows(size_t N, int logits_chunk);
-// The logits' bytes at micro-batch B x T: GptLogitsRows(B*T, chunk) x V fp32 logits and, with bf16 compute,
-// their gradient in bf16 too (rounded up to whole floats). Not linear in B: the planner adds it apart from
-// the other activations.
+// The logits' bytes at micro-batch B x T: GptLogitsRows(B*T, chunk) x V logits (their gradient written in
+// place), fp32, or bf16 with bf16 compute (rounded up to whole floats). Not linear in B: the planner adds it
+// apart from the other activations.
 size_t GptLogitsBytes(const GptConfig& cfg, int B, int T, int logits_chunk, bool bf16);
 
 // Bytes of memory per component for training with micro-batch B x T.

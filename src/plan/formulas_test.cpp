@@ -104,8 +104,10 @@ TEST(Workload, MemoryOfGpt2SmallWithAdamWBf16AndZero1) {
   EXPECT_DOUBLE_EQ(zf.weights + zf.grads + zf.optimizer, 9 * kP124);
   // Block recomputation keeps one block input (4 x N x C) per layer instead of the whole block.
   MemoryBreakdown rc = w.Memory(Precision::kBf16, 1, false, ActRecompute::kBlocks, 1);
-  // (per layer: 26742784 floats in fp32, less the GELU output's 1024 x 3072 halves in bf16)
-  const double per_layer = 4.0 * 26742784 - 2.0 * 1024 * 3072, input = 4.0 * 1024 * 768;
+  // (per layer: 26742784 floats in fp32, less the halves of what bf16 compute keeps in bf16: the GELU
+  // output's 1024 x 3072, ln1's and ln2's 1024 x 768)
+  const double per_layer = 4.0 * 26742784 - 2.0 * 1024 * 3072 - 2 * 2.0 * 1024 * 768,
+               input = 4.0 * 1024 * 768;
   EXPECT_DOUBLE_EQ(m.activations - rc.activations, 11 * per_layer - 12 * input);
   // GELU recomputation (train.recompute=gelu) keeps one GELU output (2 x N x 4C in bf16) instead of 12:
   // 69,206,016 B.

@@ -84,16 +84,16 @@ TEST(MemoryAgreement, PlannerEstimateIsTheModelsAllocation) {
 }
 
 // The saving the docs quote (docs/gpu.md, Memory): GPT-2 124M, B=16, T=1024, the fused classifier's default
-// chunk instead of the whole micro-batch's logits: (16384 - 1024) rows of V = 50257 floats, and of bf16
-// gradients (bf16 compute).
+// chunk instead of the whole micro-batch's logits: (16384 - 1024) rows of V = 50257 bf16 logits (bf16
+// compute; their gradient is written in place).
 TEST(MemoryAgreement, FusedClassifierHoldsOneChunkOfLogits) {
   const GptConfig cfg{12, 12, 768, 50257, 1024};
   const GptMemory whole =
       Gpt::Allocation(cfg, 16, 1024, Compute::kBF16, Recompute::kNone, AttentionKind::kFlash, 0);
   const GptMemory fused =
       Gpt::Allocation(cfg, 16, 1024, Compute::kBF16, Recompute::kNone, AttentionKind::kFlash);
-  EXPECT_EQ(whole.activations - fused.activations, size_t{16384 - 1024} * 50257 * (4 + 2));
-  EXPECT_EQ(whole.activations - fused.activations, size_t{4631685120});  // 4.31 GiB
+  EXPECT_EQ(whole.activations - fused.activations, size_t{16384 - 1024} * 50257 * 2);
+  EXPECT_EQ(whole.activations - fused.activations, size_t{1543895040});  // 1.44 GiB
   EXPECT_EQ(whole.scratch, fused.scratch);
   // The planner scales the other activations with the micro-batch and adds one chunk: at B=1 (1024 rows)
   // the chunk is the whole micro-batch, at B=16 one sixteenth of it.
@@ -120,15 +120,17 @@ TEST(MemoryAgreement, GeluRecomputeSavesLMinusOneGeluOutputs) {
   EXPECT_EQ(none16.activations - gelu16.activations, size_t{11} * 16 * 1024 * 4 * 768 * 2);
 }
 
-// The GELU outputs in bf16 under bf16 compute (docs/gpu.md, Memory): GPT-2 124M, B=16, T=1024, every layer's
-// [B*T, 4C] in 2 bytes instead of 4.
-TEST(MemoryAgreement, Bf16ComputeKeepsTheGeluOutputsInBf16) {
+// The GELU and layer norm outputs and the logits in bf16 under bf16 compute (docs/gpu.md, Memory): GPT-2
+// 124M, B=16, T=1024, every layer's [B*T, 4C] GELU output and [B*T, C] ln1 and ln2, lnf [B*T, C] and one
+// chunk's [1024, V] logits in 2 bytes instead of 4.
+TEST(MemoryAgreement, Bf16ComputeKeepsTheMatmulOnlyActivationsInBf16) {
   const GptConfig cfg{12, 12, 768, 50257, 1024};
   const GptMemory f32 = Gpt::Allocation(cfg, 16, 1024, Compute::kF32, Recompute::kNone);
   const GptMemory bf16 = Gpt::Allocation(cfg, 16, 1024, Compute::kBF16, Recompute::kNone);
   const size_t gelu_half = size_t{12} * 16 * 1024 * 4 * 768 * 2;  // 1.13 GiB
-  const size_t logits_grad = size_t{1024} * 50257 * 2;            // the head's bf16 gradient (one chunk)
-  EXPECT_EQ(f32.activations - bf16.activations + logits_grad, gelu_half);
+  const size_t logits_half = size_t{1024} * 50257 * 2;            // one chunk of logits (and their gradient)
+  const size_t ln_half = (size_t{2} * 12 + 1) * 16 * 1024 * 768 * 2;  // 0.59 GiB
+  EXPECT_EQ(f32.activations - bf16.activations, gelu_half + logits_half + ln_half);
 }
 
 // The saving the docs quote (docs/gpu.md, Attention kernels): GPT-2 124M, B=16, T=1024, flash instead of

@@ -17,7 +17,7 @@ using tag = dnnl::memory::format_tag;
 struct Key {
   int m, n, k;
   uint32_t beta_bits;
-  uint8_t flags;  // bit 0 trans_a, 1 trans_b, 2 bias, 3 bf16
+  uint8_t flags;  // bit 0 trans_a, 1 trans_b, 2 bias, 3 bf16 operands, 4 bf16 product
   bool operator==(const Key& o) const {
     return m == o.m && n == o.n && k == o.k && beta_bits == o.beta_bits && flags == o.flags;
   }
@@ -66,11 +66,11 @@ size_t DnnlMatmul::CachedPrimitives() const {
 }
 
 DnnlMatmul::Entry* DnnlMatmul::Lookup(DType dtype, bool has_bias, int M, int N, int K, bool trans_a,
-                                      bool trans_b, float beta) {
+                                      bool trans_b, float beta, bool bf16_out) {
   Key key{M, N, K, 0, 0};
   std::memcpy(&key.beta_bits, &beta, 4);
   key.flags = static_cast<uint8_t>((trans_a ? 1 : 0) | (trans_b ? 2 : 0) | (has_bias ? 4 : 0) |
-                                   (dtype == DType::kBF16 ? 8 : 0));
+                                   (dtype == DType::kBF16 ? 8 : 0) | (bf16_out ? 16 : 0));
   auto it = impl_->cache.find(key);
   if (it != impl_->cache.end()) return it->second.get();
 
@@ -80,7 +80,7 @@ DnnlMatmul::Entry* DnnlMatmul::Lookup(DType dtype, bool has_bias, int M, int N, 
   dnnl::memory::desc a_md({m, k}, in, trans_a ? tag::ba : tag::ab);
   dnnl::memory::desc b_md({k, n}, in, trans_b ? tag::ba : tag::ab);
   dnnl::memory::desc bias_md({1, n}, dt::f32, tag::ab);
-  dnnl::memory::desc c_md({m, n}, dt::f32, tag::ab);
+  dnnl::memory::desc c_md({m, n}, bf16_out ? dt::bf16 : dt::f32, tag::ab);
   try {
     dnnl::primitive_attr attr;
     if (beta != 0.0f) {
@@ -132,7 +132,15 @@ DnnlMatmul::Entry* DnnlMatmul::Lookup(DType dtype, bool has_bias, int M, int N, 
 
 bool DnnlMatmul::Run(float* c, const void* a, const void* b, DType dtype, const float* bias, int M, int N,
                      int K, bool trans_a, bool trans_b, float beta) {
-  Entry* e = Lookup(dtype, bias != nullptr, M, N, K, trans_a, trans_b, beta);
+  return Execute(Lookup(dtype, bias != nullptr, M, N, K, trans_a, trans_b, beta, false), c, a, b, bias);
+}
+
+bool DnnlMatmul::RunToBF16(uint16_t* c, const void* a, const void* b, DType dtype, int M, int N, int K,
+                           bool trans_a, bool trans_b) {
+  return Execute(Lookup(dtype, false, M, N, K, trans_a, trans_b, 0.0f, true), c, a, b, nullptr);
+}
+
+bool DnnlMatmul::Execute(Entry* e, void* c, const void* a, const void* b, const float* bias) {
   if (!e->ok) return false;
   e->a.set_data_handle(const_cast<void*>(a));
   e->b.set_data_handle(const_cast<void*>(b));
@@ -146,7 +154,7 @@ bool DnnlMatmul::Run(float* c, const void* a, const void* b, DType dtype, const 
 
 std::string DnnlMatmul::ImplName(DType dtype, bool has_bias, int M, int N, int K, bool trans_a, bool trans_b,
                                  float beta) {
-  Entry* e = Lookup(dtype, has_bias, M, N, K, trans_a, trans_b, beta);
+  Entry* e = Lookup(dtype, has_bias, M, N, K, trans_a, trans_b, beta, false);
   return e->ok ? e->impl : std::string();
 }
 

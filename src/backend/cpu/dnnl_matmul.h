@@ -1,4 +1,5 @@
-// oneDNN 2.6 matmul for the fast CPU backend: fp32×fp32→fp32 and bf16×bf16→fp32, one primitive per shape.
+// oneDNN 2.6 matmul for the fast CPU backend: fp32×fp32→fp32 and bf16×bf16→fp32 or bf16, one primitive per
+// shape.
 //
 // C[M,N] = beta*C + op(A)[M,K]·op(B)[K,N] (+ bias[N]), row-major. trans_a: A is stored [K,M];
 // trans_b: B is stored [N,K]. Transposes are format tags (ba), beta is a sum post-op, bias is an f32 [1,N]
@@ -7,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -26,6 +28,10 @@ class DnnlMatmul {
   bool Run(float* c, const void* a, const void* b, DType dtype, const float* bias, int M, int N, int K,
            bool trans_a, bool trans_b, float beta);
 
+  // The product rounded to bf16 by oneDNN (fp32 accumulation; round to nearest even): no bias, beta 0.
+  bool RunToBF16(uint16_t* c, const void* a, const void* b, DType dtype, int M, int N, int K, bool trans_a,
+                 bool trans_b);
+
   // The implementation oneDNN picked for this case ("brg:avx512_core_bf16", ...), "" if none: for tests and
   // benchmarks. Creates (and caches) the primitive.
   std::string ImplName(DType dtype, bool has_bias, int M, int N, int K, bool trans_a, bool trans_b,
@@ -35,7 +41,9 @@ class DnnlMatmul {
  private:
   struct Entry;
   struct Impl;
-  Entry* Lookup(DType dtype, bool has_bias, int M, int N, int K, bool trans_a, bool trans_b, float beta);
+  Entry* Lookup(DType dtype, bool has_bias, int M, int N, int K, bool trans_a, bool trans_b, float beta,
+                bool bf16_out);
+  bool Execute(Entry* e, void* c, const void* a, const void* b, const float* bias);
   std::unique_ptr<Impl> impl_;
 };
 

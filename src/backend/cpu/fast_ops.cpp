@@ -105,12 +105,23 @@ void CpuFastBackend::EncoderBackward(float* dwte, float* dwpe, const float* dout
 
 // ---- layernorm ---------------------------------------------------------------------------------------
 
-void CpuFastBackend::LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
-                                      const float* weight, const float* bias, int N, int C) {
+namespace {
+
+// y = fp32, or uint16_t: the fp32 value rounded to bf16 as fast::ToBF16 rounds.
+inline void PutLn(float* y, float v) {
+  *y = v;
+}
+inline void PutLn(uint16_t* y, float v) {
+  *y = fast::ToBF16(v);
+}
+
+template <typename Out>
+void LayerNormRows(Out* out, float* mean, float* rstd, const float* inp, const float* weight,
+                   const float* bias, int N, int C) {
 #pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * C >= kParallelMin)
   for (int n = 0; n < N; n++) {
     const float* __restrict x = inp + static_cast<size_t>(n) * C;
-    float* __restrict y = out + static_cast<size_t>(n) * C;
+    Out* __restrict y = out + static_cast<size_t>(n) * C;
     float m = 0.0f;
 #pragma omp simd reduction(+ : m)
     for (int i = 0; i < C; i++) m += x[i];
@@ -121,10 +132,22 @@ void CpuFastBackend::LayerNormForward(float* out, float* mean, float* rstd, cons
     v /= C;
     const float s = 1.0f / std::sqrt(v + kLayerNormEps);
 #pragma omp simd
-    for (int i = 0; i < C; i++) y[i] = (s * (x[i] - m)) * weight[i] + bias[i];
+    for (int i = 0; i < C; i++) PutLn(y + i, (s * (x[i] - m)) * weight[i] + bias[i]);
     mean[n] = m;
     rstd[n] = s;
   }
+}
+
+}  // namespace
+
+void CpuFastBackend::LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
+                                      const float* weight, const float* bias, int N, int C) {
+  LayerNormRows(out, mean, rstd, inp, weight, bias, N, C);
+}
+
+void CpuFastBackend::LayerNormForwardBF16(uint16_t* out, float* mean, float* rstd, const float* inp,
+                                          const float* weight, const float* bias, int N, int C) {
+  LayerNormRows(out, mean, rstd, inp, weight, bias, N, C);
 }
 
 // Rows are split statically over threads; each thread sums dweight/dbias into its own partial row, and the
@@ -254,14 +277,15 @@ void CpuFastBackend::CastF32ToBF16(uint16_t* dst, const float* src, size_t n) {
 namespace {
 
 // One row per task: max; the sum of exp in double, keeping each exp in the row when a gradient follows (so
-// it is computed once); then (if dloss) the gradient written by `store(row, i, g)`, the target's after its
-// -dloss. The row (V floats, 200 KB for GPT-2) stays in L2 across the passes.
-template <typename Store>
-void CrossEntropyRows(float* losses, float* logits, const int32_t* targets, int N, int V, float dloss,
+// it is computed once); then (if dloss) the gradient written by `store(n, i, g)`, the target's after its
+// -dloss. `row_of(n)` gives row n's fp32 logits (the row itself, or its bf16 widened into a per-thread
+// buffer); the row (V floats, 200 KB for GPT-2) stays in L2 across the passes.
+template <typename RowOf, typename Store>
+void CrossEntropyRows(float* losses, const int32_t* targets, int N, int V, float dloss, RowOf row_of,
                       Store store) {
 #pragma omp parallel for schedule(static) if (N > 1 && static_cast <size_t>(N) * V >= kParallelMin)
   for (int n = 0; n < N; n++) {
-    float* __restrict row = logits + static_cast<size_t>(n) * V;
+    float* __restrict row = row_of(n);
     const int target = targets[n];
     const float maxval = fast::Max(row, V);
     const float target_logit = target < 0 ? 0.0f : row[target];
@@ -299,16 +323,27 @@ void CrossEntropyRows(float* losses, float* logits, const int32_t* targets, int 
 
 void CpuFastBackend::CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N,
                                                  int V, float dloss) {
-  CrossEntropyRows(losses, logits, targets, N, V, dloss,
-                   [=](int n, int i, float g) { logits[static_cast<size_t>(n) * V + i] = g; });
+  CrossEntropyRows(
+      losses, targets, N, V, dloss, [=](int n) { return logits + static_cast<size_t>(n) * V; },
+      [=](int n, int i, float g) { logits[static_cast<size_t>(n) * V + i] = g; });
 }
 
-// The fp32 op's gradient, rounded as CastF32ToBF16 would, without writing it in fp32 first (the LM head's
-// [rows, V] gradient: 200 MB of stores and a second pass saved per 1024 rows of GPT-2).
-void CpuFastBackend::CrossEntropyForwardBackwardBF16(float* losses, float* logits, uint16_t* dlogits,
-                                                     const int32_t* targets, int N, int V, float dloss) {
-  CrossEntropyRows(losses, logits, targets, N, V, dloss,
-                   [=](int n, int i, float g) { dlogits[static_cast<size_t>(n) * V + i] = fast::ToBF16(g); });
+// bf16 logits (the LM head's under bf16 compute): each row widened into its thread's fp32 buffer, the fp32
+// op's arithmetic on it, the gradient rounded back over the bf16 row.
+void CpuFastBackend::CrossEntropyForwardBackwardBF16(float* losses, uint16_t* logits, const int32_t* targets,
+                                                     int N, int V, float dloss) {
+  const size_t stride = (static_cast<size_t>(V) + 15) / 16 * 16;
+  float* rows = loss_rows_.As<float>(stride * std::max(1, omp_get_max_threads()));
+  CrossEntropyRows(
+      losses, targets, N, V, dloss,
+      [=](int n) {
+        float* __restrict row = rows + stride * omp_get_thread_num();
+        const uint16_t* __restrict h = logits + static_cast<size_t>(n) * V;
+#pragma omp simd
+        for (int i = 0; i < V; i++) row[i] = fast::FromBF16(h[i]);
+        return row;
+      },
+      [=](int n, int i, float g) { logits[static_cast<size_t>(n) * V + i] = fast::ToBF16(g); });
 }
 
 // ---- reductions --------------------------------------------------------------------------------------

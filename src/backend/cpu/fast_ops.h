@@ -38,10 +38,14 @@ class CpuFastBackend : public CpuReferenceBackend {
                        int C) override;
   void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int N, int C) override;
+  void LayerNormForwardBF16(uint16_t* out, float* mean, float* rstd, const float* inp, const float* weight,
+                            const float* bias, int N, int C) override;
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, const float* mean, const float* rstd, int N, int C) override;
   void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
               bool trans_b, float beta, Compute compute) override;
+  void MatmulToBF16(uint16_t* c, Operand a, Operand b, int M, int N, int K, bool trans_a, bool trans_b,
+                    Compute compute) override;
   void BiasBackward(float* dbias, const float* dout, int N, int OC) override;
   void GeluForward(float* out, const float* inp, size_t n) override;
   void GeluForwardBF16(uint16_t* out, const float* inp, size_t n) override;
@@ -53,8 +57,8 @@ class CpuFastBackend : public CpuReferenceBackend {
                          int B, int T, int C, int NH, Compute compute) override;
   void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
                                    float dloss) override;
-  void CrossEntropyForwardBackwardBF16(float* losses, float* logits, uint16_t* dlogits,
-                                       const int32_t* targets, int N, int V, float dloss) override;
+  void CrossEntropyForwardBackwardBF16(float* losses, uint16_t* logits, const int32_t* targets, int N, int V,
+                                       float dloss) override;
   double SumSquares(const float* x, size_t n) override;
   double Sum(const float* x, size_t n) override;
   void AdamW(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v, size_t n, float lr,
@@ -89,6 +93,8 @@ class CpuFastBackend : public CpuReferenceBackend {
   fast::Scratch operand_a_, operand_b_;  // matmul operands converted to the compute type
   fast::Scratch widened_a_, widened_b_;  // bf16 operands widened to fp32 where oneDNN has no bf16 kernel
   fast::Scratch transposed_c_;           // Matmul: the product transposed, for long reductions (fp32)
+  fast::Scratch product_;                // MatmulToBF16 without a bf16 kernel: the fp32 product
+  fast::Scratch loss_rows_;              // CrossEntropyForwardBackwardBF16: per-thread widened rows
   fast::Scratch partials_;               // per-thread / per-chunk partial sums
   fast::Scratch attention_;              // per-thread packed q, k, v tiles
   fast::Scratch paged_scores_;           // PagedAttentionForward: per-thread attention scores

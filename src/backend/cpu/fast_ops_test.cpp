@@ -544,33 +544,87 @@ TEST_F(FastOpsTest, CrossEntropy) {
   }
 }
 
-// The bf16-gradient variant: the losses of the fp32 op and its gradient rounded to bf16, bit for bit, on the
-// fast backend (fused) and the reference (the Backend default: in place, then CastF32ToBF16); an ignored
-// position's gradient is zero; dloss 0 writes no gradient.
-TEST_F(FastOpsTest, CrossEntropyBF16GradientIsTheRoundedFp32Gradient) {
+// The bf16 variant (bf16 logits in, their bf16 gradient written over them): the fp32 op's losses on the
+// widened logits and its gradient rounded to bf16, bit for bit, on the fast backend (rows widened per thread)
+// and the reference; an ignored position's gradient is zero; dloss 0 leaves the logits as they were.
+TEST_F(FastOpsTest, CrossEntropyOverBF16LogitsIsTheFp32OpOnTheWidenedLogits) {
   const int N = 6, V = 5003;
-  auto logits = U(size_t(N) * V, -4.0f, 4.0f);
+  std::vector<uint16_t> logits16(size_t(N) * V);
+  std::vector<float> widened(logits16.size());
+  const auto logits = U(logits16.size(), -4.0f, 4.0f);
+  for (size_t i = 0; i < logits.size(); i++) {
+    logits16[i] = F32ToBF16(logits[i]);
+    widened[i] = BF16ToF32(logits16[i]);
+  }
   auto targets = Tokens(rng_, N, V);
   targets[2] = -1;
   for (Backend* be : {static_cast<Backend*>(fast_.get()), static_cast<Backend*>(ref_.get())}) {
     for (float dloss : {1.0f / 8, 0.0f}) {
       Arena ar(*be);
-      float *l32 = ar.In(logits), *l16 = ar.In(logits);
+      float* l32 = ar.In(widened);
+      uint16_t* l16 = ar.In(logits16);
       float *loss32 = ar.Zeros<float>(N), *loss16 = ar.Zeros<float>(N);
-      const std::vector<uint16_t> sentinel(size_t(N) * V, 0x7fc1);
-      uint16_t* d16 = ar.In(sentinel);
       const int32_t* pt = ar.In(targets);
       be->CrossEntropyForwardBackward(loss32, l32, pt, N, V, dloss);
-      be->CrossEntropyForwardBackwardBF16(loss16, l16, d16, pt, N, V, dloss);
+      be->CrossEntropyForwardBackwardBF16(loss16, l16, pt, N, V, dloss);
       ExpectBitEqual(ar.Out(loss16, N), ar.Out(loss32, N), "losses");
-      const auto got = ar.Out(d16, sentinel.size());
+      const auto got = ar.Out(l16, logits16.size());
       if (dloss == 0.0f) {
-        EXPECT_EQ(got, sentinel) << "dloss 0 writes no gradient";
+        EXPECT_EQ(got, logits16) << "dloss 0 writes no gradient";
         continue;
       }
       const auto g32 = ar.Out(l32, size_t(N) * V);
       for (size_t i = 0; i < got.size(); i++) ASSERT_EQ(got[i], F32ToBF16(g32[i])) << "element " << i;
       for (int i = 0; i < V; i++) ASSERT_EQ(got[size_t(2) * V + i], 0) << "ignored position";
+    }
+  }
+}
+
+// The layer norm output in bf16 (bf16 compute's ln1, ln2, lnf): the fp32 op's output rounded, bit for bit,
+// and the same statistics (odd C; rows past the parallel threshold).
+TEST_F(FastOpsTest, LayerNormForwardBF16IsTheRoundedFp32Output) {
+  for (auto [N, C] : {std::pair{5, 77}, std::pair{2049, 385}}) {
+    const auto x = U(size_t(N) * C, -3.0f, 3.0f), w = U(C, 0.5f, 1.5f), b = U(C, -0.2f, 0.2f);
+    for (Backend* be : {static_cast<Backend*>(fast_.get()), static_cast<Backend*>(ref_.get())}) {
+      Arena ar(*be);
+      const float *px = ar.In(x), *pw = ar.In(w), *pb = ar.In(b);
+      float* out = ar.Zeros<float>(x.size());
+      uint16_t* out16 = ar.Zeros<uint16_t>(x.size());
+      float *m = ar.Zeros<float>(N), *r = ar.Zeros<float>(N), *m16 = ar.Zeros<float>(N),
+            *r16 = ar.Zeros<float>(N);
+      be->LayerNormForward(out, m, r, px, pw, pb, N, C);
+      be->LayerNormForwardBF16(out16, m16, r16, px, pw, pb, N, C);
+      ExpectBitEqual(ar.Out(m16, N), ar.Out(m, N), "mean");
+      ExpectBitEqual(ar.Out(r16, N), ar.Out(r, N), "rstd");
+      const auto want = ar.Out(out, x.size());
+      const auto got = ar.Out(out16, x.size());
+      for (size_t i = 0; i < got.size(); i++) ASSERT_EQ(got[i], F32ToBF16(want[i])) << be->name() << " " << i;
+    }
+  }
+}
+
+// The head's logits under bf16 compute: the product rounded to bf16 as it is stored, against the fp32
+// product rounded (odd shapes; a transposed B as the head's weight). oneDNN accumulates in its own order, so
+// an element may round the other way when the fp32 sums differ in their last bits: at most one bf16 ulp.
+TEST_F(FastOpsTest, MatmulToBF16IsTheRoundedProduct) {
+  for (auto [M, N, K] : {std::tuple{7, 1001, 45}, std::tuple{33, 5003, 96}}) {
+    const auto a = U(size_t(M) * K), b = U(size_t(N) * K);
+    for (Backend* be : {static_cast<Backend*>(fast_.get()), static_cast<Backend*>(ref_.get())}) {
+      Arena ar(*be);
+      const float *pa = ar.In(a), *pb = ar.In(b);
+      float* c32 = ar.Zeros<float>(size_t(M) * N);
+      uint16_t* c16 = ar.Zeros<uint16_t>(size_t(M) * N);
+      be->Matmul(c32, F32(pa), F32(pb), nullptr, M, N, K, false, true, 0.0f, Compute::kBF16);
+      be->MatmulToBF16(c16, F32(pa), F32(pb), M, N, K, false, true, Compute::kBF16);
+      const auto want = ar.Out(c32, size_t(M) * N);
+      const auto got = ar.Out(c16, size_t(M) * N);
+      int off = 0;
+      for (size_t i = 0; i < got.size(); i++) {
+        const int d = std::abs(int(got[i]) - int(F32ToBF16(want[i])));
+        ASSERT_LE(d, 1) << be->name() << " element " << i;
+        off += d;
+      }
+      EXPECT_LE(off, int(got.size() / 100)) << be->name() << ": most elements round as the fp32 product";
     }
   }
 }

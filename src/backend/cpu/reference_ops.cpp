@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "backend/bf16.h"
 #include "backend/fp16.h"
@@ -65,6 +66,15 @@ void CpuReferenceBackend::LayerNormForward(float* out, float* mean, float* rstd,
     for (int i = 0; i < C; i++) y[i] = (s * (x[i] - m)) * weight[i] + bias[i];
     mean[n] = m;
     rstd[n] = s;
+  }
+}
+
+void CpuReferenceBackend::LayerNormForwardBF16(uint16_t* out, float* mean, float* rstd, const float* inp,
+                                               const float* weight, const float* bias, int N, int C) {
+  std::vector<float> row(static_cast<size_t>(C));
+  for (int n = 0; n < N; n++) {
+    LayerNormForward(row.data(), mean + n, rstd + n, inp + static_cast<size_t>(n) * C, weight, bias, 1, C);
+    for (int i = 0; i < C; i++) out[static_cast<size_t>(n) * C + i] = F32ToBF16(row[i]);
   }
 }
 
@@ -259,6 +269,19 @@ void CpuReferenceBackend::CrossEntropyForwardBackward(float* losses, float* logi
         row[i] = target < 0 ? 0.0f : (p - indicator) * dloss;
       }
     }
+  }
+}
+
+// The fp32 op on each widened row, its gradient rounded back over the row.
+void CpuReferenceBackend::CrossEntropyForwardBackwardBF16(float* losses, uint16_t* logits,
+                                                          const int32_t* targets, int N, int V, float dloss) {
+  std::vector<float> row(static_cast<size_t>(V));
+  for (int n = 0; n < N; n++) {
+    uint16_t* h = logits + static_cast<size_t>(n) * V;
+    for (int i = 0; i < V; i++) row[i] = BF16ToF32(h[i]);
+    CrossEntropyForwardBackward(losses + n, row.data(), targets + n, 1, V, dloss);
+    if (dloss != 0.0f)
+      for (int i = 0; i < V; i++) h[i] = F32ToBF16(row[i]);
   }
 }
 

@@ -18,6 +18,8 @@ class CpuReferenceBackend : public CpuMemoryBackend {
                        int C) override;
   void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int N, int C) override;
+  void LayerNormForwardBF16(uint16_t* out, float* mean, float* rstd, const float* inp, const float* weight,
+                            const float* bias, int N, int C) override;
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, const float* mean, const float* rstd, int N, int C) override;
   void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
@@ -33,6 +35,8 @@ class CpuReferenceBackend : public CpuMemoryBackend {
                          int B, int T, int C, int NH, Compute compute) override;
   void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
                                    float dloss) override;
+  void CrossEntropyForwardBackwardBF16(float* losses, uint16_t* logits, const int32_t* targets, int N, int V,
+                                       float dloss) override;
   double SumSquares(const float* x, size_t n) override;
   double Sum(const float* x, size_t n) override;
   void AdamW(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v, size_t n, float lr,

@@ -1,6 +1,6 @@
 // Fused softmax + cross-entropy over the vocabulary: one block per row, an online (max, sum of exp) per
 // thread combined in a fixed order, then the loss and, if dloss != 0, the gradient written over the logits.
-// Reads the row twice and writes it once; no [N, V] probabilities buffer.
+// Reads the row twice and writes it once; no [N, V] probabilities buffer. Logits in fp32 or bf16.
 #include <cfloat>
 
 #include "backend/cuda/cuda_backend.h"
@@ -19,14 +19,29 @@ __device__ __forceinline__ void Combine(float& m, float& s, float m2, float s2) 
   m = nm;
 }
 
-__global__ void CrossEntropyKernel(float* __restrict__ losses, float* __restrict__ logits,
+__device__ __forceinline__ float Load(float x) {
+  return x;
+}
+__device__ __forceinline__ float Load(uint16_t x) {
+  return FromBF16Bits(x);
+}
+__device__ __forceinline__ void Store(float* p, float g) {
+  *p = g;
+}
+__device__ __forceinline__ void Store(uint16_t* p, float g) {
+  *p = ToBF16Bits(g);
+}
+
+// T: float, or uint16_t for bf16 logits (read widened, the gradient rounded to nearest even).
+template <typename T>
+__global__ void CrossEntropyKernel(float* __restrict__ losses, T* __restrict__ logits,
                                    const int32_t* __restrict__ targets, int V, float dloss) {
   __shared__ float sh_m[kThreads / kWarp], sh_s[kThreads / kWarp];
   __shared__ float sh_lse;
-  float* x = logits + static_cast<size_t>(blockIdx.x) * V;
+  T* x = logits + static_cast<size_t>(blockIdx.x) * V;
   float m = -FLT_MAX, s = 0.0f;
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    const float v = x[i];
+    const float v = Load(x[i]);
     if (v > m) {
       s = s * expf(m - v) + 1.0f;
       m = v;
@@ -52,12 +67,12 @@ __global__ void CrossEntropyKernel(float* __restrict__ losses, float* __restrict
   __syncthreads();
   const float lse = sh_lse;
   const int target = targets[blockIdx.x];
-  if (threadIdx.x == 0) losses[blockIdx.x] = target < 0 ? 0.0f : lse - x[target];
+  if (threadIdx.x == 0) losses[blockIdx.x] = target < 0 ? 0.0f : lse - Load(x[target]);
   if (dloss == 0.0f) return;
   __syncthreads();  // x[target] is read before any thread overwrites the row
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    const float p = expf(x[i] - lse);
-    x[i] = target < 0 ? 0.0f : (p - (i == target ? 1.0f : 0.0f)) * dloss;
+    const float p = expf(Load(x[i]) - lse);
+    Store(x + i, target < 0 ? 0.0f : (p - (i == target ? 1.0f : 0.0f)) * dloss);
   }
 }
 
@@ -66,6 +81,13 @@ __global__ void CrossEntropyKernel(float* __restrict__ losses, float* __restrict
 
 void CudaBackend::CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N,
                                               int V, float dloss) {
+  if (N <= 0) return;
+  cuda::CrossEntropyKernel<<<N, cuda::kThreads, 0, stream_>>>(losses, logits, targets, V, dloss);
+  CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::CrossEntropyForwardBackwardBF16(float* losses, uint16_t* logits, const int32_t* targets,
+                                                  int N, int V, float dloss) {
   if (N <= 0) return;
   cuda::CrossEntropyKernel<<<N, cuda::kThreads, 0, stream_>>>(losses, logits, targets, V, dloss);
   CUDA_CHECK_LAUNCH();

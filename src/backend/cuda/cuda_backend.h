@@ -91,12 +91,16 @@ class CudaBackend : public Backend {
                        int C) override;
   void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int N, int C) override;
+  void LayerNormForwardBF16(uint16_t* out, float* mean, float* rstd, const float* inp, const float* weight,
+                            const float* bias, int N, int C) override;
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, const float* mean, const float* rstd, int N, int C) override;
   void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
               bool trans_b, float beta, Compute compute) override;
   // cuBLASLt's GELU_AUX(_BIAS) and DGELU epilogues (matmul_cublaslt.cu); Backend's unfused defaults where
   // cuBLASLt takes no such plan (alignment: N % 8 for the pre-activation's leading dimension).
+  void MatmulToBF16(uint16_t* c, Operand a, Operand b, int M, int N, int K, bool trans_a, bool trans_b,
+                    Compute compute) override;
   void MatmulGelu(float* out, float* pre, Operand a, Operand b, const float* bias, int M, int N, int K,
                   bool trans_a, bool trans_b, Compute compute) override;
   void MatmulDGelu(float* dinp, const float* pre, Operand a, Operand b, int M, int N, int K, bool trans_a,
@@ -112,6 +116,8 @@ class CudaBackend : public Backend {
                          int B, int T, int C, int NH, Compute compute) override;
   void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
                                    float dloss) override;
+  void CrossEntropyForwardBackwardBF16(float* losses, uint16_t* logits, const int32_t* targets, int N, int V,
+                                       float dloss) override;
   double SumSquares(const float* x, size_t n) override;
   double Sum(const float* x, size_t n) override;
   void AdamW(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v, size_t n, float lr,
@@ -149,12 +155,14 @@ class CudaBackend : public Backend {
   const void* PrepareOperand(Operand op, size_t elems, Compute compute, cuda::Scratch slot);
   // epilogue: a cublasLtEpilogue_t (DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU).
   cuda::LtPlan* GetPlan(int m, int n, int k, bool ta, bool tb, cudaDataType_t ab_type, int epilogue, int lda,
-                        int ldb, int ldc);
+                        int ldb, int ldc, cudaDataType_t c_type);
   // One cuBLASLt GEMM in the row-major terms of Matmul, with an epilogue: bias (BIAS variants) and aux (the
   // GELU pre-activation: written by GELU_AUX, read by DGELU; leading dimension N). False when cuBLASLt
-  // cannot take it (alignment, no algorithm): the caller takes another path.
-  bool LtMatmul(float* c, const void* pa, const void* pb, cudaDataType_t type, const float* bias,
-                const float* aux, int epilogue, int M, int N, int K, bool trans_a, bool trans_b, float beta);
+  // cannot take it (alignment, no algorithm): the caller takes another path. c holds c_type elements (fp32,
+  // or bf16 for MatmulToBF16).
+  bool LtMatmul(void* c, const void* pa, const void* pb, cudaDataType_t type, const float* bias,
+                const float* aux, int epilogue, int M, int N, int K, bool trans_a, bool trans_b, float beta,
+                cudaDataType_t c_type = CUDA_R_32F);
   // dst = fp16(src) when f16, else bf16(src) (the 16-bit operand copies of the attention GEMMs).
   void CastToHalf(uint16_t* dst, const float* src, size_t n, bool f16);
   // The fused kernels of attention_flash.cu (SetAttentionKernel("flash")). The forward keeps only the

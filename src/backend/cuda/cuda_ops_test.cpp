@@ -12,6 +12,7 @@
 // Determinism: encoder backward, reductions: bitwise equal across two runs.
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "backend/bf16.h"
 #include "testing/cuda.h"
@@ -161,6 +162,76 @@ TEST_F(CudaVsReference, CrossEntropyForwardBackward) {
         EXPECT_TRUE(AllClose(Gpu<float>(logits), Ref<float>(logits), 1e-7, 1e-4));
       }
     }
+  }
+}
+
+// The bf16 layer norm output is the GPU's own fp32 output rounded, bit for bit, with the same statistics.
+TEST_F(CudaVsReference, LayerNormForwardBF16) {
+  const int N = 37, C = 771;
+  Twin x = Make(Random(static_cast<size_t>(N) * C, 3.0f)), w = Make(Random(C)), b = Make(Random(C));
+  Twin out = Make(std::vector<float>(static_cast<size_t>(N) * C));
+  Twin out16 = Make(std::vector<uint16_t>(static_cast<size_t>(N) * C));
+  Twin m = Make(std::vector<float>(N)), r = Make(std::vector<float>(N)), m16 = Make(std::vector<float>(N)),
+       r16 = Make(std::vector<float>(N));
+  gpu_->LayerNormForward(out.gpu.as<float>(), m.gpu.as<float>(), r.gpu.as<float>(), x.gpu.as<float>(),
+                         w.gpu.as<float>(), b.gpu.as<float>(), N, C);
+  gpu_->LayerNormForwardBF16(out16.gpu.as<uint16_t>(), m16.gpu.as<float>(), r16.gpu.as<float>(),
+                             x.gpu.as<float>(), w.gpu.as<float>(), b.gpu.as<float>(), N, C);
+  EXPECT_TRUE(BitwiseEqual(Gpu<float>(m16), Gpu<float>(m)));
+  EXPECT_TRUE(BitwiseEqual(Gpu<float>(r16), Gpu<float>(r)));
+  const std::vector<float> g32 = Gpu<float>(out);
+  const std::vector<uint16_t> g16 = Gpu<uint16_t>(out16);
+  size_t wrong = 0;
+  for (size_t i = 0; i < g16.size(); i++) wrong += g16[i] != F32ToBF16(g32[i]);
+  EXPECT_EQ(wrong, 0u);
+}
+
+// bf16 logits (bf16 compute's LM head): the GPU's loss over the widened logits and its bf16 gradient,
+// against the GPU's own fp32 op on the widened logits (bit for bit), and the reference within bounds.
+TEST_F(CudaVsReference, CrossEntropyOverBF16Logits) {
+  const int N = 5, V = 50257;
+  std::vector<float> x = Random(static_cast<size_t>(N) * V, 3.0f);
+  std::vector<uint16_t> x16(x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    x16[i] = F32ToBF16(x[i]);
+    x[i] = BF16ToF32(x16[i]);
+  }
+  std::vector<int32_t> tg = RandomInts(N, V);
+  tg[2] = -1;
+  Twin l32 = Make(x), l16 = Make(x16), targets = Make(tg), loss32 = Make(std::vector<float>(N)),
+       loss16 = Make(std::vector<float>(N));
+  gpu_->CrossEntropyForwardBackward(loss32.gpu.as<float>(), l32.gpu.as<float>(), targets.gpu.as<int32_t>(), N,
+                                    V, 0.25f);
+  gpu_->CrossEntropyForwardBackwardBF16(loss16.gpu.as<float>(), l16.gpu.as<uint16_t>(),
+                                        targets.gpu.as<int32_t>(), N, V, 0.25f);
+  ref_->CrossEntropyForwardBackwardBF16(loss16.ref.as<float>(), l16.ref.as<uint16_t>(),
+                                        targets.ref.as<int32_t>(), N, V, 0.25f);
+  EXPECT_TRUE(BitwiseEqual(Gpu<float>(loss16), Gpu<float>(loss32)));
+  EXPECT_TRUE(AllClose(Gpu<float>(loss16), Ref<float>(loss16), 1e-5, 1e-5));
+  const std::vector<float> g32 = Gpu<float>(l32);
+  const std::vector<uint16_t> g16 = Gpu<uint16_t>(l16);
+  size_t wrong = 0;
+  for (size_t i = 0; i < g16.size(); i++) wrong += g16[i] != F32ToBF16(g32[i]);
+  EXPECT_EQ(wrong, 0u);
+}
+
+// MatmulToBF16 (bf16 compute): the product stored as bf16 by cuBLASLt (aligned N) or cublasGemmEx (N =
+// 50257), within one bf16 ulp of the GPU's fp32 product rounded.
+TEST_F(CudaVsReference, MatmulToBF16) {
+  for (auto [M, N, K] : {std::tuple{64, 512, 128}, std::tuple{33, 50257, 96}}) {
+    SCOPED_TRACE(::testing::Message() << M << "x" << N << "x" << K);
+    Twin a = Make(Random(static_cast<size_t>(M) * K)), b = Make(Random(static_cast<size_t>(N) * K));
+    Twin c32 = Make(std::vector<float>(static_cast<size_t>(M) * N));
+    Twin c16 = Make(std::vector<uint16_t>(static_cast<size_t>(M) * N));
+    gpu_->Matmul(c32.gpu.as<float>(), F32(a.gpu.as<float>()), F32(b.gpu.as<float>()), nullptr, M, N, K, false,
+                 true, 0.0f, Compute::kBF16);
+    gpu_->MatmulToBF16(c16.gpu.as<uint16_t>(), F32(a.gpu.as<float>()), F32(b.gpu.as<float>()), M, N, K, false,
+                       true, Compute::kBF16);
+    const std::vector<float> want = Gpu<float>(c32);
+    const std::vector<uint16_t> got = Gpu<uint16_t>(c16);
+    size_t far = 0;
+    for (size_t i = 0; i < got.size(); i++) far += std::abs(int(got[i]) - int(F32ToBF16(want[i]))) > 1;
+    EXPECT_EQ(far, 0u);
   }
 }
 

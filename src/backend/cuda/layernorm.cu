@@ -11,7 +11,16 @@ namespace {
 constexpr float kEps = 1e-5f;
 constexpr int kRowsPerBlock = 8;  // 8 warps of 32 threads
 
-__global__ void LayerNormForwardKernel(float* __restrict__ out, float* __restrict__ mean,
+__device__ __forceinline__ void PutLn(float* y, float v) {
+  *y = v;
+}
+__device__ __forceinline__ void PutLn(uint16_t* y, float v) {
+  *y = ToBF16Bits(v);
+}
+
+// Out: float, or uint16_t (bf16: the fp32 value rounded to nearest even).
+template <typename Out>
+__global__ void LayerNormForwardKernel(Out* __restrict__ out, float* __restrict__ mean,
                                        float* __restrict__ rstd, const float* __restrict__ inp,
                                        const float* __restrict__ weight, const float* __restrict__ bias,
                                        int N, int C) {
@@ -28,8 +37,8 @@ __global__ void LayerNormForwardKernel(float* __restrict__ out, float* __restric
     var += d * d;
   }
   const float s = 1.0f / sqrtf(WarpSum(var) / C + kEps);
-  float* y = out + static_cast<size_t>(row) * C;
-  for (int i = lane; i < C; i += kWarp) y[i] = (s * (x[i] - m)) * weight[i] + bias[i];
+  Out* y = out + static_cast<size_t>(row) * C;
+  for (int i = lane; i < C; i += kWarp) PutLn(y + i, (s * (x[i] - m)) * weight[i] + bias[i]);
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = s;
@@ -95,16 +104,26 @@ __global__ void LayerNormParamPartialsKernel(float* __restrict__ partials, const
   }
 }
 
+template <typename Out>
+void LaunchLayerNormForward(Out* out, float* mean, float* rstd, const float* inp, const float* weight,
+                            const float* bias, int N, int C, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  LayerNormForwardKernel<<<CeilDiv(N, kRowsPerBlock), kRowsPerBlock * kWarp, 0, stream>>>(
+      out, mean, rstd, inp, weight, bias, N, C);
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 }  // namespace cuda
 
 void CudaBackend::LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
                                    const float* weight, const float* bias, int N, int C) {
-  if (N <= 0 || C <= 0) return;
-  const int blocks = cuda::CeilDiv(N, cuda::kRowsPerBlock);
-  cuda::LayerNormForwardKernel<<<blocks, cuda::kRowsPerBlock * cuda::kWarp, 0, stream_>>>(
-      out, mean, rstd, inp, weight, bias, N, C);
-  CUDA_CHECK_LAUNCH();
+  cuda::LaunchLayerNormForward(out, mean, rstd, inp, weight, bias, N, C, stream_);
+}
+
+void CudaBackend::LayerNormForwardBF16(uint16_t* out, float* mean, float* rstd, const float* inp,
+                                       const float* weight, const float* bias, int N, int C) {
+  cuda::LaunchLayerNormForward(out, mean, rstd, inp, weight, bias, N, C, stream_);
 }
 
 void CudaBackend::LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,

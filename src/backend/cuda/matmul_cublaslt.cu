@@ -1,6 +1,6 @@
-// Matmul through cuBLASLt (bf16, fp16 or fp32 operands, fp32 accumulate, fp32 output; bias, GELU and GELU
-// gradient epilogues), with a cublasGemmEx fallback for shapes cuBLASLt does not take (unaligned pointers or
-// leading dimensions), and the unfused ops behind the GELU epilogues.
+// Matmul through cuBLASLt (bf16, fp16 or fp32 operands, fp32 accumulate, fp32 output or bf16; bias, GELU and
+// GELU gradient epilogues), with a cublasGemmEx fallback for shapes cuBLASLt does not take (unaligned
+// pointers or leading dimensions), and the unfused ops behind the GELU epilogues.
 //
 // Row-major to column-major: a row-major [R, S] matrix is the column-major [S, R] matrix, its transpose.
 // So C[M,N] = op(A)[M,K] op(B)[K,N] (row-major) is computed as the column-major product
@@ -65,10 +65,10 @@ const void* CudaBackend::PrepareOperand(Operand op, size_t elems, Compute comput
 }
 
 cuda::LtPlan* CudaBackend::GetPlan(int m, int n, int k, bool ta, bool tb, cudaDataType_t ab_type,
-                                   int epilogue, int lda, int ldb, int ldc) {
+                                   int epilogue, int lda, int ldb, int ldc, cudaDataType_t c_type) {
   char key[160];
-  std::snprintf(key, sizeof(key), "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", m, n, k, ta, tb, static_cast<int>(ab_type),
-                epilogue, lda, ldb, ldc);
+  std::snprintf(key, sizeof(key), "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", m, n, k, ta, tb,
+                static_cast<int>(ab_type), epilogue, lda, ldb, ldc, static_cast<int>(c_type));
   auto it = plans_.find(key);
   if (it != plans_.end()) return &it->second;
   cuda::LtPlan& p = plans_[key];
@@ -94,7 +94,7 @@ cuda::LtPlan* CudaBackend::GetPlan(int m, int n, int k, bool ta, bool tb, cudaDa
   // Stored shapes: an operand used transposed is stored with its dimensions swapped.
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab_type, ta ? k : m, ta ? m : k, lda));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab_type, tb ? n : k, tb ? k : n, ldb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, m, n, ldc));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, c_type, m, n, ldc));
   cublasLtMatmulPreference_t pref;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -113,20 +113,20 @@ cuda::LtPlan* CudaBackend::GetPlan(int m, int n, int k, bool ta, bool tb, cudaDa
   return &p;
 }
 
-bool CudaBackend::LtMatmul(float* c, const void* pa, const void* pb, cudaDataType_t type, const float* bias,
+bool CudaBackend::LtMatmul(void* c, const void* pa, const void* pb, cudaDataType_t type, const float* bias,
                            const float* aux, int epilogue, int M, int N, int K, bool trans_a, bool trans_b,
-                           float beta) {
+                           float beta, cudaDataType_t c_type) {
   // Column-major problem C'[m,n] = op(X)[m,k] op(Y)[k,n] with X = B', Y = A'.
   const int m = N, n = M, k = K;
   const bool tx = trans_b, ty = trans_a;
   const int ldx = std::max(1, trans_b ? K : N), ldy = std::max(1, trans_a ? M : K), ldc = N;
-  const size_t esize = type == CUDA_R_32F ? 4 : 2;
+  const size_t esize = type == CUDA_R_32F ? 4 : 2, c_esize = c_type == CUDA_R_32F ? 4 : 2;
   // 16-byte pointers and leading dimensions; the GELU pre-activation's leading dimension a multiple of 8.
   const bool ok = K > 0 && Aligned16(pa) && Aligned16(pb) && Aligned16(c) && (!bias || Aligned16(bias)) &&
                   (!aux || (Aligned16(aux) && ldc % 8 == 0)) && (ldx * esize) % 16 == 0 &&
-                  (ldy * esize) % 16 == 0 && (ldc * 4) % 16 == 0;
+                  (ldy * esize) % 16 == 0 && (ldc * c_esize) % 16 == 0;
   if (!ok) return false;
-  cuda::LtPlan* plan = GetPlan(m, n, k, tx, ty, type, epilogue, ldx, ldy, ldc);
+  cuda::LtPlan* plan = GetPlan(m, n, k, tx, ty, type, epilogue, ldx, ldy, ldc, c_type);
   if (!plan->usable) return false;
   if (bias)
     CUBLAS_CHECK(
@@ -169,6 +169,27 @@ void CudaBackend::Matmul(float* c, Operand a, Operand b, const float* bias, int 
                             &alpha, pb, type, ldx, pa, type, ldy, &beta, c, CUDA_R_32F, ldc,
                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   if (bias) cuda::LaunchAddBiasRows(c, bias, M, N, stream_);
+}
+
+// bf16 compute: cuBLASLt (or cublasGemmEx for unaligned shapes, e.g. V = 50257) stores the fp32-accumulated
+// product as bf16. Other computes: the Backend default (an fp32 product, then a cast).
+void CudaBackend::MatmulToBF16(uint16_t* c, Operand a, Operand b, int M, int N, int K, bool trans_a,
+                               bool trans_b, Compute compute) {
+  if (M <= 0 || N <= 0) return;
+  if (compute != Compute::kBF16) {
+    Backend::MatmulToBF16(c, a, b, M, N, K, trans_a, trans_b, compute);
+    return;
+  }
+  const void* pa = PrepareOperand(a, static_cast<size_t>(M) * K, compute, cuda::Scratch::kMatmulA);
+  const void* pb = PrepareOperand(b, static_cast<size_t>(K) * N, compute, cuda::Scratch::kMatmulB);
+  if (LtMatmul(c, pa, pb, CUDA_R_16BF, nullptr, nullptr, CUBLASLT_EPILOGUE_DEFAULT, M, N, K, trans_a, trans_b,
+               0.0f, CUDA_R_16BF))
+    return;
+  const int ldx = std::max(1, trans_b ? K : N), ldy = std::max(1, trans_a ? M : K), ldc = N;
+  const float alpha = 1.0f, beta = 0.0f;
+  CUBLAS_CHECK(cublasGemmEx(cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            N, M, K, &alpha, pb, CUDA_R_16BF, ldx, pa, CUDA_R_16BF, ldy, &beta, c,
+                            CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 // GELU_AUX(_BIAS): D = gelu(AB + bias) is the output, the pre-activation AB + bias goes to the aux buffer.
