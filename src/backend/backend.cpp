@@ -68,6 +68,19 @@ void Backend::MatmulDGelu(float* dinp, const float* pre, Operand a, Operand b, i
   GeluBackward(dinp, pre, dinp, static_cast<size_t>(M) * N);
 }
 
+void Backend::ResidualLayerNormForward(float* residual, float* out, float* mean, float* rstd, const float* a,
+                                       const float* b, const float* weight, const float* bias, int N, int C) {
+  Add(residual, a, b, static_cast<size_t>(N) * C);
+  LayerNormForward(out, mean, rstd, residual, weight, bias, N, C);
+}
+
+void Backend::ResidualLayerNormForwardBF16(float* residual, uint16_t* out, float* mean, float* rstd,
+                                           const float* a, const float* b, const float* weight,
+                                           const float* bias, int N, int C) {
+  Add(residual, a, b, static_cast<size_t>(N) * C);
+  LayerNormForwardBF16(out, mean, rstd, residual, weight, bias, N, C);
+}
+
 void Backend::MatmulToBF16(uint16_t* c, Operand a, Operand b, int M, int N, int K, bool trans_a, bool trans_b,
                            Compute compute) {
   const size_t n = static_cast<size_t>(M) * N;

@@ -143,6 +143,15 @@ class Backend {
   // layer norm's output is only ever a bf16 matmul operand, and its backward reads the input, not the output.
   virtual void LayerNormForwardBF16(uint16_t* out, float* mean, float* rstd, const float* inp,
                                     const float* weight, const float* bias, int N, int C) = 0;
+  // The residual add and the next layer norm in one pass (llm.c's fused_residual_forward): residual[N,C] =
+  // a + b, then LayerNormForward (or LayerNormForwardBF16) of it into out, mean, rstd; the same values as Add
+  // followed by the layer norm, bit for bit. The default runs those two ops; the fast CPU backend and CUDA
+  // fuse them (the sum is normalised while it is in registers or L1, not read back from memory).
+  virtual void ResidualLayerNormForward(float* residual, float* out, float* mean, float* rstd, const float* a,
+                                        const float* b, const float* weight, const float* bias, int N, int C);
+  virtual void ResidualLayerNormForwardBF16(float* residual, uint16_t* out, float* mean, float* rstd,
+                                            const float* a, const float* b, const float* weight,
+                                            const float* bias, int N, int C);
   // dinp[N,C] +=, dweight[C] +=, dbias[C] +=
   virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, const float* mean, const float* rstd,

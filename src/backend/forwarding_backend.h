@@ -70,6 +70,16 @@ class ForwardingBackend : public Backend {
                             const float* bias, int N, int C) override {
     inner_->LayerNormForwardBF16(out, mean, rstd, inp, weight, bias, N, C);
   }
+  void ResidualLayerNormForward(float* residual, float* out, float* mean, float* rstd, const float* a,
+                                const float* b, const float* weight, const float* bias, int N,
+                                int C) override {
+    inner_->ResidualLayerNormForward(residual, out, mean, rstd, a, b, weight, bias, N, C);
+  }
+  void ResidualLayerNormForwardBF16(float* residual, uint16_t* out, float* mean, float* rstd, const float* a,
+                                    const float* b, const float* weight, const float* bias, int N,
+                                    int C) override {
+    inner_->ResidualLayerNormForwardBF16(residual, out, mean, rstd, a, b, weight, bias, N, C);
+  }
   void MatmulToBF16(uint16_t* c, Operand a, Operand b, int M, int N, int K, bool trans_a, bool trans_b,
                     Compute compute) override {
     inner_->MatmulToBF16(c, a, b, M, N, K, trans_a, trans_b, compute);

@@ -210,9 +210,16 @@ float* Gpt::G(const char* name) const {
 }
 
 void Gpt::LayerNorm(Operand out, float* mean, float* rstd, const float* inp, const float* weight,
-                    const float* bias, size_t N, int C) {
+                    const float* bias, size_t N, int C, const float* add, float* residual) {
   const int n = static_cast<int>(N);
-  if (out.dtype == DType::kBF16) {
+  const bool bf16 = out.dtype == DType::kBF16;
+  if (add && bf16) {
+    backend_->ResidualLayerNormForwardBF16(residual, Mutable<uint16_t>(out), mean, rstd, inp, add, weight,
+                                           bias, n, C);
+  } else if (add) {
+    backend_->ResidualLayerNormForward(residual, Mutable<float>(out), mean, rstd, inp, add, weight, bias, n,
+                                       C);
+  } else if (bf16) {
     backend_->LayerNormForwardBF16(Mutable<uint16_t>(out), mean, rstd, inp, weight, bias, n, C);
   } else {
     backend_->LayerNormForward(Mutable<float>(out), mean, rstd, inp, weight, bias, n, C);
@@ -300,6 +307,9 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
   have_head_grads_ = false;
 
   backend_->EncoderForward(a.encoded, d_inputs, P("wte"), P("wpe"), B, T, C);
+  // Each residual add runs fused with the layer norm that reads its sum: ln2 within a layer, and the next
+  // layer's ln1 (or, after the last layer, lnf) at its end; the first ln1 reads the embeddings.
+  LayerNorm(a.At(a.ln1, 0), a.ln1_mean, a.ln1_rstd, a.encoded, P("ln1w"), P("ln1b"), N, C);
   for (int l = 0; l < L; l++) {
     const size_t lc = static_cast<size_t>(l) * C, nc = N * C;
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * nc;
@@ -314,14 +324,13 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
     float* fcproj = a.fcproj + l * nc;
     float* residual3 = a.residual3 + l * nc;
 
-    LayerNorm(ln1, a.ln1_mean + l * N, a.ln1_rstd + l * N, residual, P("ln1w") + lc, P("ln1b") + lc, N, C);
     backend_->Matmul(qkv, ln1, W("qkvw", lc * 3 * C), P("qkvb") + 3 * lc, N, 3 * C, C, false, true, 0.0f,
                      compute_);
     backend_->AttentionForward(atty, a.att + l * a.att_stride, qkv, B, T, C, NH, compute_);
     backend_->Matmul(attproj, F32(atty), W("attprojw", lc * C), P("attprojb") + lc, N, C, C, false, true,
                      0.0f, compute_);
-    backend_->Add(residual2, residual, attproj, nc);
-    LayerNorm(ln2, a.ln2_mean + l * N, a.ln2_rstd + l * N, residual2, P("ln2w") + lc, P("ln2b") + lc, N, C);
+    LayerNorm(ln2, a.ln2_mean + l * N, a.ln2_rstd + l * N, residual, P("ln2w") + lc, P("ln2b") + lc, N, C,
+              attproj, residual2);
     if (a.bf16) {
       backend_->MatmulGeluBF16(Mutable<uint16_t>(fch_gelu), fch, ln2, W("fcw", lc * 4 * C), P("fcb") + 4 * lc,
                                N, 4 * C, C, false, true, compute_);
@@ -331,10 +340,15 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
     }
     backend_->Matmul(fcproj, fch_gelu, W("fcprojw", lc * 4 * C), P("fcprojb") + lc, N, C, 4 * C, false, true,
                      0.0f, compute_);
-    backend_->Add(residual3, residual2, fcproj, nc);
+    if (l + 1 < L) {
+      const size_t next = static_cast<size_t>(l + 1);
+      LayerNorm(a.At(a.ln1, next * nc), a.ln1_mean + next * N, a.ln1_rstd + next * N, residual2,
+                P("ln1w") + next * C, P("ln1b") + next * C, N, C, fcproj, residual3);
+    } else {
+      LayerNorm(a.At(a.lnf, 0), a.lnf_mean, a.lnf_rstd, residual2, P("lnfw"), P("lnfb"), N, C, fcproj,
+                residual3);
+    }
   }
-  const float* last = a.residual3 + (L - 1) * N * C;
-  LayerNorm(a.At(a.lnf, 0), a.lnf_mean, a.lnf_rstd, last, P("lnfw"), P("lnfb"), N, C);
   const size_t rows = GptLogitsRows(N, logits_chunk_);
   if (!targets) {
     assert(N <= rows && "Forward without targets keeps the logits of at most logits_chunk rows");

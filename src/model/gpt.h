@@ -107,9 +107,10 @@ class Gpt {
   float* P(const char* name) const;                        // device pointer of a parameter tensor
   float* G(const char* name) const;                        // device pointer of its gradient
   Operand W(const char* name, size_t offset_elems) const;  // matmul operand for a weight (bf16 copy if bf16)
-  // LayerNormForward into out, a layer norm output (fp32, or bf16 under bf16 compute: LayerNormForwardBF16).
+  // LayerNormForward into out, a layer norm output (fp32, or bf16 under bf16 compute: LayerNormForwardBF16);
+  // with `add`, of residual = inp + add, written too (ResidualLayerNormForward).
   void LayerNorm(Operand out, float* mean, float* rstd, const float* inp, const float* weight,
-                 const float* bias, size_t N, int C);
+                 const float* bias, size_t N, int C, const float* add = nullptr, float* residual = nullptr);
   void SyncBf16Copy();
 
   Backend* backend_;

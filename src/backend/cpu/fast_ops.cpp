@@ -115,13 +115,22 @@ inline void PutLn(uint16_t* y, float v) {
   *y = fast::ToBF16(v);
 }
 
+// Layer norm of each row of inp, or (add non-null) of inp + add, written to residual first.
 template <typename Out>
-void LayerNormRows(Out* out, float* mean, float* rstd, const float* inp, const float* weight,
-                   const float* bias, int N, int C) {
+void LayerNormRows(Out* out, float* mean, float* rstd, const float* inp, const float* add, float* residual,
+                   const float* weight, const float* bias, int N, int C) {
 #pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * C >= kParallelMin)
   for (int n = 0; n < N; n++) {
-    const float* __restrict x = inp + static_cast<size_t>(n) * C;
-    Out* __restrict y = out + static_cast<size_t>(n) * C;
+    const size_t row = static_cast<size_t>(n) * C;
+    const float* __restrict x = inp + row;
+    if (add) {
+      float* __restrict r = residual + row;
+      const float* __restrict y = add + row;
+#pragma omp simd
+      for (int i = 0; i < C; i++) r[i] = x[i] + y[i];
+      x = r;
+    }
+    Out* __restrict y = out + row;
     float m = 0.0f;
 #pragma omp simd reduction(+ : m)
     for (int i = 0; i < C; i++) m += x[i];
@@ -142,12 +151,24 @@ void LayerNormRows(Out* out, float* mean, float* rstd, const float* inp, const f
 
 void CpuFastBackend::LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
                                       const float* weight, const float* bias, int N, int C) {
-  LayerNormRows(out, mean, rstd, inp, weight, bias, N, C);
+  LayerNormRows(out, mean, rstd, inp, nullptr, nullptr, weight, bias, N, C);
 }
 
 void CpuFastBackend::LayerNormForwardBF16(uint16_t* out, float* mean, float* rstd, const float* inp,
                                           const float* weight, const float* bias, int N, int C) {
-  LayerNormRows(out, mean, rstd, inp, weight, bias, N, C);
+  LayerNormRows(out, mean, rstd, inp, nullptr, nullptr, weight, bias, N, C);
+}
+
+void CpuFastBackend::ResidualLayerNormForward(float* residual, float* out, float* mean, float* rstd,
+                                              const float* a, const float* b, const float* weight,
+                                              const float* bias, int N, int C) {
+  LayerNormRows(out, mean, rstd, a, b, residual, weight, bias, N, C);
+}
+
+void CpuFastBackend::ResidualLayerNormForwardBF16(float* residual, uint16_t* out, float* mean, float* rstd,
+                                                  const float* a, const float* b, const float* weight,
+                                                  const float* bias, int N, int C) {
+  LayerNormRows(out, mean, rstd, a, b, residual, weight, bias, N, C);
 }
 
 // Rows are split statically over threads; each thread sums dweight/dbias into its own partial row, and the

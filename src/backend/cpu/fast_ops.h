@@ -40,6 +40,12 @@ class CpuFastBackend : public CpuReferenceBackend {
                         const float* bias, int N, int C) override;
   void LayerNormForwardBF16(uint16_t* out, float* mean, float* rstd, const float* inp, const float* weight,
                             const float* bias, int N, int C) override;
+  void ResidualLayerNormForward(float* residual, float* out, float* mean, float* rstd, const float* a,
+                                const float* b, const float* weight, const float* bias, int N,
+                                int C) override;
+  void ResidualLayerNormForwardBF16(float* residual, uint16_t* out, float* mean, float* rstd, const float* a,
+                                    const float* b, const float* weight, const float* bias, int N,
+                                    int C) override;
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, const float* mean, const float* rstd, int N, int C) override;
   void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,

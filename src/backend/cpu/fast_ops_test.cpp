@@ -603,6 +603,36 @@ TEST_F(FastOpsTest, LayerNormForwardBF16IsTheRoundedFp32Output) {
   }
 }
 
+// The fused residual add + layer norm: Add, then the layer norm (fp32 or bf16 output), bit for bit, on the
+// fast backend (one pass) and the reference (the Backend default: the two ops).
+TEST_F(FastOpsTest, ResidualLayerNormForwardIsAddThenLayerNorm) {
+  for (auto [N, C] : {std::pair{3, 45}, std::pair{2049, 385}}) {
+    const size_t n = size_t(N) * C;
+    const auto a = U(n, -3.0f, 3.0f), b = U(n, -1.0f, 1.0f), w = U(C, 0.5f, 1.5f), bias = U(C, -0.2f, 0.2f);
+    for (Backend* be : {static_cast<Backend*>(fast_.get()), static_cast<Backend*>(ref_.get())}) {
+      Arena ar(*be);
+      const float *pa = ar.In(a), *pb = ar.In(b), *pw = ar.In(w), *pbias = ar.In(bias);
+      float *res = ar.Zeros<float>(n), *out = ar.Zeros<float>(n), *m = ar.Zeros<float>(N),
+            *r = ar.Zeros<float>(N);
+      be->Add(res, pa, pb, n);
+      be->LayerNormForward(out, m, r, res, pw, pbias, N, C);
+      float *res2 = ar.Zeros<float>(n), *out2 = ar.Zeros<float>(n), *m2 = ar.Zeros<float>(N),
+            *r2 = ar.Zeros<float>(N), *res3 = ar.Zeros<float>(n), *m3 = ar.Zeros<float>(N),
+            *r3 = ar.Zeros<float>(N);
+      uint16_t* out3 = ar.Zeros<uint16_t>(n);
+      be->ResidualLayerNormForward(res2, out2, m2, r2, pa, pb, pw, pbias, N, C);
+      be->ResidualLayerNormForwardBF16(res3, out3, m3, r3, pa, pb, pw, pbias, N, C);
+      const auto want = ar.Out(out, n);
+      for (float* got : {res2, res3}) ExpectBitEqual(ar.Out(got, n), ar.Out(res, n), "residual");
+      for (float* got : {m2, m3}) ExpectBitEqual(ar.Out(got, N), ar.Out(m, N), "mean");
+      for (float* got : {r2, r3}) ExpectBitEqual(ar.Out(got, N), ar.Out(r, N), "rstd");
+      ExpectBitEqual(ar.Out(out2, n), want, "output");
+      const auto got16 = ar.Out(out3, n);
+      for (size_t i = 0; i < n; i++) ASSERT_EQ(got16[i], F32ToBF16(want[i])) << be->name() << " " << i;
+    }
+  }
+}
+
 // The head's logits under bf16 compute: the product rounded to bf16 as it is stored, against the fp32
 // product rounded (odd shapes; a transposed B as the head's weight). oneDNN accumulates in its own order, so
 // an element may round the other way when the fp32 sums differ in their last bits: at most one bf16 ulp.

@@ -186,6 +186,27 @@ TEST_F(CudaVsReference, LayerNormForwardBF16) {
   EXPECT_EQ(wrong, 0u);
 }
 
+// The fused residual add + layer norm is the GPU's own Add then layer norm, bit for bit (fp32 output).
+TEST_F(CudaVsReference, ResidualLayerNormForward) {
+  const int N = 37, C = 771;
+  const size_t n = static_cast<size_t>(N) * C;
+  Twin a = Make(Random(n, 3.0f)), b = Make(Random(n)), w = Make(Random(C)), bias = Make(Random(C));
+  Twin res = Make(std::vector<float>(n)), out = Make(std::vector<float>(n)), m = Make(std::vector<float>(N)),
+       r = Make(std::vector<float>(N));
+  Twin res2 = Make(std::vector<float>(n)), out2 = Make(std::vector<float>(n)),
+       m2 = Make(std::vector<float>(N)), r2 = Make(std::vector<float>(N));
+  gpu_->Add(res.gpu.as<float>(), a.gpu.as<float>(), b.gpu.as<float>(), n);
+  gpu_->LayerNormForward(out.gpu.as<float>(), m.gpu.as<float>(), r.gpu.as<float>(), res.gpu.as<float>(),
+                         w.gpu.as<float>(), bias.gpu.as<float>(), N, C);
+  gpu_->ResidualLayerNormForward(res2.gpu.as<float>(), out2.gpu.as<float>(), m2.gpu.as<float>(),
+                                 r2.gpu.as<float>(), a.gpu.as<float>(), b.gpu.as<float>(), w.gpu.as<float>(),
+                                 bias.gpu.as<float>(), N, C);
+  EXPECT_TRUE(BitwiseEqual(Gpu<float>(res2), Gpu<float>(res)));
+  EXPECT_TRUE(BitwiseEqual(Gpu<float>(out2), Gpu<float>(out)));
+  EXPECT_TRUE(BitwiseEqual(Gpu<float>(m2), Gpu<float>(m)));
+  EXPECT_TRUE(BitwiseEqual(Gpu<float>(r2), Gpu<float>(r)));
+}
+
 // bf16 logits (bf16 compute's LM head): the GPU's loss over the widened logits and its bf16 gradient,
 // against the GPU's own fp32 op on the widened logits (bit for bit), and the reference within bounds.
 TEST_F(CudaVsReference, CrossEntropyOverBF16Logits) {

@@ -1,4 +1,5 @@
-// LayerNorm forward (one warp per row: mean, then variance about the mean, eps 1e-5, as the reference) and
+// LayerNorm forward (one warp per row: mean, then variance about the mean, eps 1e-5, as the reference; fused
+// with the residual add before it, or not) and
 // backward (one warp per row for dinp; a deterministic column reduction for dweight and dbias).
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
@@ -18,16 +19,22 @@ __device__ __forceinline__ void PutLn(uint16_t* y, float v) {
   *y = ToBF16Bits(v);
 }
 
-// Out: float, or uint16_t (bf16: the fp32 value rounded to nearest even).
-template <typename Out>
+// Out: float, or uint16_t (bf16: the fp32 value rounded to nearest even). kAdd: the row is inp + add, written
+// to residual first (each lane reads back only what it wrote itself).
+template <typename Out, bool kAdd>
 __global__ void LayerNormForwardKernel(Out* __restrict__ out, float* __restrict__ mean,
-                                       float* __restrict__ rstd, const float* __restrict__ inp,
-                                       const float* __restrict__ weight, const float* __restrict__ bias,
-                                       int N, int C) {
+                                       float* __restrict__ rstd, const float* inp, const float* add,
+                                       float* residual, const float* __restrict__ weight,
+                                       const float* __restrict__ bias, int N, int C) {
   const int lane = threadIdx.x % kWarp;
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
   if (row >= N) return;
-  const float* x = inp + static_cast<size_t>(row) * C;
+  const size_t off = static_cast<size_t>(row) * C;
+  const float* x = inp + off;
+  if (kAdd) {
+    for (int i = lane; i < C; i += kWarp) residual[off + i] = x[i] + add[off + i];
+    x = residual + off;
+  }
   float sum = 0.0f;
   for (int i = lane; i < C; i += kWarp) sum += x[i];
   const float m = WarpSum(sum) / C;
@@ -37,7 +44,7 @@ __global__ void LayerNormForwardKernel(Out* __restrict__ out, float* __restrict_
     var += d * d;
   }
   const float s = 1.0f / sqrtf(WarpSum(var) / C + kEps);
-  Out* y = out + static_cast<size_t>(row) * C;
+  Out* y = out + off;
   for (int i = lane; i < C; i += kWarp) PutLn(y + i, (s * (x[i] - m)) * weight[i] + bias[i]);
   if (lane == 0) {
     mean[row] = m;
@@ -105,11 +112,18 @@ __global__ void LayerNormParamPartialsKernel(float* __restrict__ partials, const
 }
 
 template <typename Out>
-void LaunchLayerNormForward(Out* out, float* mean, float* rstd, const float* inp, const float* weight,
-                            const float* bias, int N, int C, cudaStream_t stream) {
+void LaunchLayerNormForward(Out* out, float* mean, float* rstd, const float* inp, const float* add,
+                            float* residual, const float* weight, const float* bias, int N, int C,
+                            cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
-  LayerNormForwardKernel<<<CeilDiv(N, kRowsPerBlock), kRowsPerBlock * kWarp, 0, stream>>>(
-      out, mean, rstd, inp, weight, bias, N, C);
+  const int blocks = CeilDiv(N, kRowsPerBlock), threads = kRowsPerBlock * kWarp;
+  if (add) {
+    LayerNormForwardKernel<Out, true>
+        <<<blocks, threads, 0, stream>>>(out, mean, rstd, inp, add, residual, weight, bias, N, C);
+  } else {
+    LayerNormForwardKernel<Out, false>
+        <<<blocks, threads, 0, stream>>>(out, mean, rstd, inp, nullptr, nullptr, weight, bias, N, C);
+  }
   CUDA_CHECK_LAUNCH();
 }
 
@@ -118,12 +132,24 @@ void LaunchLayerNormForward(Out* out, float* mean, float* rstd, const float* inp
 
 void CudaBackend::LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
                                    const float* weight, const float* bias, int N, int C) {
-  cuda::LaunchLayerNormForward(out, mean, rstd, inp, weight, bias, N, C, stream_);
+  cuda::LaunchLayerNormForward(out, mean, rstd, inp, nullptr, nullptr, weight, bias, N, C, stream_);
 }
 
 void CudaBackend::LayerNormForwardBF16(uint16_t* out, float* mean, float* rstd, const float* inp,
                                        const float* weight, const float* bias, int N, int C) {
-  cuda::LaunchLayerNormForward(out, mean, rstd, inp, weight, bias, N, C, stream_);
+  cuda::LaunchLayerNormForward(out, mean, rstd, inp, nullptr, nullptr, weight, bias, N, C, stream_);
+}
+
+void CudaBackend::ResidualLayerNormForward(float* residual, float* out, float* mean, float* rstd,
+                                           const float* a, const float* b, const float* weight,
+                                           const float* bias, int N, int C) {
+  cuda::LaunchLayerNormForward(out, mean, rstd, a, b, residual, weight, bias, N, C, stream_);
+}
+
+void CudaBackend::ResidualLayerNormForwardBF16(float* residual, uint16_t* out, float* mean, float* rstd,
+                                               const float* a, const float* b, const float* weight,
+                                               const float* bias, int N, int C) {
+  cuda::LaunchLayerNormForward(out, mean, rstd, a, b, residual, weight, bias, N, C, stream_);
 }
 
 void CudaBackend::LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
