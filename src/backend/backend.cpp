@@ -81,6 +81,14 @@ void Backend::ResidualLayerNormForwardBF16(float* residual, uint16_t* out, float
   LayerNormForwardBF16(out, mean, rstd, residual, weight, bias, N, C);
 }
 
+void Backend::AccumulateMean(double* acc, const float* x, size_t n, double divisor) {
+  const float mean = static_cast<float>(Sum(x, n) / divisor);
+  double a = 0;
+  Download(&a, acc, sizeof a);
+  a += mean;
+  Upload(acc, &a, sizeof a);
+}
+
 void Backend::MatmulToBF16(uint16_t* c, Operand a, Operand b, int M, int N, int K, bool trans_a, bool trans_b,
                            Compute compute) {
   const size_t n = static_cast<size_t>(M) * N;

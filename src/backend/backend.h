@@ -132,9 +132,11 @@ class Backend {
   // out[B,T,C] = wte[inp[b,t],:] + wpe[t,:]
   virtual void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
                               int T, int C) = 0;
-  // dwte[V,C] += , dwpe[T,C] += from dout[B,T,C]. Deterministic (no atomics, fixed order).
-  virtual void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
-                               int C) = 0;
+  // dwte[V,C] += , dwpe[T,C] += from dout[B,T,C]. Deterministic (no atomics, fixed order). host_inp, if
+  // not null, is a host copy of inp[B*T] (the model keeps the ids it uploaded): CUDA buckets rows by token
+  // on the host, and with the copy it need not download inp and wait for the stream mid-backward.
+  virtual void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
+                               const int32_t* host_inp, int B, int T, int C) = 0;
 
   // out[N,C] = (inp - mean) * rstd * weight + bias; also saves mean[N], rstd[N]. eps = 1e-5.
   virtual void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -227,6 +229,10 @@ class Backend {
   virtual double SumSquares(const float* x, size_t n) = 0;
   // sum of x[n], returned to the host (for the mean loss).
   virtual double Sum(const float* x, size_t n) = 0;
+  // acc[0] (one double in device memory) += float(Sum(x, n) / divisor), the host's arithmetic, without
+  // reading anything back: the trainer adds each micro-batch's mean loss on the device and reads the step's
+  // sum once. The default runs Sum, then Download / Upload of acc; CUDA keeps it on the stream.
+  virtual void AccumulateMean(double* acc, const float* x, size_t n, double divisor);
 
   // AdamW on one tensor: g' = g * grad_scale; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
   // p -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * p), with bias corrections for step t (1-based).

@@ -42,9 +42,9 @@ class ForwardingBackend : public Backend {
                       int C) override {
     inner_->EncoderForward(out, inp, wte, wpe, B, T, C);
   }
-  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
-                       int C) override {
-    inner_->EncoderBackward(dwte, dwpe, dout, inp, B, T, C);
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
+                       const int32_t* host_inp, int B, int T, int C) override {
+    inner_->EncoderBackward(dwte, dwpe, dout, inp, host_inp, B, T, C);
   }
   void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int N, int C) override {
@@ -117,6 +117,9 @@ class ForwardingBackend : public Backend {
   }
   double SumSquares(const float* x, size_t n) override { return inner_->SumSquares(x, n); }
   double Sum(const float* x, size_t n) override { return inner_->Sum(x, n); }
+  void AccumulateMean(double* acc, const float* x, size_t n, double divisor) override {
+    inner_->AccumulateMean(acc, x, n, divisor);
+  }
   void AdamW(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v, size_t n, float lr,
              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) override {
     inner_->AdamW(param, param_bf16, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);

@@ -150,7 +150,7 @@ GptMemory Gpt::Allocation(const GptConfig& config, int max_B, int max_T, Compute
   m.adam_state = 2 * P * sizeof(float);
   m.activations =
       Acts(nullptr, config, max_B, max_T, recompute, attention, compute, logits_chunk).total * sizeof(float) +
-      2 * static_cast<size_t>(max_B) * max_T * sizeof(int32_t);  // tokens_
+      2 * static_cast<size_t>(max_B) * max_T * sizeof(int32_t) + kGptLossSumBytes;  // tokens_, loss sum
   m.scratch = BackwardScratch(nullptr, config, max_B, max_T, attention, compute).total * sizeof(float);
   return m;
 }
@@ -192,7 +192,8 @@ Gpt::Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Comput
                     sizeof(float));
   scratch_ = DeviceBuffer(
       backend_, BackwardScratch(nullptr, config_, max_B, max_T, attention_, compute_).total * sizeof(float));
-  tokens_ = DeviceBuffer(backend_, 2 * static_cast<size_t>(max_B) * max_T * sizeof(int32_t));
+  tokens_ =
+      DeviceBuffer(backend_, 2 * static_cast<size_t>(max_B) * max_T * sizeof(int32_t) + kGptLossSumBytes);
 }
 
 float* Gpt::P(const char* name) const {
@@ -292,6 +293,31 @@ void Gpt::SetOptimizerShard(GradRange shard) {
 }
 
 float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
+  return Run(inputs, targets, B, T, dloss, true);
+}
+
+void Gpt::ForwardAccumulate(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
+  assert(targets && "ForwardAccumulate needs targets");
+  Run(inputs, targets, B, T, dloss, false);
+}
+
+double Gpt::TakeLossSum() {
+  double sum = 0;
+  backend_->Download(&sum, loss_sum(), sizeof sum);
+  ClearLossSum();
+  return sum;
+}
+
+void Gpt::ClearLossSum() {
+  backend_->Zero(loss_sum(), sizeof(double));
+}
+
+double* Gpt::loss_sum() const {
+  // After the input and target ids of the largest micro-batch (8-byte aligned: 2 * max_B * max_T ints).
+  return reinterpret_cast<double*>(tokens_.as<int32_t>() + 2 * static_cast<size_t>(max_B_) * max_T_);
+}
+
+float Gpt::Run(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss, bool read_loss) {
   assert(B <= max_B_ && T <= max_T_);
   assert(backend_->attention_kind() == attention_ &&
          "the attention kernel changed after the model was sized");
@@ -301,6 +327,7 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
   int32_t* d_inputs = tokens_.as<int32_t>();
   int32_t* d_targets = d_inputs + N;
   backend_->Upload(d_inputs, inputs, N * sizeof(int32_t));
+  host_inputs_.assign(inputs, inputs + N);  // for EncoderBackward (CUDA buckets the ids on the host)
   if (targets) backend_->Upload(d_targets, targets, N * sizeof(int32_t));
   last_B_ = B;
   last_T_ = T;
@@ -387,6 +414,10 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
     backend_->Matmul(G("wte"), dlogits, lnf, nullptr, V, C, n, true, false, 1.0f, compute_);
   }
   have_head_grads_ = dloss != 0.0f;
+  if (!read_loss) {
+    backend_->AccumulateMean(loss_sum(), a.losses, N, static_cast<double>(N));
+    return std::numeric_limits<float>::quiet_NaN();
+  }
   return static_cast<float>(backend_->Sum(a.losses, N) / N);
 }
 
@@ -483,7 +514,7 @@ void Gpt::Backward(const GradsReady& on_ready) {
       announce();
     }
   }
-  backend_->EncoderBackward(G("wte"), G("wpe"), s.dresidual, d_inputs, B, T, C);
+  backend_->EncoderBackward(G("wte"), G("wpe"), s.dresidual, d_inputs, host_inputs_.data(), B, T, C);
   if (on_ready) {
     whole("wte");
     whole("wpe");

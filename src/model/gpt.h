@@ -66,6 +66,12 @@ class Gpt {
   // gives the head's input gradient (kept for Backward) and accumulates the tied embedding's weight
   // gradient (+=, into wte's) before the next chunk overwrites them. Backward() must follow.
   float Forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss = 0.0f);
+  // Forward with targets that does not read the loss back: the micro-batch's mean loss is added on the
+  // device to a sum that TakeLossSum() reads and clears (the trainer: one host synchronisation per step, not
+  // one per micro-batch). The same values as adding Forward's results on the host in double.
+  void ForwardAccumulate(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss);
+  double TakeLossSum();
+  void ClearLossSum();  // without reading it (queued: no host synchronisation)
   // Accumulates parameter gradients (+=) for the last Forward, which must have had dloss != 0 (the head's
   // share is already in). on_ready, when given, hears of every gradient range as soon as it is final (see
   // GradsReady); the ranges cover the whole buffer exactly once.
@@ -112,10 +118,13 @@ class Gpt {
   void LayerNorm(Operand out, float* mean, float* rstd, const float* inp, const float* weight,
                  const float* bias, size_t N, int C, const float* add = nullptr, float* residual = nullptr);
   void SyncBf16Copy();
+  float Run(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss, bool read_loss);
+  double* loss_sum() const;  // ForwardAccumulate's sum (one double on the device, in tokens_)
 
   Backend* backend_;
   GptConfig config_;
   int max_B_, max_T_;
+  std::vector<int32_t> host_inputs_;  // the last Forward's input ids, as uploaded
   Compute compute_;
   Recompute recompute_;
   int logits_chunk_;

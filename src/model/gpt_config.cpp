@@ -149,7 +149,7 @@ GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recom
   const size_t per_layer = N * (5 * C + 3 * C + 4 * C + 4) + att.state / 4;
   m.activations = 4 * (N * C /*encoded*/ + L * per_layer + ln + gelu + N * 2 /*lnf stats*/ + N /*losses*/) +
                   GptLogitsBytes(cfg, B, T, logits_chunk, bf16) +
-                  2 * N * 4 /*input and target token ids (int32)*/;
+                  2 * N * 4 /*input and target token ids (int32)*/ + kGptLossSumBytes;
   // backward scratch: dresidual, dln, datty (C each), dqkv (3C), dfch (4C: the GELU gradient is the
   // fcproj input gradient's epilogue, MatmulDGelu), attention's (naive: datt, NH*T floats per row; flash:
   // none)

@@ -82,6 +82,9 @@ size_t GptLogitsRows(size_t N, int logits_chunk);
 // place), fp32, or bf16 with bf16 compute (rounded up to whole floats). Not linear in B: the planner adds it
 // apart from the other activations.
 size_t GptLogitsBytes(const GptConfig& cfg, int B, int T, int logits_chunk, bool bf16);
+// The training loss summed over a step's micro-batches on the device (one double; Gpt::ForwardAccumulate),
+// counted with the activations: a constant, not per row (the planner adds it apart too).
+inline constexpr size_t kGptLossSumBytes = sizeof(double);
 
 // Bytes of memory per component for training with micro-batch B x T.
 struct GptMemory {

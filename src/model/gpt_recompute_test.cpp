@@ -92,6 +92,39 @@ TEST_P(GptRecompute, GeluRecomputeGivesTheSameLossesGradientsAndWeightsBitForBit
   EXPECT_GT(none.norms.front(), 0);
 }
 
+// ForwardAccumulate (what the trainer runs): the step's loss summed on the device and read once is the sum,
+// in double on the host, of Forward's per-micro-batch losses, bit for bit; the gradients are the same too;
+// and ClearLossSum / TakeLossSum start the next sum from zero.
+TEST_P(GptRecompute, DeviceLossSumIsTheHostSumOfForwardsLosses) {
+  const Case& c = GetParam();
+  auto backend = MakeCpu(c.backend, c.compute);
+  const GptConfig cfg{3, 2, 16, 37, 8};
+  const int B = 3, T = 8;
+  Gpt host(backend.get(), cfg, B, T, c.compute, Recompute::kNone),
+      device(backend.get(), cfg, B, T, c.compute, Recompute::kNone);
+  host.InitWeights(11);
+  device.InitWeights(11);
+  std::vector<int32_t> x(B * T), y(B * T);
+  for (int i = 0; i < B * T; i++) {
+    x[i] = (i * 7 + 3) % cfg.vocab_size;
+    y[i] = i % 11 == 5 ? -1 : (i * 5 + 1) % cfg.vocab_size;
+  }
+  device.ForwardAccumulate(x.data(), y.data(), B, T, 0.0f);  // a stale sum, cleared below
+  device.ClearLossSum();
+  double want = 0;
+  for (int micro = 0; micro < 3; micro++) {
+    const int b = B - micro % 2, t = T - 2 * (micro % 2);
+    want += host.Forward(x.data(), y.data(), b, t, 0.25f / (b * t));
+    host.Backward();
+    device.ForwardAccumulate(x.data(), y.data(), b, t, 0.25f / (b * t));
+    device.Backward();
+  }
+  EXPECT_EQ(device.TakeLossSum(), want);
+  EXPECT_GT(want, 0);
+  EXPECT_TRUE(SameBits(device.GetGradients(), host.GetGradients()));
+  EXPECT_EQ(device.TakeLossSum(), 0.0) << "TakeLossSum clears the sum";
+}
+
 // The fast backend only: cpu-ref keeps the plain kernel (capabilities_test checks it refuses flash).
 class GptFlashAttention : public ::testing::TestWithParam<Case> {};
 

@@ -70,11 +70,12 @@ TEST(Workload, MemoryOfGpt2SmallWithAdamWFp32) {
   EXPECT_DOUBLE_EQ(m.optimizer, 8 * kP124);
   EXPECT_DOUBLE_EQ(m.weights + m.grads + m.optimizer, 1991036928.0);
   // Activations at B=1, T=1024 (N=1024): per layer N(18C+4) + N*NH*T = 26,742,784 floats;
-  // 4 x (N*C + 12 x per_layer + N(C+2) + N*V + N) + 2 x 4N (token ids) = 1,495,818,240 B;
-  // scratch 4 x (10NC + N*NH*T) = 81,788,928 B (dresidual, dln, datty, dqkv 3C, dfch 4C, datt). At B=1 the
-  // fused classifier's 1024-row chunk is the whole micro-batch, so the logits are N*V as without it.
-  EXPECT_DOUBLE_EQ(m.activations, 1495818240.0 + 81788928.0);
-  EXPECT_DOUBLE_EQ(m.total(), 3568644096.0);
+  // 4 x (N*C + 12 x per_layer + N(C+2) + N*V + N) + 2 x 4N (token ids) + 8 (the loss sum, a double)
+  // = 1,495,818,248 B; scratch 4 x (10NC + N*NH*T) = 81,788,928 B (dresidual, dln, datty, dqkv 3C, dfch 4C,
+  // datt). At B=1 the fused classifier's 1024-row chunk is the whole micro-batch, so the logits are N*V as
+  // without it.
+  EXPECT_DOUBLE_EQ(m.activations, 1495818248.0 + 81788928.0);
+  EXPECT_DOUBLE_EQ(m.total(), 3568644104.0);
   // Activations scale linearly with the micro-batch: the planner relies on it.
   const GptMemory direct = GptMemoryEstimate(GptPreset("gpt2-124m").value(), 8, 1024, false);
   EXPECT_DOUBLE_EQ(w.Memory(Precision::kFp32, 8, false, ActRecompute::kNone, 1).activations,

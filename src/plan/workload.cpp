@@ -93,12 +93,14 @@ MemoryBreakdown Workload::Memory(Precision p, int micro_batch, ZeroStage zero, A
     const double block = layer_act_b1_[p == Precision::kBf16 ? 1 : 0];
     act = act - L * block + L * layer_input_b1_ + block;
   }
-  // The logits are one chunk of rows, not B's: take micro-batch 1's out and add this micro-batch's.
+  // The logits are one chunk of rows, not B's: take micro-batch 1's out and add this micro-batch's; the
+  // loss sum is one double at any B.
   const int T = spec_.seq, chunk = spec_.logits_chunk;
   const bool bf16 = p == Precision::kBf16;
-  act -= static_cast<double>(GptLogitsBytes(spec_.cfg, 1, T, chunk, bf16));
-  out.activations = B * (act + static_cast<double>(m.scratch)) +
-                    static_cast<double>(GptLogitsBytes(spec_.cfg, micro_batch, T, chunk, bf16));
+  act -= static_cast<double>(GptLogitsBytes(spec_.cfg, 1, T, chunk, bf16) + kGptLossSumBytes);
+  out.activations =
+      B * (act + static_cast<double>(m.scratch)) +
+      static_cast<double>(GptLogitsBytes(spec_.cfg, micro_batch, T, chunk, bf16) + kGptLossSumBytes);
   return out;
 }
 

@@ -201,7 +201,8 @@ Result<StepStats> Trainer::Step() {
   if (gpu_meter_) gpu_meter_->StepBegin();
   model_->ZeroGrad();
   Batch batch;
-  double loss_sum = 0;
+  // Each micro-batch's mean loss is added on the device; the sum is read once, after the last backward.
+  model_->ClearLossSum();
   const LoaderPosition start_pos = train_loader_->position();
   for (int micro = 0; micro < local; micro++) {
     // With several ranks the notice is voted on once per step (ReduceStepStats): a rank cannot leave alone.
@@ -212,7 +213,7 @@ Result<StepStats> Trainer::Step() {
       return s;
     }
     TERN_RETURN_IF_ERROR(train_loader_->Next(&batch));
-    loss_sum += model_->Forward(batch.inputs.data(), batch.targets.data(), B, T, seed);
+    model_->ForwardAccumulate(batch.inputs.data(), batch.targets.data(), B, T, seed);
     // The last micro-batch's backward starts the gradient all-reduce bucket by bucket.
     if (grad_sync_ && micro == local - 1) {
       model_->Backward(grad_sync_->Hook());
@@ -220,6 +221,7 @@ Result<StepStats> Trainer::Step() {
       model_->Backward();
     }
   }
+  double loss_sum = model_->TakeLossSum();
   if (grad_sync_) {
     TERN_ASSIGN_OR_RETURN(const double waited, grad_sync_->Finish());
     const auto t0 = std::chrono::steady_clock::now();

@@ -83,8 +83,8 @@ void CpuFastBackend::EncoderForward(float* out, const int32_t* inp, const float*
 
 // Each thread owns a range of channels and walks all (b,t) in order, so every element of dwte/dwpe sums its
 // contributions in the reference's order: deterministic, race-free, and identical for any thread count.
-void CpuFastBackend::EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B,
-                                     int T, int C) {
+void CpuFastBackend::EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
+                                     const int32_t* /*host_inp*/, int B, int T, int C) {
   const int rows = B * T;
 #pragma omp parallel if (static_cast <size_t>(rows) * C >= kParallelMin)
   {

@@ -136,7 +136,7 @@ TEST(FastOpsPerf, DISABLED_OpsVsReference) {
       {"EncoderForward",
        [&](Backend& be, Bufs& u) { be.EncoderForward(u.z, u.tokens, u.wte, u.wpe, B, T, C); }},
       {"EncoderBackward",
-       [&](Backend& be, Bufs& u) { be.EncoderBackward(u.wte, u.wpe, u.x, u.tokens, B, T, C); }},
+       [&](Backend& be, Bufs& u) { be.EncoderBackward(u.wte, u.wpe, u.x, u.tokens, nullptr, B, T, C); }},
       {"LayerNormForward",
        [&](Backend& be, Bufs& u) { be.LayerNormForward(u.z, u.mean, u.rstd, u.x, u.w, u.b, N, C); }},
       {"LayerNormBackward",

@@ -301,7 +301,7 @@ TEST_F(FastOpsTest, Encoder) {
           float *dwte = ar.In(dwte0), *dwpe = ar.In(dwpe0);
           const int32_t* pi = ar.In(inp);
           be.EncoderForward(out, pi, ar.In(wte), ar.In(wpe), s.B, s.T, s.C);
-          be.EncoderBackward(dwte, dwpe, ar.In(dout), pi, s.B, s.T, s.C);
+          be.EncoderBackward(dwte, dwpe, ar.In(dout), pi, nullptr, s.B, s.T, s.C);
           return Outputs{ar.Out(out, n), ar.Out(dwte, wte.size()), ar.Out(dwpe, wpe.size())};
         },
         0.0, 0.0, "encoder C=" + std::to_string(s.C));

@@ -37,7 +37,7 @@ void CpuReferenceBackend::EncoderForward(float* out, const int32_t* inp, const f
 }
 
 void CpuReferenceBackend::EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
-                                          int B, int T, int C) {
+                                          const int32_t* /*host_inp*/, int B, int T, int C) {
   for (int b = 0; b < B; b++) {
     for (int t = 0; t < T; t++) {
       const float* dout_bt = dout + (static_cast<size_t>(b) * T + t) * C;

@@ -14,8 +14,8 @@ class CpuReferenceBackend : public CpuMemoryBackend {
 
   void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
                       int C) override;
-  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
-                       int C) override;
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
+                       const int32_t* host_inp, int B, int T, int C) override;
   void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int N, int C) override;
   void LayerNormForwardBF16(uint16_t* out, float* mean, float* rstd, const float* inp, const float* weight,

@@ -173,7 +173,7 @@ TEST_F(ReferenceGradTest, Encoder) {
   };
   Arena ar(be());
   float *dwte = ar.Zeros<float>(V * C), *dwpe = ar.Zeros<float>(T * C);
-  be().EncoderBackward(dwte, dwpe, ar.In(dout), ar.In(inp), B, T, C);
+  be().EncoderBackward(dwte, dwpe, ar.In(dout), ar.In(inp), inp.data(), B, T, C);
   ExpectGrad(wte, ar.Out(dwte, V * C), loss, "encoder dwte");
   ExpectGrad(wpe, ar.Out(dwpe, T * C), loss, "encoder dwpe");
 }

@@ -53,6 +53,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   CUDA_CHECK(cudaMalloc(&lt_workspace_, workspace_bytes_));
   CUDA_CHECK(cudaMalloc(&cublas_workspace_, workspace_bytes_));
   CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, workspace_bytes_));
+  for (cudaEvent_t& e : pinned_read_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   scratch_.assign(static_cast<int>(cuda::Scratch::kCount), nullptr);
   scratch_bytes_.assign(static_cast<int>(cuda::Scratch::kCount), 0);
   const char* attn = std::getenv("TERN_CUDA_ATTENTION");
@@ -86,7 +87,10 @@ CudaBackend::~CudaBackend() {
   }
   for (void* p : scratch_)
     if (p) cudaFree(p);
-  if (pinned_) cudaFreeHost(pinned_);
+  for (void* p : pinned_)
+    if (p) cudaFreeHost(p);
+  for (cudaEvent_t e : pinned_read_)
+    if (e) cudaEventDestroy(e);
   if (lt_workspace_) cudaFree(lt_workspace_);
   if (cublas_workspace_) cudaFree(cublas_workspace_);
   if (cublaslt_) cublasLtDestroy(cublaslt_);
@@ -123,6 +127,19 @@ void CudaBackend::Free(void* ptr) {
 
 void CudaBackend::Upload(void* dst, const void* host_src, size_t bytes) {
   if (bytes == 0) return;
+  constexpr size_t kStagedMax = 4 << 20;
+  if (bytes <= kStagedMax) {
+    // Small uploads (token ids, every micro-batch) go through two pinned staging buffers used in turn, so
+    // the copy is truly asynchronous and the caller may reuse its memory at once.
+    const auto slot =
+        static_cast<cuda::PinnedSlot>(static_cast<int>(cuda::PinnedSlot::kUpload0) + next_upload_);
+    next_upload_ ^= 1;
+    void* staged = PinnedForWrite(slot, bytes);
+    std::memcpy(staged, host_src, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, stream_));
+    PinnedQueued(slot);
+    return;
+  }
   // From pageable memory the call returns once the source has been staged, so the caller may reuse it.
   CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
 }
@@ -167,16 +184,23 @@ void* CudaBackend::ScratchBuffer(cuda::Scratch which, size_t bytes) {
   return scratch_[i];
 }
 
-void* CudaBackend::Pinned(size_t bytes) {
-  if (bytes <= pinned_bytes_) return pinned_;
+void* CudaBackend::PinnedForWrite(cuda::PinnedSlot slot, size_t bytes) {
+  const int i = static_cast<int>(slot);
+  // The copies that last read the buffer (an event never recorded completes at once).
+  CUDA_CHECK(cudaEventSynchronize(pinned_read_[i]));
+  if (bytes <= pinned_bytes_[i]) return pinned_[i];
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (pinned_) CUDA_CHECK(cudaFreeHost(pinned_));
-  pinned_ = nullptr;
-  pinned_bytes_ = 0;
+  if (pinned_[i]) CUDA_CHECK(cudaFreeHost(pinned_[i]));
+  pinned_[i] = nullptr;
+  pinned_bytes_[i] = 0;
   const size_t grown = std::max<size_t>(bytes + bytes / 4, 4096);
-  CUDA_CHECK(cudaMallocHost(&pinned_, grown));
-  pinned_bytes_ = grown;
-  return pinned_;
+  CUDA_CHECK(cudaMallocHost(&pinned_[i], grown));
+  pinned_bytes_[i] = grown;
+  return pinned_[i];
+}
+
+void CudaBackend::PinnedQueued(cuda::PinnedSlot slot) {
+  CUDA_CHECK(cudaEventRecord(pinned_read_[static_cast<int>(slot)], stream_));
 }
 
 Compute CudaBackend::attention_compute(Compute requested) const {

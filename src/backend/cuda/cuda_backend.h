@@ -15,6 +15,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -43,6 +44,16 @@ enum class Scratch : int {
   kEncoder,      // encoder-backward buckets
   kInt8Act,      // MatmulInt8: per-row activation scales and int8 activations
   kPagedScores,  // PagedAttentionForward: scores beyond the shared-memory limit (long contexts)
+  kCount
+};
+
+// Backend-owned pinned host buffers, one per purpose: the host writes one only after the asynchronous copies
+// that last read it have run (CudaBackend::PinnedForWrite).
+enum class PinnedSlot : int {
+  kReduce,   // Sum / SumSquares results (read after a synchronisation)
+  kEncoder,  // encoder-backward buckets, uploaded without waiting
+  kUpload0,
+  kUpload1,  // Upload's staging, used in turn
   kCount
 };
 
@@ -87,8 +98,8 @@ class CudaBackend : public Backend {
 
   void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
                       int C) override;
-  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
-                       int C) override;
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
+                       const int32_t* host_inp, int B, int T, int C) override;
   void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int N, int C) override;
   void LayerNormForwardBF16(uint16_t* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -126,6 +137,7 @@ class CudaBackend : public Backend {
                                        float dloss) override;
   double SumSquares(const float* x, size_t n) override;
   double Sum(const float* x, size_t n) override;
+  void AccumulateMean(double* acc, const float* x, size_t n, double divisor) override;
   void AdamW(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v, size_t n, float lr,
              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) override;
   void CastF32ToBF16(uint16_t* dst, const float* src, size_t n) override;
@@ -153,10 +165,14 @@ class CudaBackend : public Backend {
   void* ScratchBuffer(cuda::Scratch which, size_t bytes);
 
  private:
-  // A pinned host buffer of at least `bytes` (synchronises the stream first when it must grow).
-  void* Pinned(size_t bytes);
+  // The slot's pinned host buffer, at least `bytes`, once the copies that last read it have run (the stream
+  // is synchronised first when it must grow). After queueing copies that read it, call PinnedQueued(slot).
+  void* PinnedForWrite(cuda::PinnedSlot slot, size_t bytes);
+  void PinnedQueued(cuda::PinnedSlot slot);
   // Reduction helpers (reduce.cu).
   double ReduceToHost(const float* x, size_t n, bool squares);
+  // The sum (or sum of squares) of x[n] into partials[0] on the device (deterministic); returns partials.
+  double* ReduceOnDevice(const float* x, size_t n, bool squares);
   // Converts an operand to the element type the GEMM runs in; returns the pointer to use.
   const void* PrepareOperand(Operand op, size_t elems, Compute compute, cuda::Scratch slot);
   // epilogue: a cublasLtEpilogue_t (DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU).
@@ -195,8 +211,11 @@ class CudaBackend : public Backend {
   std::unordered_map<std::string, cuda::LtPlan> plans_;
   std::vector<void*> scratch_;
   std::vector<size_t> scratch_bytes_;
-  void* pinned_ = nullptr;  // small pinned host buffer: reduction results and encoder buckets
-  size_t pinned_bytes_ = 0;
+  static constexpr int kPinnedSlots = static_cast<int>(cuda::PinnedSlot::kCount);
+  std::array<void*, kPinnedSlots> pinned_{};
+  std::array<size_t, kPinnedSlots> pinned_bytes_{};
+  std::array<cudaEvent_t, kPinnedSlots> pinned_read_{};  // recorded after the copies that read the slot
+  int next_upload_ = 0;                                  // Upload's staging slot in turn
   bool force_fp32_attention_ = false;
   bool flash_attention_ = false;  // SetAttentionKernel("flash"): attention_flash.cu
   int num_sms_ = 0;

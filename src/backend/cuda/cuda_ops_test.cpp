@@ -54,9 +54,9 @@ TEST_F(CudaVsReference, EncoderForwardBackwardDeterministic) {
     std::vector<float> dwte0 = Random(s.V * s.C), dwpe0 = Random(s.T * s.C);
     Twin dwte = Make(dwte0), dwpe = Make(dwpe0);
     ref_->EncoderBackward(dwte.ref.as<float>(), dwpe.ref.as<float>(), dout.ref.as<float>(),
-                          inp.ref.as<int32_t>(), s.B, s.T, s.C);
+                          inp.ref.as<int32_t>(), nullptr, s.B, s.T, s.C);
     gpu_->EncoderBackward(dwte.gpu.as<float>(), dwpe.gpu.as<float>(), dout.gpu.as<float>(),
-                          inp.gpu.as<int32_t>(), s.B, s.T, s.C);
+                          inp.gpu.as<int32_t>(), nullptr, s.B, s.T, s.C);
     std::vector<float> first_wte = Gpu<float>(dwte), first_wpe = Gpu<float>(dwpe);
     EXPECT_TRUE(AllClose(first_wte, Ref<float>(dwte), 1e-4, 1e-4));
     EXPECT_TRUE(AllClose(first_wpe, Ref<float>(dwpe), 1e-4, 1e-4));
@@ -64,9 +64,20 @@ TEST_F(CudaVsReference, EncoderForwardBackwardDeterministic) {
     gpu_->Upload(dwte.gpu.data(), dwte0.data(), dwte.bytes);
     gpu_->Upload(dwpe.gpu.data(), dwpe0.data(), dwpe.bytes);
     gpu_->EncoderBackward(dwte.gpu.as<float>(), dwpe.gpu.as<float>(), dout.gpu.as<float>(),
-                          inp.gpu.as<int32_t>(), s.B, s.T, s.C);
+                          inp.gpu.as<int32_t>(), nullptr, s.B, s.T, s.C);
     EXPECT_TRUE(BitwiseEqual(Gpu<float>(dwte), first_wte));
     EXPECT_TRUE(BitwiseEqual(Gpu<float>(dwpe), first_wpe));
+    // With the host copy of the ids (no download, no stream synchronisation): the same bits, twice in a row
+    // (the second call reuses the pinned buckets the first one's uploads read).
+    const std::vector<int32_t> host_ids = Ref<int32_t>(inp);
+    for (int again = 0; again < 2; again++) {
+      gpu_->Upload(dwte.gpu.data(), dwte0.data(), dwte.bytes);
+      gpu_->Upload(dwpe.gpu.data(), dwpe0.data(), dwpe.bytes);
+      gpu_->EncoderBackward(dwte.gpu.as<float>(), dwpe.gpu.as<float>(), dout.gpu.as<float>(),
+                            inp.gpu.as<int32_t>(), host_ids.data(), s.B, s.T, s.C);
+      EXPECT_TRUE(BitwiseEqual(Gpu<float>(dwte), first_wte));
+      EXPECT_TRUE(BitwiseEqual(Gpu<float>(dwpe), first_wpe));
+    }
   }
 }
 
@@ -254,6 +265,18 @@ TEST_F(CudaVsReference, MatmulToBF16) {
     for (size_t i = 0; i < got.size(); i++) far += std::abs(int(got[i]) - int(F32ToBF16(want[i]))) > 1;
     EXPECT_EQ(far, 0u);
   }
+}
+
+// AccumulateMean keeps the loss sum on the device: acc += float(Sum / divisor), as the host would add it.
+TEST_F(CudaVsReference, AccumulateMeanIsTheHostsArithmetic) {
+  const std::vector<float> x = Random(100003);
+  Twin xs = Make(x), acc = Make(std::vector<double>{0.25});
+  double want = 0.25;
+  for (int i = 0; i < 3; i++) {
+    gpu_->AccumulateMean(acc.gpu.as<double>(), xs.gpu.as<float>(), x.size() - i, 7.0);
+    want += static_cast<float>(gpu_->Sum(xs.gpu.as<float>(), x.size() - i) / 7.0);
+  }
+  EXPECT_EQ(Gpu<double>(acc)[0], want);
 }
 
 TEST_F(CudaVsReference, SumAndSumSquaresDeterministic) {

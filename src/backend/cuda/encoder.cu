@@ -104,22 +104,28 @@ void CudaBackend::EmbedTokensBF16(float* out, const int32_t* tokens, const int32
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B,
-                                  int T, int C) {
+void CudaBackend::EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
+                                  const int32_t* host_inp, int B, int T, int C) {
   const int N = B * T;
   if (N <= 0 || C <= 0) return;
   const size_t tc = static_cast<size_t>(T) * C;
   cuda::WpeBackwardKernel<<<cuda::GridFor(tc, 256), 256, 0, stream_>>>(dwpe, dout, B, T, C);
   CUDA_CHECK_LAUNCH();
 
-  // Pinned layout: [order N][starts N+1][tokens N], then the downloaded ids N.
-  auto* pinned = static_cast<int32_t*>(Pinned(sizeof(int32_t) * (4 * static_cast<size_t>(N) + 1)));
+  // Pinned layout: [order N][starts N+1][tokens N], then the downloaded ids N (without host_inp). The
+  // previous call's uploads from it have run before the host writes (PinnedForWrite).
+  auto* pinned = static_cast<int32_t*>(
+      PinnedForWrite(cuda::PinnedSlot::kEncoder, sizeof(int32_t) * (4 * static_cast<size_t>(N) + 1)));
   int32_t* order = pinned;
   int32_t* starts = order + N;
   int32_t* tokens = starts + N + 1;
-  int32_t* ids = tokens + N;
-  CUDA_CHECK(cudaMemcpyAsync(ids, inp, sizeof(int32_t) * N, cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const int32_t* ids = host_inp;
+  if (!ids) {
+    int32_t* downloaded = tokens + N;
+    CUDA_CHECK(cudaMemcpyAsync(downloaded, inp, sizeof(int32_t) * N, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    ids = downloaded;
+  }
   // Sort (token, position) keys: buckets by token, rows in position order inside each.
   std::vector<uint64_t> keys(N);
   for (int i = 0; i < N; i++)
@@ -136,8 +142,8 @@ void CudaBackend::EncoderBackward(float* dwte, float* dwpe, const float* dout, c
     order[i] = static_cast<int32_t>(keys[i] & 0xffffffffu);
   }
   starts[buckets] = N;
-  // Device copy: [order N][starts buckets+1][tokens buckets]. The stream orders this upload before any
-  // later reuse of the pinned buffer (every reuse begins with a synchronising download).
+  // Device copy: [order N][starts buckets+1][tokens buckets]; the next call waits for these uploads before it
+  // writes the pinned buffer again (PinnedQueued).
   auto* dev = static_cast<int32_t*>(
       ScratchBuffer(cuda::Scratch::kEncoder, sizeof(int32_t) * (3 * static_cast<size_t>(N) + 1)));
   CUDA_CHECK(cudaMemcpyAsync(dev, order, sizeof(int32_t) * N, cudaMemcpyHostToDevice, stream_));
@@ -145,6 +151,7 @@ void CudaBackend::EncoderBackward(float* dwte, float* dwpe, const float* dout, c
       cudaMemcpyAsync(dev + N, starts, sizeof(int32_t) * (buckets + 1), cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(
       cudaMemcpyAsync(dev + 2 * N + 1, tokens, sizeof(int32_t) * buckets, cudaMemcpyHostToDevice, stream_));
+  PinnedQueued(cuda::PinnedSlot::kEncoder);
   const int threads = std::min(256, cuda::CeilDiv(C, 32) * 32);
   dim3 grid(buckets, cuda::CeilDiv(C, threads));
   cuda::WteBackwardKernel<<<grid, threads, 0, stream_>>>(dwte, dout, dev, dev + N, dev + 2 * N + 1, C);

@@ -47,6 +47,11 @@ __global__ void FinalSumKernel(double* __restrict__ out, const double* __restric
   if (threadIdx.x == 0) *out = acc;
 }
 
+// acc += float(sum / divisor), as the host adds a micro-batch's mean loss (sum null: 0).
+__global__ void AddMeanKernel(double* acc, const double* sum, double divisor) {
+  *acc += static_cast<double>(static_cast<float>((sum ? *sum : 0.0) / divisor));
+}
+
 // grid (ceil(cols/32), chunks), block (32, 8): partials[chunk, col] = sum of x[rows of chunk, col].
 __global__ void ColumnPartialsKernel(float* __restrict__ partials, const float* __restrict__ x, int rows,
                                      int cols, int rows_per_chunk) {
@@ -83,8 +88,7 @@ void LaunchAddColumnPartials(float* dst, const float* partials, int chunks, int 
 
 }  // namespace cuda
 
-double CudaBackend::ReduceToHost(const float* x, size_t n, bool squares) {
-  if (n == 0) return 0.0;
+double* CudaBackend::ReduceOnDevice(const float* x, size_t n, bool squares) {
   const int blocks = static_cast<int>(cuda::GridFor(n, cuda::kReduceThreads, cuda::kMaxReduceBlocks));
   auto* partials = static_cast<double*>(
       ScratchBuffer(cuda::Scratch::kReduce, (cuda::kMaxReduceBlocks + 1) * sizeof(double)));
@@ -92,7 +96,23 @@ double CudaBackend::ReduceToHost(const float* x, size_t n, bool squares) {
   CUDA_CHECK_LAUNCH();
   cuda::FinalSumKernel<<<1, 1024, 0, stream_>>>(partials, partials + 1, blocks);
   CUDA_CHECK_LAUNCH();
-  auto* host = static_cast<double*>(Pinned(sizeof(double)));
+  return partials;
+}
+
+void CudaBackend::AccumulateMean(double* acc, const float* x, size_t n, double divisor) {
+  if (n == 0) {
+    // Sum is 0: the host arithmetic adds float(0 / divisor).
+    cuda::AddMeanKernel<<<1, 1, 0, stream_>>>(acc, nullptr, divisor);
+  } else {
+    cuda::AddMeanKernel<<<1, 1, 0, stream_>>>(acc, ReduceOnDevice(x, n, false), divisor);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+double CudaBackend::ReduceToHost(const float* x, size_t n, bool squares) {
+  if (n == 0) return 0.0;
+  double* partials = ReduceOnDevice(x, n, squares);
+  auto* host = static_cast<double*>(PinnedForWrite(cuda::PinnedSlot::kReduce, sizeof(double)));
   CUDA_CHECK(cudaMemcpyAsync(host, partials, sizeof(double), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   return *host;
