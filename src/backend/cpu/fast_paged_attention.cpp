@@ -45,9 +45,11 @@ inline v16 LoadKv16(const float* p) {
 }
 inline v16 LoadKv16(const uint16_t* p) {
 #if defined(__AVX512F__)
-  // GCC 12 splits the generic conversion below into two 256-bit halves; this is one widening load.
+  // GCC 12 splits the generic conversion below into two 256-bit halves; this is one widening load. (The
+  // maskz forms with a full mask compile to the same instructions; the plain ones warn -Wmaybe-uninitialized
+  // about their undefined pass-through operand under GCC 12.)
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return reinterpret_cast<v16>(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return reinterpret_cast<v16>(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
 #else
   typedef uint16_t u16x16 __attribute__((vector_size(32)));
   typedef uint32_t u32x16 __attribute__((vector_size(64)));
@@ -61,8 +63,8 @@ inline v16 LoadKv16(const uint16_t* p) {
 }
 inline v16 LoadKv16(const int8_t* p) {
 #if defined(__AVX512F__)
-  return reinterpret_cast<v16>(
-      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
+  return reinterpret_cast<v16>(_mm512_maskz_cvtepi32_ps(
+      0xFFFF, _mm512_maskz_cvtepi8_epi32(0xFFFF, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
 #else
   typedef int8_t i8x16 __attribute__((vector_size(16)));
   i8x16 b;
