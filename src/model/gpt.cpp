@@ -46,7 +46,7 @@ struct Gpt::Acts {
   float* ln2_rstd;   // [L, N]
   float* fch;        // [L, N, 4C]
   void* fch_gelu;    // [L, N, 4C], or [N, 4C] with Recompute::kGelu: fp32, or bf16 (gelu_bf16)
-  bool bf16;         // bf16 compute: the GELU and layer norm outputs in bf16
+  bool bf16;         // bf16 compute: the GELU and layer norm outputs and the logits in bf16
   float* fcproj;     // [L, N, C]
   float* residual3;  // [L, N, C]
   void* lnf;         // [N, C]: fp32, or bf16 (bf16)
@@ -56,7 +56,6 @@ struct Gpt::Acts {
   // bf16 with bf16 compute (the head's matmul rounds them as it stores them; the loss reads them widened and
   // writes the bf16 gradient that the head's backward matmuls multiply)
   void* logits;
-  bool logits_bf16;
   float* losses;  // [N]
   size_t total;   // floats used
 
@@ -97,8 +96,7 @@ struct Gpt::Acts {
     lnf_mean = take(N);
     lnf_rstd = take(N);
     const size_t logit_elems = GptLogitsRows(N, logits_chunk) * V;
-    logits_bf16 = compute == Compute::kBF16;
-    logits = take(logits_bf16 ? (logit_elems + 1) / 2 : logit_elems);
+    logits = take(elems(logit_elems));
     losses = take(N);
     total = off;
   }
@@ -107,7 +105,8 @@ struct Gpt::Acts {
     const size_t off = recompute == Recompute::kGelu ? 0 : static_cast<size_t>(l) * N * 4 * C;
     return At(fch_gelu, off);
   }
-  // A layer norm output (ln1, ln2, lnf) from element `off` on, as a matmul operand.
+  // An activation kept in bf16 under bf16 compute (ln1, ln2, lnf, the GELU output) from element `off` on, as
+  // a matmul operand.
   Operand At(void* base, size_t off) const {
     if (bf16) return BF16(static_cast<uint16_t*>(base) + off);
     return F32(static_cast<float*>(base) + off);
@@ -379,7 +378,7 @@ float Gpt::Run(const int32_t* inputs, const int32_t* targets, int B, int T, floa
   const size_t rows = GptLogitsRows(N, logits_chunk_);
   if (!targets) {
     assert(N <= rows && "Forward without targets keeps the logits of at most logits_chunk rows");
-    if (a.logits_bf16) {
+    if (a.bf16) {
       backend_->MatmulToBF16(static_cast<uint16_t*>(a.logits), a.At(a.lnf, 0), W("wte", 0), N, V, C, false,
                              true, compute_);
     } else {
@@ -398,7 +397,7 @@ float Gpt::Run(const int32_t* inputs, const int32_t* targets, int B, int T, floa
     const Operand lnf = a.At(a.lnf, r0 * C);
     // bf16 compute: bf16 logits and gradient (half the bytes; what both matmuls below multiply).
     Operand dlogits;
-    if (a.logits_bf16) {
+    if (a.bf16) {
       uint16_t* logits = static_cast<uint16_t*>(a.logits);
       backend_->MatmulToBF16(logits, lnf, W("wte", 0), n, V, C, false, true, compute_);
       backend_->CrossEntropyForwardBackwardBF16(a.losses + r0, logits, d_targets + r0, n, V, dloss);
@@ -529,7 +528,7 @@ void Gpt::ZeroGrad() {
 void Gpt::GetLogits(int b, int t, float* host_out) const {
   Acts a(acts_.as<float>(), config_, last_B_, last_T_, recompute_, attention_, compute_, logits_chunk_);
   const size_t V = config_.vocab_size, row = static_cast<size_t>(b) * last_T_ + t;
-  if (!a.logits_bf16) {
+  if (!a.bf16) {
     backend_->Download(host_out, static_cast<float*>(a.logits) + row * V, V * sizeof(float));
     return;
   }
