@@ -257,6 +257,8 @@ std::vector<float> Gpt::GetParameters() const {
 }
 
 std::vector<float> Gpt::GetGradients() const {
+  assert(!overwrite_head_grad_ && !overwrite_block_grads_ &&
+         "GetGradients after ZeroGrad without a Backward");
   std::vector<float> host(num_params_);
   backend_->Download(host.data(), grads(), num_params_ * sizeof(float));
   return host;
@@ -265,6 +267,7 @@ std::vector<float> Gpt::GetGradients() const {
 void Gpt::SetGradients(const std::vector<float>& host) {
   assert(host.size() == num_params_);
   backend_->Upload(grads(), host.data(), num_params_ * sizeof(float));
+  overwrite_head_grad_ = overwrite_block_grads_ = false;
 }
 
 std::vector<float> Gpt::GetAdamState() const {
@@ -410,7 +413,9 @@ float Gpt::Run(const int32_t* inputs, const int32_t* targets, int B, int T, floa
     }
     if (dloss == 0.0f) continue;
     backend_->Matmul(s.dln + r0 * C, dlogits, W("wte", 0), nullptr, n, C, V, false, false, 0.0f, compute_);
-    backend_->Matmul(G("wte"), dlogits, lnf, nullptr, V, C, n, true, false, 1.0f, compute_);
+    backend_->Matmul(G("wte"), dlogits, lnf, nullptr, V, C, n, true, false,
+                     overwrite_head_grad_ ? 0.0f : 1.0f, compute_);
+    overwrite_head_grad_ = false;
   }
   have_head_grads_ = dloss != 0.0f;
   if (!read_loss) {
@@ -429,6 +434,9 @@ void Gpt::Backward(const GradsReady& on_ready) {
   BackwardScratch s(scratch_.as<float>(), config_, B, T, attention_, compute_);
   const int32_t* d_inputs = tokens_.as<int32_t>();
   have_head_grads_ = false;
+  // The first backward after ZeroGrad writes the weight matrices' gradients (beta 0) instead of adding.
+  const float dw_beta = overwrite_block_grads_ ? 0.0f : 1.0f;
+  overwrite_block_grads_ = false;
 
   backend_->Zero(s.dresidual, nc * sizeof(float));
   // Head: Forward's fused classifier left the final layer norm's output gradient in s.dln (and added the
@@ -482,11 +490,11 @@ void Gpt::Backward(const GradsReady& on_ready) {
       }
     }
     backend_->Matmul(G("fcprojw") + lc * 4 * C, F32(s.dresidual), fch_gelu, nullptr, C, 4 * C, N, true, false,
-                     1.0f, compute_);
+                     dw_beta, compute_);
     backend_->BiasBackward(G("fcprojb") + lc, s.dresidual, N, C);
     backend_->Matmul(s.dln, F32(s.dfch), W("fcw", lc * 4 * C), nullptr, N, C, 4 * C, false, false, 0.0f,
                      compute_);
-    backend_->Matmul(G("fcw") + lc * 4 * C, F32(s.dfch), ln2, nullptr, 4 * C, C, N, true, false, 1.0f,
+    backend_->Matmul(G("fcw") + lc * 4 * C, F32(s.dfch), ln2, nullptr, 4 * C, C, N, true, false, dw_beta,
                      compute_);
     backend_->BiasBackward(G("fcb") + 4 * lc, s.dfch, N, 4 * C);
     backend_->LayerNormBackward(s.dresidual, G("ln2w") + lc, G("ln2b") + lc, s.dln, residual2, P("ln2w") + lc,
@@ -495,13 +503,13 @@ void Gpt::Backward(const GradsReady& on_ready) {
     // residual2 = residual + attproj
     backend_->Matmul(s.datty, F32(s.dresidual), W("attprojw", lc * C), nullptr, N, C, C, false, false, 0.0f,
                      compute_);
-    backend_->Matmul(G("attprojw") + lc * C, F32(s.dresidual), F32(atty), nullptr, C, C, N, true, false, 1.0f,
-                     compute_);
+    backend_->Matmul(G("attprojw") + lc * C, F32(s.dresidual), F32(atty), nullptr, C, C, N, true, false,
+                     dw_beta, compute_);
     backend_->BiasBackward(G("attprojb") + lc, s.dresidual, N, C);
     backend_->AttentionBackward(s.dqkv, s.att, s.datty, qkv, att, B, T, C, NH, compute_);
     backend_->Matmul(s.dln, F32(s.dqkv), W("qkvw", lc * 3 * C), nullptr, N, C, 3 * C, false, false, 0.0f,
                      compute_);
-    backend_->Matmul(G("qkvw") + lc * 3 * C, F32(s.dqkv), ln1, nullptr, 3 * C, C, N, true, false, 1.0f,
+    backend_->Matmul(G("qkvw") + lc * 3 * C, F32(s.dqkv), ln1, nullptr, 3 * C, C, N, true, false, dw_beta,
                      compute_);
     backend_->BiasBackward(G("qkvb") + 3 * lc, s.dqkv, N, 3 * C);
     backend_->LayerNormBackward(s.dresidual, G("ln1w") + lc, G("ln1b") + lc, s.dln, residual, P("ln1w") + lc,
@@ -522,7 +530,21 @@ void Gpt::Backward(const GradsReady& on_ready) {
 }
 
 void Gpt::ZeroGrad() {
-  backend_->Zero(grads(), num_params_ * sizeof(float));
+  // Zero every tensor but the weight matrices, adjacent tensors in one call.
+  auto matrix = [](const std::string& name) {
+    return name == "wte" || name == "qkvw" || name == "attprojw" || name == "fcw" || name == "fcprojw";
+  };
+  size_t begin = 0, end = 0;
+  for (const auto& t : layout_) {
+    if (matrix(t.name)) continue;
+    if (t.offset != end) {
+      if (end > begin) backend_->Zero(grads() + begin, (end - begin) * sizeof(float));
+      begin = t.offset;
+    }
+    end = t.offset + t.numel;
+  }
+  if (end > begin) backend_->Zero(grads() + begin, (end - begin) * sizeof(float));
+  overwrite_head_grad_ = overwrite_block_grads_ = true;
 }
 
 void Gpt::GetLogits(int b, int t, float* host_out) const {
@@ -538,11 +560,13 @@ void Gpt::GetLogits(int b, int t, float* host_out) const {
 }
 
 double Gpt::GradNorm() {
+  assert(!overwrite_head_grad_ && !overwrite_block_grads_ && "GradNorm after ZeroGrad without a Backward");
   return std::sqrt(backend_->SumSquares(grads(), num_params_));
 }
 
 void Gpt::AdamWStep(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                     int t) {
+  assert(!overwrite_head_grad_ && !overwrite_block_grads_ && "AdamWStep after ZeroGrad without a Backward");
   uint16_t* bf16 = compute_ == Compute::kBF16 ? params_bf16_.as<uint16_t>() : nullptr;
   const size_t lo = shard_.offset, hi = shard_.offset + shard_.count;
   for (const auto& p : layout_) {

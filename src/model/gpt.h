@@ -76,6 +76,12 @@ class Gpt {
   // share is already in). on_ready, when given, hears of every gradient range as soon as it is final (see
   // GradsReady); the ranges cover the whole buffer exactly once.
   void Backward(const GradsReady& on_ready = {});
+  // Starts a step's gradients, as PyTorch's zero_grad(set_to_none=True): the small tensors (biases, layer
+  // norms, positions) are zeroed, and the weight matrices' gradients are left for the next Forward with
+  // dloss != 0 (wte's, by the head's first chunk) and Backward (the blocks') to overwrite: their first
+  // products write with beta 0 instead of adding to zeros, so no pass zeroes ~all the gradient bytes and
+  // the first products do not read them. Until that Backward has run, the matrices' gradients are stale:
+  // GradNorm, AdamWStep and GetGradients assert they are not.
   void ZeroGrad();
 
   // Copies the logits row for (b, t) of the last Forward without targets to host (V floats; with bf16
@@ -137,6 +143,9 @@ class Gpt {
   DeviceBuffer acts_, scratch_, tokens_;
   int last_B_ = 0, last_T_ = 0;
   bool have_head_grads_ = false;  // the last Forward ran the head's backward (dloss != 0)
+  // After ZeroGrad: the next head backward overwrites wte's gradient (its first chunk, beta 0); the next
+  // Backward overwrites the blocks' weight-matrix gradients.
+  bool overwrite_head_grad_ = false, overwrite_block_grads_ = false;
 };
 
 }  // namespace tern

@@ -125,6 +125,45 @@ TEST_P(GptRecompute, DeviceLossSumIsTheHostSumOfForwardsLosses) {
   EXPECT_EQ(device.TakeLossSum(), 0.0) << "TakeLossSum clears the sum";
 }
 
+// ZeroGrad leaves the weight matrices' gradients for the next head backward and Backward to overwrite (beta
+// 0, as PyTorch's set_to_none): over stale gradients, ZeroGrad then two micro-batches (the head in chunks of
+// 5 rows, so wte's gradient is overwritten by the first chunk only and added to after) give the values of
+// two micro-batches accumulated into true zeros (SetGradients of zeros: every product adds, beta 1).
+TEST_P(GptRecompute, ZeroGradLetsTheFirstProductsOverwriteStaleGradients) {
+  const Case& c = GetParam();
+  auto backend = MakeCpu(c.backend, c.compute);
+  const GptConfig cfg{3, 2, 16, 37, 8};
+  const int B = 3, T = 8;
+  Gpt lazy(backend.get(), cfg, B, T, c.compute, Recompute::kNone, 5),
+      zeros(backend.get(), cfg, B, T, c.compute, Recompute::kNone, 5);
+  lazy.InitWeights(11);
+  zeros.InitWeights(11);
+  std::vector<float> stale(lazy.num_params());
+  for (size_t i = 0; i < stale.size(); i++) stale[i] = 0.5f + static_cast<float>(i % 13);
+  lazy.SetGradients(stale);
+  lazy.ZeroGrad();
+  zeros.SetGradients(std::vector<float>(zeros.num_params(), 0.0f));
+  std::vector<int32_t> x(B * T), y(B * T);
+  for (int i = 0; i < B * T; i++) {
+    x[i] = (i * 7 + 3) % cfg.vocab_size;
+    y[i] = (i * 5 + 1) % cfg.vocab_size;
+  }
+  for (Gpt* m : {&lazy, &zeros}) {
+    m->Forward(x.data(), y.data(), B, T, 0.5f / (B * T));
+    m->Backward();
+    m->Forward(x.data(), y.data(), B - 1, T - 2, 0.5f / ((B - 1) * (T - 2)));
+    m->Backward();
+  }
+  const std::vector<float> got = lazy.GetGradients(), want = zeros.GetGradients();
+  ASSERT_EQ(got.size(), want.size());
+  size_t nonzero = 0;
+  for (size_t i = 0; i < got.size(); i++) {
+    ASSERT_EQ(got[i], want[i]) << "gradient element " << i;  // == : +0 and -0 alike
+    nonzero += want[i] != 0.0f;
+  }
+  EXPECT_GT(nonzero, got.size() / 2);
+}
+
 // The fast backend only: cpu-ref keeps the plain kernel (capabilities_test checks it refuses flash).
 class GptFlashAttention : public ::testing::TestWithParam<Case> {};
 
