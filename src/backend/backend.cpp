@@ -2,6 +2,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
+
+#include "backend/bf16.h"
 
 namespace tern {
 
@@ -89,14 +92,48 @@ void Backend::AccumulateMean(double* acc, const float* x, size_t n, double divis
   Upload(acc, &a, sizeof a);
 }
 
-void Backend::MatmulToBF16(uint16_t* c, Operand a, Operand b, int M, int N, int K, bool trans_a, bool trans_b,
-                           Compute compute) {
+void Backend::MatmulToBF16(uint16_t* c, Operand a, Operand b, const float* bias, int M, int N, int K,
+                           bool trans_a, bool trans_b, Compute compute) {
   const size_t n = static_cast<size_t>(M) * N;
   if (n == 0) return;
   float* tmp = static_cast<float*>(Alloc(n * sizeof(float)));
-  Matmul(tmp, a, b, nullptr, M, N, K, trans_a, trans_b, 0.0f, compute);
+  Matmul(tmp, a, b, bias, M, N, K, trans_a, trans_b, 0.0f, compute);
   CastF32ToBF16(c, tmp, n);
   Free(tmp);
+}
+
+namespace {
+// A device copy of bf16 x[n] widened to fp32 (exact), through the host: the defaults' oracle path only.
+float* WidenedCopy(Backend& be, const uint16_t* x, size_t n) {
+  std::vector<uint16_t> h(n);
+  be.Download(h.data(), x, n * sizeof(uint16_t));
+  std::vector<float> w(n);
+  for (size_t i = 0; i < n; i++) w[i] = BF16ToF32(h[i]);
+  float* d = static_cast<float*>(be.Alloc(n * sizeof(float)));
+  be.Upload(d, w.data(), n * sizeof(float));
+  return d;
+}
+}  // namespace
+
+void Backend::AttentionForwardBF16(uint16_t* out, void* state, const uint16_t* qkv, int B, int T, int C,
+                                   int NH, Compute compute) {
+  const size_t n = static_cast<size_t>(B) * T * C;
+  if (n == 0) return;
+  float* wide = WidenedCopy(*this, qkv, 3 * n);
+  float* tmp = static_cast<float*>(Alloc(n * sizeof(float)));
+  AttentionForward(tmp, state, wide, B, T, C, NH, compute);
+  CastF32ToBF16(out, tmp, n);
+  Free(tmp);
+  Free(wide);
+}
+
+void Backend::AttentionBackwardBF16(float* dqkv, void* scratch, const float* dout, const uint16_t* qkv,
+                                    const void* state, int B, int T, int C, int NH, Compute compute) {
+  const size_t n = static_cast<size_t>(B) * T * C;
+  if (n == 0) return;
+  float* wide = WidenedCopy(*this, qkv, 3 * n);
+  AttentionBackward(dqkv, scratch, dout, wide, state, B, T, C, NH, compute);
+  Free(wide);
 }
 
 const char* AttentionKindName(AttentionKind k) {

@@ -167,10 +167,11 @@ class Backend {
   virtual void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
                       bool trans_b, float beta, Compute compute) = 0;
   // Matmul with the product rounded to bf16 (fp32 accumulation, as CastF32ToBF16 rounds): c[M,N] = op(A)
-  // op(B), no bias, beta 0. Under bf16 compute the LM head writes its logits this way (half the bytes of
-  // fp32 logits). The default multiplies into a temporary fp32 buffer, then casts.
-  virtual void MatmulToBF16(uint16_t* c, Operand a, Operand b, int M, int N, int K, bool trans_a,
-                            bool trans_b, Compute compute);
+  // op(B) (+ bias[N], added in fp32 before the rounding; bias may be null), beta 0. Under bf16 compute the
+  // LM head writes its logits this way (half the bytes of fp32 logits), and the qkv projection its q, k, v.
+  // The default multiplies into a temporary fp32 buffer, then casts.
+  virtual void MatmulToBF16(uint16_t* c, Operand a, Operand b, const float* bias, int M, int N, int K,
+                            bool trans_a, bool trans_b, Compute compute);
   // Matmul with a GELU epilogue (the MLP's fc layer): pre[M,N] = op(A) op(B) + bias (bias may be null),
   // out[M,N] = gelu(pre) as GeluForward computes it; pre is kept for the backward (beta is 0). The default
   // runs Matmul, then GeluForward; CUDA fuses both into the GEMM (cuBLASLt's GELU_AUX_BIAS epilogue).
@@ -211,6 +212,18 @@ class Backend {
   // compute as that forward; scratch holds AttentionStateBytes(...).scratch bytes.
   virtual void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv,
                                  const void* state, int B, int T, int C, int NH, Compute compute) = 0;
+  // Attention over bf16 q, k, v (qkv[B,T,3C] as bf16 compute's qkv projection writes it, MatmulToBF16) with a
+  // bf16 output out[B,T,C] (what the attention projection multiplies), as PyTorch autocast's attention: the
+  // products and the softmax as AttentionForward at `compute` on the widened values (exact), the output
+  // rounded to nearest even. The state is AttentionForward's. The default widens qkv into a temporary, runs
+  // AttentionForward and casts its output (the reference backend's oracle); the fast CPU backend widens
+  // while it packs the operands, CUDA into its scratch.
+  virtual void AttentionForwardBF16(uint16_t* out, void* state, const uint16_t* qkv, int B, int T, int C,
+                                    int NH, Compute compute);
+  // AttentionBackward of that forward: the gradients stay fp32 (dout[B,T,C] in, dqkv[B,T,3C] overwritten);
+  // qkv is the forward's bf16 input. The default widens qkv and runs AttentionBackward.
+  virtual void AttentionBackwardBF16(float* dqkv, void* scratch, const float* dout, const uint16_t* qkv,
+                                     const void* state, int B, int T, int C, int NH, Compute compute);
 
   // Fused softmax + cross-entropy over logits[N,V] with targets[N]:
   // losses[N] = -log softmax(logits)[target]. If dloss != 0, logits are overwritten with the gradient

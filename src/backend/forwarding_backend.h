@@ -80,9 +80,9 @@ class ForwardingBackend : public Backend {
                                     int C) override {
     inner_->ResidualLayerNormForwardBF16(residual, out, mean, rstd, a, b, weight, bias, N, C);
   }
-  void MatmulToBF16(uint16_t* c, Operand a, Operand b, int M, int N, int K, bool trans_a, bool trans_b,
-                    Compute compute) override {
-    inner_->MatmulToBF16(c, a, b, M, N, K, trans_a, trans_b, compute);
+  void MatmulToBF16(uint16_t* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
+                    bool trans_b, Compute compute) override {
+    inner_->MatmulToBF16(c, a, b, bias, M, N, K, trans_a, trans_b, compute);
   }
   void MatmulDGelu(float* dinp, const float* pre, Operand a, Operand b, int M, int N, int K, bool trans_a,
                    bool trans_b, Compute compute) override {
@@ -106,6 +106,14 @@ class ForwardingBackend : public Backend {
   void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv, const void* state,
                          int B, int T, int C, int NH, Compute compute) override {
     inner_->AttentionBackward(dqkv, scratch, dout, qkv, state, B, T, C, NH, compute);
+  }
+  void AttentionForwardBF16(uint16_t* out, void* state, const uint16_t* qkv, int B, int T, int C, int NH,
+                            Compute compute) override {
+    inner_->AttentionForwardBF16(out, state, qkv, B, T, C, NH, compute);
+  }
+  void AttentionBackwardBF16(float* dqkv, void* scratch, const float* dout, const uint16_t* qkv,
+                             const void* state, int B, int T, int C, int NH, Compute compute) override {
+    inner_->AttentionBackwardBF16(dqkv, scratch, dout, qkv, state, B, T, C, NH, compute);
   }
   void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
                                    float dloss) override {

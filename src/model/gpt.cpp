@@ -30,14 +30,17 @@ T* Mutable(Operand op) {
 // fch_gelu is one layer's [N, 4C], written by every layer's forward and recomputed in the backward. With bf16
 // compute fch_gelu holds bf16: it is only ever the fcproj matmuls' operand, which bf16 compute rounds to bf16
 // anyway (the same values, half the bytes, and no cast in the forward or the backward). So do the layer
-// norms' outputs ln1, ln2 and lnf (matmul operands only: their backward reads the layer norm's input).
+// norms' outputs ln1, ln2 and lnf (matmul operands only: their backward reads the layer norm's input) and
+// the attention output atty (the attention projection's operand). q, k, v are bf16 too, as PyTorch autocast
+// keeps them: the qkv projection rounds its output (bias added in fp32 first) and attention reads them
+// widened, its products in fp32 on the CPU and in bf16 on CUDA (which rounded them to bf16 already).
 struct Gpt::Acts {
   float* encoded;    // [N, C]
   void* ln1;         // [L, N, C]: fp32, or bf16 (bf16)
   float* ln1_mean;   // [L, N]
   float* ln1_rstd;   // [L, N]
-  float* qkv;        // [L, N, 3C]
-  float* atty;       // [L, N, C]
+  void* qkv;         // [L, N, 3C]: fp32, or bf16 (bf16)
+  void* atty;        // [L, N, C]: fp32, or bf16 (bf16)
   float* att;        // [L, state]: each layer's attention state (AttentionStateBytes; naive: [B, NH, T, T])
   float* attproj;    // [L, N, C]
   float* residual2;  // [L, N, C]
@@ -46,8 +49,8 @@ struct Gpt::Acts {
   float* ln2_rstd;   // [L, N]
   float* fch;        // [L, N, 4C]
   void* fch_gelu;    // [L, N, 4C], or [N, 4C] with Recompute::kGelu: fp32, or bf16 (gelu_bf16)
-  bool bf16;         // bf16 compute: the GELU and layer norm outputs and the logits in bf16
-  float* fcproj;     // [L, N, C]
+  bool bf16;      // bf16 compute: q, k, v, the attention, GELU and layer norm outputs and the logits in bf16
+  float* fcproj;  // [L, N, C]
   float* residual3;  // [L, N, C]
   void* lnf;         // [N, C]: fp32, or bf16 (bf16)
   float* lnf_mean;   // [N]
@@ -80,8 +83,8 @@ struct Gpt::Acts {
     ln1 = take(elems(L * N * C));
     ln1_mean = take(L * N);
     ln1_rstd = take(L * N);
-    qkv = take(L * N * 3 * C);
-    atty = take(L * N * C);
+    qkv = take(elems(L * N * 3 * C));
+    atty = take(elems(L * N * C));
     att = take(L * att_stride);
     attproj = take(L * N * C);
     residual2 = take(L * N * C);
@@ -343,8 +346,8 @@ float Gpt::Run(const int32_t* inputs, const int32_t* targets, int B, int T, floa
     const size_t lc = static_cast<size_t>(l) * C, nc = N * C;
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * nc;
     const Operand ln1 = a.At(a.ln1, l * nc);
-    float* qkv = a.qkv + l * 3 * nc;
-    float* atty = a.atty + l * nc;
+    const Operand qkv = a.At(a.qkv, l * 3 * nc);
+    const Operand atty = a.At(a.atty, l * nc);
     float* attproj = a.attproj + l * nc;
     float* residual2 = a.residual2 + l * nc;
     const Operand ln2 = a.At(a.ln2, l * nc);
@@ -353,11 +356,19 @@ float Gpt::Run(const int32_t* inputs, const int32_t* targets, int B, int T, floa
     float* fcproj = a.fcproj + l * nc;
     float* residual3 = a.residual3 + l * nc;
 
-    backend_->Matmul(qkv, ln1, W("qkvw", lc * 3 * C), P("qkvb") + 3 * lc, N, 3 * C, C, false, true, 0.0f,
+    if (a.bf16) {
+      backend_->MatmulToBF16(Mutable<uint16_t>(qkv), ln1, W("qkvw", lc * 3 * C), P("qkvb") + 3 * lc, N, 3 * C,
+                             C, false, true, compute_);
+      backend_->AttentionForwardBF16(Mutable<uint16_t>(atty), a.att + l * a.att_stride,
+                                     static_cast<const uint16_t*>(qkv.ptr), B, T, C, NH, compute_);
+    } else {
+      backend_->Matmul(Mutable<float>(qkv), ln1, W("qkvw", lc * 3 * C), P("qkvb") + 3 * lc, N, 3 * C, C,
+                       false, true, 0.0f, compute_);
+      backend_->AttentionForward(Mutable<float>(atty), a.att + l * a.att_stride,
+                                 static_cast<const float*>(qkv.ptr), B, T, C, NH, compute_);
+    }
+    backend_->Matmul(attproj, atty, W("attprojw", lc * C), P("attprojb") + lc, N, C, C, false, true, 0.0f,
                      compute_);
-    backend_->AttentionForward(atty, a.att + l * a.att_stride, qkv, B, T, C, NH, compute_);
-    backend_->Matmul(attproj, F32(atty), W("attprojw", lc * C), P("attprojb") + lc, N, C, C, false, true,
-                     0.0f, compute_);
     LayerNorm(ln2, a.ln2_mean + l * N, a.ln2_rstd + l * N, residual, P("ln2w") + lc, P("ln2b") + lc, N, C,
               attproj, residual2);
     if (a.bf16) {
@@ -382,8 +393,8 @@ float Gpt::Run(const int32_t* inputs, const int32_t* targets, int B, int T, floa
   if (!targets) {
     assert(N <= rows && "Forward without targets keeps the logits of at most logits_chunk rows");
     if (a.bf16) {
-      backend_->MatmulToBF16(static_cast<uint16_t*>(a.logits), a.At(a.lnf, 0), W("wte", 0), N, V, C, false,
-                             true, compute_);
+      backend_->MatmulToBF16(static_cast<uint16_t*>(a.logits), a.At(a.lnf, 0), W("wte", 0), nullptr, N, V, C,
+                             false, true, compute_);
     } else {
       backend_->Matmul(static_cast<float*>(a.logits), a.At(a.lnf, 0), W("wte", 0), nullptr, N, V, C, false,
                        true, 0.0f, compute_);
@@ -402,7 +413,7 @@ float Gpt::Run(const int32_t* inputs, const int32_t* targets, int B, int T, floa
     Operand dlogits;
     if (a.bf16) {
       uint16_t* logits = static_cast<uint16_t*>(a.logits);
-      backend_->MatmulToBF16(logits, lnf, W("wte", 0), n, V, C, false, true, compute_);
+      backend_->MatmulToBF16(logits, lnf, W("wte", 0), nullptr, n, V, C, false, true, compute_);
       backend_->CrossEntropyForwardBackwardBF16(a.losses + r0, logits, d_targets + r0, n, V, dloss);
       dlogits = BF16(logits);
     } else {
@@ -468,8 +479,8 @@ void Gpt::Backward(const GradsReady& on_ready) {
     const size_t lc = static_cast<size_t>(l) * C;
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * nc;
     const Operand ln1 = a.At(a.ln1, l * nc);
-    const float* qkv = a.qkv + l * 3 * nc;
-    const float* atty = a.atty + l * nc;
+    const Operand qkv = a.At(a.qkv, l * 3 * nc);
+    const Operand atty = a.At(a.atty, l * nc);
     const float* att = a.att + l * a.att_stride;
     const float* residual2 = a.residual2 + l * nc;
     const Operand ln2 = a.At(a.ln2, l * nc);
@@ -503,10 +514,16 @@ void Gpt::Backward(const GradsReady& on_ready) {
     // residual2 = residual + attproj
     backend_->Matmul(s.datty, F32(s.dresidual), W("attprojw", lc * C), nullptr, N, C, C, false, false, 0.0f,
                      compute_);
-    backend_->Matmul(G("attprojw") + lc * C, F32(s.dresidual), F32(atty), nullptr, C, C, N, true, false,
-                     dw_beta, compute_);
+    backend_->Matmul(G("attprojw") + lc * C, F32(s.dresidual), atty, nullptr, C, C, N, true, false, dw_beta,
+                     compute_);
     backend_->BiasBackward(G("attprojb") + lc, s.dresidual, N, C);
-    backend_->AttentionBackward(s.dqkv, s.att, s.datty, qkv, att, B, T, C, NH, compute_);
+    if (a.bf16) {
+      backend_->AttentionBackwardBF16(s.dqkv, s.att, s.datty, static_cast<const uint16_t*>(qkv.ptr), att, B,
+                                      T, C, NH, compute_);
+    } else {
+      backend_->AttentionBackward(s.dqkv, s.att, s.datty, static_cast<const float*>(qkv.ptr), att, B, T, C,
+                                  NH, compute_);
+    }
     backend_->Matmul(s.dln, F32(s.dqkv), W("qkvw", lc * 3 * C), nullptr, N, C, 3 * C, false, false, 0.0f,
                      compute_);
     backend_->Matmul(G("qkvw") + lc * 3 * C, F32(s.dqkv), ln1, nullptr, 3 * C, C, N, true, false, dw_beta,

@@ -137,19 +137,22 @@ GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recom
   m.params_bf16 = bf16 ? P * 2 : 0;
   m.grads = P * 4;
   m.adam_state = P * 8;
-  // per layer: atty, attproj, residual2, fcproj, residual3 (5 x C), qkv (3C), fch (4C), two layernorm stats
-  // pairs (4 per row), attention's state (naive: the probabilities, NH*T floats per row; flash: 2*NH floats
-  // per row); the layer norm outputs ln1, ln2 (C each) and the GELU output (4C, or one layer's for all with
-  // recompute=gelu) are bf16 with bf16 compute (half as many floats, each tensor rounded up), as is lnf.
+  // per layer: attproj, residual2, fcproj, residual3 (4 x C), fch (4C), two layernorm stats pairs (4 per
+  // row), attention's state (naive: the probabilities, NH*T floats per row; flash: 2*NH floats per row); qkv
+  // (3C), the attention output atty (C), the layer norm outputs ln1, ln2 (C each) and the GELU output (4C, or
+  // one layer's for all with recompute=gelu) are bf16 with bf16 compute (half as many floats, each tensor
+  // rounded up), as is lnf.
   const AttentionMemory att =
       AttentionStateBytes(attention, B, T, cfg.n_embd, cfg.n_head, bf16 ? Compute::kBF16 : Compute::kF32);
   auto floats = [&](size_t elems) { return bf16 ? (elems + 1) / 2 : elems; };
   const size_t gelu = floats(recompute == Recompute::kGelu ? N * 4 * C : L * N * 4 * C);
   const size_t ln = 2 * floats(L * N * C) + floats(N * C);
-  const size_t per_layer = N * (5 * C + 3 * C + 4 * C + 4) + att.state / 4;
-  m.activations = 4 * (N * C /*encoded*/ + L * per_layer + ln + gelu + N * 2 /*lnf stats*/ + N /*losses*/) +
-                  GptLogitsBytes(cfg, B, T, logits_chunk, bf16) +
-                  2 * N * 4 /*input and target token ids (int32)*/ + kGptLossSumBytes;
+  const size_t qkv_atty = floats(L * N * 3 * C) + floats(L * N * C);
+  const size_t per_layer = N * (4 * C + 4 * C + 4) + att.state / 4;
+  m.activations =
+      4 * (N * C /*encoded*/ + L * per_layer + qkv_atty + ln + gelu + N * 2 /*lnf stats*/ + N /*losses*/) +
+      GptLogitsBytes(cfg, B, T, logits_chunk, bf16) + 2 * N * 4 /*input and target token ids (int32)*/ +
+      kGptLossSumBytes;
   // backward scratch: dresidual, dln, datty (C each), dqkv (3C), dfch (4C: the GELU gradient is the
   // fcproj input gradient's epilogue, MatmulDGelu), attention's (naive: datt, NH*T floats per row; flash:
   // none)

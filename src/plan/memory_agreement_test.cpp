@@ -120,9 +120,9 @@ TEST(MemoryAgreement, GeluRecomputeSavesLMinusOneGeluOutputs) {
   EXPECT_EQ(none16.activations - gelu16.activations, size_t{11} * 16 * 1024 * 4 * 768 * 2);
 }
 
-// The GELU and layer norm outputs and the logits in bf16 under bf16 compute (docs/gpu.md, Memory): GPT-2
-// 124M, B=16, T=1024, every layer's [B*T, 4C] GELU output and [B*T, C] ln1 and ln2, lnf [B*T, C] and one
-// chunk's [1024, V] logits in 2 bytes instead of 4.
+// q, k, v, the attention, GELU and layer norm outputs and the logits in bf16 under bf16 compute (docs/gpu.md,
+// Memory): GPT-2 124M, B=16, T=1024, every layer's [B*T, 3C] qkv, [B*T, C] attention output, [B*T, 4C] GELU
+// output and [B*T, C] ln1 and ln2, lnf [B*T, C] and one chunk's [1024, V] logits in 2 bytes instead of 4.
 TEST(MemoryAgreement, Bf16ComputeKeepsTheMatmulOnlyActivationsInBf16) {
   const GptConfig cfg{12, 12, 768, 50257, 1024};
   const GptMemory f32 = Gpt::Allocation(cfg, 16, 1024, Compute::kF32, Recompute::kNone);
@@ -130,7 +130,9 @@ TEST(MemoryAgreement, Bf16ComputeKeepsTheMatmulOnlyActivationsInBf16) {
   const size_t gelu_half = size_t{12} * 16 * 1024 * 4 * 768 * 2;  // 1.13 GiB
   const size_t logits_half = size_t{1024} * 50257 * 2;            // one chunk of logits (and their gradient)
   const size_t ln_half = (size_t{2} * 12 + 1) * 16 * 1024 * 768 * 2;  // 0.59 GiB
-  EXPECT_EQ(f32.activations - bf16.activations, gelu_half + logits_half + ln_half);
+  const size_t qkv_atty_half = size_t{12} * 16 * 1024 * 4 * 768 * 2;  // 1.13 GiB
+  EXPECT_EQ(f32.activations - bf16.activations, gelu_half + logits_half + ln_half + qkv_atty_half);
+  EXPECT_EQ(f32.activations - bf16.activations, size_t{3147991040});  // 2.93 GiB
 }
 
 // The saving the docs quote (docs/gpu.md, Attention kernels): GPT-2 124M, B=16, T=1024, flash instead of

@@ -135,9 +135,9 @@ bool DnnlMatmul::Run(float* c, const void* a, const void* b, DType dtype, const 
   return Execute(Lookup(dtype, bias != nullptr, M, N, K, trans_a, trans_b, beta, false), c, a, b, bias);
 }
 
-bool DnnlMatmul::RunToBF16(uint16_t* c, const void* a, const void* b, DType dtype, int M, int N, int K,
-                           bool trans_a, bool trans_b) {
-  return Execute(Lookup(dtype, false, M, N, K, trans_a, trans_b, 0.0f, true), c, a, b, nullptr);
+bool DnnlMatmul::RunToBF16(uint16_t* c, const void* a, const void* b, DType dtype, const float* bias, int M,
+                           int N, int K, bool trans_a, bool trans_b) {
+  return Execute(Lookup(dtype, bias != nullptr, M, N, K, trans_a, trans_b, 0.0f, true), c, a, b, bias);
 }
 
 bool DnnlMatmul::Execute(Entry* e, void* c, const void* a, const void* b, const float* bias) {

@@ -28,9 +28,10 @@ class DnnlMatmul {
   bool Run(float* c, const void* a, const void* b, DType dtype, const float* bias, int M, int N, int K,
            bool trans_a, bool trans_b, float beta);
 
-  // The product rounded to bf16 by oneDNN (fp32 accumulation; round to nearest even): no bias, beta 0.
-  bool RunToBF16(uint16_t* c, const void* a, const void* b, DType dtype, int M, int N, int K, bool trans_a,
-                 bool trans_b);
+  // The product (+ bias, in fp32) rounded to bf16 by oneDNN (fp32 accumulation; round to nearest even),
+  // beta 0.
+  bool RunToBF16(uint16_t* c, const void* a, const void* b, DType dtype, const float* bias, int M, int N,
+                 int K, bool trans_a, bool trans_b);
 
   // The implementation oneDNN picked for this case ("brg:avx512_core_bf16", ...), "" if none: for tests and
   // benchmarks. Creates (and caches) the primitive.

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/fast_ops.h"
 
@@ -80,17 +81,43 @@ void RowBlock(Causal causal, int r0, int mr, int n, int K, const float* a, ptrdi
   }
 }
 
-// dst[t][0..hsp) = src[t*stride + i] for i < hs, zero-padded.
-void PackRows(float* dst, const float* src, ptrdiff_t stride, int T, int hs, int hsp) {
+// An element of q, k or v as fp32: itself, or a bf16 one widened (exact).
+inline float Widen(float x) {
+  return x;
+}
+inline float Widen(uint16_t x) {
+  return fast::FromBF16(x);
+}
+
+// dst[t][0..hsp) = src[t*stride + i] for i < hs (widened), zero-padded.
+template <typename In>
+void PackRows(float* dst, const In* src, ptrdiff_t stride, int T, int hs, int hsp) {
   for (int t = 0; t < T; t++) {
     float* d = dst + static_cast<size_t>(t) * hsp;
-    std::memcpy(d, src + t * stride, sizeof(float) * hs);
+    if constexpr (std::is_same_v<In, float>) {
+      std::memcpy(d, src + t * stride, sizeof(float) * hs);
+    } else {
+      const In* r = src + t * stride;
+#pragma omp simd
+      for (int i = 0; i < hs; i++) d[i] = Widen(r[i]);
+    }
     std::memset(d + hs, 0, sizeof(float) * (hsp - hs));
   }
 }
 
-// dst[i][t] = src[t*stride + i] (ld tp), columns [T, tp) zero. In 16x16 tiles, so that both sides stay in L1.
-void PackTransposed(float* dst, const float* src, ptrdiff_t stride, int T, int hs, int tp) {
+// Row `o[0..hs)` of the output into dst: copied, or rounded to bf16.
+inline void StoreRow(float* dst, const float* o, int hs) {
+  std::memcpy(dst, o, sizeof(float) * hs);
+}
+inline void StoreRow(uint16_t* dst, const float* o, int hs) {
+#pragma omp simd
+  for (int i = 0; i < hs; i++) dst[i] = fast::ToBF16(o[i]);
+}
+
+// dst[i][t] = src[t*stride + i] (ld tp, widened), columns [T, tp) zero. In 16x16 tiles, so that both sides
+// stay in L1.
+template <typename In>
+void PackTransposed(float* dst, const In* src, ptrdiff_t stride, int T, int hs, int tp) {
   for (int i = 0; i < hs; i++)
     std::memset(dst + static_cast<size_t>(i) * tp + T, 0, sizeof(float) * (tp - T));
   for (int t0 = 0; t0 < T; t0 += 16) {
@@ -99,7 +126,7 @@ void PackTransposed(float* dst, const float* src, ptrdiff_t stride, int T, int h
       const int i1 = std::min(hs, i0 + 16);
       for (int i = i0; i < i1; i++) {
         float* __restrict d = dst + static_cast<size_t>(i) * tp;
-        for (int t = t0; t < t1; t++) d[t] = src[t * stride + i];
+        for (int t = t0; t < t1; t++) d[t] = Widen(src[t * stride + i]);
       }
     }
   }
@@ -148,16 +175,22 @@ void RecomputeRow(float* srow, float* arow, int t, int T, float scale, RowStats 
 // Per (batch, head) the scores of kRows rows at a time, their softmax into the probabilities, and out = P·V.
 // naive: the probabilities go to the state (att[B,NH,T,T]). flash: to a per-thread [T,T] buffer, and the
 // state keeps each row's statistics (RowStats, [B,NH,T]).
-void CpuFastBackend::AttentionForward(float* out, void* state, const float* qkv, int B, int T, int C, int NH,
-                                      Compute /*compute: fp32 on the CPU*/) {
-  const bool flash = attention_kind_ == AttentionKind::kFlash;
+// bf16 q, k, v (In = uint16_t) are widened as they are packed (Q too: fp32 reads it in place), and a bf16
+// output is rounded as it is stored; the products and the softmax are the fp32 ones.
+namespace {
+
+template <typename In, typename Out>
+void AttentionForwardImpl(fast::Scratch& scratch_buf, bool flash, Out* out, void* state, const In* qkv, int B,
+                          int T, int C, int NH) {
+  constexpr bool kPackQ = !std::is_same_v<In, float>;
   const int C3 = 3 * C, hs = C / NH, tp = RoundUp(T, 16), hsp = RoundUp(hs, 16);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   // Multiples of 16 floats, so that every thread's tiles stay 64-byte aligned.
   const size_t probs = flash ? RoundUp(static_cast<size_t>(T) * T, size_t{16}) : 0;
+  const size_t qpack = kPackQ ? static_cast<size_t>(T) * hsp : 0;
   const size_t per_thread =
-      static_cast<size_t>(hs) * tp + static_cast<size_t>(T) * hsp + kRows * (tp + hsp) + probs;
-  float* scratch = attention_.As<float>(per_thread * omp_get_max_threads());
+      static_cast<size_t>(hs) * tp + static_cast<size_t>(T) * hsp + kRows * (tp + hsp) + probs + qpack;
+  float* scratch = scratch_buf.As<float>(per_thread * omp_get_max_threads());
   float* att = flash ? nullptr : static_cast<float*>(state);
   RowStats* stats = flash ? static_cast<RowStats*>(state) : nullptr;
 #pragma omp parallel for schedule(static) if (B * NH > 1)
@@ -168,39 +201,60 @@ void CpuFastBackend::AttentionForward(float* out, void* state, const float* qkv,
     float* s = vp + static_cast<size_t>(T) * hsp;             // [kRows][tp] scores
     float* o = s + kRows * tp;                                // [kRows][hsp] outputs
     float* local = o + kRows * hsp;                           // [T][T] probabilities (flash)
-    const float* q = qkv + static_cast<size_t>(b) * T * C3 + h * hs;
+    float* qp = local + probs;                                // [T][hsp] Q widened (bf16 input)
+    const In* q = qkv + static_cast<size_t>(b) * T * C3 + h * hs;
     PackTransposed(kt, q + C, C3, T, hs, tp);
     PackRows(vp, q + 2 * C, C3, T, hs, hsp);
+    const float* qa = reinterpret_cast<const float*>(q);  // Q as the scores' A operand (fp32 input: in place)
+    ptrdiff_t q_rs = C3;
+    if constexpr (kPackQ) {
+      PackRows(qp, q, C3, T, hs, hsp);
+      qa = qp;
+      q_rs = hsp;
+    }
     float* att_bh = flash ? local : att + static_cast<size_t>(bh) * T * T;
     for (int r0 = 0; r0 < T; r0 += kRows) {
       const int mr = std::min(kRows, T - r0);
-      RowBlock(Causal::kColsToDiagonal, r0, mr, tp, hs, q, C3, 1, kt, tp, s, tp);
+      RowBlock(Causal::kColsToDiagonal, r0, mr, tp, hs, qa, q_rs, 1, kt, tp, s, tp);
       for (int i = 0; i < mr; i++) {
         const int t = r0 + i;
         const RowStats st = SoftmaxRow(s + i * tp, att_bh + static_cast<size_t>(t) * T, t, T, scale);
         if (flash) stats[static_cast<size_t>(bh) * T + t] = st;
       }
       RowBlock(Causal::kKToDiagonal, r0, mr, hsp, T, att_bh, T, 1, vp, hsp, o, hsp);
-      for (int i = 0; i < mr; i++) {
-        std::memcpy(out + (static_cast<size_t>(b) * T + r0 + i) * C + h * hs, o + i * hsp,
-                    sizeof(float) * hs);
-      }
+      for (int i = 0; i < mr; i++)
+        StoreRow(out + (static_cast<size_t>(b) * T + r0 + i) * C + h * hs, o + i * hsp, hs);
     }
   }
 }
 
+}  // namespace
+
+void CpuFastBackend::AttentionForward(float* out, void* state, const float* qkv, int B, int T, int C, int NH,
+                                      Compute /*compute: fp32 on the CPU*/) {
+  AttentionForwardImpl(attention_, attention_kind_ == AttentionKind::kFlash, out, state, qkv, B, T, C, NH);
+}
+
+void CpuFastBackend::AttentionForwardBF16(uint16_t* out, void* state, const uint16_t* qkv, int B, int T,
+                                          int C, int NH, Compute /*compute*/) {
+  AttentionForwardImpl(attention_, attention_kind_ == AttentionKind::kFlash, out, state, qkv, B, T, C, NH);
+}
+
 // flash: the probabilities of one (batch, head) are recomputed first, from the same scores and statistics,
 // into a per-thread [T,T] buffer, and dS goes to another; then the products run as for naive.
-void CpuFastBackend::AttentionBackward(float* dqkv, void* scratch_in, const float* dout, const float* qkv,
-                                       const void* state, int B, int T, int C, int NH, Compute /*compute*/) {
-  const bool flash = attention_kind_ == AttentionKind::kFlash;
+// bf16 q, k, v (In = uint16_t): the flash recompute reads the packed (widened) Q; the gradients stay fp32.
+namespace {
+
+template <typename In>
+void AttentionBackwardImpl(fast::Scratch& scratch_buf, bool flash, float* dqkv, void* scratch_in,
+                           const float* dout, const In* qkv, const void* state, int B, int T, int C, int NH) {
   const int C3 = 3 * C, hs = C / NH, tp = RoundUp(T, 16), hsp = RoundUp(hs, 16);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const size_t tt = RoundUp(static_cast<size_t>(T) * T, size_t{16});  // keeps every thread's tiles aligned
   const size_t own = flash ? static_cast<size_t>(hs) * tp + 2 * tt : 0;
   const size_t per_thread =
       static_cast<size_t>(hs) * tp + 3 * static_cast<size_t>(T) * hsp + kRows * (tp + hsp) + own;
-  float* scratch = attention_.As<float>(per_thread * omp_get_max_threads());
+  float* scratch = scratch_buf.As<float>(per_thread * omp_get_max_threads());
   const float* att = flash ? nullptr : static_cast<const float*>(state);
   float* datt = flash ? nullptr : static_cast<float*>(scratch_in);
   const RowStats* stats = flash ? static_cast<const RowStats*>(state) : nullptr;
@@ -216,16 +270,20 @@ void CpuFastBackend::AttentionBackward(float* dqkv, void* scratch_in, const floa
     float* kt = o + kRows * hsp;                              // flash: [hs][tp] K transposed
     float* local_att = kt + static_cast<size_t>(hs) * tp;     // flash: [T][T] probabilities
     float* local_datt = local_att + tt;                       // flash: [T][T] dS
-    const float* q = qkv + static_cast<size_t>(b) * T * C3 + h * hs;
+    const In* q = qkv + static_cast<size_t>(b) * T * C3 + h * hs;
     const float* dy = dout + static_cast<size_t>(b) * T * C + h * hs;
     float* dq = dqkv + static_cast<size_t>(b) * T * C3 + h * hs;
     const float* att_bh = flash ? local_att : att + static_cast<size_t>(bh) * T * T;
     float* datt_bh = flash ? local_datt : datt + static_cast<size_t>(bh) * T * T;
+    PackRows(qp, q, C3, T, hs, hsp);
     if (flash) {
       PackTransposed(kt, q + C, C3, T, hs, tp);
+      // The forward's scores again from the same operands: Q in place (fp32), or widened (bf16), as there.
+      const float* qa = std::is_same_v<In, float> ? reinterpret_cast<const float*>(q) : qp;
+      const ptrdiff_t q_rs = std::is_same_v<In, float> ? C3 : hsp;
       for (int r0 = 0; r0 < T; r0 += kRows) {
         const int mr = std::min(kRows, T - r0);
-        RowBlock(Causal::kColsToDiagonal, r0, mr, tp, hs, q, C3, 1, kt, tp, s, tp);
+        RowBlock(Causal::kColsToDiagonal, r0, mr, tp, hs, qa, q_rs, 1, kt, tp, s, tp);
         for (int i = 0; i < mr; i++) {
           const int t = r0 + i;
           RecomputeRow(s + i * tp, local_att + static_cast<size_t>(t) * T, t, T, scale,
@@ -234,7 +292,6 @@ void CpuFastBackend::AttentionBackward(float* dqkv, void* scratch_in, const floa
       }
     }
     PackTransposed(vt, q + 2 * C, C3, T, hs, tp);
-    PackRows(qp, q, C3, T, hs, hsp);
     PackRows(kp, q + C, C3, T, hs, hsp);
     PackRows(dop, dy, C, T, hs, hsp);
     // dS = att ⊙ (dP − rowsum(att ⊙ dP)) · scale, zero above the diagonal
@@ -276,6 +333,21 @@ void CpuFastBackend::AttentionBackward(float* dqkv, void* scratch_in, const floa
       }
     }
   }
+}
+
+}  // namespace
+
+void CpuFastBackend::AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv,
+                                       const void* state, int B, int T, int C, int NH, Compute /*compute*/) {
+  AttentionBackwardImpl(attention_, attention_kind_ == AttentionKind::kFlash, dqkv, scratch, dout, qkv, state,
+                        B, T, C, NH);
+}
+
+void CpuFastBackend::AttentionBackwardBF16(float* dqkv, void* scratch, const float* dout, const uint16_t* qkv,
+                                           const void* state, int B, int T, int C, int NH,
+                                           Compute /*compute*/) {
+  AttentionBackwardImpl(attention_, attention_kind_ == AttentionKind::kFlash, dqkv, scratch, dout, qkv, state,
+                        B, T, C, NH);
 }
 
 }  // namespace tern

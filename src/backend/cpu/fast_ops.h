@@ -50,8 +50,8 @@ class CpuFastBackend : public CpuReferenceBackend {
                          const float* weight, const float* mean, const float* rstd, int N, int C) override;
   void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
               bool trans_b, float beta, Compute compute) override;
-  void MatmulToBF16(uint16_t* c, Operand a, Operand b, int M, int N, int K, bool trans_a, bool trans_b,
-                    Compute compute) override;
+  void MatmulToBF16(uint16_t* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
+                    bool trans_b, Compute compute) override;
   void BiasBackward(float* dbias, const float* dout, int N, int OC) override;
   void GeluForward(float* out, const float* inp, size_t n) override;
   void GeluForwardBF16(uint16_t* out, const float* inp, size_t n) override;
@@ -59,6 +59,10 @@ class CpuFastBackend : public CpuReferenceBackend {
   void Add(float* out, const float* a, const float* b, size_t n) override;
   void AttentionForward(float* out, void* state, const float* qkv, int B, int T, int C, int NH,
                         Compute compute) override;
+  void AttentionForwardBF16(uint16_t* out, void* state, const uint16_t* qkv, int B, int T, int C, int NH,
+                            Compute compute) override;
+  void AttentionBackwardBF16(float* dqkv, void* scratch, const float* dout, const uint16_t* qkv,
+                             const void* state, int B, int T, int C, int NH, Compute compute) override;
   void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv, const void* state,
                          int B, int T, int C, int NH, Compute compute) override;
   void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,

@@ -522,6 +522,94 @@ TEST_F(FastOpsTest, FlashAttentionIsNaiveAttentionBitForBit) {
   }
 }
 
+// bf16 q, k, v and a bf16 output (bf16 compute's attention): on every CPU kernel (reference, fast naive, fast
+// flash) the forward is the fp32 op on the widened values with its output rounded, and the backward the fp32
+// op's gradients, bit for bit; fast against the reference within the fp32 op's bounds; state and scratch
+// start as garbage.
+TEST_F(FastOpsTest, AttentionOverBF16QkvIsTheFp32OpOnTheWidenedValues) {
+  auto flash = MakeCpuFastBackend();
+  ASSERT_TRUE(flash->SetAttentionKernel("flash"));
+  struct Case {
+    int B, T, C, NH;
+  };
+  for (Case s : {Case{2, 7, 24, 3}, Case{1, 1, 16, 2}, Case{2, 33, 96, 2}, Case{1, 20, 39, 3}}) {
+    const std::string what = "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
+                             " C=" + std::to_string(s.C) + " NH=" + std::to_string(s.NH);
+    const size_t nqkv = size_t(s.B) * s.T * 3 * s.C, nout = size_t(s.B) * s.T * s.C;
+    const std::vector<uint16_t> qkv16 = ToBF16(U(nqkv, -2.0f, 2.0f));
+    std::vector<float> widened(nqkv);
+    for (size_t i = 0; i < nqkv; i++) widened[i] = BF16ToF32(qkv16[i]);
+    const auto dout = U(nout);
+    std::vector<Outputs> bf16_runs;
+    for (Backend* be : {static_cast<Backend*>(ref_.get()), static_cast<Backend*>(fast_.get()),
+                        static_cast<Backend*>(flash.get())}) {
+      const AttentionMemory mem =
+          AttentionStateBytes(be->attention_kind(), s.B, s.T, s.C, s.NH, Compute::kBF16);
+      const auto garbage = U(std::max<size_t>(mem.state, mem.scratch) / 4 + 1, 5.0f, 6.0f);
+      Arena ar(*be);
+      float *state32 = ar.In(garbage), *state16 = ar.In(garbage);
+      float *scratch32 = ar.In(garbage), *scratch16 = ar.In(garbage);
+      float* out32 = ar.Zeros<float>(nout);
+      uint16_t* out16 = ar.Zeros<uint16_t>(nout);
+      float *dqkv32 = ar.In(U(nqkv)), *dqkv16 = ar.In(U(nqkv));
+      const float* pdout = ar.In(dout);
+      const float* pq32 = ar.In(widened);
+      const uint16_t* pq16 = ar.In(qkv16);
+      be->AttentionForward(out32, state32, pq32, s.B, s.T, s.C, s.NH, Compute::kBF16);
+      be->AttentionForwardBF16(out16, state16, pq16, s.B, s.T, s.C, s.NH, Compute::kBF16);
+      be->AttentionBackward(dqkv32, scratch32, pdout, pq32, state32, s.B, s.T, s.C, s.NH, Compute::kBF16);
+      be->AttentionBackwardBF16(dqkv16, scratch16, pdout, pq16, state16, s.B, s.T, s.C, s.NH, Compute::kBF16);
+      const auto o32 = ar.Out(out32, nout);
+      const auto o16 = ar.Out(out16, nout);
+      for (size_t i = 0; i < nout; i++)
+        ASSERT_EQ(o16[i], F32ToBF16(o32[i])) << be->name() << " " << what << " out " << i;
+      const auto d32 = ar.Out(dqkv32, nqkv), d16 = ar.Out(dqkv16, nqkv);
+      ExpectBitEqual(d16, d32, be->name() + " " + what + " dqkv");
+      std::vector<float> o16w(nout);
+      for (size_t i = 0; i < nout; i++) o16w[i] = BF16ToF32(o16[i]);
+      bf16_runs.push_back(Outputs{o16w, d16});
+    }
+    // fast (naive and flash) against the reference: the output one bf16 rounding apart at most.
+    for (size_t r = 1; r < bf16_runs.size(); r++) {
+      ExpectClose(bf16_runs[r][0], bf16_runs[0][0], 1e-2, 1e-5, what + " out vs reference");
+      ExpectClose(bf16_runs[r][1], bf16_runs[0][1], 1e-5, 1e-5, what + " dqkv vs reference");
+    }
+    ExpectBitEqual(bf16_runs[2][0], bf16_runs[1][0], what + " flash out is naive's");
+    ExpectBitEqual(bf16_runs[2][1], bf16_runs[1][1], what + " flash dqkv is naive's");
+  }
+}
+
+// MatmulToBF16 with a bias (the qkv projection under bf16 compute): the fp32 product plus the bias, rounded
+// once, on both CPU backends (the fast one's oneDNN bias and bf16 store at most one bf16 ulp apart).
+TEST_F(FastOpsTest, MatmulToBF16WithBiasIsTheRoundedSum) {
+  const int M = 9, N = 67, K = 48;
+  const auto a = U(size_t(M) * K), b = U(size_t(N) * K), bias = U(N, -4.0f, 4.0f);
+  for (Backend* be : {static_cast<Backend*>(fast_.get()), static_cast<Backend*>(ref_.get())}) {
+    Arena ar(*be);
+    const float *pa = ar.In(a), *pb = ar.In(b), *pbias = ar.In(bias);
+    float* c32 = ar.Zeros<float>(size_t(M) * N);
+    uint16_t* c16 = ar.Zeros<uint16_t>(size_t(M) * N);
+    be->Matmul(c32, F32(pa), F32(pb), pbias, M, N, K, false, true, 0.0f, Compute::kBF16);
+    be->MatmulToBF16(c16, F32(pa), F32(pb), pbias, M, N, K, false, true, Compute::kBF16);
+    const auto want = ar.Out(c32, size_t(M) * N);
+    const auto got = ar.Out(c16, size_t(M) * N);
+    int off = 0;
+    for (size_t i = 0; i < got.size(); i++) {
+      const int d = std::abs(int(got[i]) - int(F32ToBF16(want[i])));
+      ASSERT_LE(d, 1) << be->name() << " element " << i;
+      off += d;
+    }
+    EXPECT_LE(off, int(got.size() / 50)) << be->name();
+    // The bias is in: without it most elements differ.
+    uint16_t* nob = ar.Zeros<uint16_t>(size_t(M) * N);
+    be->MatmulToBF16(nob, F32(pa), F32(pb), nullptr, M, N, K, false, true, Compute::kBF16);
+    const auto without = ar.Out(nob, size_t(M) * N);
+    int same = 0;
+    for (size_t i = 0; i < got.size(); i++) same += without[i] == got[i];
+    EXPECT_LT(same, int(got.size() / 10)) << be->name();
+  }
+}
+
 // ---- loss, reductions, optimizer, cast ---------------------------------------------------------------
 
 TEST_F(FastOpsTest, CrossEntropy) {
@@ -645,7 +733,7 @@ TEST_F(FastOpsTest, MatmulToBF16IsTheRoundedProduct) {
       float* c32 = ar.Zeros<float>(size_t(M) * N);
       uint16_t* c16 = ar.Zeros<uint16_t>(size_t(M) * N);
       be->Matmul(c32, F32(pa), F32(pb), nullptr, M, N, K, false, true, 0.0f, Compute::kBF16);
-      be->MatmulToBF16(c16, F32(pa), F32(pb), M, N, K, false, true, Compute::kBF16);
+      be->MatmulToBF16(c16, F32(pa), F32(pb), nullptr, M, N, K, false, true, Compute::kBF16);
       const auto want = ar.Out(c32, size_t(M) * N);
       const auto got = ar.Out(c16, size_t(M) * N);
       int off = 0;

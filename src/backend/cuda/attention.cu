@@ -175,3 +175,27 @@ void CudaBackend::AttentionBackward(float* dqkv, void* scratch, const float* dou
 }
 
 }  // namespace tern
+
+namespace tern {
+
+void CudaBackend::AttentionForwardBF16(uint16_t* out, void* state, const uint16_t* qkv, int B, int T, int C,
+                                       int NH, Compute compute) {
+  if (B <= 0 || T <= 0) return;
+  const size_t n = static_cast<size_t>(B) * T * C;
+  auto* wide = static_cast<float*>(ScratchBuffer(cuda::Scratch::kAttnWide, 3 * n * sizeof(float)));
+  auto* tmp = static_cast<float*>(ScratchBuffer(cuda::Scratch::kAttnOut, n * sizeof(float)));
+  cuda::LaunchWidenBF16ToF32(wide, qkv, 3 * n, stream_);
+  AttentionForward(tmp, state, wide, B, T, C, NH, compute);
+  cuda::LaunchCastF32ToBF16(out, tmp, n, stream_);
+}
+
+void CudaBackend::AttentionBackwardBF16(float* dqkv, void* scratch, const float* dout, const uint16_t* qkv,
+                                        const void* state, int B, int T, int C, int NH, Compute compute) {
+  if (B <= 0 || T <= 0) return;
+  const size_t n = static_cast<size_t>(B) * T * 3 * C;
+  auto* wide = static_cast<float*>(ScratchBuffer(cuda::Scratch::kAttnWide, n * sizeof(float)));
+  cuda::LaunchWidenBF16ToF32(wide, qkv, n, stream_);
+  AttentionBackward(dqkv, scratch, dout, wide, state, B, T, C, NH, compute);
+}
+
+}  // namespace tern

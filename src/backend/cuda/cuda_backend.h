@@ -44,6 +44,8 @@ enum class Scratch : int {
   kEncoder,      // encoder-backward buckets
   kInt8Act,      // MatmulInt8: per-row activation scales and int8 activations
   kPagedScores,  // PagedAttentionForward: scores beyond the shared-memory limit (long contexts)
+  kAttnWide,     // AttentionForwardBF16 / BackwardBF16: qkv widened to fp32
+  kAttnOut,      // AttentionForwardBF16: the fp32 output before its rounding
   kCount
 };
 
@@ -116,8 +118,8 @@ class CudaBackend : public Backend {
               bool trans_b, float beta, Compute compute) override;
   // cuBLASLt's GELU_AUX(_BIAS) and DGELU epilogues (matmul_cublaslt.cu); Backend's unfused defaults where
   // cuBLASLt takes no such plan (alignment: N % 8 for the pre-activation's leading dimension).
-  void MatmulToBF16(uint16_t* c, Operand a, Operand b, int M, int N, int K, bool trans_a, bool trans_b,
-                    Compute compute) override;
+  void MatmulToBF16(uint16_t* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
+                    bool trans_b, Compute compute) override;
   void MatmulGelu(float* out, float* pre, Operand a, Operand b, const float* bias, int M, int N, int K,
                   bool trans_a, bool trans_b, Compute compute) override;
   void MatmulDGelu(float* dinp, const float* pre, Operand a, Operand b, int M, int N, int K, bool trans_a,
@@ -131,6 +133,13 @@ class CudaBackend : public Backend {
                         Compute compute) override;
   void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv, const void* state,
                          int B, int T, int C, int NH, Compute compute) override;
+  // bf16 qkv and output (attention.cu): qkv widened into scratch, the fp32-interface kernels (which round q,
+  // k, v to bf16 for their products at bf16 compute: the same values), the output rounded. Kernels that read
+  // bf16 directly are the next step once a GPU can measure them.
+  void AttentionForwardBF16(uint16_t* out, void* state, const uint16_t* qkv, int B, int T, int C, int NH,
+                            Compute compute) override;
+  void AttentionBackwardBF16(float* dqkv, void* scratch, const float* dout, const uint16_t* qkv,
+                             const void* state, int B, int T, int C, int NH, Compute compute) override;
   void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
                                    float dloss) override;
   void CrossEntropyForwardBackwardBF16(float* losses, uint16_t* logits, const int32_t* targets, int N, int V,

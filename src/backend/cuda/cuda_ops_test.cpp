@@ -257,14 +257,75 @@ TEST_F(CudaVsReference, MatmulToBF16) {
     Twin c16 = Make(std::vector<uint16_t>(static_cast<size_t>(M) * N));
     gpu_->Matmul(c32.gpu.as<float>(), F32(a.gpu.as<float>()), F32(b.gpu.as<float>()), nullptr, M, N, K, false,
                  true, 0.0f, Compute::kBF16);
-    gpu_->MatmulToBF16(c16.gpu.as<uint16_t>(), F32(a.gpu.as<float>()), F32(b.gpu.as<float>()), M, N, K, false,
-                       true, Compute::kBF16);
+    gpu_->MatmulToBF16(c16.gpu.as<uint16_t>(), F32(a.gpu.as<float>()), F32(b.gpu.as<float>()), nullptr, M, N,
+                       K, false, true, Compute::kBF16);
     const std::vector<float> want = Gpu<float>(c32);
     const std::vector<uint16_t> got = Gpu<uint16_t>(c16);
     size_t far = 0;
     for (size_t i = 0; i < got.size(); i++) far += std::abs(int(got[i]) - int(F32ToBF16(want[i]))) > 1;
     EXPECT_EQ(far, 0u);
   }
+}
+
+// MatmulToBF16 with a bias (the qkv projection under bf16 compute): cuBLASLt's BIAS epilogue with a bf16 D
+// (or the default's fp32 product and cast), against the fp32 product with the bias, rounded: one ulp at most.
+TEST_F(CudaVsReference, MatmulToBF16WithBias) {
+  for (auto [M, N, K] : {std::tuple{64, 2304, 768}, std::tuple{33, 67, 96}}) {
+    SCOPED_TRACE(::testing::Message() << M << "x" << N << "x" << K);
+    Twin a = Make(Random(static_cast<size_t>(M) * K)), b = Make(Random(static_cast<size_t>(N) * K));
+    Twin bias = Make(Random(static_cast<size_t>(N)));
+    Twin c32 = Make(std::vector<float>(static_cast<size_t>(M) * N));
+    Twin c16 = Make(std::vector<uint16_t>(static_cast<size_t>(M) * N));
+    gpu_->Matmul(c32.gpu.as<float>(), F32(a.gpu.as<float>()), F32(b.gpu.as<float>()), bias.gpu.as<float>(), M,
+                 N, K, false, true, 0.0f, Compute::kBF16);
+    gpu_->MatmulToBF16(c16.gpu.as<uint16_t>(), F32(a.gpu.as<float>()), F32(b.gpu.as<float>()),
+                       bias.gpu.as<float>(), M, N, K, false, true, Compute::kBF16);
+    const std::vector<float> want = Gpu<float>(c32);
+    const std::vector<uint16_t> got = Gpu<uint16_t>(c16);
+    size_t far = 0;
+    for (size_t i = 0; i < got.size(); i++) far += std::abs(int(got[i]) - int(F32ToBF16(want[i]))) > 1;
+    EXPECT_EQ(far, 0u);
+  }
+}
+
+// Attention over bf16 qkv with a bf16 output (naive and flash kernels, bf16 compute): the fp32-interface op
+// on the widened values, its output rounded, and the same gradients, bit for bit (the kernels round q, k, v
+// to bf16 for their products either way).
+TEST_F(CudaVsReference, AttentionOverBF16QkvIsTheFp32OpOnTheWidenedValues) {
+  for (const char* kind : {"naive", "flash"}) {
+    ASSERT_TRUE(gpu_->SetAttentionKernel(kind));
+    for (auto [B, T, C, NH] : {std::tuple{2, 13, 36, 3}, std::tuple{1, 64, 768, 12}}) {
+      SCOPED_TRACE(::testing::Message() << kind << " B=" << B << " T=" << T << " C=" << C << " NH=" << NH);
+      const size_t N = static_cast<size_t>(B) * T;
+      std::vector<uint16_t> h16(N * 3 * C);
+      std::vector<float> hw(h16.size());
+      const std::vector<float> r = Random(h16.size());
+      for (size_t i = 0; i < h16.size(); i++) {
+        h16[i] = F32ToBF16(r[i]);
+        hw[i] = BF16ToF32(h16[i]);
+      }
+      const AttentionMemory mem = AttentionStateBytes(gpu_->attention_kind(), B, T, C, NH, Compute::kBF16);
+      const size_t st = mem.state / 4 + 1, sc = mem.scratch / 4 + 1;
+      Twin q16 = Make(h16), q32 = Make(hw), dout = Make(Random(N * C));
+      Twin out32 = Make(std::vector<float>(N * C)), out16 = Make(std::vector<uint16_t>(N * C));
+      Twin s32 = Make(std::vector<float>(st)), s16 = Make(std::vector<float>(st));
+      Twin x32 = Make(std::vector<float>(sc)), x16 = Make(std::vector<float>(sc));
+      Twin d32 = Make(std::vector<float>(N * 3 * C)), d16 = Make(std::vector<float>(N * 3 * C));
+      gpu_->AttentionForward(out32.gpu.as<float>(), s32.gpu.as<float>(), q32.gpu.as<float>(), B, T, C, NH,
+                             Compute::kBF16);
+      gpu_->AttentionForwardBF16(out16.gpu.as<uint16_t>(), s16.gpu.as<float>(), q16.gpu.as<uint16_t>(), B, T,
+                                 C, NH, Compute::kBF16);
+      gpu_->AttentionBackward(d32.gpu.as<float>(), x32.gpu.as<float>(), dout.gpu.as<float>(),
+                              q32.gpu.as<float>(), s32.gpu.as<float>(), B, T, C, NH, Compute::kBF16);
+      gpu_->AttentionBackwardBF16(d16.gpu.as<float>(), x16.gpu.as<float>(), dout.gpu.as<float>(),
+                                  q16.gpu.as<uint16_t>(), s16.gpu.as<float>(), B, T, C, NH, Compute::kBF16);
+      const std::vector<float> o32 = Gpu<float>(out32);
+      const std::vector<uint16_t> o16 = Gpu<uint16_t>(out16);
+      for (size_t i = 0; i < o16.size(); i++) ASSERT_EQ(o16[i], F32ToBF16(o32[i])) << i;
+      EXPECT_EQ(Gpu<float>(d16), Gpu<float>(d32));
+    }
+  }
+  ASSERT_TRUE(gpu_->SetAttentionKernel("naive"));
 }
 
 // AccumulateMean keeps the loss sum on the device: acc += float(Sum / divisor), as the host would add it.

@@ -173,23 +173,28 @@ void CudaBackend::Matmul(float* c, Operand a, Operand b, const float* bias, int 
 
 // bf16 compute: cuBLASLt (or cublasGemmEx for unaligned shapes, e.g. V = 50257) stores the fp32-accumulated
 // product as bf16. Other computes: the Backend default (an fp32 product, then a cast).
-void CudaBackend::MatmulToBF16(uint16_t* c, Operand a, Operand b, int M, int N, int K, bool trans_a,
-                               bool trans_b, Compute compute) {
+void CudaBackend::MatmulToBF16(uint16_t* c, Operand a, Operand b, const float* bias, int M, int N, int K,
+                               bool trans_a, bool trans_b, Compute compute) {
   if (M <= 0 || N <= 0) return;
-  if (compute != Compute::kBF16) {
-    Backend::MatmulToBF16(c, a, b, M, N, K, trans_a, trans_b, compute);
-    return;
+  if (compute == Compute::kBF16) {
+    const void* pa = PrepareOperand(a, static_cast<size_t>(M) * K, compute, cuda::Scratch::kMatmulA);
+    const void* pb = PrepareOperand(b, static_cast<size_t>(K) * N, compute, cuda::Scratch::kMatmulB);
+    const int epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    if (LtMatmul(c, pa, pb, CUDA_R_16BF, bias, nullptr, epi, M, N, K, trans_a, trans_b, 0.0f, CUDA_R_16BF))
+      return;
+    if (!bias) {
+      const int ldx = std::max(1, trans_b ? K : N), ldy = std::max(1, trans_a ? M : K), ldc = N;
+      const float alpha = 1.0f, beta = 0.0f;
+      CUBLAS_CHECK(cublasGemmEx(cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, pb, CUDA_R_16BF, ldx,
+                                pa, CUDA_R_16BF, ldy, &beta, c, CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+      return;
+    }
   }
-  const void* pa = PrepareOperand(a, static_cast<size_t>(M) * K, compute, cuda::Scratch::kMatmulA);
-  const void* pb = PrepareOperand(b, static_cast<size_t>(K) * N, compute, cuda::Scratch::kMatmulB);
-  if (LtMatmul(c, pa, pb, CUDA_R_16BF, nullptr, nullptr, CUBLASLT_EPILOGUE_DEFAULT, M, N, K, trans_a, trans_b,
-               0.0f, CUDA_R_16BF))
-    return;
-  const int ldx = std::max(1, trans_b ? K : N), ldy = std::max(1, trans_a ? M : K), ldc = N;
-  const float alpha = 1.0f, beta = 0.0f;
-  CUBLAS_CHECK(cublasGemmEx(cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            N, M, K, &alpha, pb, CUDA_R_16BF, ldx, pa, CUDA_R_16BF, ldy, &beta, c,
-                            CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  // fp32 / fp16 compute, or a bias without a cuBLASLt plan (the sum is rounded once): the fp32 product, then
+  // the cast.
+  Backend::MatmulToBF16(c, a, b, bias, M, N, K, trans_a, trans_b, compute);
 }
 
 // GELU_AUX(_BIAS): D = gelu(AB + bias) is the output, the pre-activation AB + bias goes to the aux buffer.
