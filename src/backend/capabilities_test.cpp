@@ -73,7 +73,9 @@ TEST(BackendCapabilities, AgreeWithWhatTheBackendAccepts) {
     EXPECT_FALSE(be->SetAttentionKernel("bogus")) << device;
     EXPECT_EQ(be->attention_kind(), AttentionKind::kNaive) << device;
     EXPECT_FALSE(c.kv_dtypes.empty()) << device;  // every backend here serves
-    if (c.native_fp16) EXPECT_TRUE(c.fp16_matmul) << device;
+    if (c.native_fp16) {
+      EXPECT_TRUE(c.fp16_matmul) << device;
+    }
     EXPECT_EQ(c.is_gpu, device == "cuda") << device;
     EXPECT_EQ(c.host_addressable_memory, !c.is_gpu) << device;  // true of the backends so far
   }

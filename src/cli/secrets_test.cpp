@@ -168,7 +168,9 @@ TEST_F(SecretsTest, NoCredentialOrApiKeyInFilesLogsOrMetrics) {
       auto r = c.Post("/v1/completions", bearer(key), body, "application/json");
       ASSERT_TRUE(r) << name;
       EXPECT_EQ(r->status, want) << name << ": " << r->body;
-      if (want == 429) EXPECT_TRUE(r->has_header("Retry-After")) << name;
+      if (want == 429) {
+        EXPECT_TRUE(r->has_header("Retry-After")) << name;
+      }
       answers[name] = r->body;
     }
     auto m = c.Get("/metrics", bearer(kProjectKeyB));

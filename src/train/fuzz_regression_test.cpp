@@ -31,7 +31,7 @@ TEST(FuzzRegression, CheckpointJsonTrainerStateOfTheWrongShape) {
       "92233725\0\0\0"
       "01844674407370956\"51em51([",
       37);
-  for (const std::string text :
+  for (const std::string& text :
        {found_by_fuzzer, std::string("[]"), std::string(R"({"format":"tern-trainer-state"})"),
         std::string(R"({"format":"tern-trainer-state","config":{"a":1},"data":{},"loader":{}})"),
         std::string(R"({"format":"tern-trainer-state","config":[1],"data":{},"loader":{}})"),
