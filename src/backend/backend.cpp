@@ -177,7 +177,7 @@ void Backend::PagedAttentionForward(float*, const float*, const void*, const voi
   NotImplemented("PagedAttentionForward", *this);
 }
 void Backend::MatmulBF16(float* out, const float* inp, const uint16_t* w, const float* bias, int N, int OC,
-                         int K) {
+                         int K, bool /*row_independent*/) {
   Matmul(out, F32(inp), BF16(w), bias, N, OC, K, false, true, 0.0f, Compute::kBF16);
 }
 void Backend::MatmulF32Weights(float* out, const float* inp, const float* w, const float* bias, int N, int OC,

@@ -301,8 +301,11 @@ class Backend {
   // in fp32. Row independent on the CPU backends (any summation order a backend picks is the same for every
   // row count). The default runs Matmul(F32(inp), BF16(w), ..., Compute::kBF16), which means the same numbers
   // but may pick another kernel (and order) for another N: CUDA's cuBLASLt does.
+  // row_independent = false: the caller never batches sequences (an engine of one stream), so a backend may
+  // pick its kernel by N; the fast CPU backend then multiplies fewer than kBf16AmxMinRows rows with vdpbf16ps
+  // (it reads the weights faster than AMX tile loads do at one row) and more with AMX.
   virtual void MatmulBF16(float* out, const float* inp, const uint16_t* w, const float* bias, int N, int OC,
-                          int K);
+                          int K, bool row_independent = true);
   // out[N,OC] = inp[N,K] * W[OC,K]^T + bias (bias may be null), all fp32 (serving with --weights fp32).
   // Row independent on the CPU fast backend (cpu/f32_matmul.cpp: a row gets bitwise the same result alone or
   // batched, which the engine's batching invariance rests on; oneDNN's sgemm picks other kernels, and other

@@ -154,9 +154,9 @@ class ForwardingBackend : public Backend {
     inner_->PagedAttentionForward(out, qkv, k_cache, v_cache, kv_dtype, seqs, block_tables, S, max_blocks, N,
                                   C, NH, bs);
   }
-  void MatmulBF16(float* out, const float* inp, const uint16_t* w, const float* bias, int N, int OC,
-                  int K) override {
-    inner_->MatmulBF16(out, inp, w, bias, N, OC, K);
+  void MatmulBF16(float* out, const float* inp, const uint16_t* w, const float* bias, int N, int OC, int K,
+                  bool row_independent = true) override {
+    inner_->MatmulBF16(out, inp, w, bias, N, OC, K, row_independent);
   }
   void MatmulF32Weights(float* out, const float* inp, const float* w, const float* bias, int N, int OC,
                         int K) override {

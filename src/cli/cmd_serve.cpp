@@ -236,7 +236,10 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
       "--usage-file", o->usage_file,
       "JSON usage summary (per key and project, busy/idle seconds, $), rewritten every 5 s and at "
       "shutdown; `tern report --ledger --serving FILE` reads it");
-  sub->add_option("--max-batch", o->max_batch, "sequences decoded together")
+  sub->add_option(
+         "--max-batch", o->max_batch,
+         "sequences decoded together; 1 = one stream at a time (bf16 weights on an AMX CPU then decode "
+         "through the faster one-row kernel: docs/serving.md)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   sub->add_option("--max-batch-tokens", o->max_batch_tokens,

@@ -10,8 +10,10 @@
 #include <tuple>
 
 #include "backend/bf16.h"
+#include "backend/cpu/amx.h"
 #include "backend/cpu/fast_ops.h"
 #include "infer/inference_model.h"
+#include "model/init.h"
 #include "testing/ops.h"
 
 namespace tern {
@@ -28,10 +30,11 @@ std::vector<uint16_t> ToBF16(const std::vector<float>& w) {
 }
 
 std::vector<float> RunBF16(Backend& be, const std::vector<float>& x, const std::vector<uint16_t>& w,
-                           const std::vector<float>& bias, int N, int OC, int K) {
+                           const std::vector<float>& bias, int N, int OC, int K,
+                           bool row_independent = true) {
   Arena ar(be);
   float* out = ar.Zeros<float>(static_cast<size_t>(N) * OC);
-  be.MatmulBF16(out, ar.In(x), ar.In(w), bias.empty() ? nullptr : ar.In(bias), N, OC, K);
+  be.MatmulBF16(out, ar.In(x), ar.In(w), bias.empty() ? nullptr : ar.In(bias), N, OC, K, row_independent);
   return ar.Out(out, static_cast<size_t>(N) * OC);
 }
 
@@ -81,6 +84,85 @@ TEST(MatmulBF16Weights, FastMatchesReferenceOnOddShapesAndIsRowIndependent) {
         ASSERT_EQ(alone[o], got[static_cast<size_t>(n) * OC + o]) << what << " row " << n << " channel " << o;
     }
   }
+}
+
+// A caller that never batches (an engine of one stream: row_independent false) may get another kernel by row
+// count: on a CPU with AMX granted, vdpbf16ps below two rows (other bits than AMX's, both within the bound
+// of the reference) and AMX from two rows (the same bits as a batching caller's).
+TEST(MatmulBF16Weights, AOneStreamCallerTakesTheVectorKernelAtOneRow) {
+  std::mt19937 rng(14);
+  const int OC = 2048, K = 768;
+  auto w = ToBF16(Uniform(rng, static_cast<size_t>(OC) * K));
+  auto ref = MakeCpuReferenceBackend();
+  auto fast = MakeCpuFastBackend();
+  for (int N : {1, 2, 16}) {
+    auto x = Uniform(rng, static_cast<size_t>(N) * K);
+    const auto want = RunBF16(*ref, x, w, {}, N, OC, K);
+    const auto batching = RunBF16(*fast, x, w, {}, N, OC, K, true);
+    const auto one_stream = RunBF16(*fast, x, w, {}, N, OC, K, false);
+    ExpectClose(one_stream, want, 1e-5, 2e-6, "one-stream caller N=" + std::to_string(N));
+    ExpectClose(batching, want, 1e-5, 2e-6, "batching caller N=" + std::to_string(N));
+    EXPECT_EQ(RunBF16(*fast, x, w, {}, N, OC, K, false), one_stream) << "deterministic N=" << N;
+    if (N >= 2) {
+      EXPECT_EQ(one_stream, batching) << "AMX from two rows for both N=" << N;
+    }
+  }
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+  const bool amx = amx::Granted();
+#else
+  const bool amx = false;
+#endif
+  if (!amx) GTEST_SKIP() << "no AMX granted (or built without it): one kernel serves every row count";
+  auto x = Uniform(rng, K);
+  const auto batching = RunBF16(*fast, x, w, {}, 1, OC, K, true);
+  const auto one_stream = RunBF16(*fast, x, w, {}, 1, OC, K, false);
+  size_t differ = 0;
+  for (int o = 0; o < OC; o++) differ += batching[o] != one_stream[o];
+  EXPECT_GT(differ, size_t{0}) << "one row: vdpbf16ps for a one-stream caller, AMX for a batching one";
+}
+
+// The same through a model: an engine of one stream (max_seqs 1) and a batching one (max_seqs 4) with bf16
+// weights give one sequence's logits (a 9-token prompt, then one decode row) within fp32 rounding of each
+// other, each deterministic. Channels and K are multiples of 32, so an AMX CPU takes AMX for the batching
+// engine's decode row and vdpbf16ps for the one-stream engine's.
+TEST(MatmulBF16Weights, AOneStreamEngineDecodesAsTheBatchingOne) {
+  const GptConfig cfg{2, 2, 64, 96, 64};
+  const std::vector<float> params = GptInitialWeights(cfg, 5);
+  auto be = MakeCpuFastBackend();
+  std::vector<std::vector<float>> logits;
+  for (int max_seqs : {1, 4, 1}) {
+    InferenceModelOptions mo;
+    mo.quantize = Quantize::kBF16;
+    mo.kv_dtype = DType::kBF16;
+    mo.block_size = 16;
+    mo.num_blocks = 4;
+    mo.max_rows = 16;
+    mo.max_seqs = max_seqs;
+    auto m = InferenceModel::Create(be.get(), cfg, params, mo);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    ForwardBatch b;
+    for (int p = 0; p < 9; p++) {
+      b.tokens.push_back(3 + p * 7 % 90);
+      b.positions.push_back(p);
+      b.slots.push_back(p);
+    }
+    b.seqs = {0, 9, 9};
+    b.block_tables.assign((*m)->max_blocks_per_seq(), 0);
+    b.block_tables[0] = 0;
+    b.logit_rows = {8};
+    (*m)->Forward(b);
+    ForwardBatch d;
+    d.tokens = {17};
+    d.positions = {9};
+    d.slots = {9};
+    d.seqs = {0, 1, 10};
+    d.block_tables = b.block_tables;
+    d.logit_rows = {0};
+    const float* out = (*m)->Forward(d);
+    logits.emplace_back(out, out + cfg.vocab_size);
+  }
+  ExpectClose(logits[0], logits[1], 1e-4, 1e-5, "one-stream vs batching engine");
+  EXPECT_EQ(logits[0], logits[2]) << "the one-stream engine is deterministic";
 }
 
 TEST(MatmulBF16Weights, ThreadedShapesMatchTheReference) {

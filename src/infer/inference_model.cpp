@@ -226,7 +226,8 @@ void InferenceModel::RunLinear(float* out, const float* inp, const Linear& w, co
   } else if (w.bf16) {
     // Activations rounded to bf16, bf16 x bf16 products, fp32 sums: CPU vdpbf16ps or FMA tiles
     // (cpu/bf16_matmul.cpp, row independent); GPU the tensor cores through cuBLASLt.
-    backend_->MatmulBF16(out, inp, w.bf16, bias, N, OC, K);
+    // An engine of one stream (max_seqs 1) never batches, so the backend may pick its kernel by row count.
+    backend_->MatmulBF16(out, inp, w.bf16, bias, N, OC, K, /*row_independent=*/opt_.max_seqs > 1);
   } else {
     // fp32: CPU FMA tiles that read the weights at the memory bound at one row (cpu/f32_matmul.cpp, row
     // independent); the reference and GPU backends their fp32 Matmul.

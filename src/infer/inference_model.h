@@ -43,7 +43,8 @@ struct InferenceModelOptions {
   int block_size = 16;           // tokens per KV block
   int num_blocks = 64;           // KV blocks in the pool (all layers)
   int max_rows = 256;            // rows (new tokens) per forward
-  int max_seqs = 32;             // sequences per forward
+  int max_seqs = 32;             // sequences per forward; 1: an engine of one stream, which never batches,
+                                 // so its bf16 matmuls may pick their kernel by row count (backend.h)
   int max_logit_rows = 0;        // rows whose logits one forward may return (>= max_seqs); 0 = max_seqs + 64
                                  // (the extra rows score prompts: echo with logprobs); evaluation: max_rows
 };

@@ -120,6 +120,8 @@ void Tile(const Args& p, int r0, int n0) {
 // 4 holds 16 pairs of k x `cols` rows of activations. `cols` is M up to 16, and 16 for every row tile when
 // M > 16 (the last one padded with zero rows): a row's sums do not depend on the other columns of its tile.
 constexpr int kAmxChannels = 16, kAmxK = 32, kAmxMaxRows = 16;
+// MatmulBF16 with row_independent false (an engine of one stream): fewer rows than this go to vdpbf16ps.
+constexpr int kBf16AmxMinRows = 2;
 
 void AmxConfigure(int cols) {
   amx::TileConfig cfg;
@@ -219,11 +221,14 @@ void VectorChannels(const Args& p, int n_begin) {
 }  // namespace
 
 void CpuFastBackend::MatmulBF16(float* out, const float* inp, const uint16_t* w, const float* bias, int M,
-                                int N, int K) {
+                                int N, int K, bool row_independent) {
   if (M <= 0 || N <= 0) return;
   const size_t na = static_cast<size_t>(M) * K;
 #if defined(TERN_AMX)
-  const bool use_amx = K % kAmxK == 0 && N >= kAmxChannels && amx::Granted();
+  // A caller that never batches (row_independent false) gets vdpbf16ps for few rows: at one row it streams
+  // the weights ~10 % faster than AMX's tile loads (docs/serving.md), and no other row count shares its bits.
+  const bool use_amx =
+      K % kAmxK == 0 && N >= kAmxChannels && amx::Granted() && (row_independent || M >= kBf16AmxMinRows);
   const int cols = std::min(M, kAmxMaxRows);
   const size_t packed_n = use_amx ? static_cast<size_t>((M + cols - 1) / cols) * cols * K : 0;
 #else

@@ -88,9 +88,10 @@ class CpuFastBackend : public CpuReferenceBackend {
   void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias,
                   int N, int OC, int K) override;
 
-  // bf16_matmul.cpp: vdpbf16ps tiles on CPUs with AVX512-BF16, else FMA tiles on widened bf16.
-  void MatmulBF16(float* out, const float* inp, const uint16_t* w, const float* bias, int N, int OC,
-                  int K) override;
+  // bf16_matmul.cpp: AMX tiles where granted, else vdpbf16ps tiles on CPUs with AVX512-BF16, else FMA tiles
+  // on widened bf16. row_independent = false (an engine of one stream): vdpbf16ps below kBf16AmxMinRows rows.
+  void MatmulBF16(float* out, const float* inp, const uint16_t* w, const float* bias, int N, int OC, int K,
+                  bool row_independent = true) override;
   // f32_matmul.cpp: FMA tiles over fp32 weights, each weight read once per row tile, prefetched ahead.
   void MatmulF32Weights(float* out, const float* inp, const float* w, const float* bias, int N, int OC,
                         int K) override;
