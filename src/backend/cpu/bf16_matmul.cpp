@@ -27,6 +27,9 @@
 // same circuit, so a row's sums do not depend on the tile's other rows either (bf16_weights_test checks it);
 // which kernel a channel gets depends only on N, K and the machine. The kernels differ from each other in the
 // last bits (vdpbf16ps adds its two products before the accumulator), so a machine's results are its own.
+// One exception, asked for by the caller: row_independent = false (an engine of one stream, which never
+// batches) sends a single row to vdpbf16ps even where AMX is granted: at one row it streams the weights
+// faster than AMX's tile loads (docs/serving.md, "One stream, one kernel choice").
 #include <immintrin.h>
 #include <omp.h>
 
