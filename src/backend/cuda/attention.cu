@@ -12,6 +12,11 @@
 //
 // SetAttentionKernel("flash") routes both ops to attention_flash.cu instead (no att[B,NH,T,T]: the state is
 // the logsumexp of each row, AttentionStateBytes(kFlash, ...)). Next step (see README.md): cuDNN SDPA.
+//
+// bf16 q, k, v (AttentionForwardBF16 / AttentionBackwardBF16, the model's layout under bf16 compute) go to
+// the GEMMs and the flash kernels as they are, without a widened copy: at bf16 compute the fp32 interface
+// rounds them to these very bits first, so both entry points compute the same thing. Only when attention's
+// compute is not bf16 (TERN_CUDA_ATTENTION=fp32) are they widened into scratch first.
 #include <cmath>
 
 #include "backend/cuda/cuda_backend.h"
@@ -82,9 +87,14 @@ void CudaBackend::CastToHalf(uint16_t* dst, const float* src, size_t n, bool f16
 
 void CudaBackend::AttentionForward(float* out, void* state, const float* qkv, int B, int T, int C, int NH,
                                    Compute requested) {
+  AttentionForwardAny(out, false, state, qkv, false, B, T, C, NH, requested);
+}
+
+void CudaBackend::AttentionForwardAny(void* out, bool out_bf16, void* state, const void* qkv, bool qkv_bf16,
+                                      int B, int T, int C, int NH, Compute requested) {
   if (B <= 0 || T <= 0) return;
   if (flash_attention_) {
-    FlashAttentionForward(out, static_cast<float*>(state), qkv, B, T, C, NH, requested);
+    FlashAttentionForward(out, out_bf16, static_cast<float*>(state), qkv, qkv_bf16, B, T, C, NH, requested);
     return;
   }
   float* att = static_cast<float*>(state);
@@ -94,15 +104,24 @@ void CudaBackend::AttentionForward(float* out, void* state, const float* qkv, in
   const bool half = compute != Compute::kF32, f16 = compute == Compute::kF16;  // half: 16-bit GEMMs
   const cudaDataType_t type = cuda::GemmType(compute);
   const size_t esize = half ? 2 : 4, tt = static_cast<size_t>(T) * T, rows = static_cast<size_t>(NH) * T;
-  const char* base = reinterpret_cast<const char*>(qkv);
+  const size_t n = static_cast<size_t>(B) * T * C3;
+  if (qkv_bf16 && compute != Compute::kBF16) qkv = WidenQkv(static_cast<const uint16_t*>(qkv), n);
+  const bool direct = qkv_bf16 && compute == Compute::kBF16;  // the GEMMs read the caller's bf16 q, k, v
+  const char* base = static_cast<const char*>(qkv);
   uint16_t* p16 = nullptr;
   if (half) {
-    const size_t n = static_cast<size_t>(B) * T * C3;
-    auto* q16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnQkv, n * sizeof(uint16_t)));
-    CastToHalf(q16, qkv, n, f16);
-    base = reinterpret_cast<const char*>(q16);
+    if (!direct) {
+      auto* q16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnQkv, n * sizeof(uint16_t)));
+      CastToHalf(q16, static_cast<const float*>(qkv), n, f16);
+      base = reinterpret_cast<const char*>(q16);
+    }
     p16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnP, NH * tt * sizeof(uint16_t)));
   }
+  // A bf16 output is the fp32 GEMM result rounded once at the end (what the fp32 interface then a cast
+  // gives).
+  const size_t nout = static_cast<size_t>(B) * T * C;
+  float* y = out_bf16 ? static_cast<float*>(ScratchBuffer(cuda::Scratch::kAttnOut, nout * sizeof(float)))
+                      : static_cast<float*>(out);
   const unsigned blocks = static_cast<unsigned>((rows + cuda::kRowsPerBlock - 1) / cuda::kRowsPerBlock);
   for (int b = 0; b < B; b++) {
     const char* qb = base + static_cast<size_t>(b) * T * C3 * esize;
@@ -116,15 +135,23 @@ void CudaBackend::AttentionForward(float* out, void* state, const float* qkv, in
     // out[t, h*hs + d] = sum_t2 att[h][t][t2] v[t2, h*hs + d]
     const void* p = half ? static_cast<const void*>(p16) : static_cast<const void*>(att_b);
     GemmStridedBatched(false, false, hs, T, T, 1.0f, v, C3, hs, p, T, tt, 0.0f,
-                       out + static_cast<size_t>(b) * T * C, C, hs, NH, type);
+                       y + static_cast<size_t>(b) * T * C, C, hs, NH, type);
   }
+  if (out_bf16) cuda::LaunchCastF32ToBF16(static_cast<uint16_t*>(out), y, nout, stream_);
 }
 
 void CudaBackend::AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv,
                                     const void* state, int B, int T, int C, int NH, Compute requested) {
+  AttentionBackwardAny(dqkv, scratch, dout, qkv, false, state, B, T, C, NH, requested);
+}
+
+void CudaBackend::AttentionBackwardAny(float* dqkv, void* scratch, const float* dout, const void* qkv,
+                                       bool qkv_bf16, const void* state, int B, int T, int C, int NH,
+                                       Compute requested) {
   if (B <= 0 || T <= 0) return;
   if (flash_attention_) {
-    FlashAttentionBackward(dqkv, dout, qkv, static_cast<const float*>(state), B, T, C, NH, requested);
+    FlashAttentionBackward(dqkv, dout, qkv, qkv_bf16, static_cast<const float*>(state), B, T, C, NH,
+                           requested);
     return;
   }
   const float* att = static_cast<const float*>(state);
@@ -135,16 +162,20 @@ void CudaBackend::AttentionBackward(float* dqkv, void* scratch, const float* dou
   const bool half = compute != Compute::kF32, f16 = compute == Compute::kF16;
   const cudaDataType_t type = cuda::GemmType(compute);
   const size_t esize = half ? 2 : 4, tt = static_cast<size_t>(T) * T, rows = static_cast<size_t>(NH) * T;
-  const char* base = reinterpret_cast<const char*>(qkv);
+  const size_t n = static_cast<size_t>(B) * T * C3, nd = static_cast<size_t>(B) * T * C;
+  if (qkv_bf16 && compute != Compute::kBF16) qkv = WidenQkv(static_cast<const uint16_t*>(qkv), n);
+  const bool direct = qkv_bf16 && compute == Compute::kBF16;  // the GEMMs read the caller's bf16 q, k, v
+  const char* base = static_cast<const char*>(qkv);
   const char* dbase = reinterpret_cast<const char*>(dout);
   uint16_t *p16 = nullptr, *dp16 = nullptr;
   if (half) {
-    const size_t n = static_cast<size_t>(B) * T * C3, nd = static_cast<size_t>(B) * T * C;
-    auto* q16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnQkv, n * sizeof(uint16_t)));
+    if (!direct) {
+      auto* q16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnQkv, n * sizeof(uint16_t)));
+      CastToHalf(q16, static_cast<const float*>(qkv), n, f16);
+      base = reinterpret_cast<const char*>(q16);
+    }
     auto* d16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnDout, nd * sizeof(uint16_t)));
-    CastToHalf(q16, qkv, n, f16);
     CastToHalf(d16, dout, nd, f16);
-    base = reinterpret_cast<const char*>(q16);
     dbase = reinterpret_cast<const char*>(d16);
     p16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnP, NH * tt * sizeof(uint16_t)));
     dp16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnDp, NH * tt * sizeof(uint16_t)));
@@ -174,28 +205,20 @@ void CudaBackend::AttentionBackward(float* dqkv, void* scratch, const float* dou
   }
 }
 
-}  // namespace tern
-
-namespace tern {
-
 void CudaBackend::AttentionForwardBF16(uint16_t* out, void* state, const uint16_t* qkv, int B, int T, int C,
                                        int NH, Compute compute) {
-  if (B <= 0 || T <= 0) return;
-  const size_t n = static_cast<size_t>(B) * T * C;
-  auto* wide = static_cast<float*>(ScratchBuffer(cuda::Scratch::kAttnWide, 3 * n * sizeof(float)));
-  auto* tmp = static_cast<float*>(ScratchBuffer(cuda::Scratch::kAttnOut, n * sizeof(float)));
-  cuda::LaunchWidenBF16ToF32(wide, qkv, 3 * n, stream_);
-  AttentionForward(tmp, state, wide, B, T, C, NH, compute);
-  cuda::LaunchCastF32ToBF16(out, tmp, n, stream_);
+  AttentionForwardAny(out, true, state, qkv, true, B, T, C, NH, compute);
 }
 
 void CudaBackend::AttentionBackwardBF16(float* dqkv, void* scratch, const float* dout, const uint16_t* qkv,
                                         const void* state, int B, int T, int C, int NH, Compute compute) {
-  if (B <= 0 || T <= 0) return;
-  const size_t n = static_cast<size_t>(B) * T * 3 * C;
+  AttentionBackwardAny(dqkv, scratch, dout, qkv, true, state, B, T, C, NH, compute);
+}
+
+const float* CudaBackend::WidenQkv(const uint16_t* qkv, size_t n) {
   auto* wide = static_cast<float*>(ScratchBuffer(cuda::Scratch::kAttnWide, n * sizeof(float)));
   cuda::LaunchWidenBF16ToF32(wide, qkv, n, stream_);
-  AttentionBackward(dqkv, scratch, dout, wide, state, B, T, C, NH, compute);
+  return wide;
 }
 
 }  // namespace tern

@@ -11,8 +11,12 @@
 //
 // Determinism: no atomics. The backward is three sweeps: (1) D_i = sum_j p_ij (dout_i . v_j) per query row,
 // (2) dq_i = scale * sum_j ds_ij k_j with ds_ij = p_ij (dout_i . v_j - D_i) in the same kernel, and (3) per
-// key row dk_j = scale * sum_i ds_ij q_i, dv_j = sum_i p_ij dout_i. Correct first: the FLOPs are scalar fp32
-// (no tensor cores yet), so it is not expected to beat the cuBLAS path before it is tuned on a GPU.
+// key row dk_j = scale * sum_i ds_ij q_i, dv_j = sum_i p_ij dout_i.
+//
+// Types: qkv is fp32 or bf16 (the model's layout under bf16 compute), read as it is and widened in registers;
+// the forward's output is fp32 or bf16 (rounded once, as the fp32 result then a cast); dout and dqkv are
+// fp32. Correct first: the FLOPs are scalar fp32 (no tensor cores yet), so it is not expected to beat the
+// cuBLAS path before it is tuned on a GPU.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -42,13 +46,27 @@ __device__ __forceinline__ float RoundIn(float x, int mode) {
   return x;
 }
 
-// rows [row0, row0 + count) of one head (column offset `col` in a row of `stride` floats) into
-// dst[count][ld], rounded; rows at or past T are zero.
-__device__ void LoadRows(float* dst, int ld, const float* src, size_t stride, int col, int row0, int count,
+__device__ __forceinline__ float Widen(float x) {
+  return x;
+}
+__device__ __forceinline__ float Widen(uint16_t x) {
+  return FromBF16Bits(x);
+}
+__device__ __forceinline__ void Store(float* p, float x) {
+  *p = x;
+}
+__device__ __forceinline__ void Store(uint16_t* p, float x) {
+  *p = ToBF16Bits(x);
+}
+
+// rows [row0, row0 + count) of one head (column offset `col` in a row of `stride` elements) into
+// dst[count][ld], widened and rounded; rows at or past T are zero.
+template <typename In>
+__device__ void LoadRows(float* dst, int ld, const In* src, size_t stride, int col, int row0, int count,
                          int T, int hs, int mode) {
   for (int i = threadIdx.x; i < count * hs; i += blockDim.x) {
     const int r = i / hs, d = i % hs, t = row0 + r;
-    dst[r * ld + d] = t < T ? RoundIn(src[static_cast<size_t>(t) * stride + col + d], mode) : 0.0f;
+    dst[r * ld + d] = t < T ? RoundIn(Widen(src[static_cast<size_t>(t) * stride + col + d]), mode) : 0.0f;
   }
 }
 
@@ -71,8 +89,9 @@ __device__ __forceinline__ void AccumulateRows(float (&acc)[kPerLane], float w, 
   }
 }
 
-__global__ void FlashForwardKernel(float* __restrict__ out, float* __restrict__ lse,
-                                   const float* __restrict__ qkv, Geometry g) {
+template <typename In, typename Out>
+__global__ void FlashForwardKernel(Out* __restrict__ out, float* __restrict__ lse, const In* __restrict__ qkv,
+                                   Geometry g) {
   extern __shared__ float smem[];
   const int hs = g.hs, ld = hs + 1;  // +1: lanes reading row l of a tile hit different banks
   float* ks = smem;
@@ -82,7 +101,7 @@ __global__ void FlashForwardKernel(float* __restrict__ out, float* __restrict__ 
   const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
   const int row0 = blockIdx.x * kRows, t = row0 + warp;
   const size_t C3 = 3 * static_cast<size_t>(g.C);
-  const float* base = qkv + static_cast<size_t>(b) * g.T * C3;
+  const In* base = qkv + static_cast<size_t>(b) * g.T * C3;
   LoadRows(qs, hs, base, C3, h * hs, row0, kRows, g.T, hs, g.mode);
   float m = -INFINITY, l = 0.0f, o[kPerLane] = {};
   const int last =
@@ -108,18 +127,19 @@ __global__ void FlashForwardKernel(float* __restrict__ out, float* __restrict__ 
   }
   if (t >= g.T) return;
   const float inv = 1.0f / l;
-  float* y = out + (static_cast<size_t>(b) * g.T + t) * g.C + h * hs;
+  Out* y = out + (static_cast<size_t>(b) * g.T + t) * g.C + h * hs;
 #pragma unroll
   for (int i = 0; i < kPerLane; i++) {
     const int d = lane + i * kWarp;
-    if (d < hs) y[d] = o[i] * inv;
+    if (d < hs) Store(y + d, o[i] * inv);
   }
   if (lane == 0) lse[static_cast<size_t>(bh) * g.T + t] = m + logf(l);
 }
 
 // Sweeps (1) and (2): D per query row, then dq. Writes dq into dqkv and D into dsum[B, NH, T].
+template <typename In>
 __global__ void FlashBackwardDqKernel(float* __restrict__ dqkv, float* __restrict__ dsum,
-                                      const float* __restrict__ dout, const float* __restrict__ qkv,
+                                      const float* __restrict__ dout, const In* __restrict__ qkv,
                                       const float* __restrict__ lse, Geometry g) {
   extern __shared__ float smem[];
   const int hs = g.hs, ld = hs + 1;
@@ -131,7 +151,7 @@ __global__ void FlashBackwardDqKernel(float* __restrict__ dqkv, float* __restric
   const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
   const int row0 = blockIdx.x * kRows, t = row0 + warp;
   const size_t C3 = 3 * static_cast<size_t>(g.C);
-  const float* base = qkv + static_cast<size_t>(b) * g.T * C3;
+  const In* base = qkv + static_cast<size_t>(b) * g.T * C3;
   const float* dbase = dout + static_cast<size_t>(b) * g.T * g.C;
   LoadRows(qs, hs, base, C3, h * hs, row0, kRows, g.T, hs, g.mode);
   LoadRows(dos, hs, dbase, g.C, h * hs, row0, kRows, g.T, hs, g.mode);
@@ -171,8 +191,9 @@ __global__ void FlashBackwardDqKernel(float* __restrict__ dqkv, float* __restric
 }
 
 // Sweep (3): one warp per key row j over the query tiles at or after it.
+template <typename In>
 __global__ void FlashBackwardDkvKernel(float* __restrict__ dqkv, const float* __restrict__ dsum,
-                                       const float* __restrict__ dout, const float* __restrict__ qkv,
+                                       const float* __restrict__ dout, const In* __restrict__ qkv,
                                        const float* __restrict__ lse, Geometry g) {
   extern __shared__ float smem[];
   const int hs = g.hs, ld = hs + 1;
@@ -186,7 +207,7 @@ __global__ void FlashBackwardDkvKernel(float* __restrict__ dqkv, const float* __
   const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
   const int row0 = blockIdx.x * kRows, j = row0 + warp;
   const size_t C3 = 3 * static_cast<size_t>(g.C);
-  const float* base = qkv + static_cast<size_t>(b) * g.T * C3;
+  const In* base = qkv + static_cast<size_t>(b) * g.T * C3;
   const float* dbase = dout + static_cast<size_t>(b) * g.T * g.C;
   LoadRows(kr, hs, base, C3, g.C + h * hs, row0, kRows, g.T, hs, g.mode);
   LoadRows(vr, hs, base, C3, 2 * g.C + h * hs, row0, kRows, g.T, hs, g.mode);
@@ -245,30 +266,55 @@ cuda::Geometry FlashGeometry(int T, int C, int NH, Compute compute) {
 
 }  // namespace
 
-void CudaBackend::FlashAttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                                        Compute compute) {
-  const cuda::Geometry g = FlashGeometry(T, C, NH, attention_compute(compute));
-  const size_t smem = (2 * cuda::kTile * (g.hs + 1) + cuda::kRows * g.hs) * sizeof(float);
-  const dim3 grid(cuda::CeilDiv(T, cuda::kRows), B * NH);
-  cuda::FlashForwardKernel<<<grid, cuda::kRows * cuda::kWarp, smem, stream_>>>(out, lse, qkv, g);
+namespace cuda {
+namespace {
+
+template <typename In, typename Out>
+void LaunchFlashForward(Out* out, float* lse, const In* qkv, int B, const Geometry& g, cudaStream_t stream) {
+  const size_t smem = (2 * kTile * (g.hs + 1) + kRows * g.hs) * sizeof(float);
+  const dim3 grid(CeilDiv(g.T, kRows), B * g.NH);
+  FlashForwardKernel<In, Out><<<grid, kRows * kWarp, smem, stream>>>(out, lse, qkv, g);
   CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::FlashAttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                                         int B, int T, int C, int NH, Compute compute) {
+template <typename In>
+void LaunchFlashBackward(float* dqkv, float* dsum, const float* dout, const In* qkv, const float* lse, int B,
+                         const Geometry& g, cudaStream_t stream) {
+  const dim3 grid(CeilDiv(g.T, kRows), B * g.NH);
+  const size_t smem_dq = (2 * kTile * (g.hs + 1) + 2 * kRows * g.hs) * sizeof(float);
+  FlashBackwardDqKernel<In><<<grid, kRows * kWarp, smem_dq, stream>>>(dqkv, dsum, dout, qkv, lse, g);
+  CUDA_CHECK_LAUNCH();
+  const size_t smem_dkv = (2 * kTile * (g.hs + 1) + 2 * kRows * g.hs + 2 * kTile) * sizeof(float);
+  FlashBackwardDkvKernel<In><<<grid, kRows * kWarp, smem_dkv, stream>>>(dqkv, dsum, dout, qkv, lse, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaBackend::FlashAttentionForward(void* out, bool out_bf16, float* lse, const void* qkv, bool qkv_bf16,
+                                        int B, int T, int C, int NH, Compute compute) {
+  const cuda::Geometry g = FlashGeometry(T, C, NH, attention_compute(compute));
+  auto* q16 = static_cast<const uint16_t*>(qkv);
+  auto* q32 = static_cast<const float*>(qkv);
+  auto* o16 = static_cast<uint16_t*>(out);
+  auto* o32 = static_cast<float*>(out);
+  if (qkv_bf16 && out_bf16) cuda::LaunchFlashForward(o16, lse, q16, B, g, stream_);
+  if (qkv_bf16 && !out_bf16) cuda::LaunchFlashForward(o32, lse, q16, B, g, stream_);
+  if (!qkv_bf16 && out_bf16) cuda::LaunchFlashForward(o16, lse, q32, B, g, stream_);
+  if (!qkv_bf16 && !out_bf16) cuda::LaunchFlashForward(o32, lse, q32, B, g, stream_);
+}
+
+void CudaBackend::FlashAttentionBackward(float* dqkv, const float* dout, const void* qkv, bool qkv_bf16,
+                                         const float* lse, int B, int T, int C, int NH, Compute compute) {
   const cuda::Geometry g = FlashGeometry(T, C, NH, attention_compute(compute));
   auto* dsum = static_cast<float*>(
       ScratchBuffer(cuda::Scratch::kAttnP, static_cast<size_t>(B) * NH * T * sizeof(float)));
-  const dim3 grid(cuda::CeilDiv(T, cuda::kRows), B * NH);
-  const size_t smem_dq = (2 * cuda::kTile * (g.hs + 1) + 2 * cuda::kRows * g.hs) * sizeof(float);
-  cuda::FlashBackwardDqKernel<<<grid, cuda::kRows * cuda::kWarp, smem_dq, stream_>>>(dqkv, dsum, dout, qkv,
-                                                                                     lse, g);
-  CUDA_CHECK_LAUNCH();
-  const size_t smem_dkv =
-      (2 * cuda::kTile * (g.hs + 1) + 2 * cuda::kRows * g.hs + 2 * cuda::kTile) * sizeof(float);
-  cuda::FlashBackwardDkvKernel<<<grid, cuda::kRows * cuda::kWarp, smem_dkv, stream_>>>(dqkv, dsum, dout, qkv,
-                                                                                       lse, g);
-  CUDA_CHECK_LAUNCH();
+  if (qkv_bf16) {
+    cuda::LaunchFlashBackward(dqkv, dsum, dout, static_cast<const uint16_t*>(qkv), lse, B, g, stream_);
+  } else {
+    cuda::LaunchFlashBackward(dqkv, dsum, dout, static_cast<const float*>(qkv), lse, B, g, stream_);
+  }
 }
 
 }  // namespace tern

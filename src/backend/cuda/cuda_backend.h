@@ -44,8 +44,8 @@ enum class Scratch : int {
   kEncoder,      // encoder-backward buckets
   kInt8Act,      // MatmulInt8: per-row activation scales and int8 activations
   kPagedScores,  // PagedAttentionForward: scores beyond the shared-memory limit (long contexts)
-  kAttnWide,     // AttentionForwardBF16 / BackwardBF16: qkv widened to fp32
-  kAttnOut,      // AttentionForwardBF16: the fp32 output before its rounding
+  kAttnWide,  // AttentionForwardBF16 / BackwardBF16 computing in fp32 (TERN_CUDA_ATTENTION=fp32): qkv widened
+  kAttnOut,   // AttentionForwardBF16, naive kernel: the fp32 output before its rounding
   kCount
 };
 
@@ -133,9 +133,9 @@ class CudaBackend : public Backend {
                         Compute compute) override;
   void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv, const void* state,
                          int B, int T, int C, int NH, Compute compute) override;
-  // bf16 qkv and output (attention.cu): qkv widened into scratch, the fp32-interface kernels (which round q,
-  // k, v to bf16 for their products at bf16 compute: the same values), the output rounded. Kernels that read
-  // bf16 directly are the next step once a GPU can measure them.
+  // bf16 qkv and output (attention.cu): the GEMMs (naive) and the fused kernels (flash) read the bf16 q, k, v
+  // as they are (the fp32 interface rounds its q, k, v to these bits at bf16 compute: the same values); the
+  // output is the fp32 result rounded once. Widened into scratch only when attention computes in fp32.
   void AttentionForwardBF16(uint16_t* out, void* state, const uint16_t* qkv, int B, int T, int C, int NH,
                             Compute compute) override;
   void AttentionBackwardBF16(float* dqkv, void* scratch, const float* dout, const uint16_t* qkv,
@@ -199,10 +199,18 @@ class CudaBackend : public Backend {
   // The fused kernels of attention_flash.cu (SetAttentionKernel("flash")). The forward keeps only the
   // logsumexp of each score row, lse[B*NH*T] at the start of the state (AttentionStateBytes gives two floats
   // per row; the second half is unused); the backward recomputes the rest.
-  void FlashAttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                             Compute compute);
-  void FlashAttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* lse, int B,
-                              int T, int C, int NH, Compute compute);
+  // qkv is bf16 when qkv_bf16, else fp32; the output bf16 when out_bf16, else fp32.
+  void FlashAttentionForward(void* out, bool out_bf16, float* lse, const void* qkv, bool qkv_bf16, int B,
+                             int T, int C, int NH, Compute compute);
+  void FlashAttentionBackward(float* dqkv, const float* dout, const void* qkv, bool qkv_bf16,
+                              const float* lse, int B, int T, int C, int NH, Compute compute);
+  // The attention ops over fp32 or bf16 qkv (and output), attention.cu: the public ones call these.
+  void AttentionForwardAny(void* out, bool out_bf16, void* state, const void* qkv, bool qkv_bf16, int B,
+                           int T, int C, int NH, Compute requested);
+  void AttentionBackwardAny(float* dqkv, void* scratch, const float* dout, const void* qkv, bool qkv_bf16,
+                            const void* state, int B, int T, int C, int NH, Compute requested);
+  // bf16 qkv widened into Scratch::kAttnWide (for attention computed in fp32).
+  const float* WidenQkv(const uint16_t* qkv, size_t n);
   // Strided-batched GEMM through cublasGemmStridedBatchedEx (column-major arguments), used by attention.
   void GemmStridedBatched(bool ta, bool tb, int m, int n, int k, float alpha, const void* a, int lda,
                           long long stride_a, const void* b, int ldb, long long stride_b, float beta,
