@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cpu/dnnl_matmul.h"
 #include "backend/cpu/fast_ops.h"
@@ -18,6 +19,9 @@ inline void Put(float* d, float x) {
 }
 inline void Put(uint16_t* d, float x) {
   *d = fast::ToBF16(x);
+}
+inline void Put(uint16_t* d, uint16_t x) {  // bf16 to bf16: the bits as they are
+  *d = x;
 }
 
 #if defined(__AVX512F__)
@@ -69,29 +73,49 @@ inline void Transpose16(V16 r[16]) {
   }
 }
 
-// 16 floats to d: as they are, or rounded to bf16 as fast::ToBF16 rounds (its BF16Bits on the whole vector).
+typedef uint32_t U16 __attribute__((vector_size(64)));
+typedef uint16_t H16 __attribute__((vector_size(32)));
+
+// 16 elements from s as floats (bf16 widened: its bits in the high half of each lane).
+inline V16 Load16(const float* s) {
+  V16 v;
+  __builtin_memcpy(&v, s, sizeof v);
+  return v;
+}
+inline V16 Load16(const uint16_t* s) {
+  H16 h;
+  __builtin_memcpy(&h, s, sizeof h);
+  const U16 u = __builtin_convertvector(h, U16) << 16;
+  V16 v;
+  __builtin_memcpy(&v, &u, sizeof v);
+  return v;
+}
+
+// 16 floats to d: as they are, or rounded to bf16 as fast::ToBF16 rounds (its BF16Bits on the whole vector);
+// from a bf16 source (S = uint16_t) the high halves as they are, so a bf16 transpose moves bits exactly.
+template <typename S>
 inline void Put16(float* d, V16 v) {
   __builtin_memcpy(d, &v, sizeof v);
 }
+template <typename S>
 inline void Put16(uint16_t* d, V16 v) {
-  typedef uint32_t U16 __attribute__((vector_size(64)));
-  typedef uint16_t H16 __attribute__((vector_size(32)));
   U16 u;
   __builtin_memcpy(&u, &v, sizeof u);
-  const H16 h = __builtin_convertvector(fast::BF16Bits(u), H16);
+  const H16 h = __builtin_convertvector(std::is_same_v<S, uint16_t> ? u >> 16 : fast::BF16Bits(u), H16);
   __builtin_memcpy(d, &h, sizeof h);
 }
 #endif
 
-// dst[j][r] = src[r][c0 + j] for j < cb, src [rows, cols], as fp32 or rounded to bf16 (T): blocks of 64
+// dst[j][r] = src[r][c0 + j] for j < cb, src [rows, cols] of fp32 or bf16 (S), as fp32 or bf16 (T; fp32 to
+// bf16 rounds, bf16 to bf16 copies the bits): blocks of 64
 // columns in parallel, 16 x 16 tiles transposed in AVX-512 registers, scalar elsewhere. The rows of a weight
 // gradient's A operand lie far apart (the LM head's: 1024 rows of 50257 floats), so a block reads 256
 // contiguous bytes of each row and asks for the next 16 rows' while it converts these: a 16-column strip
 // alone waited on one miss per row.
-template <typename T>
-void TransposeColumns(T* dst, const float* src, int rows, int cols, int c0, int cb) {
+template <typename T, typename S>
+void TransposeColumns(T* dst, const S* src, int rows, int cols, int c0, int cb) {
   constexpr int kTile = 16, kBlock = 64;
-  const float* s = src + c0;
+  const S* s = src + c0;
   const int blocks = (cb + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (static_cast <size_t>(rows) * cb >= kParallelMin)
   for (int blk = 0; blk < blocks; blk++) {
@@ -107,10 +131,9 @@ void TransposeColumns(T* dst, const float* src, int rows, int cols, int c0, int 
       }
       for (int j = j0; j < full_end; j += kTile) {
         V16 r[kTile];
-        for (int i = 0; i < kTile; i++)
-          __builtin_memcpy(&r[i], s + static_cast<size_t>(r0 + i) * cols + j, sizeof(V16));
+        for (int i = 0; i < kTile; i++) r[i] = Load16(s + static_cast<size_t>(r0 + i) * cols + j);
         Transpose16(r);
-        for (int i = 0; i < kTile; i++) Put16(dst + static_cast<size_t>(j + i) * rows + r0, r[i]);
+        for (int i = 0; i < kTile; i++) Put16<S>(dst + static_cast<size_t>(j + i) * rows + r0, r[i]);
       }
       for (int j = full_end; j < j1; j++)
         for (int r = r0; r < r0 + kTile; r++)
@@ -144,7 +167,8 @@ const void* ToCompute(CpuFastBackend& be, Operand op, size_t n, DType want, fast
 }
 
 #if defined(__AVX512F__)
-constexpr int kTransposeBlock = 2048;  // columns of A per transposed block (8 MB at K = 1024)
+constexpr int kTransposeBlock = 2048;    // columns of A per transposed block (8 MB at K = 1024)
+constexpr int kTransposeBlock16 = 8192;  // the same for bf16 (16 MB at K = 1024)
 #endif
 
 }  // namespace
@@ -199,6 +223,24 @@ void CpuFastBackend::Matmul(float* c, Operand a, Operand b, const float* bias, i
       TransposeColumns(block, src, K, M, m0, mb);
       ok =
           dnnl_->Run(c + static_cast<size_t>(m0) * N, block, fb, want, nullptr, mb, N, K, false, false, beta);
+    }
+    if (ok) return;
+  }
+  if (want == DType::kBF16 && ta && !trans_b && !bias && M >= 2 * kTransposeBlock16 && K >= 512) {
+    // The same for bf16 (the LM head's weight gradient under bf16 compute: A = the bf16 logits' gradient,
+    // K = 1024 rows): on a Zen 5, oneDNN 2.6's avx512_core_bf16 kernel ran the transposed A of 50257 x 384 x
+    // 1024 at 425-489 GFLOP/s, untransposed blocks of 2048 / 8192 columns at 611 / 750, the whole at 800
+    // (blocks of 8192: 16 MB, a fraction of the whole's 100 MB copy). At K = 256 (124M B4 T64) the transposed
+    // kernel is as fast as blocks plus the copy, so short reductions keep it. The copy moves bits: same
+    // product.
+    uint16_t* block = transposed_a16_.As<uint16_t>(static_cast<size_t>(kTransposeBlock16) * K);
+    const auto* src = static_cast<const uint16_t*>(pa);
+    bool ok = true;
+    for (int m0 = 0; ok && m0 < M; m0 += kTransposeBlock16) {
+      const int mb = std::min(kTransposeBlock16, M - m0);
+      TransposeColumns(block, src, K, M, m0, mb);
+      ok =
+          dnnl_->Run(c + static_cast<size_t>(m0) * N, block, pb, want, nullptr, mb, N, K, false, false, beta);
     }
     if (ok) return;
   }

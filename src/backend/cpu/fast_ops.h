@@ -104,6 +104,7 @@ class CpuFastBackend : public CpuReferenceBackend {
   fast::Scratch operand_a_, operand_b_;  // matmul operands converted to the compute type
   fast::Scratch widened_a_, widened_b_;  // bf16 operands widened to fp32 where oneDNN has no bf16 kernel
   fast::Scratch transposed_c_;           // Matmul: the product transposed, for long reductions (fp32)
+  fast::Scratch transposed_a16_;         // Matmul: blocks of a bf16 A transposed (weight gradients, bf16)
   fast::Scratch product_;                // MatmulToBF16 without a bf16 kernel: the fp32 product
   fast::Scratch loss_rows_;              // CrossEntropyForwardBackwardBF16: per-thread widened rows
   fast::Scratch partials_;               // per-thread / per-chunk partial sums

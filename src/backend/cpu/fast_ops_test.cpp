@@ -208,6 +208,37 @@ TEST_F(FastOpsTest, MatmulBF16TransposedOperandIsTheCastOfItsTranspose) {
   ExpectBitEqual(ar.Out(c1, size_t(M) * N), ar.Out(c2, size_t(M) * N), "cast-transposed A");
 }
 
+// A bf16 weight gradient with many output rows and a long enough reduction (the LM head's under bf16
+// compute): the fast backend copies A's columns transposed into blocks of 8192 (two full blocks and a tail of
+// 17 here, K with a tail of 3 rows past the 16 x 16 tiles) and multiplies them untransposed. The copy moves
+// bits, so the product is the product of A transposed beforehand, bit for bit, and within bf16 bounds of the
+// oracle.
+TEST_F(FastOpsTest, MatmulBF16WeightGradientInTransposedBlocks) {
+  const int M = 2 * 8192 + 17, N = 5, K = 515;
+  const auto a = ToBF16(U(size_t(K) * M)), b = ToBF16(U(size_t(K) * N));
+  const auto c0 = U(size_t(M) * N);
+  std::vector<uint16_t> at(a.size());
+  for (int k = 0; k < K; k++)
+    for (int m = 0; m < M; m++) at[size_t(m) * K + k] = a[size_t(k) * M + m];
+  for (float beta : {0.0f, 1.0f}) {
+    Check(
+        [&](Backend& be) {
+          Arena ar(be);
+          float* c = ar.In(c0);
+          be.Matmul(c, BF16(ar.In(a)), BF16(ar.In(b)), nullptr, M, N, K, true, false, beta, Compute::kBF16);
+          return Outputs{ar.Out(c, c0.size())};
+        },
+        1e-3, 1e-4, "beta=" + std::to_string(beta));
+    Arena ar(*fast_);
+    float* c1 = ar.In(c0);
+    float* c2 = ar.In(c0);
+    const uint16_t* pb = ar.In(b);
+    fast_->Matmul(c1, BF16(ar.In(a)), BF16(pb), nullptr, M, N, K, true, false, beta, Compute::kBF16);
+    fast_->Matmul(c2, BF16(ar.In(at)), BF16(pb), nullptr, M, N, K, false, false, beta, Compute::kBF16);
+    ExpectBitEqual(ar.Out(c1, c0.size()), ar.Out(c2, c0.size()), "blocks vs pre-transposed A");
+  }
+}
+
 // The fp32 shapes the fast backend reshapes for oneDNN: a long reduction into a small product (computed as
 // C^T = B^T A^T, then transposed) and a weight gradient with many output rows (A transposed in 2048-column
 // blocks: 8 full blocks and a tail of 17, K with a tail of 3 rows past the 16 x 16 tiles).
