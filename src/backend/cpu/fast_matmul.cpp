@@ -149,6 +149,22 @@ void TransposeColumns(T* dst, const S* src, int rows, int cols, int c0, int cb) 
   }
 }
 
+// C[M, N] = beta C + A^T B for A stored [K, M] (a weight gradient with many output rows): blocks of `cols`
+// columns of A copied transposed into scratch (TransposeColumns) and multiplied untransposed, for oneDNN
+// kernels that run a transposed A slower (see the callers). False if oneDNN has no kernel for the case.
+template <typename T>
+bool TransposedBlocks(DnnlMatmul& dnnl, fast::Scratch& scratch, int cols, float* c, const T* a, const void* b,
+                      DType dtype, int M, int N, int K, float beta) {
+  T* block = scratch.As<T>(static_cast<size_t>(cols) * K);
+  for (int m0 = 0; m0 < M; m0 += cols) {
+    const int mb = std::min(cols, M - m0);
+    TransposeColumns(block, a, K, M, m0, mb);
+    if (!dnnl.Run(c + static_cast<size_t>(m0) * N, block, b, dtype, nullptr, mb, N, K, false, false, beta))
+      return false;
+  }
+  return true;
+}
+
 // An operand brought to the compute type: bf16 compute casts fp32 into scratch; fp32 compute widens bf16.
 const void* ToCompute(CpuFastBackend& be, Operand op, size_t n, DType want, fast::Scratch& scratch) {
   if (op.dtype == want) return op.ptr;
@@ -214,17 +230,9 @@ void CpuFastBackend::Matmul(float* c, Operand a, Operand b, const float* bias, i
     // oneDNN 2.6's fp32 kernel multiplies a transposed A 10-15 % slower than an untransposed one, so blocks
     // of A's columns are transposed (in registers, 16 x 16) into an L2/L3-sized block and multiplied as they
     // are.
-    float* block = transposed_c_.As<float>(static_cast<size_t>(kTransposeBlock) * K);
-    const float* src = static_cast<const float*>(pa);
-    const float* fb = static_cast<const float*>(pb);
-    bool ok = true;
-    for (int m0 = 0; ok && m0 < M; m0 += kTransposeBlock) {
-      const int mb = std::min(kTransposeBlock, M - m0);
-      TransposeColumns(block, src, K, M, m0, mb);
-      ok =
-          dnnl_->Run(c + static_cast<size_t>(m0) * N, block, fb, want, nullptr, mb, N, K, false, false, beta);
-    }
-    if (ok) return;
+    if (TransposedBlocks(*dnnl_, transposed_c_, kTransposeBlock, c, static_cast<const float*>(pa), pb, want,
+                         M, N, K, beta))
+      return;
   }
   if (want == DType::kBF16 && ta && !trans_b && !bias && M >= 2 * kTransposeBlock16 && K >= 512) {
     // The same for bf16 (the LM head's weight gradient under bf16 compute: A = the bf16 logits' gradient,
@@ -233,16 +241,9 @@ void CpuFastBackend::Matmul(float* c, Operand a, Operand b, const float* bias, i
     // (blocks of 8192: 16 MB, a fraction of the whole's 100 MB copy). At K = 256 (124M B4 T64) the transposed
     // kernel is as fast as blocks plus the copy, so short reductions keep it. The copy moves bits: same
     // product.
-    uint16_t* block = transposed_a16_.As<uint16_t>(static_cast<size_t>(kTransposeBlock16) * K);
-    const auto* src = static_cast<const uint16_t*>(pa);
-    bool ok = true;
-    for (int m0 = 0; ok && m0 < M; m0 += kTransposeBlock16) {
-      const int mb = std::min(kTransposeBlock16, M - m0);
-      TransposeColumns(block, src, K, M, m0, mb);
-      ok =
-          dnnl_->Run(c + static_cast<size_t>(m0) * N, block, pb, want, nullptr, mb, N, K, false, false, beta);
-    }
-    if (ok) return;
+    if (TransposedBlocks(*dnnl_, transposed_a16_, kTransposeBlock16, c, static_cast<const uint16_t*>(pa), pb,
+                         want, M, N, K, beta))
+      return;
   }
 #endif
   if (dnnl_->Run(c, pa, pb, want, bias, M, N, K, ta, trans_b, beta)) return;

@@ -46,19 +46,6 @@ __device__ __forceinline__ float RoundIn(float x, int mode) {
   return x;
 }
 
-__device__ __forceinline__ float Widen(float x) {
-  return x;
-}
-__device__ __forceinline__ float Widen(uint16_t x) {
-  return FromBF16Bits(x);
-}
-__device__ __forceinline__ void Store(float* p, float x) {
-  *p = x;
-}
-__device__ __forceinline__ void Store(uint16_t* p, float x) {
-  *p = ToBF16Bits(x);
-}
-
 // rows [row0, row0 + count) of one head (column offset `col` in a row of `stride` elements) into
 // dst[count][ld], widened and rounded; rows at or past T are zero.
 template <typename In>
@@ -131,7 +118,7 @@ __global__ void FlashForwardKernel(Out* __restrict__ out, float* __restrict__ ls
 #pragma unroll
   for (int i = 0; i < kPerLane; i++) {
     const int d = lane + i * kWarp;
-    if (d < hs) Store(y + d, o[i] * inv);
+    if (d < hs) StoreRounded(y + d, o[i] * inv);
   }
   if (lane == 0) lse[static_cast<size_t>(bh) * g.T + t] = m + logf(l);
 }

@@ -19,19 +19,6 @@ __device__ __forceinline__ void Combine(float& m, float& s, float m2, float s2) 
   m = nm;
 }
 
-__device__ __forceinline__ float Load(float x) {
-  return x;
-}
-__device__ __forceinline__ float Load(uint16_t x) {
-  return FromBF16Bits(x);
-}
-__device__ __forceinline__ void Store(float* p, float g) {
-  *p = g;
-}
-__device__ __forceinline__ void Store(uint16_t* p, float g) {
-  *p = ToBF16Bits(g);
-}
-
 // T: float, or uint16_t for bf16 logits (read widened, the gradient rounded to nearest even).
 template <typename T>
 __global__ void CrossEntropyKernel(float* __restrict__ losses, T* __restrict__ logits,
@@ -41,7 +28,7 @@ __global__ void CrossEntropyKernel(float* __restrict__ losses, T* __restrict__ l
   T* x = logits + static_cast<size_t>(blockIdx.x) * V;
   float m = -FLT_MAX, s = 0.0f;
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    const float v = Load(x[i]);
+    const float v = Widen(x[i]);
     if (v > m) {
       s = s * expf(m - v) + 1.0f;
       m = v;
@@ -67,12 +54,12 @@ __global__ void CrossEntropyKernel(float* __restrict__ losses, T* __restrict__ l
   __syncthreads();
   const float lse = sh_lse;
   const int target = targets[blockIdx.x];
-  if (threadIdx.x == 0) losses[blockIdx.x] = target < 0 ? 0.0f : lse - Load(x[target]);
+  if (threadIdx.x == 0) losses[blockIdx.x] = target < 0 ? 0.0f : lse - Widen(x[target]);
   if (dloss == 0.0f) return;
   __syncthreads();  // x[target] is read before any thread overwrites the row
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    const float p = expf(Load(x[i]) - lse);
-    Store(x + i, target < 0 ? 0.0f : (p - (i == target ? 1.0f : 0.0f)) * dloss);
+    const float p = expf(Widen(x[i]) - lse);
+    StoreRounded(x + i, target < 0 ? 0.0f : (p - (i == target ? 1.0f : 0.0f)) * dloss);
   }
 }
 

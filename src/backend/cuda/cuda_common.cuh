@@ -33,6 +33,20 @@ __device__ __forceinline__ uint16_t ToBF16Bits(float x) {
 __device__ __forceinline__ float FromBF16Bits(uint16_t b) {
   return __uint_as_float(static_cast<uint32_t>(b) << 16);
 }
+// An element of fp32 or bf16 (uint16_t) storage as fp32, and fp32 stored into either (bf16: rounded to
+// nearest even): the kernels templated on their storage type read and write through these.
+__device__ __forceinline__ float Widen(float x) {
+  return x;
+}
+__device__ __forceinline__ float Widen(uint16_t x) {
+  return FromBF16Bits(x);
+}
+__device__ __forceinline__ void StoreRounded(float* p, float x) {
+  *p = x;
+}
+__device__ __forceinline__ void StoreRounded(uint16_t* p, float x) {
+  *p = ToBF16Bits(x);
+}
 // IEEE fp16, round-to-nearest-even; above 65504 -> inf (what the fp16 loss scaler detects).
 __device__ __forceinline__ uint16_t ToF16Bits(float x) {
   return __half_as_ushort(__float2half_rn(x));

@@ -46,19 +46,6 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / kWarp;
 
-__device__ __forceinline__ float LoadKv(const float* p, size_t i) {
-  return p[i];
-}
-__device__ __forceinline__ float LoadKv(const uint16_t* p, size_t i) {
-  return FromBF16Bits(p[i]);
-}
-__device__ __forceinline__ void StoreKv(float* p, size_t i, float x) {
-  p[i] = x;
-}
-__device__ __forceinline__ void StoreKv(uint16_t* p, size_t i, float x) {
-  p[i] = ToBF16Bits(x);
-}
-
 // One thread per element of the k (and v) part of the rows: key j of head h goes to
 // k_cache[block, h, j, slot], value j to v_cache[block, h, slot, j].
 template <typename T>
@@ -73,8 +60,8 @@ __global__ void KvCacheWriteKernel(T* __restrict__ k_cache, T* __restrict__ v_ca
     const int block = slots[row] / bs, slot = slots[row] % bs;
     const float* x = qkv + row * 3 * C;
     const size_t head = static_cast<size_t>(block) * NH + h;
-    StoreKv(k_cache, (head * hs + j) * bs + slot, x[C + c]);
-    StoreKv(v_cache, (head * bs + slot) * hs + j, x[2 * C + c]);
+    StoreRounded(k_cache + (head * hs + j) * bs + slot, x[C + c]);
+    StoreRounded(v_cache + (head * bs + slot) * hs + j, x[2 * C + c]);
   }
 }
 
@@ -135,7 +122,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int p = tid; p <= pos; p += kThreads) {
     const T* k = k_cache + (static_cast<size_t>(table[p / bs]) * g.NH + h) * hs * bs + p % bs;
     float dot = 0.0f;
-    for (int j = 0; j < hs; j++) dot += q[j] * LoadKv(k, static_cast<size_t>(j) * bs);
+    for (int j = 0; j < hs; j++) dot += q[j] * Widen(k[static_cast<size_t>(j) * bs]);
     dot *= g.scale;
     att[p] = dot;
     m = fmaxf(m, dot);
@@ -155,7 +142,7 @@ __global__ void __launch_bounds__(kThreads)
   // 4. out = sum_p (att[p] * inv) v_p
   float* o = out + static_cast<size_t>(row) * g.C + h * hs;
   auto value = [&](int p, int j) {
-    return LoadKv(v_cache, ((static_cast<size_t>(table[p / bs]) * g.NH + h) * bs + p % bs) * hs + j);
+    return Widen(v_cache[((static_cast<size_t>(table[p / bs]) * g.NH + h) * bs + p % bs) * hs + j]);
   };
   if (2 * hs > kThreads) {  // one group: each thread sums whole columns
     for (int j = tid; j < hs; j += kThreads) {
