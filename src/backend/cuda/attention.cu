@@ -104,19 +104,10 @@ void CudaBackend::AttentionForwardAny(void* out, bool out_bf16, void* state, con
   const bool half = compute != Compute::kF32, f16 = compute == Compute::kF16;  // half: 16-bit GEMMs
   const cudaDataType_t type = cuda::GemmType(compute);
   const size_t esize = half ? 2 : 4, tt = static_cast<size_t>(T) * T, rows = static_cast<size_t>(NH) * T;
-  const size_t n = static_cast<size_t>(B) * T * C3;
-  if (qkv_bf16 && compute != Compute::kBF16) qkv = WidenQkv(static_cast<const uint16_t*>(qkv), n);
-  const bool direct = qkv_bf16 && compute == Compute::kBF16;  // the GEMMs read the caller's bf16 q, k, v
-  const char* base = static_cast<const char*>(qkv);
+  const char* base =
+      static_cast<const char*>(GemmQkv(qkv, qkv_bf16, static_cast<size_t>(B) * T * C3, compute));
   uint16_t* p16 = nullptr;
-  if (half) {
-    if (!direct) {
-      auto* q16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnQkv, n * sizeof(uint16_t)));
-      CastToHalf(q16, static_cast<const float*>(qkv), n, f16);
-      base = reinterpret_cast<const char*>(q16);
-    }
-    p16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnP, NH * tt * sizeof(uint16_t)));
-  }
+  if (half) p16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnP, NH * tt * sizeof(uint16_t)));
   // A bf16 output is the fp32 GEMM result rounded once at the end (what the fp32 interface then a cast
   // gives).
   const size_t nout = static_cast<size_t>(B) * T * C;
@@ -162,18 +153,12 @@ void CudaBackend::AttentionBackwardAny(float* dqkv, void* scratch, const float* 
   const bool half = compute != Compute::kF32, f16 = compute == Compute::kF16;
   const cudaDataType_t type = cuda::GemmType(compute);
   const size_t esize = half ? 2 : 4, tt = static_cast<size_t>(T) * T, rows = static_cast<size_t>(NH) * T;
-  const size_t n = static_cast<size_t>(B) * T * C3, nd = static_cast<size_t>(B) * T * C;
-  if (qkv_bf16 && compute != Compute::kBF16) qkv = WidenQkv(static_cast<const uint16_t*>(qkv), n);
-  const bool direct = qkv_bf16 && compute == Compute::kBF16;  // the GEMMs read the caller's bf16 q, k, v
-  const char* base = static_cast<const char*>(qkv);
+  const char* base =
+      static_cast<const char*>(GemmQkv(qkv, qkv_bf16, static_cast<size_t>(B) * T * C3, compute));
   const char* dbase = reinterpret_cast<const char*>(dout);
   uint16_t *p16 = nullptr, *dp16 = nullptr;
   if (half) {
-    if (!direct) {
-      auto* q16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnQkv, n * sizeof(uint16_t)));
-      CastToHalf(q16, static_cast<const float*>(qkv), n, f16);
-      base = reinterpret_cast<const char*>(q16);
-    }
+    const size_t nd = static_cast<size_t>(B) * T * C;
     auto* d16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnDout, nd * sizeof(uint16_t)));
     CastToHalf(d16, dout, nd, f16);
     dbase = reinterpret_cast<const char*>(d16);
@@ -215,10 +200,17 @@ void CudaBackend::AttentionBackwardBF16(float* dqkv, void* scratch, const float*
   AttentionBackwardAny(dqkv, scratch, dout, qkv, true, state, B, T, C, NH, compute);
 }
 
-const float* CudaBackend::WidenQkv(const uint16_t* qkv, size_t n) {
-  auto* wide = static_cast<float*>(ScratchBuffer(cuda::Scratch::kAttnWide, n * sizeof(float)));
-  cuda::LaunchWidenBF16ToF32(wide, qkv, n, stream_);
-  return wide;
+const void* CudaBackend::GemmQkv(const void* qkv, bool qkv_bf16, size_t n, Compute compute) {
+  if (qkv_bf16 && compute == Compute::kBF16) return qkv;  // the caller's bf16 q, k, v as they are
+  if (qkv_bf16) {  // attention computing in fp32 (or fp16): widened first
+    auto* wide = static_cast<float*>(ScratchBuffer(cuda::Scratch::kAttnWide, n * sizeof(float)));
+    cuda::LaunchWidenBF16ToF32(wide, static_cast<const uint16_t*>(qkv), n, stream_);
+    qkv = wide;
+  }
+  if (compute == Compute::kF32) return qkv;
+  auto* q16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnQkv, n * sizeof(uint16_t)));
+  CastToHalf(q16, static_cast<const float*>(qkv), n, compute == Compute::kF16);
+  return q16;
 }
 
 }  // namespace tern

@@ -209,8 +209,9 @@ class CudaBackend : public Backend {
                            int T, int C, int NH, Compute requested);
   void AttentionBackwardAny(float* dqkv, void* scratch, const float* dout, const void* qkv, bool qkv_bf16,
                             const void* state, int B, int T, int C, int NH, Compute requested);
-  // bf16 qkv widened into Scratch::kAttnWide (for attention computed in fp32).
-  const float* WidenQkv(const uint16_t* qkv, size_t n);
+  // n elements of q, k, v (bf16 when qkv_bf16, else fp32) in the type of attention's GEMMs at `compute`: the
+  // caller's when they already are, else widened (Scratch::kAttnWide) and/or cast (Scratch::kAttnQkv).
+  const void* GemmQkv(const void* qkv, bool qkv_bf16, size_t n, Compute compute);
   // Strided-batched GEMM through cublasGemmStridedBatchedEx (column-major arguments), used by attention.
   void GemmStridedBatched(bool ta, bool tb, int m, int n, int k, float alpha, const void* a, int lda,
                           long long stride_a, const void* b, int ldb, long long stride_b, float beta,
