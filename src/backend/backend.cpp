@@ -137,14 +137,25 @@ void Backend::AttentionBackwardBF16(float* dqkv, void* scratch, const float* dou
 }
 
 const char* AttentionKindName(AttentionKind k) {
-  return k == AttentionKind::kFlash ? "flash" : "naive";
+  switch (k) {
+    case AttentionKind::kFlash:
+      return "flash";
+    case AttentionKind::kCudnn:
+      return "cudnn";
+    case AttentionKind::kNaive:
+      break;
+  }
+  return "naive";
 }
 
-AttentionMemory AttentionStateBytes(AttentionKind kind, int B, int T, int /*C*/, int NH,
-                                    Compute /*compute*/) {
+AttentionMemory AttentionStateBytes(AttentionKind kind, int B, int T, int C, int NH, Compute compute) {
   const size_t rows = static_cast<size_t>(B) * NH * T;  // score rows
+  const size_t n = static_cast<size_t>(B) * T * C;      // elements of the output
   AttentionMemory m;
-  if (kind == AttentionKind::kFlash) {
+  if (kind == AttentionKind::kCudnn && compute == Compute::kBF16) {
+    m.state = rows * 2 * sizeof(float) + n * sizeof(uint16_t);
+    m.scratch = 4 * n * sizeof(uint16_t) + rows * sizeof(float);
+  } else if (kind == AttentionKind::kFlash || kind == AttentionKind::kCudnn) {
     m.state = rows * 2 * sizeof(float);
   } else {
     m.state = rows * T * sizeof(float);

@@ -40,18 +40,22 @@ const char* ComputeName(Compute c);
 
 // Causal-attention kernel families (Backend::SetAttentionKernel, `train.attention`). kNaive keeps the
 // softmax probabilities for the backward; kFlash keeps two floats per score row (the softmax statistics)
-// and recomputes the probabilities in the backward.
-enum class AttentionKind : uint8_t { kNaive, kFlash };
-const char* AttentionKindName(AttentionKind k);  // "naive", "flash"
+// and recomputes the probabilities in the backward; kCudnn (the CUDA backend, where cuDNN 9 loads) is cuDNN's
+// fused flash attention, which also keeps the layer's bf16 output for its backward.
+enum class AttentionKind : uint8_t { kNaive, kFlash, kCudnn };
+const char* AttentionKindName(AttentionKind k);  // "naive", "flash", "cudnn"
 // What attention keeps from a layer's forward for its backward (`state`, bytes per layer) and what its
 // backward needs as scratch (`scratch`, bytes, shared by every layer), at micro-batch B x T:
 //   kNaive: state = the probabilities att[B,NH,T,T] (fp32); scratch = datt[B,NH,T,T] (fp32)
 //   kFlash: state = two fp32 per score row [B,NH,T,2] in the backend's own layout (CUDA: the logsumexp;
 //           the fast CPU path: the row maximum and 1/sum, so that it recomputes the naive kernel's
 //           probabilities bit for bit); scratch = 0 (a backend's per-thread working memory is its own).
+//   kCudnn: at bf16 compute, state = kFlash's state, then the bf16 output o[B,T,C]; scratch = bf16
+//           dout[B,T,C] + bf16 dqkv[B,T,3C] + one fp32 per score row. Linear in B (the planner scales by B);
+//           the parts start 16-byte aligned, as cuDNN needs, when C % 8 == 0 and B*NH*T is even (else the
+//           flash kernels run it). At fp32 and fp16 compute (the flash kernels run those) it is kFlash's.
 // The model allocates both (Gpt::memory()) and the planner counts both (GptMemoryEstimate), so they agree.
-// `compute` is part of the signature so that a 16-bit state (a cuDNN kernel's) can size itself; no kind
-// depends on it yet.
+// `compute` is part of the signature so that a 16-bit state (a cuDNN kernel's) can size itself.
 struct AttentionMemory {
   size_t state = 0;
   size_t scratch = 0;

@@ -38,8 +38,33 @@ TEST(BackendCapabilities, CpuBackends) {
     EXPECT_FALSE(c.HasKvDType(DType::kI32)) << be->name();
     EXPECT_TRUE(c.HasAttentionKind("naive")) << be->name();
     EXPECT_EQ(c.HasAttentionKind("flash"), be->name() == "cpu") << be->name();
+    EXPECT_FALSE(c.HasAttentionKind("cudnn")) << be->name();  // cuDNN's fused attention is the CUDA backend's
+    EXPECT_FALSE(be->SetAttentionKernel("cudnn")) << be->name();
+    EXPECT_EQ(be->attention_kind(), AttentionKind::kNaive) << be->name();
     EXPECT_EQ(be->PciBusId(), "") << be->name();
   }
+}
+
+// cuDNN's state: the flash kernels' rows then the bf16 output, and a scratch of bf16 dout and dqkv and one
+// float per row; only at bf16 compute (the flash kernels run fp32 and fp16). Linear in B: the planner scales
+// by B.
+TEST(AttentionStateBytes, CudnnKeepsTheFlashRowsAndTheBf16Output) {
+  const int B = 2, T = 67, C = 96, NH = 3;
+  const size_t rows = 2 * 3 * 67, n = 2 * 67 * 96;
+  const AttentionMemory flash = AttentionStateBytes(AttentionKind::kFlash, B, T, C, NH, Compute::kBF16);
+  const AttentionMemory cudnn = AttentionStateBytes(AttentionKind::kCudnn, B, T, C, NH, Compute::kBF16);
+  EXPECT_EQ(flash.state, rows * 8);
+  EXPECT_EQ(cudnn.state, n * 2 + rows * 8);
+  EXPECT_EQ(cudnn.scratch, n * 2 + 3 * n * 2 + rows * 4);
+  const AttentionMemory twice = AttentionStateBytes(AttentionKind::kCudnn, 2 * B, T, C, NH, Compute::kBF16);
+  EXPECT_EQ(twice.state, 2 * cudnn.state);
+  EXPECT_EQ(twice.scratch, 2 * cudnn.scratch);
+  for (Compute c : {Compute::kF32, Compute::kF16}) {
+    const AttentionMemory m = AttentionStateBytes(AttentionKind::kCudnn, B, T, C, NH, c);
+    EXPECT_EQ(m.state, flash.state) << ComputeName(c);
+    EXPECT_EQ(m.scratch, flash.scratch) << ComputeName(c);
+  }
+  EXPECT_STREQ(AttentionKindName(AttentionKind::kCudnn), "cudnn");
 }
 
 // The decorator passes its inner backend's capabilities on and adds an (emulated, so not native) fp16 matmul.

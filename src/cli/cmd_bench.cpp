@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include <fmt/ranges.h>
 
@@ -29,6 +30,7 @@ struct BenchCliOptions {
   // Which of the shape flags were given: with --config, the others come from the config.
   bool batch_given = false, seq_given = false, accum_given = false, precision_given = false,
        device_given = false, recompute_given = false;
+  std::optional<AttentionKind> attention;  // --attention, over the config's
 };
 
 // A flag's value through the config registry's parser: its error (naming the allowed values) is the flag's.
@@ -66,6 +68,7 @@ Status ApplyConfig(BenchCliOptions* o) {
   if (!o->precision_given) b.precision = cfg.precision;
   if (!o->device_given) b.device = cfg.device;
   if (!o->recompute_given) b.recompute = cfg.recompute;
+  if (o->attention) b.train.attention = *o->attention;
   if (std::filesystem::exists(cfg.data_dir + "/tokenizer.model")) b.data_dir = cfg.data_dir;
   b.sample_tokens = cfg.sample_tokens;
   b.sample_choices = cfg.num_samples > 0 ? cfg.num_samples : 1;
@@ -276,6 +279,13 @@ void AddBenchCommand(CLI::App& root, CommandTable& table) {
         o->bench.recompute = Parsed("--recompute", ParseRecompute(v)), o->recompute_given = true;
       },
       "none | gelu (train.recompute: recompute the GELU outputs in the backward)");
+  sub->add_option_function<std::string>(
+      "--attention",
+      [o](const std::string& v) {
+        o->attention = Parsed("--attention", ParseAttention(v));
+        o->bench.train.attention = *o->attention;
+      },
+      "naive | flash | cudnn (train.attention: the attention kernels)");
   sub->add_option("--steps", o->bench.steps, "timed steps (the median is reported)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -54,7 +54,7 @@ TEST(MemoryAgreement, PlannerEstimateIsTheModelsAllocation) {
   // train.logits_chunk: the whole micro-batch's logits, the default chunk, and a chunk that divides no N.
   for (int chunk : {0, kDefaultLogitsChunk, 100})
     for (const Shape& s : shapes)
-      for (AttentionKind kind : {AttentionKind::kNaive, AttentionKind::kFlash}) {
+      for (AttentionKind kind : {AttentionKind::kNaive, AttentionKind::kFlash, AttentionKind::kCudnn}) {
         for (const auto& p : precisions) {
           for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
             SCOPED_TRACE(fmt::format("{}, compute {}, recompute {}, attention {}, logits chunk {}", s.what,

@@ -148,7 +148,8 @@ const Choice<LrScheduleKind> kSchedules[] = {{LrScheduleKind::kCosine, "cosine"}
                                              {LrScheduleKind::kConstant, "constant"}};
 const Choice<AttentionKind> kAttentions[] = {
     {AttentionKind::kNaive, AttentionKindName(AttentionKind::kNaive)},
-    {AttentionKind::kFlash, AttentionKindName(AttentionKind::kFlash)}};
+    {AttentionKind::kFlash, AttentionKindName(AttentionKind::kFlash)},
+    {AttentionKind::kCudnn, AttentionKindName(AttentionKind::kCudnn)}};
 const Choice<WhenBusy> kWhenBusy[] = {{WhenBusy::kWait, "wait"}, {WhenBusy::kSkip, "skip"}};
 const Choice<OnSaveError> kOnError[] = {{OnSaveError::kContinue, "continue"}, {OnSaveError::kStop, "stop"}};
 const Choice<OnNotice> kOnNotice[] = {{OnNotice::kFinish, "finish"}, {OnNotice::kAbandon, "abandon"}};
@@ -244,7 +245,9 @@ const std::vector<Key>& Registry() {
            "the backward (saves (L-1) x B*T x 4C floats for L-1 extra GELU forwards; same gradients)"),
       Enum("train.attention", &C::attention, kAttentions,
            "attention kernels: naive saves the probabilities [B,NH,T,T] per layer; flash only two floats per "
-           "score row and recomputes the rest in the backward (less memory, one more Q.K^T); CPU and CUDA"),
+           "score row and recomputes the rest in the backward (less memory, one more Q.K^T); CPU and CUDA; "
+           "cudnn: "
+           "cuDNN's fused flash attention at bf16 (CUDA with cuDNN 9; flash kernels where cuDNN declines)"),
       Number("train.logits_chunk", &C::logits_chunk, 0,
              "fused classifier: the LM head's logits, loss and backward run this many rows at a time, so "
              "[rows, V] fp32 logits are held instead of [B*T, V]; 0 = all B*T rows at once"),
@@ -466,6 +469,9 @@ Result<TrainPrecision> ParsePrecision(const std::string& text) {
 }
 Result<TrainDevice> ParseDevice(const std::string& text) {
   return ParseChoice("train.device", kDevices, text);
+}
+Result<AttentionKind> ParseAttention(const std::string& text) {
+  return ParseChoice("train.attention", kAttentions, text);
 }
 
 std::string ResumeFrom::ToString() const {

@@ -25,7 +25,7 @@ enum class OnNotice { kFinish, kAbandon };               // ckpt.on_notice: fini
 enum class NoticeKind { kAws, kGcp };                    // ckpt.notice_kind: aws | gcp
 enum class DistBackend { kAuto, kNone, kMpi, kNccl };    // dist.backend: auto | none | mpi | nccl
 // train.recompute is the model layer's Recompute (model/gpt_config.h): none | gelu; train.attention the
-// backend's AttentionKind (backend/backend.h): naive | flash.
+// backend's AttentionKind (backend/backend.h): naive | flash | cudnn.
 
 // The name a config writes for each value ("bf16", "cpu-ref", ...), as TrainConfigToYaml and the logs print
 // it.
@@ -38,6 +38,7 @@ const char* DistBackendName(DistBackend v);
 // error names the key, "train.precision: 'bf61' is not one of fp32, bf16, fp16".
 Result<TrainPrecision> ParsePrecision(const std::string& text);
 Result<TrainDevice> ParseDevice(const std::string& text);
+Result<AttentionKind> ParseAttention(const std::string& text);
 
 // ckpt.resume: auto (the newest valid checkpoint across tiers, else a fresh start), none, or a path.
 struct ResumeFrom {

@@ -20,10 +20,10 @@ struct EnumKey {
 };
 
 constexpr EnumKey kEnumKeys[] = {
-    {"train.precision", "fp32, bf16, fp16"}, {"train.device", "cpu, cpu-ref, cuda, auto"},
-    {"train.recompute", "none, gelu"},       {"train.schedule", "cosine, constant"},
-    {"train.attention", "naive, flash"},     {"ckpt.when_busy", "wait, skip"},
-    {"ckpt.on_error", "continue, stop"},     {"ckpt.on_notice", "finish, abandon"},
+    {"train.precision", "fp32, bf16, fp16"},    {"train.device", "cpu, cpu-ref, cuda, auto"},
+    {"train.recompute", "none, gelu"},          {"train.schedule", "cosine, constant"},
+    {"train.attention", "naive, flash, cudnn"}, {"ckpt.when_busy", "wait, skip"},
+    {"ckpt.on_error", "continue, stop"},        {"ckpt.on_notice", "finish, abandon"},
     {"ckpt.notice_kind", "aws, gcp"},
 };
 
@@ -157,6 +157,13 @@ TEST(RunSetup, AttentionKindReachesTheBackendOrNamesWhatItHas) {
             std::string::npos)
       << ref.status().message();
   EXPECT_NE(ref.status().message().find("(it has naive)"), std::string::npos) << ref.status().message();
+  // cuDNN's fused attention is the CUDA backend's: on the CPU the error says so
+  ASSERT_TRUE(ApplyOverride("train.attention=cudnn", &c).ok());
+  ASSERT_TRUE(ApplyOverride("train.device=cpu", &c).ok());
+  Result<RunSetup> cpu = MakeRunSetup(c);
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_NE(cpu.status().message().find("train.attention=cudnn is not available on cpu"), std::string::npos)
+      << cpu.status().message();
 }
 
 }  // namespace

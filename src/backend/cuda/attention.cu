@@ -11,7 +11,8 @@
 // scale, so an overflow shows up as inf in the gradients, which the loss scaler then skips.
 //
 // SetAttentionKernel("flash") routes both ops to attention_flash.cu instead (no att[B,NH,T,T]: the state is
-// the logsumexp of each row, AttentionStateBytes(kFlash, ...)). Next step (see README.md): cuDNN SDPA.
+// the logsumexp of each row, AttentionStateBytes(kFlash, ...)); SetAttentionKernel("cudnn") to cuDNN's fused
+// attention (attention_cudnn.cu), with the flash kernels for the calls cuDNN does not take.
 //
 // bf16 q, k, v (AttentionForwardBF16 / AttentionBackwardBF16, the model's layout under bf16 compute) go to
 // the GEMMs and the flash kernels as they are, without a widened copy: at bf16 compute the fp32 interface
@@ -93,7 +94,9 @@ void CudaBackend::AttentionForward(float* out, void* state, const float* qkv, in
 void CudaBackend::AttentionForwardAny(void* out, bool out_bf16, void* state, const void* qkv, bool qkv_bf16,
                                       int B, int T, int C, int NH, Compute requested) {
   if (B <= 0 || T <= 0) return;
-  if (flash_attention_) {
+  if (cudnn_attention_ && CudnnAttentionForward(out, out_bf16, state, qkv, qkv_bf16, B, T, C, NH, requested))
+    return;
+  if (flash_attention_ || cudnn_attention_) {  // cuDNN's state starts with the flash kernels' (lse)
     FlashAttentionForward(out, out_bf16, static_cast<float*>(state), qkv, qkv_bf16, B, T, C, NH, requested);
     return;
   }
@@ -140,7 +143,10 @@ void CudaBackend::AttentionBackwardAny(float* dqkv, void* scratch, const float* 
                                        bool qkv_bf16, const void* state, int B, int T, int C, int NH,
                                        Compute requested) {
   if (B <= 0 || T <= 0) return;
-  if (flash_attention_) {
+  if (cudnn_attention_ &&
+      CudnnAttentionBackward(dqkv, scratch, dout, qkv, qkv_bf16, state, B, T, C, NH, requested))
+    return;
+  if (flash_attention_ || cudnn_attention_) {
     FlashAttentionBackward(dqkv, dout, qkv, qkv_bf16, static_cast<const float*>(state), B, T, C, NH,
                            requested);
     return;

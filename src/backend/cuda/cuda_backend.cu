@@ -63,21 +63,29 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 Capabilities CudaBackend::capabilities() const {
   Capabilities c;
   c.fp16_matmul = c.native_fp16 = true;
-  c.kv_dtypes = {DType::kF32, DType::kBF16};  // paged_attention.cu has no int8 cache yet
-  c.attention_kinds = {"naive", "flash"};     // attention.cu, attention_flash.cu
+  c.kv_dtypes = {DType::kF32, DType::kBF16};                   // paged_attention.cu has no int8 cache yet
+  c.attention_kinds = {"naive", "flash"};                      // attention.cu, attention_flash.cu
+  if (CudnnAvailable()) c.attention_kinds.push_back("cudnn");  // attention_cudnn.cu
   c.is_gpu = true;
   return c;
 }
 
 bool CudaBackend::SetAttentionKernel(const std::string& kind) {
+  std::string why;
+  if (kind == "cudnn" && !CudnnAvailable(&why)) {
+    std::fprintf(stderr, "[tern cuda] train.attention=cudnn: %s\n", why.c_str());
+    return false;
+  }
   if (!capabilities().HasAttentionKind(kind)) return false;
   flash_attention_ = kind == "flash";
+  cudnn_attention_ = kind == "cudnn";
   return true;
 }
 
 CudaBackend::~CudaBackend() {
   // Errors are ignored here: at process exit the runtime may already be unloading.
   cudaStreamSynchronize(stream_);
+  cudnn_.reset();  // its handle is bound to stream_
   for (auto& kv : plans_) {
     cuda::LtPlan& p = kv.second;
     if (p.desc) cublasLtMatmulDescDestroy(p.desc);

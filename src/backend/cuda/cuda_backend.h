@@ -46,6 +46,7 @@ enum class Scratch : int {
   kPagedScores,  // PagedAttentionForward: scores beyond the shared-memory limit (long contexts)
   kAttnWide,  // AttentionForwardBF16 / BackwardBF16 computing in fp32 (TERN_CUDA_ATTENTION=fp32): qkv widened
   kAttnOut,   // AttentionForwardBF16, naive kernel: the fp32 output before its rounding
+  kCudnnWorkspace,  // train.attention=cudnn: the cuDNN plan's workspace
   kCount
 };
 
@@ -57,6 +58,12 @@ enum class PinnedSlot : int {
   kUpload0,
   kUpload1,  // Upload's staging, used in turn
   kCount
+};
+
+// train.attention=cudnn's graphs and cuDNN handle (attention_cudnn.cu).
+struct CudnnAttention;
+struct CudnnAttentionDeleter {
+  void operator()(CudnnAttention* p) const;
 };
 
 // A cached cuBLASLt plan for one matmul shape.
@@ -78,12 +85,13 @@ class CudaBackend : public Backend {
 
   std::string name() const override { return name_; }
   // Device memory; native fp16 (CUDA_R_16F GEMMs through cuBLASLt); fp32 and bf16 KV caches; naive and
-  // flash attention.
+  // flash attention, and cuDNN's fused attention where cuDNN 9 loads.
   Capabilities capabilities() const override;
   std::string PciBusId() const override { return pci_bus_id_; }
   void* native_stream() const override { return stream_; }
   bool SetAttentionKernel(const std::string& kind) override;
   AttentionKind attention_kind() const override {
+    if (cudnn_attention_) return AttentionKind::kCudnn;
     return flash_attention_ ? AttentionKind::kFlash : AttentionKind::kNaive;
   }
 
@@ -170,6 +178,10 @@ class CudaBackend : public Backend {
   Compute attention_compute(Compute requested) const;
 
   cudaStream_t stream() const { return stream_; }
+  // Whether cuDNN 9 loads here (train.attention=cudnn); *why says what is missing when it does not.
+  bool CudnnAvailable(std::string* why = nullptr) const;
+  // How many attention forwards cuDNN ran (not the flash kernels it falls back to): tests check the path.
+  int64_t cudnn_attention_forwards() const;
   // Grows a scratch buffer to at least `bytes` (synchronising the stream first when it must grow).
   void* ScratchBuffer(cuda::Scratch which, size_t bytes);
 
@@ -204,6 +216,17 @@ class CudaBackend : public Backend {
                              int T, int C, int NH, Compute compute);
   void FlashAttentionBackward(float* dqkv, const float* dout, const void* qkv, bool qkv_bf16,
                               const float* lse, int B, int T, int C, int NH, Compute compute);
+  // train.attention=cudnn (attention_cudnn.cu): cuDNN's fused attention; false when cuDNN does not take the
+  // call (compute, shape, alignment, no engine), and the caller runs the flash kernels. The state and scratch
+  // layouts are AttentionStateBytes(kCudnn, ...)'s.
+  bool CudnnAttentionForward(void* out, bool out_bf16, void* state, const void* qkv, bool qkv_bf16, int B,
+                             int T, int C, int NH, Compute compute);
+  bool CudnnAttentionBackward(float* dqkv, void* scratch, const float* dout, const void* qkv, bool qkv_bf16,
+                              const void* state, int B, int T, int C, int NH, Compute compute);
+  // The graphs for this call, built on first use; nullptr when cuDNN does not take it. The backward asks
+  // only where the forward ran (same shape, state and qkv).
+  cuda::CudnnAttention* CudnnFor(const void* qkv16, const void* state, int B, int T, int C, int NH,
+                                 Compute compute, bool backward);
   // The attention ops over fp32 or bf16 qkv (and output), attention.cu: the public ones call these.
   void AttentionForwardAny(void* out, bool out_bf16, void* state, const void* qkv, bool qkv_bf16, int B,
                            int T, int C, int NH, Compute requested);
@@ -236,6 +259,8 @@ class CudaBackend : public Backend {
   int next_upload_ = 0;                                  // Upload's staging slot in turn
   bool force_fp32_attention_ = false;
   bool flash_attention_ = false;  // SetAttentionKernel("flash"): attention_flash.cu
+  bool cudnn_attention_ = false;  // SetAttentionKernel("cudnn"): attention_cudnn.cu, else the flash kernels
+  std::unique_ptr<cuda::CudnnAttention, cuda::CudnnAttentionDeleter> cudnn_;
   int num_sms_ = 0;
   size_t smem_optin_ = 48 << 10;  // the most dynamic shared memory one block may opt in to on this GPU
 };
