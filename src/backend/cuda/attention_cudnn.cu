@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <set>
 #include <tuple>
 
 #include "backend/cuda/cuda_backend.h"
@@ -81,7 +82,9 @@ struct CudnnAttention {
   cudnnHandle_t handle = nullptr;
   std::map<std::tuple<int, int, int, int>, Entry> graphs;  // (B, T, NH, hs)
   float neg_inf = -INFINITY, one = 1.0f;
-  int64_t forward_calls = 0;  // forwards cuDNN ran (tests check the path was taken)
+  bool broken = false;                              // cudnnCreate failed: the flash kernels run everything
+  std::set<std::tuple<int, int, int, int> > noted;  // shapes already reported as not taken
+  int64_t forward_calls = 0;                        // forwards cuDNN ran (tests check the path was taken)
 
   ~CudnnAttention() {
     graphs.clear();
@@ -143,11 +146,6 @@ int64_t CudaBackend::cudnn_attention_forwards() const {
 cuda::CudnnAttention* CudaBackend::CudnnFor(const void* qkv16, const void* state, int B, int T, int C, int NH,
                                             Compute compute, bool backward) {
   if (!cudnn_attention_ || attention_compute(compute) != Compute::kBF16 || C % NH != 0) return nullptr;
-  const cudnn::SdpaShape s{B, T, NH, C / NH};
-  if (!cudnn::SdpaShapeSupported(s) || !cuda::Aligned(state) ||
-      !cuda::Aligned(cuda::StateOutput(const_cast<void*>(state), B, T, NH)) ||
-      (qkv16 && !cuda::Aligned(qkv16)))
-    return nullptr;
   if (!cudnn_) {
     Result<const cudnn::Api*> api = cudnn::Load();
     if (!api.ok()) return nullptr;  // SetAttentionKernel("cudnn") checked this already
@@ -155,10 +153,31 @@ cuda::CudnnAttention* CudaBackend::CudnnFor(const void* qkv16, const void* state
     cudnn_->api = api.value();
     cudnnStatus_t st = cudnn_->api->Create(&cudnn_->handle);
     if (st == CUDNN_STATUS_SUCCESS) st = cudnn_->api->SetStream(cudnn_->handle, stream_);
-    if (st != CUDNN_STATUS_SUCCESS)
-      CudnnFailed(Status::Internal(std::string("cudnnCreate failed: ") + cudnn_->api->GetErrorString(st)));
+    if (st != CUDNN_STATUS_SUCCESS) {
+      std::fprintf(stderr,
+                   "[tern cuda] cuDNN could not start on this GPU (%s); the flash kernels run attention\n",
+                   cudnn_->api->GetErrorString(st));
+      cudnn_->broken = true;
+    }
   }
-  cuda::CudnnAttention::Entry& e = cudnn_->graphs[{B, T, NH, C / NH}];
+  if (cudnn_->broken) return nullptr;
+  const cudnn::SdpaShape s{B, T, NH, C / NH};
+  const std::tuple<int, int, int, int> key{B, T, NH, C / NH};
+  const char* declined = !cudnn::SdpaShapeSupported(s) ? "head size not a multiple of 8 up to 128"
+                         : !cuda::Aligned(state) ||
+                                 !cuda::Aligned(cuda::StateOutput(const_cast<void*>(state), B, T, NH)) ||
+                                 (qkv16 && !cuda::Aligned(qkv16))
+                             ? "q, k, v or the attention state not 16-byte aligned"
+                             : nullptr;
+  if (declined) {
+    if (cudnn_->noted.insert(key).second)
+      std::fprintf(
+          stderr,
+          "[tern cuda] cuDNN attention at B=%d T=%d NH=%d hs=%d: %s; the flash kernels run it instead\n", B,
+          T, NH, C / NH, declined);
+    return nullptr;
+  }
+  cuda::CudnnAttention::Entry& e = cudnn_->graphs[key];
   if (!e.fwd_tried) {
     e.fwd_tried = true;
     e.fwd_ok = BuildGraph(*cudnn_, e.fwd, false, s);
