@@ -42,7 +42,7 @@ bool CudaBackend::CudnnAvailable(std::string* why) const {
 int64_t CudaBackend::cudnn_attention_forwards() const {
   return 0;
 }
-cuda::CudnnAttention* CudaBackend::CudnnFor(const void*, const void*, int, int, int, int, Compute, bool) {
+const cudnn::Graph* CudaBackend::CudnnFor(const void*, const void*, int, int, int, int, Compute, bool) {
   return nullptr;
 }
 bool CudaBackend::CudnnAttentionForward(void*, bool, void*, const void*, bool, int, int, int, int, Compute) {
@@ -143,8 +143,8 @@ int64_t CudaBackend::cudnn_attention_forwards() const {
   return cudnn_ ? cudnn_->forward_calls : 0;
 }
 
-cuda::CudnnAttention* CudaBackend::CudnnFor(const void* qkv16, const void* state, int B, int T, int C, int NH,
-                                            Compute compute, bool backward) {
+const cudnn::Graph* CudaBackend::CudnnFor(const void* qkv16, const void* state, int B, int T, int C, int NH,
+                                          Compute compute, bool backward) {
   if (!cudnn_attention_ || attention_compute(compute) != Compute::kBF16 || C % NH != 0) return nullptr;
   if (!cudnn_) {
     Result<const cudnn::Api*> api = cudnn::Load();
@@ -188,14 +188,15 @@ cuda::CudnnAttention* CudaBackend::CudnnFor(const void* qkv16, const void* state
     e.bwd_ok = BuildGraph(*cudnn_, e.bwd, true, s);
   }
   if (backward && !e.bwd_ok) return nullptr;
-  return cudnn_.get();
+  return backward ? e.bwd.get() : e.fwd.get();
 }
 
 bool CudaBackend::CudnnAttentionForward(void* out, bool out_bf16, void* state, const void* qkv, bool qkv_bf16,
                                         int B, int T, int C, int NH, Compute compute) {
   const size_t n = static_cast<size_t>(B) * T * C;
-  cuda::CudnnAttention* c = CudnnFor(qkv_bf16 ? qkv : nullptr, state, B, T, C, NH, compute, false);
-  if (!c) return false;
+  const cudnn::Graph* graph = CudnnFor(qkv_bf16 ? qkv : nullptr, state, B, T, C, NH, compute, false);
+  if (!graph) return false;
+  cuda::CudnnAttention* c = cudnn_.get();
   const uint16_t* q = static_cast<const uint16_t*>(qkv);
   if (!qkv_bf16) {  // the fp32 interface at bf16 compute: q, k, v rounded to bf16, as every kind does
     auto* q16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnQkv, 3 * n * sizeof(uint16_t)));
@@ -204,7 +205,7 @@ bool CudaBackend::CudnnAttentionForward(void* out, bool out_bf16, void* state, c
   }
   float* lse = static_cast<float*>(state);
   uint16_t* o = cuda::StateOutput(state, B, T, NH);
-  const cudnn::Graph& g = *c->graphs[{B, T, NH, C / NH}].fwd;
+  const cudnn::Graph& g = *graph;
   void* ws = g.workspace_bytes() > 0
                  ? ScratchBuffer(cuda::Scratch::kCudnnWorkspace, static_cast<size_t>(g.workspace_bytes()))
                  : nullptr;
@@ -229,8 +230,9 @@ bool CudaBackend::CudnnAttentionBackward(float* dqkv, void* scratch, const float
                                          Compute compute) {
   const size_t n = static_cast<size_t>(B) * T * C;
   if (!cuda::Aligned(scratch)) return false;
-  cuda::CudnnAttention* c = CudnnFor(qkv_bf16 ? qkv : nullptr, state, B, T, C, NH, compute, true);
-  if (!c) return false;
+  const cudnn::Graph* graph = CudnnFor(qkv_bf16 ? qkv : nullptr, state, B, T, C, NH, compute, true);
+  if (!graph) return false;
+  cuda::CudnnAttention* c = cudnn_.get();
   const uint16_t* q = static_cast<const uint16_t*>(qkv);
   if (!qkv_bf16) {
     auto* q16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnQkv, 3 * n * sizeof(uint16_t)));
@@ -243,7 +245,7 @@ bool CudaBackend::CudnnAttentionBackward(float* dqkv, void* scratch, const float
   uint16_t* dqkv16 = dout16 + n;
   auto* dsum = reinterpret_cast<float*>(dqkv16 + 3 * n);
   cuda::LaunchCastF32ToBF16(dout16, dout, n, stream_);
-  const cudnn::Graph& g = *c->graphs[{B, T, NH, C / NH}].bwd;
+  const cudnn::Graph& g = *graph;
   void* ws = g.workspace_bytes() > 0
                  ? ScratchBuffer(cuda::Scratch::kCudnnWorkspace, static_cast<size_t>(g.workspace_bytes()))
                  : nullptr;

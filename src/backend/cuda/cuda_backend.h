@@ -62,6 +62,11 @@ enum class PinnedSlot : int {
 
 // train.attention=cudnn's graphs and cuDNN handle (attention_cudnn.cu).
 struct CudnnAttention;
+}  // namespace cuda
+namespace cudnn {
+class Graph;  // cudnn_graph.h
+}  // namespace cudnn
+namespace cuda {
 struct CudnnAttentionDeleter {
   void operator()(CudnnAttention* p) const;
 };
@@ -223,10 +228,10 @@ class CudaBackend : public Backend {
                              int T, int C, int NH, Compute compute);
   bool CudnnAttentionBackward(float* dqkv, void* scratch, const float* dout, const void* qkv, bool qkv_bf16,
                               const void* state, int B, int T, int C, int NH, Compute compute);
-  // The graphs for this call, built on first use; nullptr when cuDNN does not take it. The backward asks
-  // only where the forward ran (same shape, state and qkv).
-  cuda::CudnnAttention* CudnnFor(const void* qkv16, const void* state, int B, int T, int C, int NH,
-                                 Compute compute, bool backward);
+  // The graph for this call (forward or backward), built on first use; nullptr when cuDNN does not take it.
+  // The backward's is given only where the forward ran (same shape, state and qkv).
+  const cudnn::Graph* CudnnFor(const void* qkv16, const void* state, int B, int T, int C, int NH,
+                               Compute compute, bool backward);
   // The attention ops over fp32 or bf16 qkv (and output), attention.cu: the public ones call these.
   void AttentionForwardAny(void* out, bool out_bf16, void* state, const void* qkv, bool qkv_bf16, int B,
                            int T, int C, int NH, Compute requested);
