@@ -128,11 +128,14 @@ void Backend::AttentionForwardBF16(uint16_t* out, void* state, const uint16_t* q
 }
 
 void Backend::AttentionBackwardBF16(float* dqkv, void* scratch, const float* dout, const uint16_t* qkv,
-                                    const void* state, int B, int T, int C, int NH, Compute compute) {
+                                    const uint16_t* out, const void* state, int B, int T, int C, int NH,
+                                    Compute compute) {
   const size_t n = static_cast<size_t>(B) * T * C;
   if (n == 0) return;
   float* wide = WidenedCopy(*this, qkv, 3 * n);
-  AttentionBackward(dqkv, scratch, dout, wide, state, B, T, C, NH, compute);
+  float* wide_out = WidenedCopy(*this, out, n);
+  AttentionBackward(dqkv, scratch, dout, wide, wide_out, state, B, T, C, NH, compute);
+  Free(wide_out);
   Free(wide);
 }
 
@@ -153,8 +156,8 @@ AttentionMemory AttentionStateBytes(AttentionKind kind, int B, int T, int C, int
   const size_t n = static_cast<size_t>(B) * T * C;      // elements of the output
   AttentionMemory m;
   if (kind == AttentionKind::kCudnn && compute == Compute::kBF16) {
-    m.state = rows * 2 * sizeof(float) + n * sizeof(uint16_t);
-    m.scratch = 4 * n * sizeof(uint16_t) + rows * sizeof(float);
+    m.state = rows * 2 * sizeof(float);
+    m.scratch = 4 * n * sizeof(uint16_t) + rows * sizeof(float);  // bf16 dout and dqkv, one float per row
   } else if (kind == AttentionKind::kFlash || kind == AttentionKind::kCudnn) {
     m.state = rows * 2 * sizeof(float);
   } else {

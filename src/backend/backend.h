@@ -212,10 +212,13 @@ class Backend {
   // fp32 at every compute.
   virtual void AttentionForward(float* out, void* state, const float* qkv, int B, int T, int C, int NH,
                                 Compute compute) = 0;
-  // dqkv[B,T,3C] = (overwrites) from dout[B,T,C] and the forward's qkv and state, with the same kind and
-  // compute as that forward; scratch holds AttentionStateBytes(...).scratch bytes.
+  // dqkv[B,T,3C] = (overwrites) from dout[B,T,C] and the forward's qkv, output out[B,T,C] and state, with
+  // the same kind and compute as that forward; scratch holds AttentionStateBytes(...).scratch bytes. (Only
+  // cuDNN's kernels read out, as PyTorch's SDPA backward takes its forward's output: the state then need not
+  // keep a copy of it.)
   virtual void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv,
-                                 const void* state, int B, int T, int C, int NH, Compute compute) = 0;
+                                 const float* out, const void* state, int B, int T, int C, int NH,
+                                 Compute compute) = 0;
   // Attention over bf16 q, k, v (qkv[B,T,3C] as bf16 compute's qkv projection writes it, MatmulToBF16) with a
   // bf16 output out[B,T,C] (what the attention projection multiplies), as PyTorch autocast's attention: the
   // products and the softmax as AttentionForward at `compute` on the widened values (exact), the output
@@ -225,9 +228,10 @@ class Backend {
   virtual void AttentionForwardBF16(uint16_t* out, void* state, const uint16_t* qkv, int B, int T, int C,
                                     int NH, Compute compute);
   // AttentionBackward of that forward: the gradients stay fp32 (dout[B,T,C] in, dqkv[B,T,3C] overwritten);
-  // qkv is the forward's bf16 input. The default widens qkv and runs AttentionBackward.
+  // qkv and out are the forward's bf16 input and output. The default widens both and runs AttentionBackward.
   virtual void AttentionBackwardBF16(float* dqkv, void* scratch, const float* dout, const uint16_t* qkv,
-                                     const void* state, int B, int T, int C, int NH, Compute compute);
+                                     const uint16_t* out, const void* state, int B, int T, int C, int NH,
+                                     Compute compute);
 
   // Fused softmax + cross-entropy over logits[N,V] with targets[N]:
   // losses[N] = -log softmax(logits)[target]. If dloss != 0, logits are overwritten with the gradient

@@ -45,16 +45,16 @@ TEST(BackendCapabilities, CpuBackends) {
   }
 }
 
-// cuDNN's state: the flash kernels' rows then the bf16 output, and a scratch of bf16 dout and dqkv and one
-// float per row; only at bf16 compute (the flash kernels run fp32 and fp16). Linear in B: the planner scales
-// by B.
-TEST(AttentionStateBytes, CudnnKeepsTheFlashRowsAndTheBf16Output) {
+// cuDNN's state is the flash kernels' rows (the backward is handed the forward's output, so no copy of it is
+// kept), and a scratch of bf16 dout and dqkv and one float per row; only at bf16 compute (the flash kernels
+// run fp32 and fp16). Linear in B: the planner scales by B.
+TEST(AttentionStateBytes, CudnnKeepsTheFlashRowsAndABf16BackwardScratch) {
   const int B = 2, T = 67, C = 96, NH = 3;
   const size_t rows = 2 * 3 * 67, n = 2 * 67 * 96;
   const AttentionMemory flash = AttentionStateBytes(AttentionKind::kFlash, B, T, C, NH, Compute::kBF16);
   const AttentionMemory cudnn = AttentionStateBytes(AttentionKind::kCudnn, B, T, C, NH, Compute::kBF16);
   EXPECT_EQ(flash.state, rows * 8);
-  EXPECT_EQ(cudnn.state, n * 2 + rows * 8);
+  EXPECT_EQ(cudnn.state, rows * 8);
   EXPECT_EQ(cudnn.scratch, n * 2 + 3 * n * 2 + rows * 4);
   const AttentionMemory twice = AttentionStateBytes(AttentionKind::kCudnn, 2 * B, T, C, NH, Compute::kBF16);
   EXPECT_EQ(twice.state, 2 * cudnn.state);

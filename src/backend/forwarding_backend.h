@@ -103,17 +103,18 @@ class ForwardingBackend : public Backend {
                         Compute compute) override {
     inner_->AttentionForward(out, state, qkv, B, T, C, NH, compute);
   }
-  void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv, const void* state,
-                         int B, int T, int C, int NH, Compute compute) override {
-    inner_->AttentionBackward(dqkv, scratch, dout, qkv, state, B, T, C, NH, compute);
+  void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv, const float* out,
+                         const void* state, int B, int T, int C, int NH, Compute compute) override {
+    inner_->AttentionBackward(dqkv, scratch, dout, qkv, out, state, B, T, C, NH, compute);
   }
   void AttentionForwardBF16(uint16_t* out, void* state, const uint16_t* qkv, int B, int T, int C, int NH,
                             Compute compute) override {
     inner_->AttentionForwardBF16(out, state, qkv, B, T, C, NH, compute);
   }
   void AttentionBackwardBF16(float* dqkv, void* scratch, const float* dout, const uint16_t* qkv,
-                             const void* state, int B, int T, int C, int NH, Compute compute) override {
-    inner_->AttentionBackwardBF16(dqkv, scratch, dout, qkv, state, B, T, C, NH, compute);
+                             const uint16_t* out, const void* state, int B, int T, int C, int NH,
+                             Compute compute) override {
+    inner_->AttentionBackwardBF16(dqkv, scratch, dout, qkv, out, state, B, T, C, NH, compute);
   }
   void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
                                    float dloss) override {

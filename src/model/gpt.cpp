@@ -518,11 +518,11 @@ void Gpt::Backward(const GradsReady& on_ready) {
                      compute_);
     backend_->BiasBackward(G("attprojb") + lc, s.dresidual, N, C);
     if (a.bf16) {
-      backend_->AttentionBackwardBF16(s.dqkv, s.att, s.datty, static_cast<const uint16_t*>(qkv.ptr), att, B,
-                                      T, C, NH, compute_);
+      backend_->AttentionBackwardBF16(s.dqkv, s.att, s.datty, static_cast<const uint16_t*>(qkv.ptr),
+                                      static_cast<const uint16_t*>(atty.ptr), att, B, T, C, NH, compute_);
     } else {
-      backend_->AttentionBackward(s.dqkv, s.att, s.datty, static_cast<const float*>(qkv.ptr), att, B, T, C,
-                                  NH, compute_);
+      backend_->AttentionBackward(s.dqkv, s.att, s.datty, static_cast<const float*>(qkv.ptr),
+                                  static_cast<const float*>(atty.ptr), att, B, T, C, NH, compute_);
     }
     backend_->Matmul(s.dln, F32(s.dqkv), W("qkvw", lc * 3 * C), nullptr, N, C, 3 * C, false, false, 0.0f,
                      compute_);

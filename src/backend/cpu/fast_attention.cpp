@@ -338,14 +338,15 @@ void AttentionBackwardImpl(fast::Scratch& scratch_buf, bool flash, float* dqkv, 
 }  // namespace
 
 void CpuFastBackend::AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv,
-                                       const void* state, int B, int T, int C, int NH, Compute /*compute*/) {
+                                       const float* /*out*/, const void* state, int B, int T, int C, int NH,
+                                       Compute /*compute*/) {
   AttentionBackwardImpl(attention_, attention_kind_ == AttentionKind::kFlash, dqkv, scratch, dout, qkv, state,
                         B, T, C, NH);
 }
 
 void CpuFastBackend::AttentionBackwardBF16(float* dqkv, void* scratch, const float* dout, const uint16_t* qkv,
-                                           const void* state, int B, int T, int C, int NH,
-                                           Compute /*compute*/) {
+                                           const uint16_t* /*out*/, const void* state, int B, int T, int C,
+                                           int NH, Compute /*compute*/) {
   AttentionBackwardImpl(attention_, attention_kind_ == AttentionKind::kFlash, dqkv, scratch, dout, qkv, state,
                         B, T, C, NH);
 }

@@ -62,9 +62,10 @@ class CpuFastBackend : public CpuReferenceBackend {
   void AttentionForwardBF16(uint16_t* out, void* state, const uint16_t* qkv, int B, int T, int C, int NH,
                             Compute compute) override;
   void AttentionBackwardBF16(float* dqkv, void* scratch, const float* dout, const uint16_t* qkv,
-                             const void* state, int B, int T, int C, int NH, Compute compute) override;
-  void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv, const void* state,
-                         int B, int T, int C, int NH, Compute compute) override;
+                             const uint16_t* out, const void* state, int B, int T, int C, int NH,
+                             Compute compute) override;
+  void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv, const float* out,
+                         const void* state, int B, int T, int C, int NH, Compute compute) override;
   void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
                                    float dloss) override;
   void CrossEntropyForwardBackwardBF16(float* losses, uint16_t* logits, const int32_t* targets, int N, int V,

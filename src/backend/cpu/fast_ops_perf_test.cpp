@@ -151,7 +151,7 @@ TEST(FastOpsPerf, DISABLED_OpsVsReference) {
        [&](Backend& be, Bufs& u) { be.AttentionForward(u.z, u.att, u.qkv, B, T, C, NH, Compute::kF32); }},
       {"AttentionBackward T=256",
        [&](Backend& be, Bufs& u) {
-         be.AttentionBackward(u.dqkv, u.datt, u.x, u.qkv, u.att, B, T, C, NH, Compute::kF32);
+         be.AttentionBackward(u.dqkv, u.datt, u.x, u.qkv, u.z, u.att, B, T, C, NH, Compute::kF32);
        }},
       {"CrossEntropy N=2048 V=50257",
        [&](Backend& be, Bufs& u) {

@@ -492,7 +492,7 @@ TEST_F(FastOpsTest, Attention) {
           float* dqkv = ar.In(garbage_qkv);
           const float* pq = ar.In(qkv);
           be.AttentionForward(out, att, pq, s.B, s.T, s.C, s.NH, Compute::kF32);
-          be.AttentionBackward(dqkv, datt, ar.In(dout), pq, att, s.B, s.T, s.C, s.NH, Compute::kF32);
+          be.AttentionBackward(dqkv, datt, ar.In(dout), pq, out, att, s.B, s.T, s.C, s.NH, Compute::kF32);
           return Outputs{ar.Out(out, nout), ar.Out(att, natt), ar.Out(dqkv, nqkv)};
         },
         1e-5, 1e-5,
@@ -541,7 +541,7 @@ TEST_F(FastOpsTest, FlashAttentionIsNaiveAttentionBitForBit) {
       float* dqkv = ar.Zeros<float>(nqkv);
       const float* pq = ar.In(qkv);
       be.AttentionForward(out, state, pq, s.B, s.T, s.C, s.NH, Compute::kF32);
-      be.AttentionBackward(dqkv, scratch, ar.In(dout), pq, state, s.B, s.T, s.C, s.NH, Compute::kF32);
+      be.AttentionBackward(dqkv, scratch, ar.In(dout), pq, out, state, s.B, s.T, s.C, s.NH, Compute::kF32);
       return Outputs{ar.Out(out, nout), ar.Out(dqkv, nqkv)};
     };
     const Outputs want = run(*fast_, naive_mem), got = run(*flash, flash_mem);
@@ -588,8 +588,10 @@ TEST_F(FastOpsTest, AttentionOverBF16QkvIsTheFp32OpOnTheWidenedValues) {
       const uint16_t* pq16 = ar.In(qkv16);
       be->AttentionForward(out32, state32, pq32, s.B, s.T, s.C, s.NH, Compute::kBF16);
       be->AttentionForwardBF16(out16, state16, pq16, s.B, s.T, s.C, s.NH, Compute::kBF16);
-      be->AttentionBackward(dqkv32, scratch32, pdout, pq32, state32, s.B, s.T, s.C, s.NH, Compute::kBF16);
-      be->AttentionBackwardBF16(dqkv16, scratch16, pdout, pq16, state16, s.B, s.T, s.C, s.NH, Compute::kBF16);
+      be->AttentionBackward(dqkv32, scratch32, pdout, pq32, out32, state32, s.B, s.T, s.C, s.NH,
+                            Compute::kBF16);
+      be->AttentionBackwardBF16(dqkv16, scratch16, pdout, pq16, out16, state16, s.B, s.T, s.C, s.NH,
+                                Compute::kBF16);
       const auto o32 = ar.Out(out32, nout);
       const auto o16 = ar.Out(out16, nout);
       for (size_t i = 0; i < nout; i++)

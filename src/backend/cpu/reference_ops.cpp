@@ -206,8 +206,8 @@ void CpuReferenceBackend::AttentionForward(float* out, void* state, const float*
 }
 
 void CpuReferenceBackend::AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv,
-                                            const void* state, int B, int T, int C, int NH,
-                                            Compute /*compute*/) {
+                                            const float* /*out*/, const void* state, int B, int T, int C,
+                                            int NH, Compute /*compute*/) {
   const float* att = static_cast<const float*>(state);
   float* datt = static_cast<float*>(scratch);
   const int C3 = 3 * C, hs = C / NH;

@@ -31,8 +31,8 @@ class CpuReferenceBackend : public CpuMemoryBackend {
   void Add(float* out, const float* a, const float* b, size_t n) override;
   void AttentionForward(float* out, void* state, const float* qkv, int B, int T, int C, int NH,
                         Compute compute) override;
-  void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv, const void* state,
-                         int B, int T, int C, int NH, Compute compute) override;
+  void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv, const float* out,
+                         const void* state, int B, int T, int C, int NH, Compute compute) override;
   void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
                                    float dloss) override;
   void CrossEntropyForwardBackwardBF16(float* losses, uint16_t* logits, const int32_t* targets, int N, int V,

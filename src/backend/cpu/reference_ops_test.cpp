@@ -106,7 +106,7 @@ TEST_F(ReferenceGradTest, Attention) {
   float* dqkv = ar.Zeros<float>(nqkv);
   const float* pq = ar.In(qkv);
   be().AttentionForward(out, att, pq, B, T, C, NH, Compute::kF32);
-  be().AttentionBackward(dqkv, datt, ar.In(dout), pq, att, B, T, C, NH, Compute::kF32);
+  be().AttentionBackward(dqkv, datt, ar.In(dout), pq, out, att, B, T, C, NH, Compute::kF32);
   ExpectGrad(qkv, ar.Out(dqkv, nqkv), loss, "attention dqkv");
 }
 

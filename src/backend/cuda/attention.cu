@@ -135,20 +135,20 @@ void CudaBackend::AttentionForwardAny(void* out, bool out_bf16, void* state, con
 }
 
 void CudaBackend::AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv,
-                                    const void* state, int B, int T, int C, int NH, Compute requested) {
-  AttentionBackwardAny(dqkv, scratch, dout, qkv, false, state, B, T, C, NH, requested);
+                                    const float* out, const void* state, int B, int T, int C, int NH,
+                                    Compute requested) {
+  AttentionBackwardAny(dqkv, scratch, dout, qkv, out, false, state, B, T, C, NH, requested);
 }
 
 void CudaBackend::AttentionBackwardAny(float* dqkv, void* scratch, const float* dout, const void* qkv,
-                                       bool qkv_bf16, const void* state, int B, int T, int C, int NH,
-                                       Compute requested) {
+                                       const void* out, bool bf16, const void* state, int B, int T, int C,
+                                       int NH, Compute requested) {
   if (B <= 0 || T <= 0) return;
   if (cudnn_attention_ &&
-      CudnnAttentionBackward(dqkv, scratch, dout, qkv, qkv_bf16, state, B, T, C, NH, requested))
+      CudnnAttentionBackward(dqkv, scratch, dout, qkv, out, bf16, state, B, T, C, NH, requested))
     return;
   if (flash_attention_ || cudnn_attention_) {
-    FlashAttentionBackward(dqkv, dout, qkv, qkv_bf16, static_cast<const float*>(state), B, T, C, NH,
-                           requested);
+    FlashAttentionBackward(dqkv, dout, qkv, bf16, static_cast<const float*>(state), B, T, C, NH, requested);
     return;
   }
   const float* att = static_cast<const float*>(state);
@@ -159,8 +159,7 @@ void CudaBackend::AttentionBackwardAny(float* dqkv, void* scratch, const float* 
   const bool half = compute != Compute::kF32, f16 = compute == Compute::kF16;
   const cudaDataType_t type = cuda::GemmType(compute);
   const size_t esize = half ? 2 : 4, tt = static_cast<size_t>(T) * T, rows = static_cast<size_t>(NH) * T;
-  const char* base =
-      static_cast<const char*>(GemmQkv(qkv, qkv_bf16, static_cast<size_t>(B) * T * C3, compute));
+  const char* base = static_cast<const char*>(GemmQkv(qkv, bf16, static_cast<size_t>(B) * T * C3, compute));
   const char* dbase = reinterpret_cast<const char*>(dout);
   uint16_t *p16 = nullptr, *dp16 = nullptr;
   if (half) {
@@ -202,8 +201,9 @@ void CudaBackend::AttentionForwardBF16(uint16_t* out, void* state, const uint16_
 }
 
 void CudaBackend::AttentionBackwardBF16(float* dqkv, void* scratch, const float* dout, const uint16_t* qkv,
-                                        const void* state, int B, int T, int C, int NH, Compute compute) {
-  AttentionBackwardAny(dqkv, scratch, dout, qkv, true, state, B, T, C, NH, compute);
+                                        const uint16_t* out, const void* state, int B, int T, int C, int NH,
+                                        Compute compute) {
+  AttentionBackwardAny(dqkv, scratch, dout, qkv, out, true, state, B, T, C, NH, compute);
 }
 
 const void* CudaBackend::GemmQkv(const void* qkv, bool qkv_bf16, size_t n, Compute compute) {

@@ -2,15 +2,17 @@
 // cudnn_sdpa.h), as llm.c's trainer does. cuDNN is loaded on first use (cudnn_graph.h); graphs are built once
 // per shape (a runtime-compiled kernel: about a second the first time) and cached.
 //
-// The state of a layer (AttentionStateBytes(kCudnn, ...)): the flash kernels' state first, whose first B*NH*T
-// floats are the logsumexp of every score row (cuDNN writes the same values there, so a flash backward can
-// follow a cuDNN forward), then the bf16 output o[B, T, C] that cuDNN's backward reads. The backward's
-// scratch holds dout and dqkv in bf16 and the row sums D = rowsum(dout * o).
+// The state of a layer (AttentionStateBytes(kCudnn, ...)) is the flash kernels' state: its first B*NH*T
+// floats are the logsumexp of every score row, and cuDNN writes the same values there (its "stats"), so
+// either backward can follow either forward. cuDNN's backward also reads the forward's output o[B, T, C],
+// which the caller passes back (the layer keeps it anyway: the attention projection's operand), so the state
+// holds no copy of it. The backward's scratch holds dout and dqkv in bf16 and the row sums D = rowsum(dout *
+// o). Through the fp32 interface (tests; the model calls the bf16 one under bf16 compute) q, k, v and o are
+// rounded to bf16 in the backend's own scratch.
 //
 // When cuDNN does not take a call (fp32 or fp16 compute, a head size that is not a multiple of 8 up to 128,
 // pointers not 16-byte aligned, or no engine for the shape on this GPU) the flash kernels run it instead,
-// with a note on stderr once per shape; the backward takes the cuDNN path only where the forward did (the o
-// it needs is in the state only then).
+// with a note on stderr once per shape.
 //
 // Precision: q, k, v and dout in bf16, fp32 softmax and accumulation; the output and dq, dk, dv are rounded
 // to bf16 by cuDNN (then widened: the interface's gradients are fp32). Deterministic (cudnn_sdpa.h).
@@ -42,14 +44,15 @@ bool CudaBackend::CudnnAvailable(std::string* why) const {
 int64_t CudaBackend::cudnn_attention_forwards() const {
   return 0;
 }
-const cudnn::Graph* CudaBackend::CudnnFor(const void*, const void*, int, int, int, int, Compute, bool) {
+const cudnn::Graph* CudaBackend::CudnnFor(const void*, const void*, const void*, int, int, int, int, Compute,
+                                          bool) {
   return nullptr;
 }
 bool CudaBackend::CudnnAttentionForward(void*, bool, void*, const void*, bool, int, int, int, int, Compute) {
   return false;
 }
-bool CudaBackend::CudnnAttentionBackward(float*, void*, const float*, const void*, bool, const void*, int,
-                                         int, int, int, Compute) {
+bool CudaBackend::CudnnAttentionBackward(float*, void*, const float*, const void*, const void*, bool,
+                                         const void*, int, int, int, int, Compute) {
   return false;
 }
 }  // namespace tern
@@ -64,10 +67,6 @@ namespace {
 
 bool Aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-// The bf16 output in a layer's state: after the flash kernels' two floats per score row.
-uint16_t* StateOutput(void* state, int B, int T, int NH) {
-  return reinterpret_cast<uint16_t*>(static_cast<float*>(state) + 2 * static_cast<size_t>(B) * NH * T);
 }
 
 }  // namespace
@@ -143,8 +142,8 @@ int64_t CudaBackend::cudnn_attention_forwards() const {
   return cudnn_ ? cudnn_->forward_calls : 0;
 }
 
-const cudnn::Graph* CudaBackend::CudnnFor(const void* qkv16, const void* state, int B, int T, int C, int NH,
-                                          Compute compute, bool backward) {
+const cudnn::Graph* CudaBackend::CudnnFor(const void* qkv16, const void* out16, const void* state, int B,
+                                          int T, int C, int NH, Compute compute, bool backward) {
   if (!cudnn_attention_ || attention_compute(compute) != Compute::kBF16 || C % NH != 0) return nullptr;
   if (!cudnn_) {
     Result<const cudnn::Api*> api = cudnn::Load();
@@ -163,12 +162,11 @@ const cudnn::Graph* CudaBackend::CudnnFor(const void* qkv16, const void* state, 
   if (cudnn_->broken) return nullptr;
   const cudnn::SdpaShape s{B, T, NH, C / NH};
   const std::tuple<int, int, int, int> key{B, T, NH, C / NH};
-  const char* declined = !cudnn::SdpaShapeSupported(s) ? "head size not a multiple of 8 up to 128"
-                         : !cuda::Aligned(state) ||
-                                 !cuda::Aligned(cuda::StateOutput(const_cast<void*>(state), B, T, NH)) ||
-                                 (qkv16 && !cuda::Aligned(qkv16))
-                             ? "q, k, v or the attention state not 16-byte aligned"
-                             : nullptr;
+  const char* declined =
+      !cudnn::SdpaShapeSupported(s) ? "head size not a multiple of 8 up to 128"
+      : !cuda::Aligned(state) || (qkv16 && !cuda::Aligned(qkv16)) || (out16 && !cuda::Aligned(out16))
+          ? "q, k, v, the output or the attention state not 16-byte aligned"
+          : nullptr;
   if (declined) {
     if (cudnn_->noted.insert(key).second)
       std::fprintf(
@@ -194,7 +192,8 @@ const cudnn::Graph* CudaBackend::CudnnFor(const void* qkv16, const void* state, 
 bool CudaBackend::CudnnAttentionForward(void* out, bool out_bf16, void* state, const void* qkv, bool qkv_bf16,
                                         int B, int T, int C, int NH, Compute compute) {
   const size_t n = static_cast<size_t>(B) * T * C;
-  const cudnn::Graph* graph = CudnnFor(qkv_bf16 ? qkv : nullptr, state, B, T, C, NH, compute, false);
+  const cudnn::Graph* graph =
+      CudnnFor(qkv_bf16 ? qkv : nullptr, out_bf16 ? out : nullptr, state, B, T, C, NH, compute, false);
   if (!graph) return false;
   cuda::CudnnAttention* c = cudnn_.get();
   const uint16_t* q = static_cast<const uint16_t*>(qkv);
@@ -204,7 +203,10 @@ bool CudaBackend::CudnnAttentionForward(void* out, bool out_bf16, void* state, c
     q = q16;
   }
   float* lse = static_cast<float*>(state);
-  uint16_t* o = cuda::StateOutput(state, B, T, NH);
+  // The output straight into the caller's bf16 buffer, else into scratch and widened after.
+  uint16_t* o = out_bf16
+                    ? static_cast<uint16_t*>(out)
+                    : static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnOut, n * sizeof(uint16_t)));
   const cudnn::Graph& g = *graph;
   void* ws = g.workspace_bytes() > 0
                  ? ScratchBuffer(cuda::Scratch::kCudnnWorkspace, static_cast<size_t>(g.workspace_bytes()))
@@ -216,31 +218,31 @@ bool CudaBackend::CudnnAttentionForward(void* out, bool out_bf16, void* state, c
        &scale, &c->neg_inf},
       ws);
   if (!st.ok()) CudnnFailed(st);
-  if (out_bf16) {
-    CUDA_CHECK(cudaMemcpyAsync(out, o, n * sizeof(uint16_t), cudaMemcpyDeviceToDevice, stream_));
-  } else {
-    cuda::LaunchWidenBF16ToF32(static_cast<float*>(out), o, n, stream_);
-  }
+  if (!out_bf16) cuda::LaunchWidenBF16ToF32(static_cast<float*>(out), o, n, stream_);
   c->forward_calls++;
   return true;
 }
 
 bool CudaBackend::CudnnAttentionBackward(float* dqkv, void* scratch, const float* dout, const void* qkv,
-                                         bool qkv_bf16, const void* state, int B, int T, int C, int NH,
-                                         Compute compute) {
+                                         const void* out, bool bf16, const void* state, int B, int T, int C,
+                                         int NH, Compute compute) {
   const size_t n = static_cast<size_t>(B) * T * C;
   if (!cuda::Aligned(scratch)) return false;
-  const cudnn::Graph* graph = CudnnFor(qkv_bf16 ? qkv : nullptr, state, B, T, C, NH, compute, true);
+  const cudnn::Graph* graph =
+      CudnnFor(bf16 ? qkv : nullptr, bf16 ? out : nullptr, state, B, T, C, NH, compute, true);
   if (!graph) return false;
   cuda::CudnnAttention* c = cudnn_.get();
   const uint16_t* q = static_cast<const uint16_t*>(qkv);
-  if (!qkv_bf16) {
+  const uint16_t* o = static_cast<const uint16_t*>(out);
+  if (!bf16) {  // the fp32 interface: q, k, v and o rounded to bf16 (o: the bits a cuDNN forward rounded)
     auto* q16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnQkv, 3 * n * sizeof(uint16_t)));
     cuda::LaunchCastF32ToBF16(q16, static_cast<const float*>(qkv), 3 * n, stream_);
     q = q16;
+    auto* o16 = static_cast<uint16_t*>(ScratchBuffer(cuda::Scratch::kAttnOut, n * sizeof(uint16_t)));
+    cuda::LaunchCastF32ToBF16(o16, static_cast<const float*>(out), n, stream_);
+    o = o16;
   }
   const float* lse = static_cast<const float*>(state);
-  const uint16_t* o = cuda::StateOutput(const_cast<void*>(state), B, T, NH);
   auto* dout16 = static_cast<uint16_t*>(scratch);  // [n] bf16, then dqkv [3n] bf16, then D [B*NH*T] fp32
   uint16_t* dqkv16 = dout16 + n;
   auto* dsum = reinterpret_cast<float*>(dqkv16 + 3 * n);

@@ -45,7 +45,8 @@ enum class Scratch : int {
   kInt8Act,      // MatmulInt8: per-row activation scales and int8 activations
   kPagedScores,  // PagedAttentionForward: scores beyond the shared-memory limit (long contexts)
   kAttnWide,  // AttentionForwardBF16 / BackwardBF16 computing in fp32 (TERN_CUDA_ATTENTION=fp32): qkv widened
-  kAttnOut,   // AttentionForwardBF16, naive kernel: the fp32 output before its rounding
+  kAttnOut,   // AttentionForwardBF16, naive kernel: the fp32 output before its rounding; cudnn through
+              // the fp32 interface: the bf16 output
   kCudnnWorkspace,  // train.attention=cudnn: the cuDNN plan's workspace
   kCount
 };
@@ -144,15 +145,16 @@ class CudaBackend : public Backend {
   void Add(float* out, const float* a, const float* b, size_t n) override;
   void AttentionForward(float* out, void* state, const float* qkv, int B, int T, int C, int NH,
                         Compute compute) override;
-  void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv, const void* state,
-                         int B, int T, int C, int NH, Compute compute) override;
+  void AttentionBackward(float* dqkv, void* scratch, const float* dout, const float* qkv, const float* out,
+                         const void* state, int B, int T, int C, int NH, Compute compute) override;
   // bf16 qkv and output (attention.cu): the GEMMs (naive) and the fused kernels (flash) read the bf16 q, k, v
   // as they are (the fp32 interface rounds its q, k, v to these bits at bf16 compute: the same values); the
   // output is the fp32 result rounded once. Widened into scratch only when attention computes in fp32.
   void AttentionForwardBF16(uint16_t* out, void* state, const uint16_t* qkv, int B, int T, int C, int NH,
                             Compute compute) override;
   void AttentionBackwardBF16(float* dqkv, void* scratch, const float* dout, const uint16_t* qkv,
-                             const void* state, int B, int T, int C, int NH, Compute compute) override;
+                             const uint16_t* out, const void* state, int B, int T, int C, int NH,
+                             Compute compute) override;
   void CrossEntropyForwardBackward(float* losses, float* logits, const int32_t* targets, int N, int V,
                                    float dloss) override;
   void CrossEntropyForwardBackwardBF16(float* losses, uint16_t* logits, const int32_t* targets, int N, int V,
@@ -223,20 +225,21 @@ class CudaBackend : public Backend {
                               const float* lse, int B, int T, int C, int NH, Compute compute);
   // train.attention=cudnn (attention_cudnn.cu): cuDNN's fused attention; false when cuDNN does not take the
   // call (compute, shape, alignment, no engine), and the caller runs the flash kernels. The state and scratch
-  // layouts are AttentionStateBytes(kCudnn, ...)'s.
+  // layouts are AttentionStateBytes(kCudnn, ...)'s. q, k, v and the output are bf16 when bf16, else fp32.
   bool CudnnAttentionForward(void* out, bool out_bf16, void* state, const void* qkv, bool qkv_bf16, int B,
                              int T, int C, int NH, Compute compute);
-  bool CudnnAttentionBackward(float* dqkv, void* scratch, const float* dout, const void* qkv, bool qkv_bf16,
-                              const void* state, int B, int T, int C, int NH, Compute compute);
-  // The graph for this call (forward or backward), built on first use; nullptr when cuDNN does not take it.
-  // The backward's is given only where the forward ran (same shape, state and qkv).
-  const cudnn::Graph* CudnnFor(const void* qkv16, const void* state, int B, int T, int C, int NH,
-                               Compute compute, bool backward);
+  bool CudnnAttentionBackward(float* dqkv, void* scratch, const float* dout, const void* qkv, const void* out,
+                              bool bf16, const void* state, int B, int T, int C, int NH, Compute compute);
+  // The graph for this call (forward or backward), built on first use; nullptr when cuDNN does not take it
+  // (the backward's only where the forward's builds too). qkv16 and out16: the caller's bf16 q, k, v and
+  // output, whose alignment cuDNN needs (nullptr where they are tern's own scratch).
+  const cudnn::Graph* CudnnFor(const void* qkv16, const void* out16, const void* state, int B, int T, int C,
+                               int NH, Compute compute, bool backward);
   // The attention ops over fp32 or bf16 qkv (and output), attention.cu: the public ones call these.
   void AttentionForwardAny(void* out, bool out_bf16, void* state, const void* qkv, bool qkv_bf16, int B,
                            int T, int C, int NH, Compute requested);
-  void AttentionBackwardAny(float* dqkv, void* scratch, const float* dout, const void* qkv, bool qkv_bf16,
-                            const void* state, int B, int T, int C, int NH, Compute requested);
+  void AttentionBackwardAny(float* dqkv, void* scratch, const float* dout, const void* qkv, const void* out,
+                            bool bf16, const void* state, int B, int T, int C, int NH, Compute requested);
   // n elements of q, k, v (bf16 when qkv_bf16, else fp32) in the type of attention's GEMMs at `compute`: the
   // caller's when they already are, else widened (Scratch::kAttnWide) and/or cast (Scratch::kAttnQkv).
   const void* GemmQkv(const void* qkv, bool qkv_bf16, size_t n, Compute compute);

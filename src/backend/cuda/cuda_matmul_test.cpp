@@ -131,9 +131,11 @@ TEST_F(CudaVsReference, CausalAttentionForwardBackward) {
       Twin dout = Make(Random(N * s.C)), dqkv = Make(std::vector<float>(N * 3 * s.C, 1e30f)),
            datt = Make(std::vector<float>(natt, -5.0f));
       ref_->AttentionBackward(dqkv.ref.as<float>(), datt.ref.as<float>(), dout.ref.as<float>(),
-                              qkv.ref.as<float>(), att.ref.as<float>(), s.B, s.T, s.C, s.NH, Compute::kF32);
+                              qkv.ref.as<float>(), out.ref.as<float>(), att.ref.as<float>(), s.B, s.T, s.C,
+                              s.NH, Compute::kF32);
       gpu_->AttentionBackward(dqkv.gpu.as<float>(), datt.gpu.as<float>(), dout.gpu.as<float>(),
-                              qkv.gpu.as<float>(), att.gpu.as<float>(), s.B, s.T, s.C, s.NH, compute);
+                              qkv.gpu.as<float>(), out.gpu.as<float>(), att.gpu.as<float>(), s.B, s.T, s.C,
+                              s.NH, compute);
       EXPECT_LT(RelMaxError(Gpu<float>(dqkv), Ref<float>(dqkv)), f32 ? 1e-4 : f16 ? 2e-2 : 6e-2);
     }
   }

@@ -300,9 +300,11 @@ TEST_F(CudaVsReference, AttentionOverBF16QkvIsTheFp32OpOnTheWidenedValues) {
       gpu_->AttentionForwardBF16(out16.gpu.as<uint16_t>(), s16.gpu.as<float>(), q16.gpu.as<uint16_t>(), B, T,
                                  C, NH, Compute::kBF16);
       gpu_->AttentionBackward(d32.gpu.as<float>(), x32.gpu.as<float>(), dout.gpu.as<float>(),
-                              q32.gpu.as<float>(), s32.gpu.as<float>(), B, T, C, NH, Compute::kBF16);
+                              q32.gpu.as<float>(), out32.gpu.as<float>(), s32.gpu.as<float>(), B, T, C, NH,
+                              Compute::kBF16);
       gpu_->AttentionBackwardBF16(d16.gpu.as<float>(), x16.gpu.as<float>(), dout.gpu.as<float>(),
-                                  q16.gpu.as<uint16_t>(), s16.gpu.as<float>(), B, T, C, NH, Compute::kBF16);
+                                  q16.gpu.as<uint16_t>(), out16.gpu.as<uint16_t>(), s16.gpu.as<float>(), B, T,
+                                  C, NH, Compute::kBF16);
       const std::vector<float> o32 = Gpu<float>(out32);
       const std::vector<uint16_t> o16 = Gpu<uint16_t>(out16);
       for (size_t i = 0; i < o16.size(); i++) ASSERT_EQ(o16[i], F32ToBF16(o32[i])) << i;
