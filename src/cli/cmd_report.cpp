@@ -183,12 +183,12 @@ int RunReport(const ReportOptions& o) {
 
 void AddReportCommand(CLI::App& root, CommandTable& table) {
   auto opts = std::make_shared<ReportOptions>();
-  CLI::App* sub = root.add_subcommand(
-      "report",
-      "One HTML page of a run, or several compared: loss against step, tokens, wall time or dollars; "
-      "throughput and MFU; the step-time breakdown; LR and grad norm; GPU metrics; checkpoints, "
-      "preemptions and resumes marked, attempts stitched (lost work shaded); a cost table with $ per 1M "
-      "tokens and $ to reach a validation loss.\n\n"
+  CLI::App* sub =
+      root.add_subcommand("report", "One offline HTML page of a run, or several compared (A/B in $); FinOps");
+  sub->footer(
+      "\nThe page: loss against step, tokens, wall time or dollars; throughput and MFU; the step-time "
+      "breakdown; LR and grad norm; GPU metrics; checkpoints, preemptions and resumes marked, attempts "
+      "stitched (lost work shaded); a cost table with $ per 1M tokens and $ to reach a validation loss.\n\n"
       "  tern report runs/demo                          # -> report.html, opens offline\n"
       "  tern report runs/fp32 runs/bf16 --out ab.html  # A/B: curves overlaid on $, config diff, ratios\n"
       "  tern report runs/fp32 runs/bf16 --json         # the same numbers as JSON\n\n"

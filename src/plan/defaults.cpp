@@ -75,6 +75,9 @@ std::vector<DefaultEntry> DescribeDefaults(const PlanDefaults& d) {
       {"price_band_high", fmt::format("{:g}", d.price_band_high), "catalog check"},
       {"region_spread_max", fmt::format("{:g}", d.region_spread_max),
        "catalog check: AWS Tokyo vs us-east-1 is <= 1.45x; SOURCES.md's GCP H100 SKU mix-up is 2.6x"},
+      {"tern_cuda_mfu", fmt::format("{:g}", d.tern_cuda_mfu),
+       "docs/gpu.md: tern's CUDA engine, GPT-2 124M B=16 T=1024 bf16 on an H200, 136k tokens/s (the last "
+       "GPU measurement); only in the caution under a plan that rests on a default MFU above it"},
   };
   for (const auto& r : d.providers) {
     e.push_back({fmt::format("storage_usd_per_gb_month[{}]", r.provider),

@@ -79,6 +79,10 @@ struct PlanDefaults {
       {GpuGeneration::kBlackwell, 0.30, 0.35, 0.40},
       {GpuGeneration::kUnknown, 0.30, 0.30, 0.30},
   };
+  // tern's own CUDA engine at its last GPU measurement (docs/gpu.md). Not in any estimate: a plan that rests
+  // on a default MFU above it says what the run would cost at this rate (planner.cpp). Update it with each
+  // scripts/gpu-check that measures GPT-2 124M.
+  double tern_cuda_mfu = 0.146;
   // Catalog sanity thresholds (warnings, not errors)
   double spot_min_ratio = 0.15;    // spot below 15% of on-demand looks stale
   double price_band_low = 0.33;    // per-GPU price vs the GPU's median across the catalog

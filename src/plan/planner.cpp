@@ -443,6 +443,33 @@ class Planner {
 
 }  // namespace
 
+namespace {
+
+// The default MFU of a GPU row is what a published engine (llm.c) reaches on that GPU class; tern's own CUDA
+// engine is slower today (defaults.h: tern_cuda_mfu). When the recommendation rests on the default, say so,
+// what it would cost at tern's measured rate, and how to plan from a measurement instead.
+void CautionAboutDefaultMfu(const Catalog& cat, const PlanDefaults& d, PlanResult* out) {
+  if (!out->recommended) return;
+  const PlanRow& r = out->rows[*out->recommended];
+  if (cat.offers[r.offer].provider == "local" || r.step.mfu_source.rfind("default", 0) != 0 ||
+      d.tern_cuda_mfu <= 0 || d.tern_cuda_mfu >= r.step.mfu)
+    return;
+  auto& why = out->recommendation;
+  auto at =
+      std::find_if(why.begin(), why.end(), [](const std::string& w) { return w.rfind("It runs", 0) == 0; });
+  why.insert(
+      at == why.end() ? at : at + 1,
+      fmt::format(
+          "Caution: MFU {:.2f} is what llm.c reaches on this GPU class (docs/planning.md 8c), not yet tern's "
+          "CUDA engine, which last measured {:.3g} (tern_cuda_mfu; docs/gpu.md): at that rate the run takes "
+          "{:.1f}x the time and compute cost. On the GPU, `tern bench --device cuda --json > bench.json`, "
+          "then "
+          "plan with `--calibrate bench.json`.",
+          r.step.mfu, d.tern_cuda_mfu, r.step.mfu / d.tern_cuda_mfu));
+}
+
+}  // namespace
+
 Result<PlanResult> MakePlan(const Catalog& cat, const PlanRequest& req, const PlanDefaults& d) {
   PlanResult out;
   TERN_ASSIGN_OR_RETURN(out.workload, Workload::Make(req.workload, d));
@@ -490,6 +517,7 @@ Result<PlanResult> MakePlan(const Catalog& cat, const PlanRequest& req, const Pl
         sched.samples_during + sched.samples_end, sched.saves.size(), sched.tier_writes()));
   }
   Rank(cat, req, &out);
+  CautionAboutDefaultMfu(cat, d, &out);
   return out;
 }
 

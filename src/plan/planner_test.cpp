@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "plan/calibration.h"
 #include "plan/catalog.h"
 #include "plan/explain.h"
 #include "plan/model_spec.h"
@@ -185,6 +186,50 @@ TEST(Planner, RecommendationSkipsSuspiciousRows) {
   ASSERT_TRUE(strict.ok());
   for (const auto& row : strict->rows) EXPECT_EQ(cat.offers[row.offer].provider, "lambda");
   EXPECT_EQ(strict->excluded.at(0).category, "catalog");
+}
+
+// A recommendation that rests on a default MFU (llm.c's rate on that GPU class) above tern's measured CUDA
+// rate (tern_cuda_mfu) says what the run costs at tern's rate and how to calibrate; a calibrated row, or a
+// measured rate at or above the default, says nothing.
+TEST(Planner, DefaultMfuAboveTernsMeasuredRateIsCautioned) {
+  const std::string gpus = ReadText(TestData("gpus.csv"));
+  const std::string instances =
+      "provider,region,instance_type,gpu,gpu_count,gpu_mem_gib,vcpus,mem_gib,price_ondemand_hr,price_spot_"
+      "hr\n"
+      "lambda,any,gpu_1x_h100_sxm5,H100,1,80,26,225,4.29,\n";
+  Catalog cat = LoadCatalogFromTexts({{"gpus.csv", gpus}, {"mine.csv", instances}}, PlanDefaults()).value();
+  PlanRequest req = Request("gpt2-124m", 2e9);
+  req.billing = {Billing::kOnDemand};
+  auto caution = [](const PlanResult& p) {
+    for (size_t i = 0; i < p.recommendation.size(); ++i)
+      if (p.recommendation[i].rfind("Caution: MFU", 0) == 0) return static_cast<int>(i);
+    return -1;
+  };
+  PlanDefaults d;
+  Result<PlanResult> r = MakePlan(cat, req, d);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->recommended, 0u);
+  ASSERT_NE(r->rows[0].step.mfu_source.find("default"), std::string::npos);
+  const int at = caution(*r);
+  ASSERT_GE(at, 1) << "no caution under a default-MFU plan";
+  const std::string& c = r->recommendation[at];
+  EXPECT_EQ(r->recommendation[at - 1].rfind("It runs", 0), 0u) << "the caution follows the rate it qualifies";
+  // Hopper's small-model default 0.40 against the measured 0.146: 2.7x the time.
+  EXPECT_NE(c.find("MFU 0.40"), std::string::npos) << c;
+  EXPECT_NE(c.find("0.146"), std::string::npos) << c;
+  EXPECT_NE(c.find("2.7x the time"), std::string::npos) << c;
+  EXPECT_NE(c.find("--calibrate"), std::string::npos) << c;
+
+  d.tern_cuda_mfu = 0.45;  // tern at or above the default: nothing to say
+  r = MakePlan(cat, req, d);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(caution(*r), -1);
+
+  req.calibration = LoadBenchJson(TestData("bench_h100.json")).value();  // measured on this GPU
+  r = MakePlan(cat, req, PlanDefaults());
+  ASSERT_TRUE(r.ok());
+  ASSERT_NE(r->rows[0].step.mfu_source.find("calibrated"), std::string::npos);
+  EXPECT_EQ(caution(*r), -1);
 }
 
 TEST(Planner, MemoryBoundModelNeedsSharding) {
