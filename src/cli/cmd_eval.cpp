@@ -52,7 +52,8 @@ int RunEval(EvalCmdOptions o) {
   TrainConfig train;
   const std::string config = (std::filesystem::path(*model_path) / "config.yaml").string();
   const bool have_config = std::filesystem::exists(config) && LoadTrainConfigFile(config, &train).ok();
-  if (o.data.empty() && have_config) o.data = train.data_dir;
+  const bool data_from_config = o.data.empty() && have_config;
+  if (data_from_config) o.data = train.data_dir;
   if (o.data.empty())
     return Fail(
         Status::InvalidArgument("no --data: give the directory `tern prepare` wrote (its val_*.bin)"));
@@ -61,7 +62,11 @@ int RunEval(EvalCmdOptions o) {
     o.windows = have_config ? static_cast<int64_t>(train.eval_batches) * train.batch_size : 0;
 
   auto shards = FindShards(o.data, o.split);
-  if (!shards.ok()) return Fail(shards.status().WithContext("--data " + o.data + " --split " + o.split));
+  if (!shards.ok())
+    return Fail(shards.status().WithContext(data_from_config
+                                                ? "the run's data.dir " + o.data +
+                                                      " (--data DIR evaluates on another), split " + o.split
+                                                : "--data " + o.data + " --split " + o.split));
   auto backend = MakeBackend(o.device);
   if (!backend.ok()) return Fail(backend.status());
   auto quantize = o.quantize.empty() ? ParseWeights(o.weights) : ParseQuantize(o.quantize);

@@ -7,6 +7,7 @@
 #include "ckpt/preemption.h"
 #include "cli/command.h"
 #include "core/progress.h"
+#include "plan/units.h"
 #include "train/trainer.h"
 
 namespace tern::cli {
@@ -31,8 +32,10 @@ void PrintSummary(const TrainSummary& s, const TrainConfig& cfg) {
   std::printf("  throughput       %.0f tokens/s, MFU %.1f%% of %.0f GFLOP/s (%s)\n", s.tokens_per_s,
               s.mfu * 100, s.peak_gflops, PrecisionName(cfg.precision));
   if (cfg.price_per_hour > 0) {
-    std::printf("  cost             $%.4f at $%.2f/h = $%.2f per 1M tokens\n", s.cost_usd, cfg.price_per_hour,
-                cfg.price_per_hour / 3600.0 / std::max(1e-9, s.tokens_per_s) * 1e6);
+    // FormatUsd keeps four decimals under $0.10: a small run's $ per 1M tokens is not "$0.00".
+    std::printf("  cost             %s at %s/h = %s per 1M tokens\n", plan::FormatUsd(s.cost_usd).c_str(),
+                plan::FormatUsd(cfg.price_per_hour).c_str(),
+                plan::FormatUsd(cfg.price_per_hour / 3600.0 / std::max(1e-9, s.tokens_per_s) * 1e6).c_str());
   }
   std::printf("  run directory    %s (model.safetensors, metrics.jsonl, config.yaml, summary.json)\n",
               s.run_dir.c_str());

@@ -97,5 +97,26 @@ TEST_F(EvalCliTest, OptionsChooseWhatIsScored) {
   EXPECT_NE(bad.output.find("--data /nonexistent"), std::string::npos) << bad.output;
 }
 
+// The run's data.dir is read relative to where tern eval runs: when it is not there, the error says whose
+// path it is, relative to what, and that --data takes another.
+TEST_F(EvalCliTest, AMissingRelativeDataDirOfTheRunNamesItsOriginAndTheFix) {
+  const fs::path copy = root_ / "run_rel";
+  fs::remove_all(copy);
+  fs::copy(root_ / "run", copy, fs::copy_options::recursive);
+  std::ifstream in(copy / "config.yaml");
+  std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  const size_t at = yaml.find(data_);
+  ASSERT_NE(at, std::string::npos) << "the run's config names its data directory";
+  yaml.replace(at, data_.size(), "no/such/prepared");
+  std::ofstream(copy / "config.yaml") << yaml;
+  auto r = testing::RunCommand("cd " + root_.string() + " && " + tern_ + " eval run_rel 2>&1");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("the run's data.dir no/such/prepared"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--data DIR"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("relative to the current directory, " + root_.string()), std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace tern

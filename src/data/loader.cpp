@@ -43,8 +43,12 @@ uint64_t Bounded(std::mt19937_64& rng, uint64_t n) {
 Result<std::vector<std::string>> FindShards(const std::string& dir, const std::string& split) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
-    return Status::NotFound(
-        fmt::format("data directory {} does not exist; create it with tern prepare --out {}", dir, dir));
+    const bool relative = fs::path(dir).is_relative();
+    return Status::NotFound(fmt::format(
+        "data directory {} does not exist{}; create it with tern prepare --out {}", dir,
+        relative ? fmt::format(" (relative to the current directory, {})", fs::current_path(ec).string())
+                 : "",
+        dir));
   }
   std::vector<std::string> found;
   const std::string prefix = split + "_";
