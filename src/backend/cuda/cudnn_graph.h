@@ -98,7 +98,6 @@ class Graph {
   // The first error met while adding tensors and operations (which one, and cuDNN's own message); Ok if none.
   const Status& status() const { return status_; }
   size_t op_count() const { return ops_.size(); }
-  size_t tensor_count() const { return tensors_.size(); }
 
   // The operation graph, cuDNN's heuristic engine configurations for the target (mode A, then the fallback
   // list), and the first whose execution plan finalizes. Not ok when none does (the message says how many
