@@ -44,6 +44,9 @@ bool CudaBackend::CudnnAvailable(std::string* why) const {
 int64_t CudaBackend::cudnn_attention_forwards() const {
   return 0;
 }
+int64_t CudaBackend::cudnn_attention_backwards() const {
+  return 0;
+}
 const cudnn::Graph* CudaBackend::CudnnFor(const void*, const void*, const void*, int, int, int, int, Compute,
                                           bool) {
   return nullptr;
@@ -84,6 +87,7 @@ struct CudnnAttention {
   bool broken = false;                              // cudnnCreate failed: the flash kernels run everything
   std::set<std::tuple<int, int, int, int> > noted;  // shapes already reported as not taken
   int64_t forward_calls = 0;                        // forwards cuDNN ran (tests check the path was taken)
+  int64_t backward_calls = 0;                       // and backwards
 
   ~CudnnAttention() {
     graphs.clear();
@@ -140,6 +144,10 @@ bool CudaBackend::CudnnAvailable(std::string* why) const {
 
 int64_t CudaBackend::cudnn_attention_forwards() const {
   return cudnn_ ? cudnn_->forward_calls : 0;
+}
+
+int64_t CudaBackend::cudnn_attention_backwards() const {
+  return cudnn_ ? cudnn_->backward_calls : 0;
 }
 
 const cudnn::Graph* CudaBackend::CudnnFor(const void* qkv16, const void* out16, const void* state, int B,
@@ -262,6 +270,7 @@ bool CudaBackend::CudnnAttentionBackward(float* dqkv, void* scratch, const float
                 ws);
   if (!st.ok()) CudnnFailed(st);
   cuda::LaunchWidenBF16ToF32(dqkv, dqkv16, 3 * n, stream_);
+  c->backward_calls++;
   return true;
 }
 

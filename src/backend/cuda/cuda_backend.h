@@ -187,8 +187,10 @@ class CudaBackend : public Backend {
   cudaStream_t stream() const { return stream_; }
   // Whether cuDNN 9 loads here (train.attention=cudnn); *why says what is missing when it does not.
   bool CudnnAvailable(std::string* why = nullptr) const;
-  // How many attention forwards cuDNN ran (not the flash kernels it falls back to): tests check the path.
+  // How many attention forwards and backwards cuDNN ran (not the flash kernels it falls back to): tests
+  // check the path.
   int64_t cudnn_attention_forwards() const;
+  int64_t cudnn_attention_backwards() const;
   // Grows a scratch buffer to at least `bytes` (synchronising the stream first when it must grow).
   void* ScratchBuffer(cuda::Scratch which, size_t bytes);
 

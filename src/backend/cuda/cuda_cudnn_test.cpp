@@ -2,11 +2,11 @@
 // the same bf16 q, k, v, at GPT-2's head size and odd shapes. Written without a GPU (cudnn_graph_test.cpp
 // checks the graphs without one): scripts/gpu-check runs it.
 //
-// Checked: the cuDNN path really ran (not the flash kernels it falls back to); output (bf16) within 3e-2 and
-// dqkv within 6e-2 rel-max of the fp32 reference (the flash kernels' bf16 bounds); the logsumexp rows in the
-// flash kernels' place; the backward repeats bit for bit; a flash backward after a cuDNN forward and a cuDNN
-// backward after a flash forward (the states are the same); a head size cuDNN does not take (12) runs the
-// flash kernels and still matches.
+// Checked: the cuDNN path really ran, forward and backward (not the flash kernels it falls back to); output
+// (bf16) within 3e-2 and dqkv within 6e-2 rel-max of the fp32 reference (the flash kernels' bf16 bounds); the
+// logsumexp rows in the flash kernels' place; the backward repeats bit for bit; a flash backward after a
+// cuDNN forward and a cuDNN backward after a flash forward (the states are the same); a head size cuDNN does
+// not take (12) runs the flash kernels and still matches.
 #include <cmath>
 
 #include "backend/bf16.h"
@@ -79,6 +79,7 @@ TEST_F(CudaVsReference, CudnnAttentionMatchesTheReference) {
     }
 
     Twin dout = Make(Random(N * s.C)), dqkv = Make(std::vector<float>(N * 3 * s.C, 1e30f));
+    const int64_t backwards = cuda->cudnn_attention_backwards();
     ref_->AttentionBackward(dqkv.ref.as<float>(), datt.ref.as<float>(), dout.ref.as<float>(),
                             q32.ref.as<float>(), out32.ref.as<float>(), att.ref.as<float>(), s.B, s.T, s.C,
                             s.NH, Compute::kF32);
@@ -86,6 +87,7 @@ TEST_F(CudaVsReference, CudnnAttentionMatchesTheReference) {
                                 q16.gpu.as<uint16_t>(), out16.gpu.as<uint16_t>(), state.gpu.as<float>(), s.B,
                                 s.T, s.C, s.NH, Compute::kBF16);
     const std::vector<float> first = Gpu<float>(dqkv);
+    EXPECT_EQ(cuda->cudnn_attention_backwards() - backwards, taken ? 1 : 0) << "which kernels ran";
     EXPECT_LT(RelMaxError(first, Ref<float>(dqkv)), 6e-2);
     gpu_->AttentionBackwardBF16(dqkv.gpu.as<float>(), scratch.gpu.as<float>(), dout.gpu.as<float>(),
                                 q16.gpu.as<uint16_t>(), out16.gpu.as<uint16_t>(), state.gpu.as<float>(), s.B,
@@ -105,6 +107,8 @@ TEST_F(CudaVsReference, CudnnAttentionMatchesTheReference) {
     gpu_->AttentionBackwardBF16(dqkv.gpu.as<float>(), scratch.gpu.as<float>(), dout.gpu.as<float>(),
                                 q16.gpu.as<uint16_t>(), out16.gpu.as<uint16_t>(), state.gpu.as<float>(), s.B,
                                 s.T, s.C, s.NH, Compute::kBF16);
+    EXPECT_EQ(cuda->cudnn_attention_backwards() - backwards, taken ? 3 : 0)
+        << "the last backward was cuDNN's";
     EXPECT_LT(RelMaxError(Gpu<float>(dqkv), Ref<float>(dqkv)), 6e-2)
         << "cuDNN backward after a flash forward";
   }
