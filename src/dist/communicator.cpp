@@ -1,6 +1,8 @@
 #include "dist/communicator.h"
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -105,6 +107,20 @@ bool CommHandle::Done() {
 Result<int64_t> Communicator::AllReduceInt(int64_t value, IntOp op) {
   TERN_RETURN_IF_ERROR(AllReduceIntAsync(&value, 1, op).Wait());
   return value;
+}
+
+Result<double> Communicator::SumInRankOrder(double value) {
+  // Each rank puts its value's bits in its own slot, zeros elsewhere: the integer sum is a gather.
+  std::vector<int64_t> bits(static_cast<size_t>(world_), 0);
+  std::memcpy(&bits[static_cast<size_t>(rank_)], &value, sizeof value);
+  TERN_RETURN_IF_ERROR(AllReduceIntAsync(bits.data(), bits.size(), IntOp::kSum).Wait());
+  double total = 0;
+  for (int64_t b : bits) {
+    double x;
+    std::memcpy(&x, &b, sizeof x);
+    total += x;
+  }
+  return total;
 }
 
 Status Communicator::CheckRoot(int root) const {

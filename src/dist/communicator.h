@@ -159,6 +159,10 @@ class Communicator {
   }
   // One value, e.g. "did any rank get a preemption notice": AllReduceInt(notified ? 1 : 0, IntOp::kMax).
   [[nodiscard]] Result<int64_t> AllReduceInt(int64_t value, IntOp op);
+  // The sum over ranks of one host double per rank (a loss, a squared norm), added in rank order so that
+  // every rank gets the same bits. It gathers the values through AllReduceInt, which takes host memory on
+  // every implementation (AllReduce's buffers are device memory under NCCL).
+  [[nodiscard]] Result<double> SumInRankOrder(double value);
 
  protected:
   Communicator(int rank, int world, int local_rank, int local_world, std::chrono::milliseconds timeout)

@@ -159,6 +159,9 @@ TEST(SingleProcess, CollectivesAreTheIdentity) {
   ASSERT_TRUE(c.AllReduceInt(v, 2, IntOp::kSum).ok());
   EXPECT_EQ(v[0], 3);
   EXPECT_EQ(v[1], -4);
+  Result<double> sum = c.SumInRankOrder(0.1);
+  ASSERT_TRUE(sum.ok());
+  EXPECT_EQ(*sum, 0.1);
 }
 
 TEST(SingleProcess, BroadcastFromARankOutsideTheWorldFails) {

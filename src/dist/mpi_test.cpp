@@ -232,6 +232,21 @@ TEST_F(Mpi, IntegerAllReduceMaxAndSum) {
   EXPECT_EQ(w[1], 10);
 }
 
+// A host double per rank (the trainer's loss and validation sums, the ZeRO-1 squared norms): every rank gets
+// the same bits, the values added in rank order (not MPI's order), with nothing lost to fp32.
+TEST_F(Mpi, SumInRankOrderGivesEveryRankTheSameBits) {
+  const double mine = 0.1 * (rank_ + 1) + 1e-12 * rank_;  // not exact in fp32 or in any other order
+  Result<double> got = comm_->SumInRankOrder(mine);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  double want = 0;
+  for (int r = 0; r < world_; r++) want += 0.1 * (r + 1) + 1e-12 * r;
+  EXPECT_EQ(*got, want) << "rank order, in double";
+  // The same bits on every rank: rank 0's result, broadcast, compared.
+  double zero = *got;
+  ASSERT_TRUE(comm_->Broadcast(&zero, sizeof zero, 0).ok());
+  EXPECT_EQ(std::memcmp(&zero, &*got, sizeof zero), 0);
+}
+
 // `tern bench --dist`'s measurement on real ranks: every rank gets the same figures (the slowest rank's
 // time), the sums check out (RunAllReduceBench verifies W(W+1)/2), and the bus factor is the ring's.
 TEST_F(Mpi, AllReduceBenchGivesEveryRankTheSameFigures) {

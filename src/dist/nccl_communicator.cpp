@@ -163,11 +163,14 @@ class NcclWork : public CommHandle::Impl {
   Status status_;
 };
 
-// Numbers the collective, queues it on the collectives' stream after the compute stream's work, records
-// its completion.
+// Numbers the collective, queues it on the collectives' stream after the compute stream's work, then
+// `after` (more work on that stream, e.g. a copy of the result back to the host), records its completion.
+// `after` is queued only once NCCL has settled the enqueue: a non-blocking communicator that answered
+// ncclInProgress must not see more work on its stream before then (NCCL's non-blocking rules).
 CommHandle Start(const std::shared_ptr<State>& state, std::chrono::milliseconds timeout, CollectiveKind kind,
                  size_t count, const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& enqueue,
-                 std::function<void()> finish = nullptr) {
+                 std::function<void()> finish = nullptr,
+                 const std::function<cudaError_t(cudaStream_t)>& after = nullptr) {
   std::lock_guard lock(state->mu);
   if (!state->broken.ok())
     return CommHandle::Failed(Status::Unavailable("this nccl communicator failed earlier and is unusable: " +
@@ -190,6 +193,8 @@ CommHandle Start(const std::shared_ptr<State>& state, std::chrono::milliseconds 
     if (r == ncclInProgress) return fail(state->Timeout(seq, kind, count, timeout));
     return fail(NcclError(r, what));
   }
+  if (after)
+    if (cudaError_t e = after(state->stream); e != cudaSuccess) return fail(CudaError(e, what));
   cudaEvent_t done = nullptr;
   if (cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming); e != cudaSuccess)
     return fail(CudaError(e, what));
@@ -218,11 +223,15 @@ Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(NcclOptions o
     world = o.bootstrap->world();
     local_rank = o.bootstrap->local_rank();
     local_world = o.bootstrap->local_world();
-  } else if (o.id_file.empty()) {
+  } else if (o.id_file.empty() && world > 1) {
     return Status::InvalidArgument(
         "nccl needs a way to hand rank 0's NCCL id to the other ranks: an MPI launch (mpirun, srun "
         "--mpi=pmix) or "
         "dist.nccl_id_file on a filesystem every rank sees");
+  }
+  if (o.device < 0) {  // the calling thread's device: the CUDA backend's, which sets it when it is made
+    if (cudaError_t e = cudaGetDevice(&o.device); e != cudaSuccess)
+      return CudaError(e, fmt::format("rank {}: cudaGetDevice", rank));
   }
   state->rank = rank;
   state->world = world;
@@ -240,6 +249,8 @@ Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(NcclOptions o
   if (o.bootstrap) {
     TERN_RETURN_IF_ERROR(
         o.bootstrap->Broadcast(&id, sizeof id, 0).WithContext(who + ": broadcasting the NCCL id"));
+  } else if (world == 1) {
+    // A world of one: rank 0 made the id and is the only one to read it.
   } else if (rank == 0) {
     TERN_RETURN_IF_ERROR(PublishBootstrapFile(o.id_file, o.id_tag, std::string_view(id.internal, sizeof id)));
   } else {
@@ -266,7 +277,7 @@ Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(NcclOptions o
     return NcclError(r, who + ": ncclCommInitRankConfig");
   }
   // Every rank has read the id once the communicator exists.
-  if (!o.bootstrap && rank == 0) std::filesystem::remove(o.id_file);
+  if (!o.bootstrap && rank == 0 && !o.id_file.empty()) std::filesystem::remove(o.id_file);
   state->bootstrap = std::move(o.bootstrap);
 #ifdef TERN_HAVE_MPI
   state->tracker = dynamic_cast<MpiCommunicator*>(state->bootstrap.get());
@@ -405,16 +416,15 @@ CommHandle NcclCommunicator::AllReduceIntAsync(int64_t* values, size_t n, IntOp 
         if (cudaMemcpyAsync(st.device_ints, st.host_ints, count * sizeof(int64_t), cudaMemcpyHostToDevice,
                             s) != cudaSuccess)
           return ncclUnhandledCudaError;
-        const ncclResult_t r = ncclAllReduce(st.device_ints, st.device_ints, count, ncclInt64, nop, comm, s);
-        if (r != ncclSuccess) return r;
-        if (cudaMemcpyAsync(st.host_ints, st.device_ints, count * sizeof(int64_t), cudaMemcpyDeviceToHost,
-                            s) != cudaSuccess)
-          return ncclUnhandledCudaError;
-        return ncclSuccess;
+        return ncclAllReduce(st.device_ints, st.device_ints, count, ncclInt64, nop, comm, s);
       },
       [state, values, n] {  // runs with state->mu held, once the copy back finished
         if (n > 0) std::memcpy(values, state->host_ints, n * sizeof(int64_t));
         state->ints_busy = false;
+      },
+      [&](cudaStream_t s) {  // the result back to the host, after the all-reduce has settled
+        return cudaMemcpyAsync(st.host_ints, st.device_ints, count * sizeof(int64_t), cudaMemcpyDeviceToHost,
+                               s);
       });
   if (h.Done()) {
     std::lock_guard lock(st.mu);

@@ -9,6 +9,7 @@
 // Bootstrap: rank 0 makes the NCCL unique id and hands it to the others, by a broadcast over `bootstrap`
 // (an MPI communicator; it also names missing ranks on a timeout) or, without MPI (Slurm without PMIx),
 // through `id_file` on a filesystem every rank sees (bootstrap_file.h), tagged with the launch's job id.
+// A world of one needs neither.
 //
 // Differences from mpi: the mean is NCCL's ncclAvg (it may differ from the sum divided by the world in the
 // last bit); uneven reduce-scatter / all-gather run as a group of per-rank ncclReduce / ncclBroadcast (even
@@ -26,11 +27,13 @@ namespace tern::dist {
 struct NcclOptions {
   std::chrono::milliseconds timeout = kDefaultTimeout;
   void* compute_stream =
-      nullptr;     // cudaStream_t of the compute (CudaBackend::stream()); null = the default stream
-  int device = 0;  // this rank's GPU (cudaSetDevice)
+      nullptr;  // cudaStream_t of the compute (CudaBackend::stream()); null = the default stream
+  // This rank's GPU (cudaSetDevice); -1: the calling thread's current device, which the CUDA backend set
+  // when it was made (so the collectives run on the compute's GPU whatever TERN_CUDA_DEVICE chose).
+  int device = -1;
   // Either an MPI communicator (taken over: it stays for the timeouts' messages) ...
   std::unique_ptr<Communicator> bootstrap;
-  // ... or a shared file and who this rank is.
+  // ... or a shared file and who this rank is (neither for a world of one).
   std::string id_file;
   std::string id_tag;  // LaunchInfo::job_id
   int rank = 0, world = 1, local_rank = 0, local_world = 1;

@@ -102,9 +102,14 @@ Result<std::unique_ptr<Communicator>> Nccl(const CommSetup& s, const LaunchInfo&
 #ifdef TERN_HAVE_NCCL
   NcclOptions o;
   o.timeout = s.timeout;
-  o.compute_stream = s.cuda_stream;
-  o.device = s.cuda_device >= 0 ? s.cuda_device : l.local_rank;
-  if (!s.nccl_id_file.empty()) {
+  // The compute's stream and GPU: the collectives must queue after the kernels that wrote their buffers, on
+  // the same device (cuda_device -1: the device the CUDA backend made current, NcclOptions::device).
+  o.compute_stream = s.cuda_stream ? s.cuda_stream : s.compute ? s.compute->native_stream() : nullptr;
+  o.device = s.cuda_device;
+  if (l.world == 1 && s.nccl_id_file.empty()) {
+    // One process (gpu-check's one-GPU world, dist.backend: nccl without a launcher): nothing to exchange,
+    // so no MPI either.
+  } else if (!s.nccl_id_file.empty()) {
     if (l.world == 0)
       return Status::InvalidArgument(
           fmt::format("{} that exports no world size; dist.nccl_id_file needs one (Slurm or Open MPI "

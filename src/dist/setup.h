@@ -27,8 +27,10 @@ struct CommSetup {
   // Where the buffers live: null, or a backend with host_addressable_memory (the CPU) = host memory (mpi);
   // otherwise device memory (the CUDA backend: nccl).
   Backend* compute = nullptr;
-  // nccl: the compute's CUDA stream (CudaBackend::stream()), this rank's GPU (-1: the local rank), and the
-  // file that hands rank 0's NCCL id to the others when not launched by MPI (empty: broadcast it over MPI).
+  // nccl: the compute's CUDA stream (null: compute->native_stream()), this rank's GPU (-1: the device the
+  // CUDA backend made current, which the trainer sets to the local rank unless TERN_CUDA_DEVICE says
+  // otherwise), and the file that hands rank 0's NCCL id to the others when not launched by MPI (empty:
+  // broadcast it over MPI; a world of one needs neither).
   void* cuda_stream = nullptr;
   int cuda_device = -1;
   std::string nccl_id_file;

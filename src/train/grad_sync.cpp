@@ -69,17 +69,9 @@ Result<double> GradSync::GlobalNorm(Backend* backend) {
   const int W = comm_->world(), r = comm_->rank();
   const dist::Shard mine = dist::ShardOf(n_, W, r);
   const double squares = mine.count > 0 ? backend->SumSquares(grads_ + mine.offset, mine.count) : 0.0;
-  std::vector<int64_t> bits(static_cast<size_t>(W), 0);
-  std::memcpy(&bits[static_cast<size_t>(r)], &squares, sizeof squares);
-  TERN_RETURN_IF_ERROR(comm_->AllReduceInt(bits.data(), bits.size(), dist::IntOp::kSum)
-                           .WithContext("adding the ranks' gradient norms (ZeRO-1)"));
-  double total = 0;
-  for (int64_t b : bits) {
-    double x;
-    std::memcpy(&x, &b, sizeof x);
-    total += x;
-  }
-  return std::sqrt(total);
+  Result<double> total = comm_->SumInRankOrder(squares);
+  if (!total.ok()) return total.status().WithContext("adding the ranks' gradient norms (ZeRO-1)");
+  return std::sqrt(total.value());
 }
 
 }  // namespace tern

@@ -225,9 +225,10 @@ Result<StepStats> Trainer::Step() {
   if (grad_sync_) {
     TERN_ASSIGN_OR_RETURN(const double waited, grad_sync_->Finish());
     const auto t0 = std::chrono::steady_clock::now();
-    float sum = static_cast<float>(loss_sum);
-    TERN_RETURN_IF_ERROR(comm_->AllReduce(&sum, 1, dist::ReduceOp::kSum).WithContext("summing the loss"));
-    loss_sum = sum;
+    // Host values go through SumInRankOrder: AllReduce takes device buffers under NCCL.
+    Result<double> sum = comm_->SumInRankOrder(loss_sum);
+    if (!sum.ok()) return sum.status().WithContext("summing the loss");
+    loss_sum = sum.value();
     s.comm_s += waited + Seconds(t0);
   }
   if (env_.after_backward) env_.after_backward(step_ + 1, *model_);
@@ -335,10 +336,9 @@ Result<double> Trainer::Evaluate() {
     sum += model_->Forward(batch.inputs.data(), batch.targets.data(), cfg_.batch_size, cfg_.seq_len);
   }
   if (W > 1) {
-    float total = static_cast<float>(sum);
-    TERN_RETURN_IF_ERROR(
-        comm_->AllReduce(&total, 1, dist::ReduceOp::kSum).WithContext("summing the validation loss"));
-    sum = total;
+    Result<double> total = comm_->SumInRankOrder(sum);
+    if (!total.ok()) return total.status().WithContext("summing the validation loss");
+    sum = total.value();
   }
   return sum / cfg_.eval_batches;
 }
