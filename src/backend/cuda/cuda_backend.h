@@ -48,6 +48,7 @@ enum class Scratch : int {
   kAttnOut,   // AttentionForwardBF16, naive kernel: the fp32 output before its rounding; cudnn through
               // the fp32 interface: the bf16 output
   kCudnnWorkspace,  // train.attention=cudnn: the cuDNN plan's workspace
+  kMatmulOut,       // MatmulToBF16 with a bias that cuBLASLt declines: the fp32 product before its rounding
   kCount
 };
 
@@ -130,10 +131,13 @@ class CudaBackend : public Backend {
                          const float* weight, const float* mean, const float* rstd, int N, int C) override;
   void Matmul(float* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
               bool trans_b, float beta, Compute compute) override;
-  // cuBLASLt's GELU_AUX(_BIAS) and DGELU epilogues (matmul_cublaslt.cu); Backend's unfused defaults where
-  // cuBLASLt takes no such plan (alignment: N % 8 for the pre-activation's leading dimension).
+  // bf16 compute: the product stored as bf16 by cuBLASLt (its BIAS epilogue for the bias), else through
+  // Scratch::kMatmulOut (matmul_cublaslt.cu).
   void MatmulToBF16(uint16_t* c, Operand a, Operand b, const float* bias, int M, int N, int K, bool trans_a,
                     bool trans_b, Compute compute) override;
+  // cuBLASLt's GELU_AUX(_BIAS) and DGELU epilogues (matmul_cublaslt.cu); Backend's unfused defaults where
+  // cuBLASLt takes no such plan (alignment: N % 8 for the pre-activation's leading dimension). MatmulGeluBF16
+  // is Backend's (Matmul with its bias epilogue, then GeluForwardBF16).
   void MatmulGelu(float* out, float* pre, Operand a, Operand b, const float* bias, int M, int N, int K,
                   bool trans_a, bool trans_b, Compute compute) override;
   void MatmulDGelu(float* dinp, const float* pre, Operand a, Operand b, int M, int N, int K, bool trans_a,

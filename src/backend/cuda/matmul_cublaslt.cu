@@ -191,9 +191,25 @@ void CudaBackend::MatmulToBF16(uint16_t* c, Operand a, Operand b, const float* b
                                 CUBLAS_GEMM_DEFAULT));
       return;
     }
+    // cuBLASLt documents a bf16 output's bias as bf16, and tern adds an fp32 bias before the one rounding, so
+    // it may decline: then the fp32 product with its bias goes to scratch (Matmul's fused fp32 epilogue) and
+    // is rounded once. Scratch, not a temporary allocation: this is every layer's qkv projection.
+    static bool noted = false;
+    if (!noted) {
+      noted = true;
+      std::fprintf(
+          stderr,
+          "[tern cuda] MatmulToBF16 with a bias (%dx%dx%d): cuBLASLt declined the fused epilogue; an "
+          "fp32 product, then a rounding\n",
+          M, N, K);
+    }
+    const size_t n = static_cast<size_t>(M) * N;
+    auto* y = static_cast<float*>(ScratchBuffer(cuda::Scratch::kMatmulOut, n * sizeof(float)));
+    Matmul(y, a, b, bias, M, N, K, trans_a, trans_b, 0.0f, compute);
+    cuda::LaunchCastF32ToBF16(c, y, n, stream_);
+    return;
   }
-  // fp32 / fp16 compute, or a bias without a cuBLASLt plan (the sum is rounded once): the fp32 product, then
-  // the cast.
+  // fp32 / fp16 compute: the fp32 product, then the cast.
   Backend::MatmulToBF16(c, a, b, bias, M, N, K, trans_a, trans_b, compute);
 }
 
