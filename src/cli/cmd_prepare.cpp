@@ -1,10 +1,12 @@
 // tern prepare: raw text -> tokenizer + train/val token shards (the library call is data/prepare.h).
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "cli/command.h"
 #include "core/progress.h"
 #include "data/prepare.h"
+#include "registry/model_uri.h"
 
 namespace tern::cli {
 
@@ -20,6 +22,34 @@ std::string Plural(size_t n, const char* word) {
   return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
 }
 
+// --tokenizer: a tokenizer.model, or a directory holding one (a run, a prepared data directory, a registered
+// model's models:/NAME@REF).
+Result<std::string> ResolveTokenizer(const std::string& given) {
+  TERN_ASSIGN_OR_RETURN(std::string path, registry::ResolveModelUri(given));
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    const std::string model = (std::filesystem::path(path) / "tokenizer.model").string();
+    if (!std::filesystem::exists(model, ec))
+      return Status::NotFound(fmt::format(
+          "{} has no tokenizer.model; give a run directory, a prepared data directory or a tokenizer.model",
+          path));
+    return model;
+  }
+  if (!std::filesystem::exists(path, ec))
+    return Status::NotFound(
+        fmt::format("{} does not exist; give a run directory, a prepared data directory, models:/NAME@REF "
+                    "or a tokenizer.model",
+                    path));
+  return path;
+}
+
+// A trained model (a run directory or a registered model) rather than a bare tokenizer or data directory.
+bool IsModel(const std::string& given) {
+  std::error_code ec;
+  return given.starts_with(registry::kModelUriScheme) ||
+         std::filesystem::exists(std::filesystem::path(given) / "config.yaml", ec);
+}
+
 int RunPrepare(PrepareArgs& args) {
   PrepareOptions& o = args.options;
   if (args.shard_tokens <= 0 || args.max_sentences <= 0) {
@@ -28,6 +58,21 @@ int RunPrepare(PrepareArgs& args) {
   }
   o.shard_tokens = static_cast<uint64_t>(args.shard_tokens);
   o.max_sentences = static_cast<uint64_t>(args.max_sentences);
+  if (o.tokenizer.empty() && o.vocab_size == 0) {
+    std::fprintf(stderr,
+                 "tern prepare: pass --vocab-size N (train a new tokenizer) or --tokenizer PATH (reuse a "
+                 "model's, to fine-tune it)\n");
+    return 2;
+  }
+  const std::string model = o.tokenizer;  // as given: a run or models:/ ref is also what to fine-tune
+  if (!o.tokenizer.empty()) {
+    auto path = ResolveTokenizer(o.tokenizer);
+    if (!path.ok()) {
+      std::fprintf(stderr, "tern prepare: --tokenizer %s\n", path.status().message().c_str());
+      return 1;
+    }
+    o.tokenizer = *path;
+  }
   o.progress = stderr;
   auto r = Prepare(o);
   if (!r.ok()) {
@@ -44,17 +89,21 @@ int RunPrepare(PrepareArgs& args) {
   fmt::print(
       "prepared {} in {}\n"
       "  input      {}, {}\n"
-      "  tokenizer  {} (vocab {}, fingerprint {}, trained in {:.1f} s)\n"
+      "  tokenizer  {} (vocab {}, fingerprint {}, {})\n"
       "  train      {} in {}: {}\n"
       "  val        {} in {}: {}\n"
       "  ratio      {:.2f} bytes per token\n"
       "  summary    {}\n"
-      "next: tern train configs/demo.yaml --set data.dir={}\n",
+      "next: tern train configs/demo.yaml --set data.dir={}{}\n",
       o.out_dir, ProgressBar::FormatDuration(s.seconds), Plural(s.files.size(), "file"),
       ProgressBar::FormatAmount(static_cast<double>(s.bytes), "B"), s.tokenizer_path, s.vocab_size,
-      s.fingerprint, s.tokenizer_seconds, tokens(s.train_tokens), Plural(s.train_shards.size(), "shard"),
-      where(s.train_shards), tokens(s.val_tokens), Plural(s.val_shards.size(), "shard"), where(s.val_shards),
-      s.bytes_per_token, s.summary_path, o.out_dir);
+      s.fingerprint,
+      s.tokenizer_from.empty() ? fmt::format("trained in {:.1f} s", s.tokenizer_seconds)
+                               : "reused from " + s.tokenizer_from,
+      tokens(s.train_tokens), Plural(s.train_shards.size(), "shard"), where(s.train_shards),
+      tokens(s.val_tokens), Plural(s.val_shards.size(), "shard"), where(s.val_shards), s.bytes_per_token,
+      s.summary_path, o.out_dir,
+      IsModel(model) ? " --set train.init_from=" + model + "   (docs/finetune.md)" : "");
   return 0;
 }
 
@@ -71,6 +120,7 @@ void AddPrepareCommand(CLI::App& root, CommandTable& table) {
       "     inputs are an error naming the file),\n"
       "  2. trains a lossless byte-level BPE tokenizer (SentencePiece, byte fallback: decode(encode(x)) == "
       "x),\n"
+      "     or, with --tokenizer, reuses a trained model's,\n"
       "  3. streams the text through it (never loading a file whole) and writes token shards: blocks of 64\n"
       "     lines go to train or, for about --val-fraction of them, to val.\n\n"
       "It writes, in --out DIR:\n"
@@ -82,16 +132,20 @@ void AddPrepareCommand(CLI::App& root, CommandTable& table) {
       "only replaced with --force.\n\n"
       "Example (the King James Bible, 4.3 MB, about 10 s on 2 cores):\n"
       "  bible \"Gen1:1-Rev22:21\" > kjv.txt\n"
-      "  tern prepare --input kjv.txt --out data/kjv --vocab-size 4096\n");
+      "  tern prepare --input kjv.txt --out data/kjv --vocab-size 4096\n"
+      "Data to fine-tune a trained model on keeps its tokenizer (docs/finetune.md):\n"
+      "  tern prepare --input psalms.txt --out data/psalms --tokenizer runs/demo\n");
   sub->add_option("--input,-i", args->options.inputs, "Text files or directories to read (one or more)")
       ->required()
       ->expected(1, -1);
   sub->add_option("--out,-o", args->options.out_dir, "Output directory (created if missing)")->required();
   sub->add_option(
-         "--vocab-size", args->options.vocab_size,
-         "Tokenizer vocabulary size: at least 260 + the number of distinct characters; 4096-8192 suits a "
-         "few MB of text, 32768-50257 a large corpus")
-      ->required();
+      "--vocab-size", args->options.vocab_size,
+      "Tokenizer vocabulary size: at least 260 + the number of distinct characters; 4096-8192 suits a "
+      "few MB of text, 32768-50257 a large corpus (not with --tokenizer)");
+  sub->add_option("--tokenizer", args->options.tokenizer,
+                  "Encode with this existing tokenizer instead of training one: a run directory, a prepared "
+                  "data directory, models:/NAME@REF or a tokenizer.model (data to fine-tune that model on)");
   sub->add_option("--val-fraction", args->options.val_fraction,
                   "Share of the text held out for validation (0..0.5)")
       ->capture_default_str();

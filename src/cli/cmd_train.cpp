@@ -8,6 +8,7 @@
 #include "cli/command.h"
 #include "core/progress.h"
 #include "plan/units.h"
+#include "registry/model_uri.h"
 #include "train/trainer.h"
 
 namespace tern::cli {
@@ -77,7 +78,18 @@ int RunTrain(const TrainOptions& o) {
     std::fprintf(stderr, "tern train: give a config file, e.g. `tern train configs/demo.yaml`\n");
     return 2;
   }
-  auto trainer = Trainer::Create(cfg, o.quiet);
+  // models:/NAME@alias is pinned to the version it names now: config.yaml records what the run started from.
+  if (registry::IsModelUri(cfg.init_from)) {
+    auto pinned = registry::PinModelUri(cfg.init_from);
+    if (!pinned.ok()) {
+      std::fprintf(stderr, "tern train: train.init_from: %s\n", pinned.status().message().c_str());
+      return 2;
+    }
+    cfg.init_from = *pinned;
+  }
+  TrainerEnv env;
+  env.resolve_model = [](const std::string& p) { return registry::ResolveModelUri(p); };
+  auto trainer = Trainer::Create(cfg, o.quiet, std::move(env));
   if (!trainer.ok()) {
     std::fprintf(stderr, "tern train: %s\n", trainer.status().message().c_str());
     // A config that cannot work (a bad value, missing data, a refused resume) is a usage error: exit 2, which

@@ -120,7 +120,10 @@ struct StagingGuard {
 Status CheckOptions(const PrepareOptions& o) {
   if (o.inputs.empty()) return Status::InvalidArgument("no inputs: pass --input FILE_OR_DIR (one or more)");
   if (o.out_dir.empty()) return Status::InvalidArgument("no output directory: pass --out DIR");
-  if (o.vocab_size <= Tokenizer::kMinVocabSize || o.vocab_size > (1 << 20)) {
+  if (!o.tokenizer.empty()) {
+    if (o.vocab_size < 0)
+      return Status::InvalidArgument("--vocab-size must be positive (or 0 with --tokenizer)");
+  } else if (o.vocab_size <= Tokenizer::kMinVocabSize || o.vocab_size > (1 << 20)) {
     return Status::InvalidArgument(
         fmt::format("--vocab-size {} is out of range: use {}..{} (a few thousand is typical "
                     "for a small corpus; GPT-2 uses 50257)",
@@ -136,17 +139,19 @@ Status CheckOptions(const PrepareOptions& o) {
 }
 
 // The options that define a prepared dataset: a rerun with the same ones may replace it without --force.
-json OptionsJson(const PrepareOptions& o) {
+json OptionsJson(const PrepareOptions& o, const std::string& fingerprint) {
   json inputs = json::array();
   for (const auto& in : o.inputs) inputs.push_back(fs::absolute(in).lexically_normal().string());
-  return {{"inputs", inputs},
-          {"vocab_size", o.vocab_size},
-          {"val_fraction", o.val_fraction},
-          {"shard_tokens", o.shard_tokens},
-          {"max_sentences", o.max_sentences}};
+  json j = {{"inputs", inputs},
+            {"vocab_size", o.vocab_size},
+            {"val_fraction", o.val_fraction},
+            {"shard_tokens", o.shard_tokens},
+            {"max_sentences", o.max_sentences}};
+  if (!fingerprint.empty()) j["tokenizer"] = fingerprint;  // a reused tokenizer is part of what the data is
+  return j;
 }
 
-Status CheckExistingOutput(const PrepareOptions& o) {
+Status CheckExistingOutput(const PrepareOptions& o, const std::string& fingerprint) {
   std::error_code ec;
   if (fs::exists(o.out_dir, ec) && !fs::is_directory(o.out_dir, ec)) {
     return Status::InvalidArgument(fmt::format("--out {} exists and is not a directory", o.out_dir));
@@ -155,7 +160,8 @@ Status CheckExistingOutput(const PrepareOptions& o) {
   if (o.force || !fs::exists(summary, ec)) return Status::Ok();
   auto text = ReadFileToString(summary);
   json old = text.ok() ? json::parse(*text, nullptr, /*allow_exceptions=*/false) : json();
-  if (old.is_object() && old.contains("options") && old["options"] == OptionsJson(o)) return Status::Ok();
+  if (old.is_object() && old.contains("options") && old["options"] == OptionsJson(o, fingerprint))
+    return Status::Ok();
   return Status::InvalidArgument(fmt::format(
       "{} already holds data prepared with different options (see {}); pass --force to replace it, or choose "
       "another --out",
@@ -253,9 +259,11 @@ Status Publish(const std::string& staging, const std::string& out, const std::ve
   std::error_code ec;
   fs::remove(out + "/prepare.json", ec);
   std::set<std::string> keep(names.begin(), names.end());
-  for (const auto& e : fs::directory_iterator(out, ec)) {  // shards of the old output that the new one lacks
+  // shards of the old output that the new one lacks, and its tokenizer.vocab when a reused tokenizer came
+  // without one
+  for (const auto& e : fs::directory_iterator(out, ec)) {
     std::string name = e.path().filename().string();
-    if (IsShardName(name) && !keep.count(name)) fs::remove(e.path(), ec);
+    if ((IsShardName(name) || name == "tokenizer.vocab") && !keep.count(name)) fs::remove(e.path(), ec);
   }
   for (const auto& name : names) {
     fs::rename(staging + "/" + name, out + "/" + name, ec);
@@ -264,6 +272,21 @@ Status Publish(const std::string& staging, const std::string& out, const std::ve
   fs::rename(staging + "/prepare.json", out + "/prepare.json", ec);
   if (ec) return Status::IoError(fmt::format("cannot move prepare.json into {}: {}", out, ec.message()));
   return SyncParentDir(out + "/prepare.json");
+}
+
+// Copies a reused tokenizer.model (and the tokenizer.vocab beside it, when there is one) into the staging
+// directory, adding what it copied to *names.
+Status CopyTokenizer(const std::string& model, const std::string& staging, std::vector<std::string>* names) {
+  std::error_code ec;
+  fs::copy_file(model, staging + "/tokenizer.model", fs::copy_options::overwrite_existing, ec);
+  if (ec) return Status::IoError(fmt::format("copying --tokenizer {}: {}", model, ec.message()));
+  const fs::path vocab = fs::path(model).replace_extension(".vocab");
+  if (fs::exists(vocab, ec)) {
+    fs::copy_file(vocab, staging + "/tokenizer.vocab", fs::copy_options::overwrite_existing, ec);
+    if (ec) return Status::IoError(fmt::format("copying {}: {}", vocab.string(), ec.message()));
+    names->push_back("tokenizer.vocab");
+  }
+  return Status::Ok();
 }
 
 Result<PrepareSummary> PrepareImpl(const PrepareOptions& o) {
@@ -292,7 +315,20 @@ Result<PrepareSummary> PrepareImpl(const PrepareOptions& o) {
     return Status::InvalidArgument(fmt::format("the inputs hold no text: {} file(s), all empty (first: {})",
                                                sum.files.size(), sum.files.front()));
   }
-  TERN_RETURN_IF_ERROR(CheckExistingOutput(o));
+  // A reused tokenizer is checked before anything is written.
+  std::string reused_fingerprint;
+  if (!o.tokenizer.empty()) {
+    auto src = Tokenizer::Load(o.tokenizer);
+    if (!src.ok()) return src.status().WithContext("--tokenizer " + o.tokenizer);
+    if (o.vocab_size != 0 && o.vocab_size != src->vocab_size()) {
+      return Status::InvalidArgument(fmt::format(
+          "--vocab-size {} differs from the vocabulary of --tokenizer {} ({}); leave --vocab-size out to "
+          "use that tokenizer as it is",
+          o.vocab_size, o.tokenizer, src->vocab_size()));
+    }
+    reused_fingerprint = src->fingerprint();
+  }
+  TERN_RETURN_IF_ERROR(CheckExistingOutput(o, reused_fingerprint));
 
   TERN_RETURN_IF_ERROR(MakeDirs(o.out_dir));
   RemoveStaleStaging(o.out_dir);
@@ -301,13 +337,21 @@ Result<PrepareSummary> PrepareImpl(const PrepareOptions& o) {
   fs::remove_all(guard.dir, ec);
   TERN_RETURN_IF_ERROR(MakeDirs(guard.dir));
 
-  if (o.progress) {
-    fmt::print(o.progress, "training tokenizer: vocab {} on {} of text ({} file(s))\n", o.vocab_size,
-               ProgressBar::FormatAmount(sum.bytes, "B"), nonempty.size());
-  }
   auto t_tok = std::chrono::steady_clock::now();
-  TERN_RETURN_IF_ERROR(
-      Tokenizer::Train(nonempty, guard.dir + "/tokenizer", o.vocab_size, o.max_sentences, o.progress));
+  std::vector<std::string> names = {"tokenizer.model"};
+  if (!o.tokenizer.empty()) {
+    TERN_RETURN_IF_ERROR(CopyTokenizer(o.tokenizer, guard.dir, &names));
+    sum.tokenizer_from = fs::absolute(o.tokenizer).lexically_normal().string();
+    if (o.progress) fmt::print(o.progress, "tokenizer: {} (reused, not trained)\n", sum.tokenizer_from);
+  } else {
+    if (o.progress) {
+      fmt::print(o.progress, "training tokenizer: vocab {} on {} of text ({} file(s))\n", o.vocab_size,
+                 ProgressBar::FormatAmount(sum.bytes, "B"), nonempty.size());
+    }
+    TERN_RETURN_IF_ERROR(
+        Tokenizer::Train(nonempty, guard.dir + "/tokenizer", o.vocab_size, o.max_sentences, o.progress));
+    names.push_back("tokenizer.vocab");
+  }
   TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(guard.dir + "/tokenizer.model"));
   sum.tokenizer_seconds = since(t_tok);
   sum.vocab_size = tok.vocab_size();
@@ -330,7 +374,7 @@ Result<PrepareSummary> PrepareImpl(const PrepareOptions& o) {
 
   json j = {{"format", "tern-prepare"},
             {"version", 1},
-            {"options", OptionsJson(o)},
+            {"options", OptionsJson(o, reused_fingerprint)},
             {"files", json::array()},
             {"bytes", sum.bytes},
             {"tokens", {{"train", sum.train_tokens}, {"val", sum.val_tokens}}},
@@ -349,11 +393,11 @@ Result<PrepareSummary> PrepareImpl(const PrepareOptions& o) {
             {"seconds", sum.seconds},
             {"tokenizer_seconds", sum.tokenizer_seconds},
             {"bytes_per_token", sum.bytes_per_token}};
+  if (!sum.tokenizer_from.empty()) j["tokenizer"]["from"] = sum.tokenizer_from;
   for (size_t i = 0; i < sum.files.size(); ++i)
     j["files"].push_back({{"path", sum.files[i]}, {"bytes", sizes[i]}});
   TERN_RETURN_IF_ERROR(WriteFileAtomic(guard.dir + "/prepare.json", j.dump(2) + "\n"));
 
-  std::vector<std::string> names = {"tokenizer.model", "tokenizer.vocab"};
   names.insert(names.end(), train.files().begin(), train.files().end());
   names.insert(names.end(), val.files().begin(), val.files().end());
   TERN_RETURN_IF_ERROR(Publish(guard.dir, o.out_dir, names));

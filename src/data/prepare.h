@@ -19,7 +19,9 @@ namespace tern {
 struct PrepareOptions {
   std::vector<std::string> inputs;  // text files or directories (searched recursively)
   std::string out_dir;
-  int vocab_size = 0;
+  int vocab_size = 0;          // of the tokenizer trained here; with `tokenizer`, 0 or that tokenizer's size
+  std::string tokenizer;       // an existing tokenizer.model to encode with instead of training one: data for
+                               // fine-tuning a model keeps that model's tokenizer (docs/finetune.md)
   double val_fraction = 0.01;  // share of 64-line blocks held out for validation, in [0, 0.5]
   uint64_t shard_tokens = 100'000'000;
   uint64_t max_sentences = 2'000'000;  // lines sampled to train the tokenizer
@@ -35,6 +37,7 @@ struct PrepareSummary {
   std::vector<std::string> train_shards, val_shards;  // paths
   int vocab_size = 0;
   std::string tokenizer_path, fingerprint, summary_path;
+  std::string tokenizer_from;  // the tokenizer.model reused (PrepareOptions::tokenizer); empty = trained here
   double tokenizer_seconds = 0, seconds = 0;
   double bytes_per_token = 0;
   std::vector<std::string> warnings;

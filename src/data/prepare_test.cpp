@@ -212,5 +212,54 @@ TEST(Prepare, FailedOrRefusedRunLeavesTheOldOutputIntact) {
   EXPECT_FALSE(fs::exists(out + "/.prepare-tmp-999999999"));
 }
 
+// --tokenizer: new text encoded with a trained model's tokenizer (data to fine-tune it on), copied beside the
+// shards instead of training one; another tokenizer over the same output needs --force.
+TEST(Prepare, ReusesAnExistingTokenizer) {
+  TempDir tmp;
+  WriteFile(tmp / "base.txt", testing::MakeCorpus(40'000, 5));
+  WriteFile(tmp / "new.txt", testing::MakeCorpus(20'000, 6));
+  auto base = Prepare(Options({tmp / "base.txt"}, tmp / "base"));
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+
+  PrepareOptions o = Options({tmp / "new.txt"}, tmp / "new");
+  o.vocab_size = 0;
+  o.tokenizer = tmp / "base/tokenizer.model";
+  auto r = Prepare(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->fingerprint, base->fingerprint);
+  EXPECT_EQ(r->vocab_size, 500);
+  EXPECT_EQ(ReadFile(tmp / "new/tokenizer.model"), ReadFile(tmp / "base/tokenizer.model"));
+  EXPECT_EQ(ReadFile(tmp / "new/tokenizer.vocab"), ReadFile(tmp / "base/tokenizer.vocab"));
+  auto tok = Tokenizer::Load(tmp / "base/tokenizer.model");
+  ASSERT_TRUE(tok.ok());
+  EXPECT_EQ(ReadAll(r->train_shards).size() + ReadAll(r->val_shards).size(),
+            tok->Encode(ReadFile(tmp / "new.txt")).size())
+      << "every line encoded with the reused tokenizer";
+  auto j = nlohmann::json::parse(ReadFile(tmp / "new/prepare.json"));
+  EXPECT_EQ(j["tokenizer"]["from"], fs::absolute(o.tokenizer).lexically_normal().string());
+  EXPECT_EQ(j["options"]["tokenizer"], base->fingerprint);
+
+  // A --vocab-size that is not the tokenizer's is an error naming both.
+  PrepareOptions bad = o;
+  bad.vocab_size = 600;
+  ExpectErrorNaming(bad, "--vocab-size 600", "(500)");
+
+  // The same output with another tokenizer: refused without --force (the data would change meaning).
+  auto before = Snapshot(tmp / "new");
+  PrepareOptions other = o;
+  other.tokenizer = "";
+  other.vocab_size = 400;
+  ExpectErrorNaming(other, "--force");
+  EXPECT_EQ(Snapshot(tmp / "new"), before);
+  // A reused tokenizer with no .vocab beside it replaces the output's stale one rather than leaving it.
+  fs::create_directories(tmp / "bare");
+  fs::copy_file(tmp / "base/tokenizer.model", tmp / "bare/tokenizer.model");
+  PrepareOptions bare = o;
+  bare.tokenizer = tmp / "bare/tokenizer.model";
+  bare.force = true;
+  ASSERT_TRUE(Prepare(bare).ok());
+  EXPECT_FALSE(fs::exists(tmp / "new/tokenizer.vocab"));
+}
+
 }  // namespace
 }  // namespace tern

@@ -60,7 +60,8 @@ Result<ModelWeights> FromCheckpoint(const std::string& path) {
 
 }  // namespace
 
-Result<ModelWeights> LoadModelWeights(const std::string& path, const std::string& tokenizer) {
+Result<ModelWeights> LoadModelWeights(const std::string& path, const std::string& tokenizer,
+                                      bool need_tokenizer) {
   ModelWeights w;
   std::error_code ec;
   if (fs::exists(fs::path(path) / "model.safetensors", ec)) {
@@ -82,6 +83,9 @@ Result<ModelWeights> LoadModelWeights(const std::string& path, const std::string
                             "checkpoint directory (step_...)");
   }
   if (!tokenizer.empty()) w.tokenizer_path = tokenizer;
+  if (!need_tokenizer && !w.tokenizer_path.empty() && !fs::exists(w.tokenizer_path, ec))
+    w.tokenizer_path.clear();
+  if (!need_tokenizer && w.tokenizer_path.empty()) return w;
   if (w.tokenizer_path.empty() || !fs::exists(w.tokenizer_path, ec))
     return Status::NotFound(fmt::format("no tokenizer.model found for {}; pass --tokenizer PATH", path));
   return w;

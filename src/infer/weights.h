@@ -22,7 +22,9 @@ struct ModelWeights {
 };
 
 // tokenizer: a tokenizer.model to use instead of the one found next to the weights (needed for a checkpoint
-// outside its run directory, e.g. on S3).
-Result<ModelWeights> LoadModelWeights(const std::string& path, const std::string& tokenizer = "");
+// outside its run directory, e.g. on S3). need_tokenizer false: a source without one is no error, and
+// tokenizer_path stays empty (train.init_from checks the tokenizer only when there is one).
+Result<ModelWeights> LoadModelWeights(const std::string& path, const std::string& tokenizer = "",
+                                      bool need_tokenizer = true);
 
 }  // namespace tern

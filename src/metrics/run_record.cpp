@@ -34,6 +34,7 @@ Result<StartRecord> ReadStart(const json& j, std::string_view where) {
   f.Maybe("dist", &r.dist);
   f.Maybe("zero", &r.zero);
   f.Maybe("gpu_metrics", &r.gpu_metrics);
+  f.Maybe("init_from", &r.init_from);
   f.Maybe("loss_scale", &r.loss_scale);
   if (!f.status().ok()) return f.status();
   return r;
@@ -108,6 +109,7 @@ json ToJson(const StartRecord& r) {
             {"dist", r.dist},
             {"zero", r.zero}};
   if (r.gpu_metrics) j["gpu_metrics"] = *r.gpu_metrics;
+  if (r.init_from) j["init_from"] = *r.init_from;
   if (r.loss_scale) j["loss_scale"] = *r.loss_scale;
   StampRecordVersion(&j);
   return j;

@@ -38,6 +38,7 @@ struct StartRecord {
   double flops_per_token = 0, peak_gflops = 0, price_per_hour = 0;
   std::optional<std::string> gpu_metrics;  // GPU runs: "NVML ok: ..." / "NVML unavailable: ..."
   std::optional<double> loss_scale;        // fp16: the starting scale
+  std::optional<std::string> init_from;    // fine-tuning: the weights the run started from (train.init_from)
 };
 
 // The four GPU fields of a step row; all present or none.

@@ -19,6 +19,15 @@ Result<std::string> ResolveModelUri(const std::string& path_or_uri) {
   return dir;
 }
 
+Result<std::string> PinModelUri(const std::string& path_or_uri) {
+  if (!IsModelUri(path_or_uri)) return path_or_uri;
+  TERN_ASSIGN_OR_RETURN(ModelRef ref, ParseModelRef(path_or_uri.substr(sizeof(kModelUriScheme) - 1)));
+  TERN_ASSIGN_OR_RETURN(auto reg, OpenRegistry("", ""));
+  auto entry = reg->Get(ref);
+  if (!entry.ok()) return entry.status().WithContext("resolving " + path_or_uri);
+  return fmt::format("{}{}@{}", kModelUriScheme, entry->name, entry->version);
+}
+
 Status ExportModelUri(const std::string& uri, const std::string& out) {
   TERN_ASSIGN_OR_RETURN(std::string dir, ResolveModelUri(uri));
   TERN_ASSIGN_OR_RETURN(LoadedWeights w, ReadGptSafetensors(dir + "/model.safetensors"));

@@ -15,6 +15,9 @@ namespace tern::registry {
 inline constexpr char kModelUriScheme[] = "models:/";
 bool IsModelUri(const std::string& path);
 Result<std::string> ResolveModelUri(const std::string& path_or_uri);
+// models:/NAME@production -> models:/NAME@3, the version the alias names now (what a run records, so its
+// lineage stays true when the alias moves on). Anything else comes back unchanged.
+Result<std::string> PinModelUri(const std::string& path_or_uri);
 // `tern ckpt export models:/...`: the registered weights (Hugging Face GPT-2 names, fp32) written to `out`.
 Status ExportModelUri(const std::string& uri, const std::string& out);
 

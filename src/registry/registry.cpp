@@ -10,6 +10,7 @@
 #include "ckpt/format.h"
 #include "core/file_util.h"
 #include "registry/digest.h"
+#include "registry/model_uri.h"
 #include "registry/signing.h"
 #include "run/ledger.h"
 
@@ -205,8 +206,16 @@ Result<Entry> Registry::Register(const ModelSource& src, const RegisterOptions& 
   if (src.weights.empty() || src.tokenizer.empty())
     return Status::InvalidArgument(src.path + ": no weights or no tokenizer to register");
   std::string parent;
-  if (!o.parent.empty()) {
-    TERN_ASSIGN_OR_RETURN(ModelRef pref, ParseModelRef(o.parent));
+  // A run fine-tuned from a registered model (train.init_from=models:/NAME@V, pinned by `tern train`) has
+  // that version as its parent unless --parent says otherwise.
+  std::string parent_ref = o.parent;
+  std::string init_from;
+  if (src.config.is_object() && src.config.contains("train.init_from") &&
+      src.config["train.init_from"].is_string())
+    init_from = src.config["train.init_from"].get<std::string>();
+  if (parent_ref.empty() && IsModelUri(init_from)) parent_ref = init_from.substr(sizeof(kModelUriScheme) - 1);
+  if (!parent_ref.empty()) {
+    TERN_ASSIGN_OR_RETURN(ModelRef pref, ParseModelRef(parent_ref));
     TERN_ASSIGN_OR_RETURN(int pv, ResolveVersion(pref));
     parent = pref.name + "@" + std::to_string(pv);
   }

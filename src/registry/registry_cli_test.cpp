@@ -175,4 +175,48 @@ TEST_F(RegistryCli, ATrainedRunAndItsCheckpointRegisterWithDataAndMetrics) {
   EXPECT_TRUE(std::filesystem::exists(home_ / "hf.safetensors"));
 }
 
+// Fine-tuning a registered model as a user does it: new text prepared with its tokenizer (`tern prepare
+// --tokenizer models:/base@production`), trained from its weights (train.init_from), and registered: the new
+// version's parent is the version the alias named when training started, not where it points later.
+TEST_F(RegistryCli, AFineTuneOfARegisteredModelNamesItsParent) {
+  const std::string data = tern::testing::SharedSmallPreparedData();
+  ASSERT_FALSE(data.empty());
+  const std::string base = home_ / "base";
+  tern::testing::WriteFile(home_ / "base.yaml",
+                           tern::testing::TinyTrainYaml(data, {.steps = 4, .lr = "3.0e-3", .run_dir = base}));
+  CmdResult trained = Tern("train " + home_ / "base.yaml --quiet");
+  ASSERT_EQ(trained.code, 0) << trained.output;
+  Json("models register " + base + " --name base --alias production");
+
+  tern::testing::WriteFile(home_ / "new.txt", tern::testing::MakeCorpus(20'000, 11));
+  CmdResult prep =
+      Tern("prepare --input " + home_ / "new.txt --out " + home_ / "new --tokenizer models:/base@production");
+  ASSERT_EQ(prep.code, 0) << prep.output;
+  EXPECT_NE(prep.output.find("--set train.init_from=models:/base@production"), std::string::npos)
+      << prep.output;
+  EXPECT_EQ(tern::testing::ReadFile(home_ / "new/tokenizer.model"),
+            tern::testing::ReadFile(base + "/tokenizer.model"));
+
+  const std::string ft = home_ / "ft";
+  tern::testing::WriteFile(
+      home_ / "ft.yaml",
+      tern::testing::TinyTrainYaml(home_ / "new", {.steps = 2, .lr = "1.0e-3", .run_dir = ft}));
+  CmdResult tuned = Tern("train " + home_ / "ft.yaml --set train.init_from=models:/base@production");
+  ASSERT_EQ(tuned.code, 0) << tuned.output;
+  EXPECT_NE(tuned.output.find("weights from models:/base@1"), std::string::npos) << tuned.output;
+  EXPECT_NE(tern::testing::ReadFile(ft + "/config.yaml").find("init_from: models:/base@1"),
+            std::string::npos);
+
+  Json("models register " + base + " --name base --alias production");  // production moves on to v2
+  nlohmann::json v = Json("models register " + ft + " --name ft");
+  EXPECT_EQ(v["manifest"]["parent"], "base@1");
+
+  // A model of another shape is refused before anything is written, with the keys to set.
+  CmdResult wrong =
+      Tern("train " + home_ / "ft.yaml --set train.init_from=models:/base@1 --set model.n_layer=2 " +
+           "--set run.dir=" + home_ / "wrong");
+  EXPECT_EQ(wrong.code, 2) << wrong.output;
+  EXPECT_NE(wrong.output.find("--set model.n_layer=1"), std::string::npos) << wrong.output;
+}
+
 }  // namespace

@@ -233,6 +233,9 @@ const std::vector<Key>& Registry() {
       Number("train.eps", &C::eps, 0.0, "AdamW epsilon"),
       Number("train.grad_clip", &C::grad_clip, 0.0, "clip the global gradient norm to this; 0 = off"),
       Number<uint64_t>("train.seed", &C::seed, 0, "seed for weights, data order and sampling"),
+      String("train.init_from", &C::init_from,
+             "fine-tune: start from these weights instead of random ones: a run directory, a checkpoint "
+             "(step_N), models:/NAME@REF; empty = random (docs/finetune.md)"),
       Enum(
           "train.precision", &C::precision, kPrecisions,
           "fp32, or bf16/fp16 mixed precision (16-bit matmul operands, fp32 master weights and accumulation; "

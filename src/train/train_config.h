@@ -121,6 +121,12 @@ struct TrainConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double grad_clip = 1.0;  // global norm; 0 disables
   uint64_t seed = 1337;
+  // Fine-tuning (docs/finetune.md): the weights a fresh run starts from instead of InitWeights(seed): a run
+  // directory, a checkpoint (a step directory or tier root, local or s3://) or, resolved by `tern train`,
+  // models:/NAME@REF. The model section must describe that model (block_size may be smaller: the position
+  // table is cropped), and data.dir must use its tokenizer. A run that resumes from its own checkpoint
+  // ignores it. Empty = random initialisation.
+  std::string init_from;
   TrainPrecision precision = TrainPrecision::kFp32;
   TrainDevice device = TrainDevice::kCpu;
   Recompute recompute = Recompute::kNone;  // recompute the GELU outputs in the backward (gpt_config.h)

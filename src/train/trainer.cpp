@@ -49,6 +49,27 @@ Status Trainer::OpenTokenizer() {
   return Status::Ok();
 }
 
+// train.init_from: loaded and checked now, before the slow part of Create (a wrong shape or tokenizer fails
+// at once), and handed to the model once Create knows no checkpoint of this run replaces them. A vocab_size
+// the config left to the tokenizer is the source's (it may be padded past the tokenizer's).
+Status Trainer::LoadInitFrom(bool vocab_unset) {
+  GptConfig model = cfg_.model;
+  if (vocab_unset) model.vocab_size = 0;
+  std::string path = cfg_.init_from;
+  if (env_.resolve_model) {
+    TERN_ASSIGN_OR_RETURN(path, env_.resolve_model(path));
+  }
+  TERN_ASSIGN_OR_RETURN(init_, LoadInitWeights(path, *tokenizer_, cfg_.data_dir, &model));
+  if (path != cfg_.init_from) init_.source = cfg_.init_from + " (" + path + ")";
+  cfg_.model = model;
+  if (cfg_.model.vocab_size < tokenizer_->vocab_size())
+    return Status::InvalidArgument(
+        fmt::format("train.init_from {}: its vocabulary ({}) is smaller than the "
+                    "tokenizer's of data.dir ({}); prepare the data with its tokenizer",
+                    cfg_.init_from, cfg_.model.vocab_size, tokenizer_->vocab_size()));
+  return Status::Ok();
+}
+
 // Data parallel: each rank reads its run of every step's micro-batches, and every world()-th validation
 // batch.
 Status Trainer::OpenLoaders(const std::string& dir) {
@@ -123,7 +144,17 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   t->env_ = std::move(env);
   const TrainConfig& cfg = t->cfg_;
 
+  const bool vocab_unset = cfg.model.vocab_size == 0;
   TERN_RETURN_IF_ERROR(t->OpenTokenizer());
+  // A source that cannot be read is an error only for a run that does not resume (below): a relaunch that
+  // resumes from its own checkpoint no longer needs it.
+  Status init_failure;
+  if (!cfg.init_from.empty()) {
+    init_failure = t->LoadInitFrom(vocab_unset);
+    if (!init_failure.ok() && (cfg.ckpt.resume.mode == ResumeFrom::Mode::kNone ||
+                               init_failure.code() == Status::Code::kInvalidArgument))
+      return init_failure;
+  }
   TERN_RETURN_IF_ERROR(cfg.model.Validate());
   TERN_RETURN_IF_ERROR(cfg.Validate());
   // The launcher (mpirun, srun) says which rank this is; on GPUs each rank of a machine takes its own GPU.
@@ -173,7 +204,17 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
           -v[1], v[0]));
     }
   }
-  if (t->resumed_from_ < 0) t->model_->InitWeights(cfg.seed);
+  if (t->resumed_from_ < 0 && !init_failure.ok()) return init_failure;
+  if (t->resumed_from_ < 0 && !t->init_.params.empty()) {
+    t->model_->SetParameters(t->init_.params);
+    t->init_from_ = t->init_.source;
+    if (!t->quiet_)
+      std::fprintf(stderr, "tern train: weights from %s (train.init_from)%s%s\n", t->init_from_.c_str(),
+                   t->init_.note.empty() ? "" : "; ", t->init_.note.c_str());
+  } else if (t->resumed_from_ < 0) {
+    t->model_->InitWeights(cfg.seed);
+  }
+  t->init_ = {};  // a resumed run's own checkpoint replaced them
   // A resumed run appends: the rows of the steps it repeats follow a "resume" row (the last row wins). Ranks
   // other than 0 keep no log (their RunLog stays closed and discards rows).
   const std::string metrics = cfg.run_dir + "/metrics.jsonl";

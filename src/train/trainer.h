@@ -28,6 +28,7 @@
 #include "metrics/run_log.h"
 #include "model/gpt.h"
 #include "train/grad_sync.h"
+#include "train/init_from.h"
 #include "train/lr_schedule.h"
 #include "train/run_setup.h"
 #include "train/train_checkpoint.h"
@@ -82,6 +83,9 @@ struct TrainerEnv {
   // Test hook: called after the backward of the last micro-batch of each step (step = the 1-based step being
   // made), before the gradient norm. Tests inject an fp16 overflow by writing inf into a gradient.
   std::function<void(int step, Gpt& model)> after_backward;
+  // train.init_from's models:/NAME@REF -> a local directory (the registry sits above the trainer; `tern
+  // train` passes registry::ResolveModelUri). Empty: the path is used as given.
+  std::function<Result<std::string>(const std::string&)> resolve_model;
 };
 
 class Trainer {
@@ -128,6 +132,7 @@ class Trainer {
   // preemption watcher.
   friend Result<BenchResult> RunBench(const BenchOptions& options);
   Status OpenTokenizer();                      // cfg_.data_dir's; model.vocab_size 0 becomes its size
+  Status LoadInitFrom(bool vocab_unset);       // train.init_from's weights into init_ (checked, not applied)
   Status OpenLoaders(const std::string& dir);  // dir's train and val shards
   Status OpenDevice();                         // MakeRunSetup (run_setup.h) and the loss scaler
   Status OpenComm();                           // the communicator of this launch (dist/setup.h)
@@ -196,6 +201,8 @@ class Trainer {
   RunLog log_;
   CostMeter cost_;
   double flops_per_token_ = 0, peak_gflops_ = 0;
+  InitWeights init_;       // train.init_from's weights until the model takes them (Create)
+  std::string init_from_;  // what this run's weights started from; empty = random, or resumed
   int step_ = 0;
   uint64_t tokens_seen_ = 0;
   double train_seconds_ = 0;

@@ -26,6 +26,7 @@ StartRecord Trainer::StartRow() const {
   r.dist = comm_->name();
   r.zero = world() > 1 ? cfg_.dist.zero : 0;
   if (gpu_) r.gpu_metrics = gpu_->status();
+  if (!init_from_.empty()) r.init_from = init_from_;
   if (setup_.compute == Compute::kF16) r.loss_scale = scaler_.scale();
   return r;
 }
