@@ -90,8 +90,7 @@ std::optional<BenchMemory> PlannedMemory(const BenchOptions& b) {
   spec.logits_chunk = b.train.logits_chunk;
   auto w = plan::Workload::Make(spec, plan::PlanDefaults());
   if (!w.ok()) return std::nullopt;
-  const plan::ActRecompute r =
-      b.recompute == Recompute::kGelu ? plan::ActRecompute::kGelu : plan::ActRecompute::kNone;
+  const plan::ActRecompute r = plan::PlanRecompute(b.recompute);
   const plan::Precision p =
       b.precision == TrainPrecision::kBf16 ? plan::Precision::kBf16 : plan::Precision::kFp32;
   const auto m = w->Memory(p, b.batch, false, r, 1);

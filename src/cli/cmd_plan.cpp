@@ -263,7 +263,8 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
   sub->add_option(
          "--recompute", flags->recompute,
          "activation recomputation: auto (only to fit; --config: its train.recompute) | none | gelu (tern "
-         "train's train.recompute=gelu) | blocks (whole blocks; not in tern train yet)")
+         "train's train.recompute=gelu) | blocks (train.recompute=blocks: whole blocks re-run in the "
+         "backward)")
       ->capture_default_str();
   sub->add_option("--spot-mtbf", flags->spot_mtbf,
                   "mean time between spot preemptions per instance, e.g. 6h (default 6h)");

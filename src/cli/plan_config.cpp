@@ -29,8 +29,7 @@ Status ApplyTrainConfig(const std::string& config, const std::vector<std::string
   w.model_label = config;
   w.seq = cfg.seq_len;
   w.micro_batch = cfg.batch_size;
-  w.recompute = cfg.recompute == Recompute::kGelu ? ActRecompute::kGelu
-                                                  : ActRecompute::kNone;  // --recompute may override
+  w.recompute = PlanRecompute(cfg.recompute);  // --recompute may override
   w.attention = cfg.attention;
   w.logits_chunk = cfg.logits_chunk;
   const double step_tokens = static_cast<double>(cfg.batch_size) * cfg.seq_len * cfg.grad_accum_steps();

@@ -27,9 +27,11 @@ T* Mutable(Operand op) {
 
 // Activation pointers for one (B, T): carved out of one buffer sized for (max_B, max_T).
 // Per-layer tensors are stacked [L, ...]; shapes in the comments use N = B*T. With Recompute::kGelu,
-// fch_gelu is one layer's [N, 4C], written by every layer's forward and recomputed in the backward. With bf16
-// compute fch_gelu holds bf16: it is only ever the fcproj matmuls' operand, which bf16 compute rounds to bf16
-// anyway (the same values, half the bytes, and no cast in the forward or the backward). So do the layer
+// fch_gelu is one layer's [N, 4C], written by every layer's forward and recomputed in the backward. With
+// Recompute::kBlocks every per-layer tensor but residual3 holds one layer ([1, ...]): the backward re-runs
+// each layer's forward from its input (encoded or the previous residual3) before that layer's backward. With
+// bf16 compute fch_gelu holds bf16: it is only ever the fcproj matmuls' operand, which bf16 compute rounds to
+// bf16 anyway (the same values, half the bytes, and no cast in the forward or the backward). So do the layer
 // norms' outputs ln1, ln2 and lnf (matmul operands only: their backward reads the layer norm's input) and
 // the attention output atty (the attention projection's operand). q, k, v are bf16 too, as PyTorch autocast
 // keeps them: the qkv projection rounds its output (bias added in fp32 first) and attention reads them
@@ -50,8 +52,9 @@ struct Gpt::Acts {
   float* fch;        // [L, N, 4C]
   void* fch_gelu;    // [L, N, 4C], or [N, 4C] with Recompute::kGelu: fp32, or bf16 (gelu_bf16)
   bool bf16;      // bf16 compute: q, k, v, the attention, GELU and layer norm outputs and the logits in bf16
+  bool blocks;    // Recompute::kBlocks: the per-layer tensors but residual3 hold one layer
   float* fcproj;  // [L, N, C]
-  float* residual3;  // [L, N, C]
+  float* residual3;  // [L, N, C]: each layer's output, the next one's input (kept with every recompute)
   void* lnf;         // [N, C]: fp32, or bf16 (bf16)
   float* lnf_mean;   // [N]
   float* lnf_rstd;   // [N]
@@ -79,21 +82,24 @@ struct Gpt::Acts {
     bf16 = compute == Compute::kBF16;
     // Floats taken by e elements of an activation stored in bf16 under bf16 compute.
     auto elems = [&](size_t e) { return bf16 ? (e + 1) / 2 : e; };
+    // Recompute::kBlocks: one layer's working set, rewritten by every layer and recomputed in the backward.
+    blocks = recompute == Recompute::kBlocks;
+    const size_t Lk = blocks ? 1 : L;
     encoded = take(N * C);
-    ln1 = take(elems(L * N * C));
-    ln1_mean = take(L * N);
-    ln1_rstd = take(L * N);
-    qkv = take(elems(L * N * 3 * C));
-    atty = take(elems(L * N * C));
-    att = take(L * att_stride);
-    attproj = take(L * N * C);
-    residual2 = take(L * N * C);
-    ln2 = take(elems(L * N * C));
-    ln2_mean = take(L * N);
-    ln2_rstd = take(L * N);
-    fch = take(L * N * 4 * C);
-    fch_gelu = take(elems((recompute == Recompute::kGelu ? 1 : L) * N * 4 * C));
-    fcproj = take(L * N * C);
+    ln1 = take(elems(Lk * N * C));
+    ln1_mean = take(Lk * N);
+    ln1_rstd = take(Lk * N);
+    qkv = take(elems(Lk * N * 3 * C));
+    atty = take(elems(Lk * N * C));
+    att = take(Lk * att_stride);
+    attproj = take(Lk * N * C);
+    residual2 = take(Lk * N * C);
+    ln2 = take(elems(Lk * N * C));
+    ln2_mean = take(Lk * N);
+    ln2_rstd = take(Lk * N);
+    fch = take(Lk * N * 4 * C);
+    fch_gelu = take(elems((recompute == Recompute::kNone ? L : 1) * N * 4 * C));
+    fcproj = take(Lk * N * C);
     residual3 = take(L * N * C);
     lnf = take(elems(N * C));
     lnf_mean = take(N);
@@ -103,11 +109,13 @@ struct Gpt::Acts {
     losses = take(N);
     total = off;
   }
-  // Layer l's GELU output as a matmul operand: its own slice, or the shared buffer with Recompute::kGelu.
+  // Layer l's GELU output as a matmul operand: its own slice, or the shared buffer with recompute.
   Operand gelu(int l, size_t N, size_t C, Recompute recompute) const {
-    const size_t off = recompute == Recompute::kGelu ? 0 : static_cast<size_t>(l) * N * 4 * C;
+    const size_t off = recompute != Recompute::kNone ? 0 : static_cast<size_t>(l) * N * 4 * C;
     return At(fch_gelu, off);
   }
+  // Layer l's slot in the per-layer tensors but residual3: its own, or the one slot with Recompute::kBlocks.
+  size_t slot(int l) const { return blocks ? 0 : static_cast<size_t>(l); }
   // An activation kept in bf16 under bf16 compute (ln1, ln2, lnf, the GELU output) from element `off` on, as
   // a matmul operand.
   Operand At(void* base, size_t off) const {
@@ -322,11 +330,70 @@ double* Gpt::loss_sum() const {
   return reinterpret_cast<double*>(tokens_.as<int32_t>() + 2 * static_cast<size_t>(max_B_) * max_T_);
 }
 
+// One layer's forward. In the forward pass (recompute false) ln1 is already there (the first layer norm, or
+// the previous layer's fused one) and the layer ends with fcproj and the next layer norm, fused with the
+// residual add into residual3 (the next ln1, or lnf after the last layer). Recomputed for Recompute::kBlocks
+// (recompute true, in the backward), it starts with ln1 from the layer's stored input, by LayerNormForward:
+// the fused op's output bit for bit (Backend's contract), so the recomputed activations, and the gradients,
+// are the forward's; and it stops at the GELU output, all the backward reads (residual3 is kept).
+void Gpt::ForwardLayer(const Acts& a, int l, int B, int T, bool recompute) {
+  const int L = config_.n_layer, C = config_.n_embd, NH = config_.n_head;
+  const size_t N = static_cast<size_t>(B) * T;
+  const size_t lc = static_cast<size_t>(l) * C, nc = N * C, k = a.slot(l);
+  const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * nc;
+  const Operand ln1 = a.At(a.ln1, k * nc);
+  const Operand qkv = a.At(a.qkv, k * 3 * nc);
+  const Operand atty = a.At(a.atty, k * nc);
+  float* attproj = a.attproj + k * nc;
+  float* residual2 = a.residual2 + k * nc;
+  const Operand ln2 = a.At(a.ln2, k * nc);
+  float* fch = a.fch + k * 4 * nc;
+  const Operand fch_gelu = a.gelu(l, N, C, recompute_);
+  float* fcproj = a.fcproj + k * nc;
+  float* residual3 = a.residual3 + l * nc;
+
+  if (recompute)
+    LayerNorm(ln1, a.ln1_mean + k * N, a.ln1_rstd + k * N, residual, P("ln1w") + lc, P("ln1b") + lc, N, C);
+  if (a.bf16) {
+    backend_->MatmulToBF16(Mutable<uint16_t>(qkv), ln1, W("qkvw", lc * 3 * C), P("qkvb") + 3 * lc, N, 3 * C,
+                           C, false, true, compute_);
+    backend_->AttentionForwardBF16(Mutable<uint16_t>(atty), a.att + k * a.att_stride,
+                                   static_cast<const uint16_t*>(qkv.ptr), B, T, C, NH, compute_);
+  } else {
+    backend_->Matmul(Mutable<float>(qkv), ln1, W("qkvw", lc * 3 * C), P("qkvb") + 3 * lc, N, 3 * C, C, false,
+                     true, 0.0f, compute_);
+    backend_->AttentionForward(Mutable<float>(atty), a.att + k * a.att_stride,
+                               static_cast<const float*>(qkv.ptr), B, T, C, NH, compute_);
+  }
+  backend_->Matmul(attproj, atty, W("attprojw", lc * C), P("attprojb") + lc, N, C, C, false, true, 0.0f,
+                   compute_);
+  LayerNorm(ln2, a.ln2_mean + k * N, a.ln2_rstd + k * N, residual, P("ln2w") + lc, P("ln2b") + lc, N, C,
+            attproj, residual2);
+  if (a.bf16) {
+    backend_->MatmulGeluBF16(Mutable<uint16_t>(fch_gelu), fch, ln2, W("fcw", lc * 4 * C), P("fcb") + 4 * lc,
+                             N, 4 * C, C, false, true, compute_);
+  } else {
+    backend_->MatmulGelu(Mutable<float>(fch_gelu), fch, ln2, W("fcw", lc * 4 * C), P("fcb") + 4 * lc, N,
+                         4 * C, C, false, true, compute_);
+  }
+  if (recompute) return;
+  backend_->Matmul(fcproj, fch_gelu, W("fcprojw", lc * 4 * C), P("fcprojb") + lc, N, C, 4 * C, false, true,
+                   0.0f, compute_);
+  if (l + 1 < L) {
+    const size_t next = static_cast<size_t>(l + 1), nk = a.slot(l + 1);
+    LayerNorm(a.At(a.ln1, nk * nc), a.ln1_mean + nk * N, a.ln1_rstd + nk * N, residual2, P("ln1w") + next * C,
+              P("ln1b") + next * C, N, C, fcproj, residual3);
+  } else {
+    LayerNorm(a.At(a.lnf, 0), a.lnf_mean, a.lnf_rstd, residual2, P("lnfw"), P("lnfb"), N, C, fcproj,
+              residual3);
+  }
+}
+
 float Gpt::Run(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss, bool read_loss) {
   assert(B <= max_B_ && T <= max_T_);
   assert(backend_->attention_kind() == attention_ &&
          "the attention kernel changed after the model was sized");
-  const int L = config_.n_layer, C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
+  const int L = config_.n_layer, C = config_.n_embd, V = config_.vocab_size;
   const size_t N = static_cast<size_t>(B) * T;
   Acts a(acts_.as<float>(), config_, B, T, recompute_, attention_, compute_, logits_chunk_);
   int32_t* d_inputs = tokens_.as<int32_t>();
@@ -342,53 +409,7 @@ float Gpt::Run(const int32_t* inputs, const int32_t* targets, int B, int T, floa
   // Each residual add runs fused with the layer norm that reads its sum: ln2 within a layer, and the next
   // layer's ln1 (or, after the last layer, lnf) at its end; the first ln1 reads the embeddings.
   LayerNorm(a.At(a.ln1, 0), a.ln1_mean, a.ln1_rstd, a.encoded, P("ln1w"), P("ln1b"), N, C);
-  for (int l = 0; l < L; l++) {
-    const size_t lc = static_cast<size_t>(l) * C, nc = N * C;
-    const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * nc;
-    const Operand ln1 = a.At(a.ln1, l * nc);
-    const Operand qkv = a.At(a.qkv, l * 3 * nc);
-    const Operand atty = a.At(a.atty, l * nc);
-    float* attproj = a.attproj + l * nc;
-    float* residual2 = a.residual2 + l * nc;
-    const Operand ln2 = a.At(a.ln2, l * nc);
-    float* fch = a.fch + l * 4 * nc;
-    const Operand fch_gelu = a.gelu(l, N, C, recompute_);
-    float* fcproj = a.fcproj + l * nc;
-    float* residual3 = a.residual3 + l * nc;
-
-    if (a.bf16) {
-      backend_->MatmulToBF16(Mutable<uint16_t>(qkv), ln1, W("qkvw", lc * 3 * C), P("qkvb") + 3 * lc, N, 3 * C,
-                             C, false, true, compute_);
-      backend_->AttentionForwardBF16(Mutable<uint16_t>(atty), a.att + l * a.att_stride,
-                                     static_cast<const uint16_t*>(qkv.ptr), B, T, C, NH, compute_);
-    } else {
-      backend_->Matmul(Mutable<float>(qkv), ln1, W("qkvw", lc * 3 * C), P("qkvb") + 3 * lc, N, 3 * C, C,
-                       false, true, 0.0f, compute_);
-      backend_->AttentionForward(Mutable<float>(atty), a.att + l * a.att_stride,
-                                 static_cast<const float*>(qkv.ptr), B, T, C, NH, compute_);
-    }
-    backend_->Matmul(attproj, atty, W("attprojw", lc * C), P("attprojb") + lc, N, C, C, false, true, 0.0f,
-                     compute_);
-    LayerNorm(ln2, a.ln2_mean + l * N, a.ln2_rstd + l * N, residual, P("ln2w") + lc, P("ln2b") + lc, N, C,
-              attproj, residual2);
-    if (a.bf16) {
-      backend_->MatmulGeluBF16(Mutable<uint16_t>(fch_gelu), fch, ln2, W("fcw", lc * 4 * C), P("fcb") + 4 * lc,
-                               N, 4 * C, C, false, true, compute_);
-    } else {
-      backend_->MatmulGelu(Mutable<float>(fch_gelu), fch, ln2, W("fcw", lc * 4 * C), P("fcb") + 4 * lc, N,
-                           4 * C, C, false, true, compute_);
-    }
-    backend_->Matmul(fcproj, fch_gelu, W("fcprojw", lc * 4 * C), P("fcprojb") + lc, N, C, 4 * C, false, true,
-                     0.0f, compute_);
-    if (l + 1 < L) {
-      const size_t next = static_cast<size_t>(l + 1);
-      LayerNorm(a.At(a.ln1, next * nc), a.ln1_mean + next * N, a.ln1_rstd + next * N, residual2,
-                P("ln1w") + next * C, P("ln1b") + next * C, N, C, fcproj, residual3);
-    } else {
-      LayerNorm(a.At(a.lnf, 0), a.lnf_mean, a.lnf_rstd, residual2, P("lnfw"), P("lnfb"), N, C, fcproj,
-                residual3);
-    }
-  }
+  for (int l = 0; l < L; l++) ForwardLayer(a, l, B, T, /*recompute=*/false);
   const size_t rows = GptLogitsRows(N, logits_chunk_);
   if (!targets) {
     assert(N <= rows && "Forward without targets keeps the logits of at most logits_chunk rows");
@@ -476,15 +497,17 @@ void Gpt::Backward(const GradsReady& on_ready) {
   }
 
   for (int l = L - 1; l >= 0; l--) {
-    const size_t lc = static_cast<size_t>(l) * C;
+    const size_t lc = static_cast<size_t>(l) * C, k = a.slot(l);
+    // Recompute::kBlocks: the layer's activations again, from its input; the last layer's are still there.
+    if (a.blocks && l != L - 1) ForwardLayer(a, l, B, T, /*recompute=*/true);
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * nc;
-    const Operand ln1 = a.At(a.ln1, l * nc);
-    const Operand qkv = a.At(a.qkv, l * 3 * nc);
-    const Operand atty = a.At(a.atty, l * nc);
-    const float* att = a.att + l * a.att_stride;
-    const float* residual2 = a.residual2 + l * nc;
-    const Operand ln2 = a.At(a.ln2, l * nc);
-    const float* fch = a.fch + l * 4 * nc;
+    const Operand ln1 = a.At(a.ln1, k * nc);
+    const Operand qkv = a.At(a.qkv, k * 3 * nc);
+    const Operand atty = a.At(a.atty, k * nc);
+    const float* att = a.att + k * a.att_stride;
+    const float* residual2 = a.residual2 + k * nc;
+    const Operand ln2 = a.At(a.ln2, k * nc);
+    const float* fch = a.fch + k * 4 * nc;
     const Operand fch_gelu = a.gelu(l, N, C, recompute_);
 
     // residual3 = residual2 + fcproj: the gradient of fcproj is dresidual itself. Its input gradient goes
@@ -509,7 +532,7 @@ void Gpt::Backward(const GradsReady& on_ready) {
                      compute_);
     backend_->BiasBackward(G("fcb") + 4 * lc, s.dfch, N, 4 * C);
     backend_->LayerNormBackward(s.dresidual, G("ln2w") + lc, G("ln2b") + lc, s.dln, residual2, P("ln2w") + lc,
-                                a.ln2_mean + l * N, a.ln2_rstd + l * N, N, C);
+                                a.ln2_mean + k * N, a.ln2_rstd + k * N, N, C);
 
     // residual2 = residual + attproj
     backend_->Matmul(s.datty, F32(s.dresidual), W("attprojw", lc * C), nullptr, N, C, C, false, false, 0.0f,
@@ -530,7 +553,7 @@ void Gpt::Backward(const GradsReady& on_ready) {
                      compute_);
     backend_->BiasBackward(G("qkvb") + 3 * lc, s.dqkv, N, 3 * C);
     backend_->LayerNormBackward(s.dresidual, G("ln1w") + lc, G("ln1b") + lc, s.dln, residual, P("ln1w") + lc,
-                                a.ln1_mean + l * N, a.ln1_rstd + l * N, N, C);
+                                a.ln1_mean + k * N, a.ln1_rstd + k * N, N, C);
     if (on_ready) {
       for (const char* name : {"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b", "fcw",
                                "fcb", "fcprojw", "fcprojb"})

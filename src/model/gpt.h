@@ -125,6 +125,9 @@ class Gpt {
                  const float* bias, size_t N, int C, const float* add = nullptr, float* residual = nullptr);
   void SyncBf16Copy();
   float Run(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss, bool read_loss);
+  // Layer l's forward (gpt.cpp): the whole layer, or (recompute) again in the backward for
+  // Recompute::kBlocks.
+  void ForwardLayer(const Acts& a, int l, int B, int T, bool recompute);
   double* loss_sum() const;  // ForwardAccumulate's sum (one double on the device, in tokens_)
 
   Backend* backend_;

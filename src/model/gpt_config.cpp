@@ -109,13 +109,22 @@ double GptFlopsPerToken(const GptConfig& cfg, int T) {
 }
 
 const char* RecomputeName(Recompute r) {
-  return r == Recompute::kGelu ? "gelu" : "none";
+  switch (r) {
+    case Recompute::kGelu:
+      return "gelu";
+    case Recompute::kBlocks:
+      return "blocks";
+    case Recompute::kNone:
+      break;
+  }
+  return "none";
 }
 
 Result<Recompute> ParseRecompute(const std::string& s) {
   if (s == "none") return Recompute::kNone;
   if (s == "gelu") return Recompute::kGelu;
-  return Status::InvalidArgument(fmt::format("recompute '{}' is not allowed; use none or gelu", s));
+  if (s == "blocks") return Recompute::kBlocks;
+  return Status::InvalidArgument(fmt::format("recompute '{}' is not allowed; use none, gelu or blocks", s));
 }
 
 size_t GptLogitsRows(size_t N, int logits_chunk) {
@@ -144,15 +153,17 @@ GptMemory GptMemoryEstimate(const GptConfig& cfg, int B, int T, bool bf16, Recom
   // rounded up), as is lnf.
   const AttentionMemory att =
       AttentionStateBytes(attention, B, T, cfg.n_embd, cfg.n_head, bf16 ? Compute::kBF16 : Compute::kF32);
+  // recompute=blocks keeps residual3 per layer and everything else for one layer (Lk = 1).
   auto floats = [&](size_t elems) { return bf16 ? (elems + 1) / 2 : elems; };
-  const size_t gelu = floats(recompute == Recompute::kGelu ? N * 4 * C : L * N * 4 * C);
-  const size_t ln = 2 * floats(L * N * C) + floats(N * C);
-  const size_t qkv_atty = floats(L * N * 3 * C) + floats(L * N * C);
-  const size_t per_layer = N * (4 * C + 4 * C + 4) + att.state / 4;
-  m.activations =
-      4 * (N * C /*encoded*/ + L * per_layer + qkv_atty + ln + gelu + N * 2 /*lnf stats*/ + N /*losses*/) +
-      GptLogitsBytes(cfg, B, T, logits_chunk, bf16) + 2 * N * 4 /*input and target token ids (int32)*/ +
-      kGptLossSumBytes;
+  const size_t Lk = recompute == Recompute::kBlocks ? 1 : L;
+  const size_t gelu = floats(recompute == Recompute::kNone ? L * N * 4 * C : N * 4 * C);
+  const size_t ln = 2 * floats(Lk * N * C) + floats(N * C);
+  const size_t qkv_atty = floats(Lk * N * 3 * C) + floats(Lk * N * C);
+  const size_t per_layer = N * (3 * C + 4 * C + 4) + att.state / 4;
+  m.activations = 4 * (N * C /*encoded*/ + Lk * per_layer + L * N * C /*residual3*/ + qkv_atty + ln + gelu +
+                       N * 2 /*lnf stats*/ + N /*losses*/) +
+                  GptLogitsBytes(cfg, B, T, logits_chunk, bf16) +
+                  2 * N * 4 /*input and target token ids (int32)*/ + kGptLossSumBytes;
   // backward scratch: dresidual, dln, datty (C each), dqkv (3C), dfch (4C: the GELU gradient is the
   // fcproj input gradient's epilogue, MatmulDGelu), attention's (naive: datt, NH*T floats per row; flash:
   // none)

@@ -65,9 +65,14 @@ double GptFlopsPerToken(const GptConfig& cfg, int T);
 // Activation recomputation (`train.recompute`). kGelu is llm.c's `-r 1`: the model keeps one [B*T, 4C] GELU
 // output instead of one per layer and recomputes it from the saved fc output in the backward, just before the
 // fcproj weight gradient needs it. Cost: L-1 extra GELU forwards per micro-batch (the last layer's output is
-// still in the buffer); saving: (L-1) x B*T x 4C floats. Gradients are bitwise the same as with kNone.
-enum class Recompute { kNone, kGelu };
-const char* RecomputeName(Recompute r);  // "none", "gelu"
+// still in the buffer); saving: (L-1) x B*T x 4C floats. kBlocks is activation checkpointing per layer
+// (PyTorch's torch.utils.checkpoint on each block, Megatron's full recompute): the model keeps each layer's
+// input (the residual stream) and one layer's working set, and the backward re-runs each layer's forward (but
+// the last's) before its backward: about one more forward per micro-batch (the planner's
+// block_recompute_time_factor, 4/3) for ~(L-1) x 17 B*T*C floats less. Gradients are bitwise the same as
+// with kNone in both modes.
+enum class Recompute { kNone, kGelu, kBlocks };
+const char* RecomputeName(Recompute r);  // "none", "gelu", "blocks"
 Result<Recompute> ParseRecompute(const std::string& s);
 
 // The fused classifier (`train.logits_chunk`): Forward with targets runs the LM head chunk by chunk of rows

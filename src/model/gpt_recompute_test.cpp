@@ -1,7 +1,9 @@
 // Recompute::kGelu (train.recompute=gelu): the model keeps one GELU output buffer instead of one per layer
-// and recomputes the outputs in the backward. Losses, gradients and updated weights must be bit for bit those
-// of Recompute::kNone on both CPU backends in every precision, and the allocation must shrink by exactly
-// (L-1) x B*T x 4C floats, as GptMemoryEstimate (the planner's memory model) says.
+// and recomputes the outputs in the backward; Recompute::kBlocks (train.recompute=blocks) keeps each layer's
+// input and one layer's working set, and re-runs each layer's forward in the backward. Losses, gradients and
+// updated weights must be bit for bit those of Recompute::kNone on both CPU backends in every precision, and
+// the allocation must shrink by exactly (L-1) x B*T x 4C floats, as GptMemoryEstimate (the planner's memory
+// model) says.
 //
 // The same for the flash attention kernel (train.attention=flash) on the fast CPU backend: it keeps two
 // floats per score row instead of the probabilities and recomputes them, so the training is bit for bit
@@ -75,19 +77,22 @@ void PrintTo(const Case& c, std::ostream* os) {
 
 class GptRecompute : public ::testing::TestWithParam<Case> {};
 
-TEST_P(GptRecompute, GeluRecomputeGivesTheSameLossesGradientsAndWeightsBitForBit) {
+TEST_P(GptRecompute, GeluAndBlockRecomputeGiveTheSameLossesGradientsAndWeightsBitForBit) {
   const Case& c = GetParam();
   auto backend = MakeCpu(c.backend, c.compute);
   const GptConfig cfg{3, 2, 16, 37, 8};
   const Trace none = Train(backend.get(), cfg, 3, 8, c.compute, Recompute::kNone);
-  const Trace gelu = Train(backend.get(), cfg, 3, 8, c.compute, Recompute::kGelu);
-  ASSERT_TRUE(SameBits(none.losses, gelu.losses));
-  for (size_t i = 0; i < none.losses.size(); i++) EXPECT_TRUE(std::isfinite(none.losses[i])) << i;
-  for (size_t s = 0; s < none.grads.size(); s++) {
-    EXPECT_TRUE(SameBits(none.grads[s], gelu.grads[s])) << "gradients of step " << s + 1;
-    EXPECT_EQ(none.norms[s], gelu.norms[s]) << "step " << s + 1;
+  for (Recompute r : {Recompute::kGelu, Recompute::kBlocks}) {
+    SCOPED_TRACE(RecomputeName(r));
+    const Trace re = Train(backend.get(), cfg, 3, 8, c.compute, r);
+    ASSERT_TRUE(SameBits(none.losses, re.losses));
+    for (size_t i = 0; i < none.losses.size(); i++) EXPECT_TRUE(std::isfinite(none.losses[i])) << i;
+    for (size_t s = 0; s < none.grads.size(); s++) {
+      EXPECT_TRUE(SameBits(none.grads[s], re.grads[s])) << "gradients of step " << s + 1;
+      EXPECT_EQ(none.norms[s], re.norms[s]) << "step " << s + 1;
+    }
+    EXPECT_TRUE(SameBits(none.params, re.params));
   }
-  EXPECT_TRUE(SameBits(none.params, gelu.params));
   // The fcproj weights' gradient is the one that reads the recomputed outputs: it must not be zero.
   EXPECT_GT(none.norms.front(), 0);
 }
@@ -173,13 +178,17 @@ TEST_P(GptFlashAttention, GivesTheSameLossesGradientsAndWeightsBitForBit) {
   ASSERT_TRUE(flash_backend->SetAttentionKernel("flash"));
   const GptConfig cfg{3, 2, 16, 37, 8};
   const Trace naive = Train(naive_backend.get(), cfg, 3, 8, c.compute, Recompute::kNone);
-  const Trace flash = Train(flash_backend.get(), cfg, 3, 8, c.compute, Recompute::kNone);
-  ASSERT_TRUE(SameBits(naive.losses, flash.losses));
-  for (size_t s = 0; s < naive.grads.size(); s++) {
-    EXPECT_TRUE(SameBits(naive.grads[s], flash.grads[s])) << "gradients of step " << s + 1;
-    EXPECT_EQ(naive.norms[s], flash.norms[s]) << "step " << s + 1;
+  // With block recompute too: the flash forward re-run in the backward rewrites its statistics.
+  for (Recompute r : {Recompute::kNone, Recompute::kBlocks}) {
+    SCOPED_TRACE(RecomputeName(r));
+    const Trace flash = Train(flash_backend.get(), cfg, 3, 8, c.compute, r);
+    ASSERT_TRUE(SameBits(naive.losses, flash.losses));
+    for (size_t s = 0; s < naive.grads.size(); s++) {
+      EXPECT_TRUE(SameBits(naive.grads[s], flash.grads[s])) << "gradients of step " << s + 1;
+      EXPECT_EQ(naive.norms[s], flash.norms[s]) << "step " << s + 1;
+    }
+    EXPECT_TRUE(SameBits(naive.params, flash.params));
   }
-  EXPECT_TRUE(SameBits(naive.params, flash.params));
   EXPECT_GT(naive.norms.front(), 0);
 }
 
@@ -259,7 +268,7 @@ TEST(GptMemory, AllocationMatchesTheEstimateWithAndWithoutRecompute) {
   for (int chunk : {0, 5, kDefaultLogitsChunk})
     for (AttentionKind kind : {AttentionKind::kNaive, AttentionKind::kFlash})
       for (Compute compute : {Compute::kF32, Compute::kBF16, Compute::kF16}) {
-        for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
+        for (Recompute r : {Recompute::kNone, Recompute::kGelu, Recompute::kBlocks}) {
           SCOPED_TRACE(std::string(RecomputeName(r)) + " compute " +
                        std::to_string(static_cast<int>(compute)) + " attention " + AttentionKindName(kind) +
                        " logits chunk " + std::to_string(chunk));
@@ -287,6 +296,12 @@ TEST(GptMemory, AllocationMatchesTheEstimateWithAndWithoutRecompute) {
   const size_t saved = GptMemoryEstimate(cfg, B, T, false).activations -
                        GptMemoryEstimate(cfg, B, T, false, Recompute::kGelu).activations;
   EXPECT_EQ(saved, size_t{3} * B * T * 4 * 16 * sizeof(float));
+  // Blocks: of L = 4 layers' working sets (fp32: ln1, qkv, atty, attproj, residual2, ln2, fch, GELU, fcproj =
+  // 17C per row, two layer norms' statistics, the probabilities) one is kept; residual3 stays for all.
+  const size_t per_layer = size_t{B} * T * (17 * 16 + 4) + size_t{B} * 2 * T * T;
+  EXPECT_EQ(GptMemoryEstimate(cfg, B, T, false).activations -
+                GptMemoryEstimate(cfg, B, T, false, Recompute::kBlocks).activations,
+            3 * per_layer * sizeof(float));
   // flash: per layer B*NH*T*T probabilities become B*NH*T*2 statistics, and the datt scratch goes.
   const GptMemory naive = GptMemoryEstimate(cfg, B, T, false),
                   flash = GptMemoryEstimate(cfg, B, T, false, Recompute::kNone, AttentionKind::kFlash);
@@ -295,9 +310,9 @@ TEST(GptMemory, AllocationMatchesTheEstimateWithAndWithoutRecompute) {
 }
 
 TEST(GptMemory, RecomputeNamesRoundTrip) {
-  for (Recompute r : {Recompute::kNone, Recompute::kGelu})
+  for (Recompute r : {Recompute::kNone, Recompute::kGelu, Recompute::kBlocks})
     EXPECT_EQ(ParseRecompute(RecomputeName(r)).value(), r);
-  EXPECT_NE(ParseRecompute("full").status().message().find("none or gelu"), std::string::npos);
+  EXPECT_NE(ParseRecompute("full").status().message().find("none, gelu or blocks"), std::string::npos);
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ std::vector<DefaultEntry> DescribeDefaults(const PlanDefaults& d) {
        "11 x 0.4 GB at ~3 TB/s = 1.5 ms of a 35-100 ms step; +2% measured on 2 CPU cores (demo shape); tern "
        "assumption"},
       {"block_recompute_time_factor", fmt::format("{:.4g}", d.block_recompute_time_factor),
-       "whole-block recompute (not in tern train yet): one extra forward = 2 of the 6 FLOPs per parameter "
+       "train.recompute=blocks: one extra forward = 2 of the 6 FLOPs per parameter "
        "per "
        "token: (6+2)/6"},
       {"allreduce_link_efficiency", fmt::format("{:g}", d.allreduce_link_efficiency), kAssume},

@@ -56,7 +56,8 @@ TEST(MemoryAgreement, PlannerEstimateIsTheModelsAllocation) {
     for (const Shape& s : shapes)
       for (AttentionKind kind : {AttentionKind::kNaive, AttentionKind::kFlash, AttentionKind::kCudnn}) {
         for (const auto& p : precisions) {
-          for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
+          for (ActRecompute ar : {ActRecompute::kNone, ActRecompute::kGelu, ActRecompute::kBlocks}) {
+            const Recompute r = ModelRecompute(ar);
             SCOPED_TRACE(fmt::format("{}, compute {}, recompute {}, attention {}, logits chunk {}", s.what,
                                      static_cast<int>(p.compute), RecomputeName(r), AttentionKindName(kind),
                                      chunk));
@@ -69,7 +70,6 @@ TEST(MemoryAgreement, PlannerEstimateIsTheModelsAllocation) {
             spec.micro_batch = s.B;
             Result<Workload> w = Workload::Make(spec, PlanDefaults());
             ASSERT_TRUE(w.ok()) << w.status().message();
-            const ActRecompute ar = r == Recompute::kGelu ? ActRecompute::kGelu : ActRecompute::kNone;
             const MemoryBreakdown planned = w->Memory(p.planned, s.B, false, ar, 1);
             const GptMemory a = Gpt::Allocation(s.cfg, s.B, s.T, p.compute, r, kind, chunk);
             ExpectSameBytes("weights", planned.weights, static_cast<double>(a.params + a.params_bf16));

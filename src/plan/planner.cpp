@@ -396,7 +396,7 @@ class Planner {
     const bool recompute = r.fit.recompute != ActRecompute::kNone;
     if (r.fit.zero1 || recompute) {
       const char* what = r.fit.recompute == ActRecompute::kGelu ? "GELU recompute (train.recompute=gelu)"
-                                                                : "block recompute (not in tern train yet)";
+                                                                : "block recompute (train.recompute=blocks)";
       parts.push_back(fmt::format("memory-bound: needs {}{}{}",
                                   r.fit.zero1 ? fmt::format("ZeRO-1 over {} GPUs", r.gpus) : "",
                                   r.fit.zero1 && recompute ? " + " : "", recompute ? what : ""));

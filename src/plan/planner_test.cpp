@@ -290,18 +290,20 @@ TEST(Planner, RowsTernCannotRunAreMarkedAndRankLast) {
   EXPECT_TRUE(j["plans"][0]["runs_why"].is_null());
   EXPECT_EQ(j["plans"].back()["runs"], false);
 
-  // Whole-block recompute, forced: no row runs, and the recommendation says so first.
+  // Whole-block recompute, forced: tern train has it (train.recompute=blocks), so every H100 row runs and
+  // says what it rests on.
   req.workload.recompute = ActRecompute::kBlocks;
   req.gpus = {"H100"};
   Result<PlanResult> blocks = MakePlan(cat, req, PlanDefaults());
   ASSERT_TRUE(blocks.ok());
   ASSERT_FALSE(blocks->rows.empty());
   for (const PlanRow& row : blocks->rows) {
-    EXPECT_FALSE(row.runs);
-    EXPECT_NE(row.runs_why.find("needs whole-block recompute"), std::string::npos) << row.runs_why;
+    EXPECT_TRUE(row.runs) << row.runs_why;
+    EXPECT_EQ(row.fit.recompute, ActRecompute::kBlocks);
+    EXPECT_NE(row.why.find("block recompute (train.recompute=blocks)"), std::string::npos) << row.why;
   }
-  EXPECT_NE(blocks->recommendation.at(1).find("Caution: tern cannot run any option"), std::string::npos)
-      << blocks->recommendation.at(1);
+  for (const std::string& line : blocks->recommendation)
+    EXPECT_EQ(line.find("cannot run"), std::string::npos) << line;
 }
 
 TEST(Planner, ExplainShowsTheArithmetic) {

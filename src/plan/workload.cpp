@@ -19,6 +19,30 @@ const char* ActRecomputeName(ActRecompute r) {
   return "none";
 }
 
+Recompute ModelRecompute(ActRecompute r) {
+  switch (r) {
+    case ActRecompute::kGelu:
+      return Recompute::kGelu;
+    case ActRecompute::kBlocks:
+      return Recompute::kBlocks;
+    case ActRecompute::kNone:
+      break;
+  }
+  return Recompute::kNone;
+}
+
+ActRecompute PlanRecompute(Recompute r) {
+  switch (r) {
+    case Recompute::kGelu:
+      return ActRecompute::kGelu;
+    case Recompute::kBlocks:
+      return ActRecompute::kBlocks;
+    case Recompute::kNone:
+      break;
+  }
+  return ActRecompute::kNone;
+}
+
 double RecomputeTimeFactor(ActRecompute r, const PlanDefaults& d) {
   switch (r) {
     case ActRecompute::kGelu:
@@ -46,22 +70,11 @@ Result<Workload> Workload::Make(const WorkloadSpec& spec_in, const PlanDefaults&
   w.params_ = static_cast<double>(GptParamCount(w.spec_.cfg));
   w.flops_per_token_ = GptFlopsPerToken(w.spec_.cfg, T);
   for (int bf16 : {0, 1}) {
-    for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
-      w.base_[bf16][r == Recompute::kGelu] =
-          GptMemoryEstimate(w.spec_.cfg, 1, T, bf16 == 1, r, w.spec_.attention, w.spec_.logits_chunk);
+    for (ActRecompute r : {ActRecompute::kNone, ActRecompute::kGelu, ActRecompute::kBlocks}) {
+      w.base_[bf16][static_cast<int>(r)] = GptMemoryEstimate(w.spec_.cfg, 1, T, bf16 == 1, ModelRecompute(r),
+                                                             w.spec_.attention, w.spec_.logits_chunk);
     }
   }
-  // One block's saved activations = the difference between a 2-layer and a 1-layer model of this width.
-  GptConfig one = w.spec_.cfg, two = w.spec_.cfg;
-  one.n_layer = 1;
-  two.n_layer = 2;
-  const AttentionKind att = w.spec_.attention;
-  for (int bf16 : {0, 1}) {
-    w.layer_act_b1_[bf16] =
-        static_cast<double>(GptMemoryEstimate(two, 1, T, bf16 == 1, Recompute::kNone, att).activations) -
-        static_cast<double>(GptMemoryEstimate(one, 1, T, bf16 == 1, Recompute::kNone, att).activations);
-  }
-  w.layer_input_b1_ = 4.0 * T * w.spec_.cfg.n_embd;
   return w;
 }
 
@@ -72,7 +85,7 @@ MemoryBreakdown Workload::Memory(Precision p, int micro_batch, bool zero1, ActRe
 
 MemoryBreakdown Workload::Memory(Precision p, int micro_batch, ZeroStage zero, ActRecompute recompute,
                                  int dp_ranks) const {
-  const GptMemory& m = base_[p == Precision::kBf16 ? 1 : 0][recompute == ActRecompute::kGelu ? 1 : 0];
+  const GptMemory& m = base_[p == Precision::kBf16 ? 1 : 0][static_cast<int>(recompute)];
   const double B = micro_batch;
   // Rank 0's shard of the P parameters (the largest), as GptMemoryEstimate(..., world, zero) counts it.
   const bool sharded = zero != ZeroStage::kNone && dp_ranks > 1;
@@ -85,14 +98,7 @@ MemoryBreakdown Workload::Memory(Precision p, int micro_batch, ZeroStage zero, A
       zero >= ZeroStage::kWeights && sharded ? 4 * shard + (bf16_copy ? 2 * shard : 0) : master + working;
   out.grads = zero >= ZeroStage::kGradients && sharded ? 4 * shard : static_cast<double>(m.grads);
   out.optimizer = sharded ? 8 * shard : static_cast<double>(m.adam_state);
-  double act = static_cast<double>(m.activations);
-  if (recompute == ActRecompute::kBlocks) {
-    // Keep each block's input and recompute the block in backward: L full blocks become L inputs
-    // plus one block's working set. (GELU recompute is in m itself: the model's own layout.)
-    const double L = spec_.cfg.n_layer;
-    const double block = layer_act_b1_[p == Precision::kBf16 ? 1 : 0];
-    act = act - L * block + L * layer_input_b1_ + block;
-  }
+  double act = static_cast<double>(m.activations);  // the model's own layout for each recompute mode
   // The logits are one chunk of rows, not B's: take micro-batch 1's out and add this micro-batch's; the
   // loss sum is one double at any B.
   const int T = spec_.seq, chunk = spec_.logits_chunk;
@@ -183,8 +189,6 @@ std::vector<std::string> NotInTern(const GpuSpec& g, const MemoryFit& fit) {
     default:
       break;
   }
-  if (fit.recompute == ActRecompute::kBlocks)
-    lacks.push_back("needs whole-block recompute (tern train has train.recompute none|gelu)");
   return lacks;
 }
 

@@ -17,13 +17,13 @@ namespace tern::plan {
 
 enum class Toggle { kAuto, kOff, kOn };
 
-// Activation recomputation. kGelu is `tern train`'s train.recompute=gelu: the memory is the model's own
-// allocation (GptMemoryEstimate with Recompute::kGelu), the cost L-1 GELU forwards per micro-batch. kBlocks
-// keeps only each block's input and re-runs whole blocks in the backward (one extra forward): tern train does
-// not do it yet; the planner offers it, as it offers ZeRO-1, for runs tern is meant to support, and says so
-// on the rows that need it.
+// Activation recomputation: `tern train`'s train.recompute. The memory is the model's own allocation
+// (GptMemoryEstimate with the model's Recompute); the cost of kGelu is L-1 GELU forwards per micro-batch, of
+// kBlocks (each block's input kept, the block re-run in the backward) about one more forward.
 enum class ActRecompute { kNone, kGelu, kBlocks };
 const char* ActRecomputeName(ActRecompute r);  // "none", "gelu", "blocks"
+Recompute ModelRecompute(ActRecompute r);      // the model's mode (train.recompute) for each
+ActRecompute PlanRecompute(Recompute r);       // and back
 // The compute multiplier of a recomputation mode (PlanDefaults' gelu/block_recompute_time_factor).
 double RecomputeTimeFactor(ActRecompute r, const PlanDefaults& d);
 
@@ -102,9 +102,7 @@ class Workload {
   // GptMemoryEstimate at micro-batch 1 for fp32 [0] and bf16 [1], without [0] and with [1] GELU recompute;
   // its activation terms but the logits are linear in B*T, so other micro-batches scale them (checked by a
   // test) and add GptLogitsBytes, instead of re-running it per option.
-  GptMemory base_[2][2];
-  double layer_act_b1_[2] = {};  // saved activations of one block at micro-batch 1 [fp32/fp16, bf16]
-  double layer_input_b1_ = 0;    // one block's input (B*T*C fp32): what block recomputation keeps per layer
+  GptMemory base_[2][3];  // micro-batch 1 [fp32/fp16, bf16][ActRecompute]
 };
 
 // What tern train lacks for a plan on GPU `g` with this fit (docs/planning.md, "What tern runs"); empty

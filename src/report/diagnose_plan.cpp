@@ -60,10 +60,11 @@ std::optional<RunShape> ShapeOf(const StartRecord& s) {
   if (!w.ok()) return std::nullopt;
   // fp16 keeps a 16-bit working copy as bf16 does.
   const plan::Precision p = s.precision == "fp32" ? plan::Precision::kFp32 : plan::Precision::kBf16;
+  Result<Recompute> recompute = ParseRecompute(s.recompute);  // the start row's name
   return RunShape{std::move(w).value(),
                   p,
                   s.zero >= 1 && world > 1,
-                  s.recompute == "gelu" ? plan::ActRecompute::kGelu : plan::ActRecompute::kNone,
+                  plan::PlanRecompute(recompute.ok() ? *recompute : Recompute::kNone),
                   world,
                   s.batch_size,
                   accum};

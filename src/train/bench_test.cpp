@@ -98,7 +98,7 @@ TEST(Bench, MemoryBlockReportsTheAllocationAndTheMeasurement) {
   o.measure_run = false;
   o.steps = 1;
   std::map<std::string, nlohmann::json> mem;
-  for (const char* recompute : {"none", "gelu"}) {
+  for (const char* recompute : {"none", "gelu", "blocks"}) {
     o.recompute = ParseRecompute(recompute).value();
     Result<BenchResult> r = RunBench(o);
     ASSERT_TRUE(r.ok()) << r.status().message();
@@ -121,8 +121,12 @@ TEST(Bench, MemoryBlockReportsTheAllocationAndTheMeasurement) {
   EXPECT_EQ(mem["none"]["allocated"]["saved_activations"].get<double>() -
                 mem["gelu"]["allocated"]["saved_activations"].get<double>(),
             32.0 * 128 * 4);
+  // blocks: one of the two layers' working sets fewer (fp32: 17 x 32 x 32 floats and two layer norms'
+  // statistics, 32 x 4, and the naive attention's probabilities), and the GELU output as gelu.
+  EXPECT_GT(mem["gelu"]["allocated"]["saved_activations"].get<double>(),
+            mem["blocks"]["allocated"]["saved_activations"].get<double>());
   // A bad name is refused where it is parsed (the CLI's --recompute, the config's train.recompute).
-  EXPECT_NE(ParseRecompute("full").status().message().find("none or gelu"), std::string::npos);
+  EXPECT_NE(ParseRecompute("full").status().message().find("none, gelu or blocks"), std::string::npos);
 }
 
 // The step is Trainer::Step with the run's config: an absurd learning rate without clipping makes the

@@ -24,9 +24,10 @@ Status ShapeMismatch(const std::string& path, const GptConfig& want, const GptCo
   check("n_embd", want.n_embd, src.n_embd);
   check("vocab_size", want.vocab_size, src.vocab_size);
   if (want.block_size > src.block_size) {
-    what += fmt::format("{}model.block_size is {}, longer than the source's {} (its positions past {} were "
-                        "never trained)",
-                        what.empty() ? "" : ", ", want.block_size, src.block_size, src.block_size);
+    what += fmt::format(
+        "{}model.block_size is {}, longer than the source's {} (its positions past {} were "
+        "never trained)",
+        what.empty() ? "" : ", ", want.block_size, src.block_size, src.block_size);
     fix += fmt::format(" --set model.block_size={}", src.block_size);
   }
   return Status::InvalidArgument(fmt::format(
@@ -61,7 +62,8 @@ Result<InitWeights> LoadInitWeights(const std::string& path, const Tokenizer& da
     if (tok->fingerprint() != data_tokenizer.fingerprint()) {
       return Status::InvalidArgument(fmt::format(
           "train.init_from {} was trained with tokenizer {} ({}), but data.dir {} was prepared with another "
-          "({}): the same ids would mean other text. Prepare the data with the model's tokenizer: tern prepare "
+          "({}): the same ids would mean other text. Prepare the data with the model's tokenizer: tern "
+          "prepare "
           "--input TEXT --out DIR --tokenizer {}",
           path, tok->fingerprint(), w.tokenizer_path, data_dir, data_tokenizer.fingerprint(), path));
     }
@@ -72,7 +74,8 @@ Result<InitWeights> LoadInitWeights(const std::string& path, const Tokenizer& da
   const std::vector<ParamTensor> from = GptParamLayout(src);
   out.params.resize(GptParamCount(*model));
   for (const ParamTensor& t : GptParamLayout(*model)) {
-    const auto it = std::find_if(from.begin(), from.end(), [&](const ParamTensor& f) { return f.name == t.name; });
+    const auto it =
+        std::find_if(from.begin(), from.end(), [&](const ParamTensor& f) { return f.name == t.name; });
     if (it == from.end() || it->numel < t.numel)  // a bug: the shapes were checked above
       return Status::Internal(fmt::format("train.init_from {}: tensor {} does not fit", path, t.name));
     std::memcpy(out.params.data() + t.offset, w.params.data() + it->offset, t.numel * sizeof(float));

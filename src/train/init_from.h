@@ -23,8 +23,8 @@ struct InitWeights {
 // infer/weights.h) for `*model`, which must have its shape: the same n_layer, n_head, n_embd and vocab_size
 // (a vocab_size of 0 is taken from the source), and a block_size no larger than the source's (the position
 // table is cropped to it). `data_tokenizer` (data.dir's) must be the one the source was trained with when the
-// source has a tokenizer.model beside it; a source without one (a checkpoint on S3) is taken unchecked, with a
-// note. Errors name what differs and the fix.
+// source has a tokenizer.model beside it; a source without one (a checkpoint on S3) is taken unchecked, with
+// a note. Errors name what differs and the fix.
 Result<InitWeights> LoadInitWeights(const std::string& path, const Tokenizer& data_tokenizer,
                                     const std::string& data_dir, GptConfig* model);
 

@@ -68,7 +68,7 @@ TEST_F(InitFromTest, StartsFromTheSourceWeightsBitForBit) {
   auto base_loss = (*base_run)->Evaluate();
   ASSERT_TRUE(base_loss.ok());
 
-  for (const std::string from : {tmp_ / "base", tmp_ / "base/checkpoints/step_00000006"}) {
+  for (const std::string& from : {tmp_ / "base", tmp_ / "base/checkpoints/step_00000006"}) {
     TrainConfig ft = Config("ft");
     ft.init_from = from;
     auto t = Trainer::Create(ft, true);
@@ -83,8 +83,9 @@ TEST_F(InitFromTest, StartsFromTheSourceWeightsBitForBit) {
   TrainConfig ft = Config("ft_row", 1);
   ft.init_from = tmp_ / "base";
   Train(ft);
-  EXPECT_NE(testing::ReadFile(tmp_ / "ft_row/metrics.jsonl").find("\"init_from\":\"" + (tmp_ / "base") + "\""),
-            std::string::npos);
+  EXPECT_NE(
+      testing::ReadFile(tmp_ / "ft_row/metrics.jsonl").find("\"init_from\":\"" + (tmp_ / "base") + "\""),
+      std::string::npos);
 
   // Training from them starts where the source ended, far below a random start.
   auto fresh = Trainer::Create(Config("fresh"), true);
@@ -101,7 +102,8 @@ TEST_F(InitFromTest, ACheckpointOnItsOwnIsTakenWithANote) {
   base.ckpt.every = 6;
   Train(base);
   fs::create_directories(tmp_ / "lone");
-  fs::copy(tmp_ / "base2/checkpoints/step_00000006", tmp_ / "lone/step_00000006", fs::copy_options::recursive);
+  fs::copy(tmp_ / "base2/checkpoints/step_00000006", tmp_ / "lone/step_00000006",
+           fs::copy_options::recursive);
   auto tok = Tokenizer::Load(data_ + "/tokenizer.model");
   ASSERT_TRUE(tok.ok());
   GptConfig model{2, 2, 32, 0, 32};
@@ -125,11 +127,12 @@ TEST_F(InitFromTest, AShorterBlockCropsThePositionTable) {
   const GptConfig& c = (*t)->model().config();
   const std::vector<ParamTensor> from = GptParamLayout(src->config);
   for (const ParamTensor& p : GptParamLayout(c)) {
-    const auto q = std::find_if(from.begin(), from.end(), [&](const ParamTensor& x) { return x.name == p.name; });
+    const auto q =
+        std::find_if(from.begin(), from.end(), [&](const ParamTensor& x) { return x.name == p.name; });
     ASSERT_NE(q, from.end()) << p.name;
     // wpe [T, C]: the first 16 rows of the source's 32; every other tensor whole.
-    EXPECT_TRUE(std::equal(got.begin() + p.offset, got.begin() + p.offset + p.numel,
-                           src->params.begin() + q->offset))
+    EXPECT_TRUE(
+        std::equal(got.begin() + p.offset, got.begin() + p.offset + p.numel, src->params.begin() + q->offset))
         << p.name;
   }
   ft.model.block_size = 64;  // longer than the source's: positions never trained

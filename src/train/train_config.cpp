@@ -143,7 +143,8 @@ const Choice<TrainDevice> kDevices[] = {{TrainDevice::kCpu, "cpu"},
                                         {TrainDevice::kCuda, "cuda"},
                                         {TrainDevice::kAuto, "auto"}};
 const Choice<Recompute> kRecomputes[] = {{Recompute::kNone, RecomputeName(Recompute::kNone)},
-                                         {Recompute::kGelu, RecomputeName(Recompute::kGelu)}};
+                                         {Recompute::kGelu, RecomputeName(Recompute::kGelu)},
+                                         {Recompute::kBlocks, RecomputeName(Recompute::kBlocks)}};
 const Choice<LrScheduleKind> kSchedules[] = {{LrScheduleKind::kCosine, "cosine"},
                                              {LrScheduleKind::kConstant, "constant"}};
 const Choice<AttentionKind> kAttentions[] = {
@@ -244,8 +245,9 @@ const std::vector<Key>& Registry() {
            "cpu (fast path), cpu-ref (plain reference ops), cuda, auto"),
       Enum("train.recompute", &C::recompute, kRecomputes,
            "activation recomputation: gelu keeps one layer's GELU output instead of all L and recomputes it "
-           "in "
-           "the backward (saves (L-1) x B*T x 4C floats for L-1 extra GELU forwards; same gradients)"),
+           "in the backward (saves (L-1) x B*T x 4C floats for L-1 extra GELU forwards); blocks keeps each "
+           "layer's input and re-runs its forward in the backward (about a third more compute, most "
+           "activations gone); same gradients"),
       Enum("train.attention", &C::attention, kAttentions,
            "attention kernels: naive saves the probabilities [B,NH,T,T] per layer; flash only two floats per "
            "score row and recomputes the rest in the backward (less memory, one more Q.K^T); CPU and CUDA; "
