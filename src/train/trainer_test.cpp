@@ -109,9 +109,10 @@ TEST_F(TrainerTest, SameSeedSameLossesBitForBit) {
   EXPECT_EQ(run("det_a"), run("det_b"));
 }
 
-// train.recompute=gelu recomputes the GELU outputs in the backward instead of keeping all L of them: the same
-// losses, gradient norms and weights bit for bit, for a smaller allocation.
-TEST_F(TrainerTest, GeluRecomputeSameLossesAndWeightsBitForBit) {
+// train.recompute=gelu recomputes the GELU outputs in the backward instead of keeping all L of them, and
+// train.recompute=blocks re-runs each layer's forward: the same losses, gradient norms and weights bit for
+// bit, for a smaller allocation.
+TEST_F(TrainerTest, GeluAndBlockRecomputeSameLossesAndWeightsBitForBit) {
   for (const char* precision : {"fp32", "bf16"}) {
     SCOPED_TRACE(precision);
     auto run = [&](const std::string& recompute, GptMemory* mem) {
@@ -131,12 +132,15 @@ TEST_F(TrainerTest, GeluRecomputeSameLossesAndWeightsBitForBit) {
       trace.insert(trace.end(), params.begin(), params.end());
       return trace;
     };
-    GptMemory none_mem, gelu_mem;
+    GptMemory none_mem, gelu_mem, blocks_mem;
     const std::vector<double> none = run("none", &none_mem), gelu = run("gelu", &gelu_mem);
     EXPECT_TRUE(none == gelu);  // not EXPECT_EQ: a mismatch would print every weight
     // SmallConfig: L=2, B*T=128, C=32: one GELU output of 128 x 128 fewer (bf16 ones with bf16 compute).
     const size_t bytes = std::string(precision) == "bf16" ? 2 : 4;
     EXPECT_EQ(none_mem.activations - gelu_mem.activations, size_t{1} * 128 * 4 * 32 * bytes);
+    // train.recompute=blocks: the first layer re-run in the backward, the same bits again, and less memory.
+    EXPECT_TRUE(none == run("blocks", &blocks_mem));
+    EXPECT_LT(blocks_mem.activations, gelu_mem.activations);
   }
   TrainConfig c;
   EXPECT_NE(ApplyOverride("train.recompute=full", &c).message().find("none, gelu"), std::string::npos);
