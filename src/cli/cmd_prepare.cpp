@@ -46,7 +46,7 @@ Result<std::string> ResolveTokenizer(const std::string& given) {
 // A trained model (a run directory or a registered model) rather than a bare tokenizer or data directory.
 bool IsModel(const std::string& given) {
   std::error_code ec;
-  return given.starts_with(registry::kModelUriScheme) ||
+  return registry::IsModelUri(given) ||
          std::filesystem::exists(std::filesystem::path(given) / "config.yaml", ec);
 }
 

@@ -83,11 +83,10 @@ Result<ModelWeights> LoadModelWeights(const std::string& path, const std::string
                             "checkpoint directory (step_...)");
   }
   if (!tokenizer.empty()) w.tokenizer_path = tokenizer;
-  if (!need_tokenizer && !w.tokenizer_path.empty() && !fs::exists(w.tokenizer_path, ec))
-    w.tokenizer_path.clear();
-  if (!need_tokenizer && w.tokenizer_path.empty()) return w;
-  if (w.tokenizer_path.empty() || !fs::exists(w.tokenizer_path, ec))
+  if (!w.tokenizer_path.empty() && fs::exists(w.tokenizer_path, ec)) return w;
+  if (need_tokenizer)
     return Status::NotFound(fmt::format("no tokenizer.model found for {}; pass --tokenizer PATH", path));
+  w.tokenizer_path.clear();
   return w;
 }
 

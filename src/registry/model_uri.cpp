@@ -9,10 +9,13 @@ bool IsModelUri(const std::string& path) {
   return path.rfind(kModelUriScheme, 0) == 0;
 }
 
+std::string ModelUriRef(const std::string& uri) {
+  return uri.substr(sizeof(kModelUriScheme) - 1);
+}
+
 Result<std::string> ResolveModelUri(const std::string& path_or_uri) {
   if (!IsModelUri(path_or_uri)) return path_or_uri;
-  const std::string ref_text = path_or_uri.substr(sizeof(kModelUriScheme) - 1);
-  TERN_ASSIGN_OR_RETURN(ModelRef ref, ParseModelRef(ref_text));
+  TERN_ASSIGN_OR_RETURN(ModelRef ref, ParseModelRef(ModelUriRef(path_or_uri)));
   TERN_ASSIGN_OR_RETURN(auto reg, OpenRegistry("", ""));
   auto dir = reg->Materialize(ref);
   if (!dir.ok()) return dir.status().WithContext("resolving " + path_or_uri);
@@ -21,7 +24,7 @@ Result<std::string> ResolveModelUri(const std::string& path_or_uri) {
 
 Result<std::string> PinModelUri(const std::string& path_or_uri) {
   if (!IsModelUri(path_or_uri)) return path_or_uri;
-  TERN_ASSIGN_OR_RETURN(ModelRef ref, ParseModelRef(path_or_uri.substr(sizeof(kModelUriScheme) - 1)));
+  TERN_ASSIGN_OR_RETURN(ModelRef ref, ParseModelRef(ModelUriRef(path_or_uri)));
   TERN_ASSIGN_OR_RETURN(auto reg, OpenRegistry("", ""));
   auto entry = reg->Get(ref);
   if (!entry.ok()) return entry.status().WithContext("resolving " + path_or_uri);

@@ -14,6 +14,7 @@ namespace tern::registry {
 
 inline constexpr char kModelUriScheme[] = "models:/";
 bool IsModelUri(const std::string& path);
+std::string ModelUriRef(const std::string& uri);  // models:/NAME@REF -> "NAME@REF" (for ParseModelRef)
 Result<std::string> ResolveModelUri(const std::string& path_or_uri);
 // models:/NAME@production -> models:/NAME@3, the version the alias names now (what a run records, so its
 // lineage stays true when the alias moves on). Anything else comes back unchanged.

@@ -213,7 +213,7 @@ Result<Entry> Registry::Register(const ModelSource& src, const RegisterOptions& 
   if (src.config.is_object() && src.config.contains("train.init_from") &&
       src.config["train.init_from"].is_string())
     init_from = src.config["train.init_from"].get<std::string>();
-  if (parent_ref.empty() && IsModelUri(init_from)) parent_ref = init_from.substr(sizeof(kModelUriScheme) - 1);
+  if (parent_ref.empty() && IsModelUri(init_from)) parent_ref = ModelUriRef(init_from);
   if (!parent_ref.empty()) {
     TERN_ASSIGN_OR_RETURN(ModelRef pref, ParseModelRef(parent_ref));
     TERN_ASSIGN_OR_RETURN(int pv, ResolveVersion(pref));

@@ -96,7 +96,6 @@ TEST_F(InitFromTest, StartsFromTheSourceWeightsBitForBit) {
 }
 
 TEST_F(InitFromTest, ACheckpointOnItsOwnIsTakenWithANote) {
-  Train(Config("base"));
   // A checkpoint copied away from its run has no tokenizer.model beside it: loaded, unchecked, with a note.
   TrainConfig base = Config("base2");
   base.ckpt.every = 6;
