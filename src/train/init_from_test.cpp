@@ -207,5 +207,48 @@ TEST_F(InitFromTest, AResumedRunKeepsItsOwnWeightsEvenWhenTheSourceIsGone) {
   EXPECT_NE(missing.status().message().find("train.init_from"), std::string::npos);
 }
 
+// A relaunch reads no source it does not use: the shape comes from the earlier attempt's config.yaml, so a
+// source vocabulary padded past the tokenizer's survives the source going away, and a source that changed
+// in between is not even read while the run's own checkpoint replaces it.
+TEST_F(InitFromTest, ARelaunchTakesTheShapeFromItsEarlierAttemptAndReadsNoSource) {
+  auto tok = Tokenizer::Load(data_ + "/tokenizer.model");
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  TrainConfig base = Config("base");
+  base.model.vocab_size = tok->vocab_size() + 37;  // padded, as GPT-2's 50257 -> 50304
+  Train(base);
+
+  TrainConfig ft = Config("ft", 4);  // model.vocab_size 0: the source's
+  ft.init_from = tmp_ / "base";
+  ft.ckpt.every = 2;
+  const std::vector<float> tuned = Train(ft);
+
+  fs::rename(tmp_ / "base", tmp_ / "moved");
+  ft.ckpt.resume = ResumeFrom::Auto();
+  {
+    auto t = Trainer::Create(ft, true);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_EQ((*t)->config().model.vocab_size, base.model.vocab_size);
+    EXPECT_EQ((*t)->resumed_from(), 4);
+    EXPECT_TRUE((*t)->model().GetParameters() == tuned);
+  }
+
+  // A source of another shape in its place is not read (it would be refused): the checkpoint wins.
+  TrainConfig other = Config("base");
+  other.model.n_embd = 48;
+  Train(other);
+  {
+    auto t = Trainer::Create(ft, true);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_EQ((*t)->resumed_from(), 4);
+    EXPECT_TRUE((*t)->model().GetParameters() == tuned);
+  }
+
+  // With no checkpoint left, the relaunch loads the source after all, and its new shape is refused.
+  fs::remove_all(fs::path(tmp_ / "ft") / "checkpoints");
+  auto t = Trainer::Create(ft, true);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("model.n_embd"), std::string::npos) << t.status().ToString();
+}
+
 }  // namespace
 }  // namespace tern

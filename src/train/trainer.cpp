@@ -70,6 +70,27 @@ Status Trainer::LoadInitFrom(bool vocab_unset) {
   return Status::Ok();
 }
 
+// A relaunch of a fine-tune (ckpt.resume set, the run directory's config.yaml written by an earlier attempt
+// from the same train.init_from with the same model) takes the model's shape from that config.yaml, and the
+// source's weights are read only if no checkpoint of the run replaces them: a relaunch reads no
+// source it does not use (gigabytes at 1.5B), and needs none that has gone. A vocab_size left to the
+// tokenizer is the earlier attempt's (the source's, which may be padded past the tokenizer's).
+bool Trainer::ShapeFromEarlierAttempt(bool vocab_unset) {
+  if (cfg_.ckpt.resume.mode == ResumeFrom::Mode::kNone) return false;
+  const std::string path = cfg_.run_dir + "/config.yaml";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return false;
+  TrainConfig earlier;
+  if (!LoadTrainConfigFile(path, &earlier).ok() || earlier.init_from != cfg_.init_from) return false;
+  const GptConfig &a = earlier.model, &b = cfg_.model;
+  if (a.n_layer != b.n_layer || a.n_head != b.n_head || a.n_embd != b.n_embd ||
+      a.block_size != b.block_size || a.vocab_size < tokenizer_->vocab_size() ||
+      (!vocab_unset && a.vocab_size != b.vocab_size))
+    return false;
+  cfg_.model.vocab_size = a.vocab_size;
+  return true;
+}
+
 // Data parallel: each rank reads its run of every step's micro-batches, and every world()-th validation
 // batch.
 Status Trainer::OpenLoaders(const std::string& dir) {
@@ -149,7 +170,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   // A source that cannot be read is an error only for a run that does not resume (below): a relaunch that
   // resumes from its own checkpoint no longer needs it.
   Status init_failure;
-  if (!cfg.init_from.empty()) {
+  const bool init_deferred = !cfg.init_from.empty() && t->ShapeFromEarlierAttempt(vocab_unset);
+  if (!cfg.init_from.empty() && !init_deferred) {
     init_failure = t->LoadInitFrom(vocab_unset);
     if (!init_failure.ok() && (cfg.ckpt.resume.mode == ResumeFrom::Mode::kNone ||
                                init_failure.code() == Status::Code::kInvalidArgument))
@@ -205,6 +227,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
     }
   }
   if (t->resumed_from_ < 0 && !init_failure.ok()) return init_failure;
+  // The model's shape is already the source's (the earlier attempt's), so the load checks, not changes, it.
+  if (t->resumed_from_ < 0 && init_deferred) TERN_RETURN_IF_ERROR(t->LoadInitFrom(/*vocab_unset=*/false));
   if (t->resumed_from_ < 0 && !t->init_.params.empty()) {
     t->model_->SetParameters(t->init_.params);
     t->init_from_ = t->init_.source;

@@ -131,12 +131,13 @@ class Trainer {
   // trainer's own Step, Evaluate and Samples; it opens no run directory, metrics log, checkpoints or
   // preemption watcher.
   friend Result<BenchResult> RunBench(const BenchOptions& options);
-  Status OpenTokenizer();                      // cfg_.data_dir's; model.vocab_size 0 becomes its size
-  Status LoadInitFrom(bool vocab_unset);       // train.init_from's weights into init_ (checked, not applied)
-  Status OpenLoaders(const std::string& dir);  // dir's train and val shards
-  Status OpenDevice();                         // MakeRunSetup (run_setup.h) and the loss scaler
-  Status OpenComm();                           // the communicator of this launch (dist/setup.h)
-  void BuildModel();                           // the model's buffers (weights not initialised), LR schedule
+  Status OpenTokenizer();                 // cfg_.data_dir's; model.vocab_size 0 becomes its size
+  Status LoadInitFrom(bool vocab_unset);  // train.init_from's weights into init_ (checked, not applied)
+  bool ShapeFromEarlierAttempt(bool vocab_unset);  // a relaunch: the model's shape from run_dir's config.yaml
+  Status OpenLoaders(const std::string& dir);      // dir's train and val shards
+  Status OpenDevice();                             // MakeRunSetup (run_setup.h) and the loss scaler
+  Status OpenComm();                               // the communicator of this launch (dist/setup.h)
+  void BuildModel();  // the model's buffers (weights not initialised), LR schedule
   GenerationRequest SampleRequest(int count, int tokens, bool full_length) const;  // Samples' decode
   Status WriteRunFiles(const TrainSummary& summary);
   // trainer_rows.cpp: the typed rows of metrics.jsonl (metrics/run_record.h) and the live metrics server.
