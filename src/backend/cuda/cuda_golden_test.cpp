@@ -139,18 +139,20 @@ TEST_F(CudaGolden, TrainingStepIsBitwiseReproducible) {
 }
 
 // train.recompute=gelu (Recompute::kGelu) recomputes the GELU outputs in the backward with the forward's own
-// kernel: the same gradients and parameters bit for bit as keeping them (model/gpt_recompute_test.cpp on the
-// CPU).
-TEST_F(CudaGolden, GeluRecomputeIsBitwiseTheSame) {
+// kernel, and train.recompute=blocks (Recompute::kBlocks) re-runs each layer's forward (its ln1 from
+// LayerNormForward on the stored residual, which must equal the fused residual + layer norm's output bit for
+// bit): the same gradients and parameters bit for bit as keeping everything (model/gpt_recompute_test.cpp
+// on the CPU).
+TEST_F(CudaGolden, GeluAndBlockRecomputeAreBitwiseTheSame) {
   auto backend = MakeCudaBackend();
   Result<Golden> golden = ReadGolden();
   ASSERT_TRUE(golden.ok()) << golden.status().ToString();
   const Golden& g = *golden;
   for (Compute compute : {Compute::kF32, Compute::kBF16, Compute::kF16}) {
-    std::vector<float> grads[2], params[2];
-    for (Recompute r : {Recompute::kNone, Recompute::kGelu}) {
+    std::vector<float> grads[3], params[3];
+    for (Recompute r : {Recompute::kNone, Recompute::kGelu, Recompute::kBlocks}) {
       Gpt model(backend.get(), g.cfg, g.B, g.T, compute, r);
-      const int i = r == Recompute::kGelu;
+      const int i = static_cast<int>(r == Recompute::kGelu) + 2 * static_cast<int>(r == Recompute::kBlocks);
       model.SetParameters(g.params);
       for (int step = 1; step <= 2; step++) {
         model.ZeroGrad();
@@ -162,8 +164,11 @@ TEST_F(CudaGolden, GeluRecomputeIsBitwiseTheSame) {
       }
       params[i] = model.GetParameters();
     }
-    EXPECT_EQ(grads[0], grads[1]) << ComputeName(compute);
-    EXPECT_EQ(params[0], params[1]) << ComputeName(compute);
+    for (int i : {1, 2}) {
+      const char* mode = i == 1 ? "gelu" : "blocks";
+      EXPECT_EQ(grads[0], grads[i]) << ComputeName(compute) << " recompute=" << mode;
+      EXPECT_EQ(params[0], params[i]) << ComputeName(compute) << " recompute=" << mode;
+    }
   }
 }
 
