@@ -251,7 +251,7 @@ class Loop {
 }  // namespace
 
 Result<std::vector<std::string>> CheckTrialConfigs(const SweepSpec& spec) {
-  int cosine = 0;
+  int decaying = 0;
   TrainConfig base;
   TERN_RETURN_IF_ERROR(LoadTrainConfigFile(spec.base_config, &base));
   for (int i = 0; i < TrialCount(spec); i++) {
@@ -263,15 +263,15 @@ Result<std::vector<std::string>> CheckTrialConfigs(const SweepSpec& spec) {
           ApplyOverride(k + "=" + v, &cfg).WithContext(fmt::format("space.{} (trial {})", k, i)));
     cfg.steps = spec.asha.max_steps;
     TERN_RETURN_IF_ERROR(cfg.Validate().WithContext(fmt::format("trial {}", i)));
-    cosine += cfg.schedule == LrScheduleKind::kCosine;
+    decaying += cfg.schedule != LrScheduleKind::kConstant;
   }
   std::vector<std::string> warnings;
-  if (cosine > 0)
-    warnings.push_back(
-        fmt::format("{} trials use train.schedule: cosine, which decays over train.steps = the rung: each "
-                    "promotion stretches "
-                    "the schedule (docs/sweep.md); set train.schedule: constant for a sweep",
-                    cosine));
+  if (decaying > 0)
+    warnings.push_back(fmt::format(
+        "{} trials use a train.schedule that decays (cosine, linear or wsd) over train.steps = the rung: "
+        "each "
+        "promotion stretches the schedule (docs/sweep.md); set train.schedule: constant for a sweep",
+        decaying));
   return warnings;
 }
 

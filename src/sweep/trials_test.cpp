@@ -206,6 +206,31 @@ TEST(SweepSlurmSpecTest, TheJobSectionTakesTernRunsJobKeysAndRefusesOthers) {
 }
 
 // A sweep directory written before --on slurm (no slurm_job_id column) opens, keeps its rows and records ids.
+// Before anything runs, a schedule that decays over train.steps (= the rung) is named: every promotion would
+// stretch it. Only trials with constant are quiet. (A grid: 2 learning rates x the schedules listed.)
+TEST(SweepCheckTest, DecayingSchedulesAreWarnedAbout) {
+  testing::TempDir dir;
+  testing::WriteFile(dir / "tiny.yaml", "data: {dir: /tmp/data}\ntrain: {schedule: constant}\n");
+  for (const auto& [space, warned] : std::vector<std::pair<std::string, int>>{
+           {"[constant]", 0}, {"[cosine]", 2}, {"[linear, wsd]", 4}, {"[constant, wsd]", 2}}) {
+    auto spec = ParseSweepSpec(
+        "base: tiny.yaml\ntrials: 4\nsampler: grid\nasha: {min_steps: 2, max_steps: 8}\n"
+        "space: {train.schedule: {choice: " +
+            space + "}, train.lr: {choice: [0.001, 0.002]}}\n",
+        dir / "sweep.yaml");
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    auto w = CheckTrialConfigs(*spec);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    if (warned == 0) {
+      EXPECT_TRUE(w->empty()) << space;
+      continue;
+    }
+    ASSERT_EQ(w->size(), 1u) << space;
+    EXPECT_EQ(w->front().rfind(std::to_string(warned) + " trials use a train.schedule that decays", 0), 0u)
+        << w->front();
+  }
+}
+
 TEST(SweepSlurmStoreTest, AnOlderStateGainsTheSlurmJobColumn) {
   testing::TempDir tmp;
   const std::string path = tmp.path() + "/sweep.sqlite";

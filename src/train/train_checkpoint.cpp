@@ -186,8 +186,7 @@ Status CaptureTrainMeta(const Gpt& model, const TrainConfig& cfg, const DataIden
                         const TrainProgress& p, ckpt::Snapshot* snap) {
   nlohmann::ordered_json config = nlohmann::ordered_json::object();
   for (const auto& [k, v] : TrainConfigValues(cfg)) config[k] = v;
-  const LrSchedule sched{cfg.lr, cfg.min_lr_ratio, cfg.warmup_steps, cfg.steps,
-                         cfg.schedule == LrScheduleKind::kCosine};
+  const LrSchedule sched = cfg.lr_schedule();
   nlohmann::ordered_json j;
   j["format"] = "tern-trainer-state";
   j["version"] = 1;

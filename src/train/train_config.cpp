@@ -146,7 +146,9 @@ const Choice<Recompute> kRecomputes[] = {{Recompute::kNone, RecomputeName(Recomp
                                          {Recompute::kGelu, RecomputeName(Recompute::kGelu)},
                                          {Recompute::kBlocks, RecomputeName(Recompute::kBlocks)}};
 const Choice<LrScheduleKind> kSchedules[] = {{LrScheduleKind::kCosine, "cosine"},
-                                             {LrScheduleKind::kConstant, "constant"}};
+                                             {LrScheduleKind::kConstant, "constant"},
+                                             {LrScheduleKind::kLinear, "linear"},
+                                             {LrScheduleKind::kWsd, "wsd"}};
 const Choice<AttentionKind> kAttentions[] = {
     {AttentionKind::kNaive, AttentionKindName(AttentionKind::kNaive)},
     {AttentionKind::kFlash, AttentionKindName(AttentionKind::kFlash)},
@@ -225,9 +227,16 @@ const std::vector<Key>& Registry() {
                       "tokens per optimizer step, a multiple of B*T (gradient accumulation); 0 = B*T"),
       Number("train.steps", &C::steps, 1, "optimizer steps"),
       Number("train.lr", &C::lr, 0.0, "peak learning rate"),
-      Number("train.min_lr_ratio", &C::min_lr_ratio, 0.0, "cosine floor as a fraction of lr"),
+      Number("train.min_lr_ratio", &C::min_lr_ratio, 0.0,
+             "the floor the schedule decays to at the last step, as a fraction of lr"),
       Number("train.warmup_steps", &C::warmup_steps, 0, "linear warmup steps"),
-      Enum("train.schedule", &C::schedule, kSchedules, "learning-rate schedule after warmup"),
+      Enum("train.schedule", &C::schedule, kSchedules,
+           "learning-rate schedule after warmup: cosine to the floor; linear to the floor; wsd "
+           "(warmup-stable-decay) holds lr, then decays linearly to the floor over the last "
+           "train.decay_fraction of the steps; constant"),
+      Number("train.decay_fraction", &C::decay_fraction, 0.0,
+             "train.schedule=wsd: the share of train.steps at the end over which lr decays (0.2 = the last "
+             "20 %)"),
       Number("train.weight_decay", &C::weight_decay, 0.0, "AdamW decoupled weight decay (matrices only)"),
       Number("train.beta1", &C::beta1, 0.0, "AdamW beta1"),
       Number("train.beta2", &C::beta2, 0.0, "AdamW beta2"),
@@ -495,6 +504,10 @@ int TrainConfig::grad_accum_steps() const {
   return total_batch_tokens == 0 ? 1 : static_cast<int>(total_batch_tokens / micro);
 }
 
+LrSchedule TrainConfig::lr_schedule() const {
+  return LrSchedule{lr, min_lr_ratio, warmup_steps, steps, schedule, decay_fraction};
+}
+
 Status TrainConfig::Validate() const {
   int64_t micro = static_cast<int64_t>(batch_size) * seq_len;
   if (total_batch_tokens % micro != 0) {
@@ -515,6 +528,10 @@ Status TrainConfig::Validate() const {
     return Status::InvalidArgument(
         fmt::format("metrics.port {} is not a TCP port: give 1 to 65535, or 0 for off", metrics_port));
   if (beta1 >= 1 || beta2 >= 1) return Status::InvalidArgument("train.beta1 and train.beta2 must be below 1");
+  if (decay_fraction > 1)
+    return Status::InvalidArgument(
+        fmt::format("train.decay_fraction {} is more than all the steps: give a share in [0, 1], e.g. 0.2",
+                    decay_fraction));
   if (ckpt.durable_every > 0 && ckpt.durable.empty()) {
     return Status::InvalidArgument(
         "ckpt.durable_every is set but ckpt.durable is empty: give a directory or "

@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "model/gpt_config.h"
+#include "train/lr_schedule.h"
 
 namespace tern {
 
@@ -18,14 +19,14 @@ namespace tern {
 // enums, never names.
 enum class TrainPrecision { kFp32, kBf16, kFp16 };       // train.precision: fp32 | bf16 | fp16
 enum class TrainDevice { kCpu, kCpuRef, kCuda, kAuto };  // train.device: cpu | cpu-ref | cuda | auto
-enum class LrScheduleKind { kCosine, kConstant };        // train.schedule: cosine | constant
 enum class WhenBusy { kWait, kSkip };                    // ckpt.when_busy: wait | skip
 enum class OnSaveError { kContinue, kStop };             // ckpt.on_error: continue | stop
 enum class OnNotice { kFinish, kAbandon };               // ckpt.on_notice: finish | abandon
 enum class NoticeKind { kAws, kGcp };                    // ckpt.notice_kind: aws | gcp
 enum class DistBackend { kAuto, kNone, kMpi, kNccl };    // dist.backend: auto | none | mpi | nccl
 // train.recompute is the model layer's Recompute (model/gpt_config.h): none | gelu; train.attention the
-// backend's AttentionKind (backend/backend.h): naive | flash | cudnn.
+// backend's AttentionKind (backend/backend.h): naive | flash | cudnn; train.schedule LrScheduleKind
+// (train/lr_schedule.h): cosine | constant | linear | wsd.
 
 // The name a config writes for each value ("bf16", "cpu-ref", ...), as TrainConfigToYaml and the logs print
 // it.
@@ -114,9 +115,10 @@ struct TrainConfig {
   int64_t total_batch_tokens = 0;  // tokens per optimizer step; 0 = one micro-batch (B*T)
   int steps = 1000;
   double lr = 6e-4;
-  double min_lr_ratio = 0.1;  // cosine floor = lr * min_lr_ratio
+  double min_lr_ratio = 0.1;  // the decay's floor = lr * min_lr_ratio
   int warmup_steps = 100;
   LrScheduleKind schedule = LrScheduleKind::kCosine;
+  double decay_fraction = 0.2;  // wsd: the last share of the steps, over which lr decays
   double weight_decay = 0.1;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double grad_clip = 1.0;  // global norm; 0 disables
@@ -167,6 +169,7 @@ struct TrainConfig {
 
   // Micro-batches per optimizer step, over all ranks (each of W ranks runs grad_accum_steps() / W of them).
   int grad_accum_steps() const;
+  LrSchedule lr_schedule() const;  // train.lr, min_lr_ratio, warmup_steps, steps, schedule, decay_fraction
   Status Validate() const;
 };
 

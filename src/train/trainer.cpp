@@ -153,8 +153,7 @@ void Trainer::BuildModel() {
                                             static_cast<size_t>(cfg_.dist.bucket_mb * (1 << 20)),
                                             /*sharded=*/cfg_.dist.zero > 0);
   }
-  schedule_ = {cfg_.lr, cfg_.min_lr_ratio, cfg_.warmup_steps, cfg_.steps,
-               cfg_.schedule == LrScheduleKind::kCosine};
+  schedule_ = cfg_.lr_schedule();
   flops_per_token_ = GptFlopsPerToken(cfg_.model, cfg_.seq_len);
 }
 

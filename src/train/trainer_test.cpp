@@ -109,6 +109,27 @@ TEST_F(TrainerTest, SameSeedSameLossesBitForBit) {
   EXPECT_EQ(run("det_a"), run("det_b"));
 }
 
+// train.schedule=wsd through the trainer: each step's lr is the schedule's, from the config's keys: the
+// stable phase at train.lr, then the decay over the last train.decay_fraction of the steps.
+TEST_F(TrainerTest, EachStepTakesTheConfiguredSchedulesRate) {
+  TrainConfig c = SmallConfig("wsd");
+  c.steps = 10;
+  c.warmup_steps = 2;
+  c.schedule = LrScheduleKind::kWsd;
+  c.decay_fraction = 0.5;
+  c.min_lr_ratio = 0;
+  auto t = Trainer::Create(c, true);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const LrSchedule want{c.lr, 0, 2, 10, LrScheduleKind::kWsd, 0.5};
+  for (int step = 0; step < 10; step++) {
+    auto s = (*t)->Step();
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_DOUBLE_EQ(s->lr, want.At(step)) << step;
+    if (step >= 2 && step <= 5) EXPECT_DOUBLE_EQ(s->lr, c.lr) << "stable at " << step;
+    if (step > 5) EXPECT_LT(s->lr, c.lr) << "decaying at " << step;
+  }
+}
+
 // train.recompute=gelu recomputes the GELU outputs in the backward instead of keeping all L of them, and
 // train.recompute=blocks re-runs each layer's forward: the same losses, gradient norms and weights bit for
 // bit, for a smaller allocation.
@@ -223,13 +244,40 @@ TEST_F(TrainerTest, SafetensorsReadBackIndependently) {
 }
 
 TEST(LrSchedule, WarmupThenCosineToFloor) {
-  LrSchedule s{1.0, 0.1, 10, 110, true};
+  LrSchedule s{1.0, 0.1, 10, 110, LrScheduleKind::kCosine};
   EXPECT_DOUBLE_EQ(s.At(0), 0.1);
   EXPECT_DOUBLE_EQ(s.At(9), 1.0);
   EXPECT_NEAR(s.At(60), 0.55, 1e-12);  // halfway down the cosine
   EXPECT_NEAR(s.At(110), 0.1, 1e-12);
-  LrSchedule c{1.0, 0.1, 0, 100, false};
+  LrSchedule c{1.0, 0.1, 0, 100, LrScheduleKind::kConstant};
   EXPECT_DOUBLE_EQ(c.At(50), 1.0);
+}
+
+// linear: a straight line from lr at the end of warmup to the floor at the last step. wsd: lr held, then
+// the same straight line over the last decay_fraction of the steps (MiniCPM's warmup-stable-decay, nanochat's
+// warmdown), never starting inside the warmup.
+TEST(LrSchedule, LinearAndWarmupStableDecay) {
+  LrSchedule l{1.0, 0.1, 10, 110, LrScheduleKind::kLinear};
+  EXPECT_DOUBLE_EQ(l.At(9), 1.0);
+  EXPECT_DOUBLE_EQ(l.At(10), 1.0);
+  EXPECT_NEAR(l.At(60), 0.55, 1e-12);  // halfway: halfway down
+  EXPECT_NEAR(l.At(85), 0.325, 1e-12);
+  EXPECT_NEAR(l.At(110), 0.1, 1e-12);
+  EXPECT_NEAR(l.At(500), 0.1, 1e-12) << "past the end: the floor";
+
+  LrSchedule w{1.0, 0.0, 10, 110, LrScheduleKind::kWsd, 0.2};  // decays over steps 88..110
+  EXPECT_DOUBLE_EQ(w.At(5), 0.6);
+  EXPECT_DOUBLE_EQ(w.At(10), 1.0);
+  EXPECT_DOUBLE_EQ(w.At(87), 1.0) << "the stable phase";
+  EXPECT_DOUBLE_EQ(w.At(88), 1.0) << "the decay starts at lr";
+  EXPECT_NEAR(w.At(99), 0.5, 1e-12);
+  EXPECT_NEAR(w.At(109), 1.0 / 22, 1e-12);
+  EXPECT_NEAR(w.At(110), 0.0, 1e-12);
+
+  LrSchedule all{1.0, 0.1, 10, 110, LrScheduleKind::kWsd, 1.0};  // decay_fraction 1: linear after warmup
+  for (int step : {0, 9, 10, 37, 60, 109}) EXPECT_NEAR(all.At(step), l.At(step), 1e-12) << step;
+  LrSchedule none{1.0, 0.1, 10, 110, LrScheduleKind::kWsd, 0.0};
+  EXPECT_DOUBLE_EQ(none.At(109), 1.0) << "decay_fraction 0: constant";
 }
 
 TEST(TrainConfig, OverridesAndValidation) {
