@@ -38,6 +38,9 @@ int RunPipelineCmd(const PipelineCmdOptions& o) {
       std::printf("  %-10s loss %.4f (perplexity %.2f) over %lld windows", what, m->loss, m->perplexity,
                   static_cast<long long>(m->windows));
       if (m->prompt_logprob) std::printf(", prompts %.3f", *m->prompt_logprob);
+      if (m->choice_acc)
+        std::printf(", choices acc %.4f acc_norm %.4f (%lld items)", *m->choice_acc,
+                    m->choice_acc_norm.value_or(0), static_cast<long long>(m->choice_items));
       std::printf("\n");
     };
     line("candidate", out.candidate);

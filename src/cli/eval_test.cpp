@@ -44,8 +44,8 @@ class EvalCliTest : public ::testing::Test {
     ASSERT_EQ(train_.code, 0) << train_.output;
   }
   static nlohmann::json Eval(const std::string& args) {
-    auto r =
-        testing::RunCommand(tern_ + " eval " + (root_ / "run").string() + " " + args + " --json 2>/dev/null");
+    auto r = testing::RunCommand("(" + tern_ + " eval " + (root_ / "run").string() + " " + args +
+                                 " --json 2>/dev/null)");
     EXPECT_EQ(r.code, 0) << r.output;
     return r.code == 0 ? nlohmann::json::parse(r.output) : nlohmann::json();
   }
@@ -95,6 +95,59 @@ TEST_F(EvalCliTest, OptionsChooseWhatIsScored) {
   auto bad = testing::RunCommand(tern_ + " eval " + (root_ / "run").string() + " --data /nonexistent 2>&1");
   EXPECT_EQ(bad.code, 1);
   EXPECT_NE(bad.output.find("--data /nonexistent"), std::string::npos) << bad.output;
+}
+
+// --choices: a multiple-choice set scored by the run's model. Right endings are the corpus's own words after
+// its "Verse N:", wrong ones letters it never has in that order; even this briefly trained model tells them
+// apart. A run whose data is not here is still scored (no loss, a note saying so), and a malformed line is
+// an error naming it.
+TEST_F(EvalCliTest, ChoicesGiveTheAccuracyOfTheRunsModel) {
+  {
+    std::ofstream f(root_ / "choices.jsonl");
+    for (int i = 0; i < 20; i++) {
+      nlohmann::json endings = {"light and darkness.", "Qzx vjk Zqx jvq zq."};  // the same length
+      if (i % 2) std::swap(endings[0], endings[1]);
+      f << nlohmann::json{{"ctx", "Verse " + std::to_string(100 + i) + ":"},
+                          {"endings", endings},
+                          {"label", i % 2}}
+               .dump()
+        << "\n";
+    }
+  }
+  const nlohmann::json j = Eval("--choices " + (root_ / "choices.jsonl").string());
+  ASSERT_TRUE(j.contains("choices")) << j.dump();
+  const nlohmann::json& c = j["choices"];
+  EXPECT_EQ(c["items"], 20);
+  EXPECT_EQ(c["truncated"], 0);
+  EXPECT_GE(c["acc"].get<double>(), 0.9) << c.dump();
+  EXPECT_GE(c["acc_norm"].get<double>(), 0.9) << c.dump();
+  EXPECT_GE(c["acc_stderr"].get<double>(), 0);
+  EXPECT_TRUE(j.contains("loss")) << "the run's data is here: its loss too";
+
+  // The same run without its data: choices only.
+  const fs::path copy = root_ / "run_nodata";
+  fs::remove_all(copy);
+  fs::copy(root_ / "run", copy, fs::copy_options::recursive);
+  std::ifstream in(copy / "config.yaml");
+  std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  yaml.replace(yaml.find(data_), data_.size(), (root_ / "gone").string());
+  std::ofstream(copy / "config.yaml") << yaml;
+  auto r = testing::RunCommand(tern_ + " eval " + copy.string() + " --quiet --choices " +
+                               (root_ / "choices.jsonl").string() + " 2>&1");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("no loss: the run's data.dir"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("acc "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("over 20 items"), std::string::npos) << r.output;
+
+  std::ofstream(root_ / "bad.jsonl") << R"({"ctx": "a", "endings": ["x", "y"], "label": 0})"
+                                        "\n"
+                                     << R"({"ctx": "a", "endings": ["x", "y"], "label": 5})"
+                                        "\n";
+  auto bad = testing::RunCommand(tern_ + " eval " + (root_ / "run").string() + " --choices " +
+                                 (root_ / "bad.jsonl").string() + " 2>&1");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.output.find("bad.jsonl line 2"), std::string::npos) << bad.output;
 }
 
 // The run's data.dir is read relative to where tern eval runs: when it is not there, the error says whose

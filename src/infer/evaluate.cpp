@@ -1,6 +1,7 @@
 #include "infer/evaluate.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <memory>
 
@@ -132,6 +133,159 @@ Result<std::vector<PromptScore>> ScorePrompts(Backend* backend, const GptConfig&
     s.tokens = P;
     s.logprob = SumLogProbs(logits, tokens.data() + 1, P, cfg.vocab_size);
     out.push_back(std::move(s));
+  }
+  return out;
+}
+
+namespace {
+
+// One ending appended to its context: the tokens a forward reads and the rows whose targets are scored.
+struct ChoiceSeq {
+  std::vector<int32_t> tokens;  // context (eos first) + ending; the forward reads all but the last
+  int scored_from = 0;          // tokens[scored_from..] are the ending's, each predicted by the row before
+  int item = 0, ending = 0;
+};
+
+bool EndsWithSpace(const std::string& s) {
+  return !s.empty() && std::isspace(static_cast<unsigned char>(s.back()));
+}
+bool StartsWithSpace(const std::string& s) {
+  return !s.empty() && std::isspace(static_cast<unsigned char>(s.front()));
+}
+
+// Many sequences of different lengths in one forward, each in its own run of KV blocks; every scored row's
+// logits wanted, in sequence order.
+void BuildSeqBatch(const std::vector<const ChoiceSeq*>& seqs, int max_blocks, ForwardBatch* b) {
+  b->Clear();
+  int row = 0, block = 0;
+  for (const ChoiceSeq* s : seqs) {
+    const int n = static_cast<int>(s->tokens.size()) - 1, nb = (n + kBlock - 1) / kBlock;
+    b->seqs.insert(b->seqs.end(), {row, n, n});
+    for (int j = 0; j < max_blocks; j++) b->block_tables.push_back(j < nb ? block + j : 0);
+    for (int p = 0; p < n; p++) {
+      b->tokens.push_back(s->tokens[p]);
+      b->positions.push_back(p);
+      b->slots.push_back((block + p / kBlock) * kBlock + p % kBlock);
+      if (p + 1 >= s->scored_from) b->logit_rows.push_back(row + p);
+    }
+    row += n;
+    block += nb;
+  }
+}
+
+}  // namespace
+
+double ChoiceResult::StdErr(double p) const {
+  return items > 1 ? std::sqrt(p * (1 - p) / static_cast<double>(items - 1)) : 0;
+}
+
+Result<ChoiceResult> ScoreChoices(Backend* backend, const GptConfig& cfg, const std::vector<float>& params,
+                                  const Tokenizer& tokenizer, const std::vector<ChoiceItem>& items,
+                                  Quantize quantize, const ChoiceProgress& progress) {
+  ChoiceResult out;
+  out.items = static_cast<int64_t>(items.size());
+  out.per_item.resize(items.size());
+  // Every ending's sequence, the context cut from the front where the two do not fit the context.
+  std::vector<ChoiceSeq> seqs;
+  for (size_t i = 0; i < items.size(); i++) {
+    const ChoiceItem& it = items[i];
+    std::vector<int32_t> ctx{tokenizer.eos_id()};
+    tokenizer.EncodeAppend(it.context, &ctx);
+    for (size_t e = 0; e < it.endings.size(); e++) {
+      const bool space = !it.context.empty() && !EndsWithSpace(it.context) && !StartsWithSpace(it.endings[e]);
+      const std::vector<int32_t> end = tokenizer.Encode(space ? " " + it.endings[e] : it.endings[e]);
+      const int E = static_cast<int>(end.size());
+      if (E < 1 || E > cfg.block_size)
+        return Status::InvalidArgument(fmt::format(
+            "item {} ending {} has {} tokens; the model's context is {}", i + 1, e + 1, E, cfg.block_size));
+      // The forward reads all but the last token: ctx + E - 1 <= block_size.
+      const int keep = std::min(static_cast<int>(ctx.size()), cfg.block_size + 1 - E);
+      if (keep < static_cast<int>(ctx.size())) out.per_item[i].truncated = true;
+      ChoiceSeq s;
+      s.tokens.assign(ctx.end() - keep, ctx.end());
+      s.scored_from = keep;
+      s.tokens.insert(s.tokens.end(), end.begin(), end.end());
+      s.item = static_cast<int>(i);
+      s.ending = static_cast<int>(e);
+      seqs.push_back(std::move(s));
+    }
+    out.truncated += out.per_item[i].truncated;
+    out.per_item[i].logprob.assign(it.endings.size(), 0);
+    out.per_item[i].tokens.assign(it.endings.size(), 0);
+  }
+  // Forwards of whole items up to the row budget (an item larger than it alone).
+  std::vector<std::pair<size_t, size_t>> groups;  // [begin, end) into seqs
+  int max_rows = 0, max_seqs = 0, max_logits = 0, max_blocks = 0;
+  for (size_t at = 0; at < seqs.size();) {
+    size_t end = at;
+    int rows = 0, logits = 0, blocks = 0;
+    while (end < seqs.size()) {
+      size_t item_end = end;  // the next item's sequences
+      int r = 0, l = 0, b = 0;
+      while (item_end < seqs.size() && seqs[item_end].item == seqs[end].item) {
+        const int n = static_cast<int>(seqs[item_end].tokens.size()) - 1;
+        r += n;
+        l += static_cast<int>(seqs[item_end].tokens.size()) - seqs[item_end].scored_from;
+        b += (n + kBlock - 1) / kBlock;
+        item_end++;
+      }
+      if (end > at && rows + r > kRowBudget) break;
+      rows += r;
+      logits += l;
+      blocks += b;
+      end = item_end;
+    }
+    groups.push_back({at, end});
+    max_rows = std::max(max_rows, rows);
+    max_seqs = std::max(max_seqs, static_cast<int>(end - at));
+    max_logits = std::max(max_logits, logits);
+    max_blocks = std::max(max_blocks, blocks);
+    at = end;
+  }
+  InferenceModelOptions o;
+  o.quantize = quantize;
+  o.block_size = kBlock;
+  o.num_blocks = max_blocks;
+  o.max_rows = max_rows;
+  o.max_seqs = std::max(2, max_seqs);  // more than one: the batched kernels, whatever the group
+  o.max_logit_rows = std::max(max_logits, o.max_seqs);
+  TERN_ASSIGN_OR_RETURN(auto model, InferenceModel::Create(backend, cfg, params, o));
+
+  ForwardBatch fb;
+  std::vector<const ChoiceSeq*> group;
+  std::vector<int32_t> targets;
+  for (const auto& [begin, end] : groups) {
+    group.clear();
+    targets.clear();
+    for (size_t k = begin; k < end; k++) {
+      group.push_back(&seqs[k]);
+      targets.insert(targets.end(), seqs[k].tokens.begin() + seqs[k].scored_from, seqs[k].tokens.end());
+    }
+    BuildSeqBatch(group, model->max_blocks_per_seq(), &fb);
+    const float* logits = model->Forward(fb);
+    size_t row = 0;
+    for (const ChoiceSeq* s : group) {
+      const int E = static_cast<int>(s->tokens.size()) - s->scored_from;
+      ChoiceItemScore& sc = out.per_item[s->item];
+      sc.logprob[s->ending] =
+          SumLogProbs(logits + row * cfg.vocab_size, targets.data() + row, E, cfg.vocab_size);
+      sc.tokens[s->ending] = E;
+      row += E;
+    }
+    // The group's items are whole: decide them.
+    for (int i = seqs[begin].item; i <= seqs[end - 1].item; i++) {
+      ChoiceItemScore& sc = out.per_item[i];
+      const auto per_byte = [&](size_t k) {
+        return sc.logprob[k] / static_cast<double>(items[i].endings[k].size());
+      };
+      for (size_t e = 1; e < sc.logprob.size(); e++) {
+        if (sc.logprob[e] > sc.logprob[sc.predicted]) sc.predicted = static_cast<int>(e);
+        if (per_byte(e) > per_byte(sc.predicted_norm)) sc.predicted_norm = static_cast<int>(e);
+      }
+      out.correct += sc.predicted == items[i].label;
+      out.correct_norm += sc.predicted_norm == items[i].label;
+    }
+    if (progress) progress(seqs[end - 1].item + 1, out.correct);
   }
   return out;
 }

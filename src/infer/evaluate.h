@@ -9,11 +9,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "data/tokenizer.h"
+#include "infer/choices.h"
 #include "infer/inference_model.h"
 
 namespace tern {
@@ -48,5 +50,34 @@ struct PromptScore {
 Result<std::vector<PromptScore>> ScorePrompts(Backend* backend, const GptConfig& cfg,
                                               const std::vector<float>& params, const Tokenizer& tokenizer,
                                               const std::vector<std::string>& prompts, Quantize quantize);
+
+// Multiple-choice accuracy (infer/choices.h), scored as the lm-evaluation-harness and llm.c score HellaSwag:
+// each ending is appended to its context (an end-of-text token first, a space between them unless either
+// side has one) and its tokens' log-probabilities summed; acc takes the ending with the highest sum,
+// acc_norm the highest sum per byte of the ending (which does not favour short endings). A context too
+// long for the model loses its oldest tokens (counted in `truncated`).
+struct ChoiceItemScore {
+  std::vector<double> logprob;  // per ending: the sum over its tokens
+  std::vector<int> tokens;      // per ending: its tokens scored
+  int predicted = 0, predicted_norm = 0;
+  bool truncated = false;
+};
+
+struct ChoiceResult {
+  int64_t items = 0, correct = 0, correct_norm = 0, truncated = 0;
+  std::vector<ChoiceItemScore> per_item;
+  double acc() const { return items ? static_cast<double>(correct) / items : 0; }
+  double acc_norm() const { return items ? static_cast<double>(correct_norm) / items : 0; }
+  // The standard error of an accuracy over `items` (sqrt(p(1-p)/(n-1)), as the harness prints it).
+  double StdErr(double p) const;
+};
+
+// Called after each forward with the items scored so far and how many of them were right (acc).
+using ChoiceProgress = std::function<void(int64_t items_done, int64_t correct)>;
+
+// InvalidArgument when an ending alone does not fit the model's context.
+Result<ChoiceResult> ScoreChoices(Backend* backend, const GptConfig& cfg, const std::vector<float>& params,
+                                  const Tokenizer& tokenizer, const std::vector<ChoiceItem>& items,
+                                  Quantize quantize, const ChoiceProgress& progress = nullptr);
 
 }  // namespace tern

@@ -124,6 +124,96 @@ TEST_F(EvaluateTest, PromptLogprobIsItsTokensLoss) {
   }
 }
 
+// The training forward's log-probability of tokens[from..] given what precedes them (one sequence).
+double TrainingEndingLogprob(const testing::TestRun& run, const std::vector<int32_t>& tokens, int from) {
+  auto be = MakeCpuFastBackend();
+  const int n = static_cast<int>(tokens.size()) - 1;
+  Gpt gpt(be.get(), run.cfg, 1, n, Compute::kF32);
+  gpt.SetParameters(run.params);
+  std::vector<int32_t> in(tokens.begin(), tokens.end() - 1), tg(tokens.begin() + 1, tokens.end());
+  for (int p = 0; p + 1 < from; p++) tg[p] = -1;  // the context's own tokens are not scored
+  return -static_cast<double>(gpt.Forward(in.data(), tg.data(), 1, n)) * n;  // the mean is over all B*T rows
+}
+
+// Each ending's score is its tokens' log-probability after the context (end-of-text first, a space between
+// them), as the training forward computes it; the prediction is the best sum, acc_norm's the best per byte;
+// all items in one forward give what each alone gives.
+TEST_F(EvaluateTest, ChoiceScoresAreTheEndingsLogprobsAfterTheirContext) {
+  auto be = MakeCpuFastBackend();
+  const std::vector<ChoiceItem> items = {
+      {"In the beginning God created", {"the heaven and the earth.", "waters", "darkness upon the face"}, 0},
+      {"And the earth was ", {"without form", "void, and darkness"}, 1},
+      {"", {"light", "firmament in the midst of the waters"}, 1},
+  };
+  auto r = ScoreChoices(be.get(), run_->cfg, run_->params, *run_->tok, items, Quantize::kNone);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->items, 3);
+  EXPECT_EQ(r->truncated, 0);
+  ASSERT_EQ(r->per_item.size(), 3u);
+  int correct = 0, correct_norm = 0;
+  for (size_t i = 0; i < items.size(); i++) {
+    const ChoiceItemScore& sc = r->per_item[i];
+    ASSERT_EQ(sc.logprob.size(), items[i].endings.size());
+    int best = 0, best_norm = 0;
+    for (size_t e = 0; e < items[i].endings.size(); e++) {
+      std::vector<int32_t> t{run_->tok->eos_id()};
+      run_->tok->EncodeAppend(items[i].context, &t);
+      const int from = static_cast<int>(t.size());
+      // A space joins a context and an ending unless one of them has it.
+      const bool space = i == 0;
+      run_->tok->EncodeAppend(space ? " " + items[i].endings[e] : items[i].endings[e], &t);
+      EXPECT_EQ(sc.tokens[e], static_cast<int>(t.size()) - from);
+      const double want = TrainingEndingLogprob(*run_, t, from);
+      EXPECT_NEAR(sc.logprob[e], want, 1e-5 * std::fabs(want)) << "item " << i << " ending " << e;
+      if (sc.logprob[e] > sc.logprob[best]) best = static_cast<int>(e);
+      auto norm = [&](size_t k) { return sc.logprob[k] / items[i].endings[k].size(); };
+      if (norm(e) > norm(best_norm)) best_norm = static_cast<int>(e);
+    }
+    EXPECT_EQ(sc.predicted, best);
+    EXPECT_EQ(sc.predicted_norm, best_norm);
+    correct += best == items[i].label;
+    correct_norm += best_norm == items[i].label;
+    // Alone, the same numbers.
+    auto alone = ScoreChoices(be.get(), run_->cfg, run_->params, *run_->tok, {items[i]}, Quantize::kNone);
+    ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+    for (size_t e = 0; e < items[i].endings.size(); e++)
+      EXPECT_NEAR(alone->per_item[0].logprob[e], sc.logprob[e], 1e-9 * std::fabs(sc.logprob[e]));
+  }
+  EXPECT_EQ(r->correct, correct);
+  EXPECT_EQ(r->correct_norm, correct_norm);
+  EXPECT_DOUBLE_EQ(r->acc(), correct / 3.0);
+  EXPECT_NEAR(r->StdErr(0.5), std::sqrt(0.25 / 2), 1e-12);
+}
+
+// A context longer than the model's window loses its oldest tokens; the ending is scored after what is left.
+TEST_F(EvaluateTest, ATooLongContextIsCutFromTheFront) {
+  auto be = MakeCpuFastBackend();
+  std::string ctx;
+  while (run_->tok->Encode(ctx).size() < static_cast<size_t>(run_->cfg.block_size) * 2)
+    ctx += "and the evening and the morning were the first day ";
+  const std::vector<ChoiceItem> items = {{ctx, {"light", "seed of the fruit"}, 0}};
+  auto r = ScoreChoices(be.get(), run_->cfg, run_->params, *run_->tok, items, Quantize::kNone);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->truncated, 1);
+  EXPECT_TRUE(r->per_item[0].truncated);
+  for (int e = 0; e < 2; e++) {
+    std::vector<int32_t> t{run_->tok->eos_id()};
+    run_->tok->EncodeAppend(ctx, &t);
+    const std::vector<int32_t> end = run_->tok->Encode(items[0].endings[e]);
+    const int keep = run_->cfg.block_size + 1 - static_cast<int>(end.size());
+    std::vector<int32_t> seq(t.end() - keep, t.end());
+    seq.insert(seq.end(), end.begin(), end.end());
+    ASSERT_EQ(static_cast<int>(seq.size()) - 1, run_->cfg.block_size) << "the whole window used";
+    const double want = TrainingEndingLogprob(*run_, seq, keep);
+    EXPECT_NEAR(r->per_item[0].logprob[e], want, 1e-5 * std::fabs(want));
+  }
+  // An ending longer than the context window cannot be scored.
+  const std::vector<ChoiceItem> huge = {{"a", {"light", ctx}, 0}};
+  auto bad = ScoreChoices(be.get(), run_->cfg, run_->params, *run_->tok, huge, Quantize::kNone);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("item 1 ending 2"), std::string::npos) << bad.status().ToString();
+}
+
 TEST_F(EvaluateTest, BadInputsAreErrorsThatSayWhy) {
   auto be = MakeCpuFastBackend();
   const auto shards = WriteShards(CorpusTokens(400), 400, run_->cfg.vocab_size);

@@ -53,6 +53,7 @@ Result<TrainConfig> CandidateConfig(const PipelineSpec& spec) {
 // What every model of this pipeline is evaluated on: the spec's, else the candidate run's own data and T.
 struct EvalInputs {
   std::vector<std::string> shards, prompts;
+  std::vector<ChoiceItem> choices;
   std::string data;
   EvalOptions options;
 };
@@ -77,6 +78,11 @@ Result<EvalInputs> ResolveEvalInputs(const PipelineSpec& spec, const std::string
     if (in.prompts.empty())
       return Status::InvalidArgument("evaluate.prompts " + spec.prompts + " holds no prompt");
   }
+  if (!spec.choices.empty()) {
+    auto items = LoadChoiceItems(spec.choices);
+    if (!items.ok()) return items.status().WithContext("evaluate.choices");
+    in.choices = std::move(items).value();
+  }
   return in;
 }
 
@@ -91,19 +97,37 @@ Result<Judgement> Judge(const std::string& model_dir, const EvalInputs& in) {
   j.perplexity = r.perplexity();
   j.windows = r.windows;
   j.tokens = r.tokens;
+  if (in.prompts.empty() && in.choices.empty()) return j;
+  TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(w.tokenizer_path));
   if (!in.prompts.empty()) {
-    TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(w.tokenizer_path));
     TERN_ASSIGN_OR_RETURN(auto scores,
                           ScorePrompts(backend.get(), w.config, w.params, tok, in.prompts, o.quantize));
     double sum = 0;
     for (const auto& s : scores) sum += s.logprob;
     j.prompt_logprob = sum;
   }
+  if (!in.choices.empty()) {
+    TERN_ASSIGN_OR_RETURN(ChoiceResult c,
+                          ScoreChoices(backend.get(), w.config, w.params, tok, in.choices, o.quantize));
+    j.choice_acc = c.acc();
+    j.choice_acc_norm = c.acc_norm();
+    j.choice_items = c.items;
+  }
   return j;
 }
 
 double Value(Metric m, const Judgement& j) {
-  return m == Metric::kLoss ? j.loss : j.prompt_logprob.value_or(NAN);
+  switch (m) {
+    case Metric::kLoss:
+      return j.loss;
+    case Metric::kPromptLogprob:
+      return j.prompt_logprob.value_or(NAN);
+    case Metric::kChoiceAcc:
+      return j.choice_acc.value_or(NAN);
+    case Metric::kChoiceAccNorm:
+      return j.choice_acc_norm.value_or(NAN);
+  }
+  return NAN;
 }
 
 Result<std::unique_ptr<registry::Registry>> OpenRegistry(const PipelineSpec& spec) {
@@ -121,6 +145,11 @@ PipelineOutcome Failed(PipelineOutcome out, const std::string& step, const Statu
 nlohmann::json Judgement::ToJson() const {
   nlohmann::json j = {{"loss", loss}, {"perplexity", perplexity}, {"windows", windows}, {"tokens", tokens}};
   if (prompt_logprob) j["prompt_logprob"] = *prompt_logprob;
+  if (choice_acc) {
+    j["choice_acc"] = *choice_acc;
+    j["choice_acc_norm"] = choice_acc_norm.value_or(NAN);
+    j["choice_items"] = choice_items;
+  }
   return j;
 }
 

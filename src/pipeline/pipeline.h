@@ -25,11 +25,13 @@ struct PipelineOptions {
   FILE* log = stderr;       // progress lines
 };
 
-// One model judged on the pipeline's windows (and prompts).
+// One model judged on the pipeline's windows (and prompts, and multiple-choice set).
 struct Judgement {
   double loss = 0, perplexity = 0;
   int64_t windows = 0, tokens = 0;
-  std::optional<double> prompt_logprob;  // sum over the prompt set
+  std::optional<double> prompt_logprob;               // sum over the prompt set
+  std::optional<double> choice_acc, choice_acc_norm;  // on the multiple-choice set
+  int64_t choice_items = 0;
   nlohmann::json ToJson() const;
 };
 
@@ -46,7 +48,7 @@ struct PipelineOutcome {
 PipelineOutcome RunPipeline(const PipelineSpec& spec, const PipelineOptions& options);
 
 // The candidate is better when its metric beats the baseline's by `margin` of the baseline's magnitude:
-// loss < base * (1 - margin); prompt_logprob > base + margin * |base|.
+// loss < base * (1 - margin); the others (higher is better) > base + margin * |base|.
 bool IsBetter(Metric metric, double margin, const Judgement& candidate, const Judgement& baseline);
 
 }  // namespace tern::pipeline

@@ -51,7 +51,17 @@ Status Read(const YAML::Node& node, const char* key, const std::string& section,
 }  // namespace
 
 const char* MetricName(Metric m) {
-  return m == Metric::kLoss ? "loss" : "prompt_logprob";
+  switch (m) {
+    case Metric::kLoss:
+      return "loss";
+    case Metric::kPromptLogprob:
+      return "prompt_logprob";
+    case Metric::kChoiceAcc:
+      return "choice_acc";
+    case Metric::kChoiceAccNorm:
+      return "choice_acc_norm";
+  }
+  return "?";
 }
 
 Result<PipelineSpec> ParsePipelineSpec(const std::string& yaml_text, const std::string& where) {
@@ -81,12 +91,14 @@ Result<PipelineSpec> ParsePipelineSpec(const std::string& yaml_text, const std::
     TERN_RETURN_IF_ERROR(Read(t, "run_args", "train", where, &s.run_args));
   }
   if (const auto e = root["evaluate"]) {
-    TERN_RETURN_IF_ERROR(CheckKeys(e, "evaluate", {"data", "split", "seq_len", "windows", "prompts"}, where));
+    TERN_RETURN_IF_ERROR(
+        CheckKeys(e, "evaluate", {"data", "split", "seq_len", "windows", "prompts", "choices"}, where));
     TERN_RETURN_IF_ERROR(Read(e, "data", "evaluate", where, &s.data));
     TERN_RETURN_IF_ERROR(Read(e, "split", "evaluate", where, &s.split));
     TERN_RETURN_IF_ERROR(Read(e, "seq_len", "evaluate", where, &s.seq_len));
     TERN_RETURN_IF_ERROR(Read(e, "windows", "evaluate", where, &s.windows));
     TERN_RETURN_IF_ERROR(Read(e, "prompts", "evaluate", where, &s.prompts));
+    TERN_RETURN_IF_ERROR(Read(e, "choices", "evaluate", where, &s.choices));
   }
   if (const auto c = root["compare"]) {
     TERN_RETURN_IF_ERROR(CheckKeys(c, "compare", {"alias", "metric", "margin"}, where));
@@ -109,12 +121,19 @@ Result<PipelineSpec> ParsePipelineSpec(const std::string& yaml_text, const std::
     s.metric = Metric::kLoss;
   } else if (metric == "prompt_logprob") {
     s.metric = Metric::kPromptLogprob;
+  } else if (metric == "choice_acc") {
+    s.metric = Metric::kChoiceAcc;
+  } else if (metric == "choice_acc_norm") {
+    s.metric = Metric::kChoiceAccNorm;
   } else {
-    return Status::InvalidArgument(
-        fmt::format("{}: compare.metric '{}': use loss or prompt_logprob", where, metric));
+    return Status::InvalidArgument(fmt::format(
+        "{}: compare.metric '{}': use loss, prompt_logprob, choice_acc or choice_acc_norm", where, metric));
   }
   if (s.metric == Metric::kPromptLogprob && s.prompts.empty())
     return Status::InvalidArgument(where + ": compare.metric prompt_logprob needs evaluate.prompts");
+  if ((s.metric == Metric::kChoiceAcc || s.metric == Metric::kChoiceAccNorm) && s.choices.empty())
+    return Status::InvalidArgument(
+        fmt::format("{}: compare.metric {} needs evaluate.choices (a multiple-choice set)", where, metric));
   if (s.margin < 0 || s.margin >= 1)
     return Status::InvalidArgument(fmt::format("{}: compare.margin {} must be in [0, 1)", where, s.margin));
   if (s.windows < 0 || s.seq_len < 0)

@@ -12,10 +12,11 @@
 //     seq_len: 0                      # default: the candidate's train.seq_len
 //     windows: 0                      # 0 = every window (default)
 //     prompts: prompts.txt            # optional, one prompt per line
+//     choices: hellaswag_val.jsonl    # optional, a multiple-choice set (`tern eval --choices`)
 //   compare:
 //     alias: production               # the version to beat
-//     metric: loss                    # loss (lower wins) or prompt_logprob (higher wins)
-//     margin: 0.01                    # the candidate must be better by 1% of the baseline's value
+//     metric: loss                    # loss (lower wins); prompt_logprob, choice_acc, choice_acc_norm
+//     (higher) margin: 0.01                    # the candidate must be better by 1% of the baseline's value
 //   register: {registry: DIR|s3://..., key_file: F, note: TEXT}
 //   promote: true                     # move compare.alias to the candidate when it wins (default true)
 #pragma once
@@ -27,7 +28,7 @@
 
 namespace tern::pipeline {
 
-enum class Metric { kLoss, kPromptLogprob };
+enum class Metric { kLoss, kPromptLogprob, kChoiceAcc, kChoiceAccNorm };
 
 struct PipelineSpec {
   std::string name;
@@ -35,7 +36,7 @@ struct PipelineSpec {
   std::string config, model;
   std::vector<std::string> set, run_args;
   // evaluate
-  std::string data, split = "val", prompts;
+  std::string data, split = "val", prompts, choices;
   int seq_len = 0;
   int64_t windows = 0;
   // compare

@@ -13,7 +13,7 @@ TEST(PipelineSpec, ReadsEverySection) {
   auto s = ParsePipelineSpec(R"(
 name: demo
 train: {config: configs/demo.yaml, set: [train.steps=20, eval.batches=2], run_args: [--price-per-hour, "0.1"]}
-evaluate: {data: data/x, split: val, seq_len: 64, windows: 10, prompts: p.txt}
+evaluate: {data: data/x, split: val, seq_len: 64, windows: 10, prompts: p.txt, choices: c.jsonl}
 compare: {alias: prod, metric: prompt_logprob, margin: 0.02}
 register: {registry: /tmp/reg, key_file: k.txt, note: nightly}
 promote: false
@@ -27,6 +27,8 @@ promote: false
   EXPECT_EQ(s->data, "data/x");
   EXPECT_EQ(s->seq_len, 64);
   EXPECT_EQ(s->windows, 10);
+  EXPECT_EQ(s->prompts, "p.txt");
+  EXPECT_EQ(s->choices, "c.jsonl");
   EXPECT_EQ(s->alias, "prod");
   EXPECT_EQ(s->metric, Metric::kPromptLogprob);
   EXPECT_DOUBLE_EQ(s->margin, 0.02);
@@ -54,8 +56,11 @@ TEST(PipelineSpec, ErrorsNameTheKey) {
            Case{"train: {model: r}\n", "`name`"},
            Case{"name: m\n", "one of `train.config`"},
            Case{"name: m\ntrain: {model: r, config: c}\n", "one of `train.config`"},
-           Case{"name: m\ntrain: {model: r}\ncompare: {metric: bleu}\n", "use loss or prompt_logprob"},
+           Case{"name: m\ntrain: {model: r}\ncompare: {metric: bleu}\n",
+                "use loss, prompt_logprob, choice_acc or choice_acc_norm"},
            Case{"name: m\ntrain: {model: r}\ncompare: {metric: prompt_logprob}\n", "needs evaluate.prompts"},
+           Case{"name: m\ntrain: {model: r}\ncompare: {metric: choice_acc_norm}\n",
+                "choice_acc_norm needs evaluate.choices"},
            Case{"name: m\ntrain: {model: r}\ncompare: {margin: 1.5}\n", "[0, 1)"},
            Case{"name: m\ntrain: {model: r}\nevaluate: {windows: many}\n", "`evaluate.windows` (line 3)"},
            Case{"name: [m\n", "not valid YAML"},
@@ -81,6 +86,14 @@ TEST(PipelineSpec, BetterMeansByTheMargin) {
   EXPECT_FALSE(IsBetter(Metric::kPromptLogprob, 0.03, cand, base));
   cand.prompt_logprob.reset();
   EXPECT_FALSE(IsBetter(Metric::kPromptLogprob, 0, cand, base)) << "no prompts scored: never better";
+  base.choice_acc = 0.50;
+  cand.choice_acc = 0.52;
+  base.choice_acc_norm = 0.60;
+  cand.choice_acc_norm = 0.58;
+  EXPECT_TRUE(IsBetter(Metric::kChoiceAcc, 0.02, cand, base)) << "4% more right";
+  EXPECT_FALSE(IsBetter(Metric::kChoiceAcc, 0.05, cand, base));
+  EXPECT_FALSE(IsBetter(Metric::kChoiceAccNorm, 0, cand, base)) << "each metric reads its own number";
+  EXPECT_EQ(std::string(MetricName(Metric::kChoiceAccNorm)), "choice_acc_norm");
 }
 
 }  // namespace

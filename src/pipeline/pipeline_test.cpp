@@ -97,6 +97,30 @@ TEST_F(PipelineTest, PromotesTheBetterRefusesTheWorseAndAFailureMovesNothing) {
   EXPECT_EQ(again["version"], 4) << "registered again as a new version (same weights, one blob)";
 }
 
+// compare.metric choice_acc_norm: a multiple-choice set decides. The first version takes production with
+// its accuracy in the decision; the same run judged again ties, which is not better.
+TEST_F(PipelineTest, AMultipleChoiceSetCanDecide) {
+  std::ofstream(root_ / "choices.jsonl")
+      << R"({"ctx": "Verse 12:", "endings": ["light and darkness.", "Qzx vjk Zqx jvq zq."], "label": 0})"
+         "\n"
+      << R"({"ctx": "Verse 40:", "endings": ["Qzx vjk Zqx jvq zq.", "the earth and seed."], "label": 1})"
+         "\n";
+  const std::string evaluate = "{windows: 20, choices: " + (root_ / "choices.jsonl").string() + "}";
+  nlohmann::json first = Pipeline(Train("first", 10), "compare: {metric: choice_acc_norm}\n", 0, evaluate);
+  EXPECT_EQ(first["metric"], "choice_acc_norm");
+  EXPECT_TRUE(first["promoted"].get<bool>());
+  EXPECT_EQ(first["candidate"]["choice_items"], 2);
+  const double acc = first["candidate"]["choice_acc_norm"].get<double>();
+  EXPECT_GE(acc, 0.0);
+  EXPECT_LE(acc, 1.0);
+  EXPECT_NE(first["decision"].get<std::string>().find("choice_acc_norm"), std::string::npos) << first;
+
+  nlohmann::json again = Pipeline("{model: " + (root_ / "first").string() + "}",
+                                  "compare: {metric: choice_acc_norm}\n", 3, evaluate);
+  EXPECT_EQ(again["baseline_version"], 1);
+  EXPECT_DOUBLE_EQ(again["baseline"]["choice_acc_norm"].get<double>(), acc);
+}
+
 TEST_F(PipelineTest, ABadPipelineFileIsExitTwo) {
   std::ofstream(root_ / "bad.yaml") << "name: x\ntrain: {model: r}\ncompare: {alais: prod}\n";
   auto r = testing::RunCommand(tern_ + " pipeline " + (root_ / "bad.yaml").string() + " 2>&1");
