@@ -49,6 +49,21 @@ class EvalCliTest : public ::testing::Test {
     EXPECT_EQ(r.code, 0) << r.output;
     return r.code == 0 ? nlohmann::json::parse(r.output) : nlohmann::json();
   }
+  // A copy of the run named `name` whose config.yaml names `data_dir` as its data; "" on failure.
+  static fs::path CopyRunWithDataDir(const std::string& name, const std::string& data_dir) {
+    const fs::path copy = root_ / name;
+    fs::remove_all(copy);
+    fs::copy(root_ / "run", copy, fs::copy_options::recursive);
+    std::ifstream in(copy / "config.yaml");
+    std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    in.close();
+    const size_t at = yaml.find(data_);
+    EXPECT_NE(at, std::string::npos) << "the run's config names its data directory";
+    if (at == std::string::npos) return {};
+    yaml.replace(at, data_.size(), data_dir);
+    std::ofstream(copy / "config.yaml") << yaml;
+    return copy;
+  }
   // The last evaluation the trainer logged.
   static double LastValLoss() {
     std::ifstream in(root_ / "run" / "metrics.jsonl");
@@ -125,14 +140,8 @@ TEST_F(EvalCliTest, ChoicesGiveTheAccuracyOfTheRunsModel) {
   EXPECT_TRUE(j.contains("loss")) << "the run's data is here: its loss too";
 
   // The same run without its data: choices only.
-  const fs::path copy = root_ / "run_nodata";
-  fs::remove_all(copy);
-  fs::copy(root_ / "run", copy, fs::copy_options::recursive);
-  std::ifstream in(copy / "config.yaml");
-  std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  in.close();
-  yaml.replace(yaml.find(data_), data_.size(), (root_ / "gone").string());
-  std::ofstream(copy / "config.yaml") << yaml;
+  const fs::path copy = CopyRunWithDataDir("run_nodata", (root_ / "gone").string());
+  ASSERT_FALSE(copy.empty());
   auto r = testing::RunCommand(tern_ + " eval " + copy.string() + " --quiet --choices " +
                                (root_ / "choices.jsonl").string() + " 2>&1");
   EXPECT_EQ(r.code, 0) << r.output;
@@ -153,16 +162,8 @@ TEST_F(EvalCliTest, ChoicesGiveTheAccuracyOfTheRunsModel) {
 // The run's data.dir is read relative to where tern eval runs: when it is not there, the error says whose
 // path it is, relative to what, and that --data takes another.
 TEST_F(EvalCliTest, AMissingRelativeDataDirOfTheRunNamesItsOriginAndTheFix) {
-  const fs::path copy = root_ / "run_rel";
-  fs::remove_all(copy);
-  fs::copy(root_ / "run", copy, fs::copy_options::recursive);
-  std::ifstream in(copy / "config.yaml");
-  std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  in.close();
-  const size_t at = yaml.find(data_);
-  ASSERT_NE(at, std::string::npos) << "the run's config names its data directory";
-  yaml.replace(at, data_.size(), "no/such/prepared");
-  std::ofstream(copy / "config.yaml") << yaml;
+  const fs::path copy = CopyRunWithDataDir("run_rel", "no/such/prepared");
+  ASSERT_FALSE(copy.empty());
   auto r = testing::RunCommand("cd " + root_.string() + " && " + tern_ + " eval run_rel 2>&1");
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_NE(r.output.find("the run's data.dir no/such/prepared"), std::string::npos) << r.output;

@@ -23,11 +23,13 @@ Result<ChoiceItem> ParseItem(const nlohmann::json& j) {
   ChoiceItem item;
   const nlohmann::json* ctx = Field(j, {"ctx", "context", "query", "question", "prompt"});
   if (!ctx || !ctx->is_string())
-    return Status::InvalidArgument("no context: give \"ctx\" (or context, query, question, prompt) as a string");
+    return Status::InvalidArgument(
+        "no context: give \"ctx\" (or context, query, question, prompt) as a string");
   item.context = ctx->get<std::string>();
   const nlohmann::json* endings = Field(j, {"endings", "choices"});
   if (!endings || !endings->is_array() || endings->size() < 2)
-    return Status::InvalidArgument("no endings: give \"endings\" (or choices) as a list of two or more strings");
+    return Status::InvalidArgument(
+        "no endings: give \"endings\" (or choices) as a list of two or more strings");
   for (const auto& e : *endings) {
     if (!e.is_string() || e.get_ref<const std::string&>().empty())
       return Status::InvalidArgument("every ending must be a non-empty string");
@@ -39,12 +41,13 @@ Result<ChoiceItem> ParseItem(const nlohmann::json& j) {
     v = label->get<int64_t>();
   } else if (label && label->is_string()) {
     const std::string& s = label->get_ref<const std::string&>();
-    if (!s.empty() && s.size() < 10 && s.find_first_not_of("0123456789") == std::string::npos) v = std::stoll(s);
+    if (!s.empty() && s.size() < 10 && s.find_first_not_of("0123456789") == std::string::npos)
+      v = std::stoll(s);
   }
   if (v < 0 || v >= static_cast<int64_t>(item.endings.size()))
-    return Status::InvalidArgument(
-        fmt::format("no valid label: give \"label\" (or answer, gold), the index of the right ending, 0 to {}",
-                    item.endings.size() - 1));
+    return Status::InvalidArgument(fmt::format(
+        "no valid label: give \"label\" (or answer, gold), the index of the right ending, 0 to {}",
+        item.endings.size() - 1));
   item.label = static_cast<int>(v);
   return item;
 }
@@ -71,7 +74,8 @@ Result<std::vector<ChoiceItem>> ParseChoiceItems(std::string_view text, const st
     items.push_back(std::move(item).value());
   }
   if (items.empty())
-    return Status::InvalidArgument(where + " holds no item: one JSON object per line, with ctx, endings, label");
+    return Status::InvalidArgument(where +
+                                   " holds no item: one JSON object per line, with ctx, endings, label");
   return items;
 }
 

@@ -52,7 +52,8 @@ TEST(ChoiceItems, MalformedLinesAreRefusedWithTheLineAndTheFix) {
     auto items = ParseChoiceItems(text, "set.jsonl");
     ASSERT_FALSE(items.ok()) << c.line;
     EXPECT_EQ(items.status().code(), Status::Code::kInvalidArgument);
-    EXPECT_NE(items.status().message().find("set.jsonl line 2"), std::string::npos) << items.status().ToString();
+    EXPECT_NE(items.status().message().find("set.jsonl line 2"), std::string::npos)
+        << items.status().ToString();
     EXPECT_NE(items.status().message().find(c.want), std::string::npos) << items.status().ToString();
   }
   auto empty = ParseChoiceItems("\n  \n", "set.jsonl");
