@@ -106,6 +106,10 @@ std::string PrometheusText(const LiveSnapshot& s) {
   if (s.eval) {
     e.Gauge("tern_val_loss", "Validation loss of the last evaluation, in nats.", s.eval->val_loss);
     e.Gauge("tern_val_step", "Step of the last evaluation.", s.eval->step);
+    if (s.eval->choice_acc)
+      e.Gauge("tern_val_choice_acc",
+              "Accuracy on the eval.choices multiple-choice set at the last evaluation.",
+              *s.eval->choice_acc);
   }
   e.Counter("tern_checkpoint_stall_seconds_total",
             "Time training stood still for checkpoint saves (stall + wait, and an emergency save).",

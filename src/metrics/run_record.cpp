@@ -150,6 +150,8 @@ json ToJson(const StepRecord& r) {
 
 json ToJson(const EvalRecord& r) {
   json j = {{"step", r.step}, {"val_loss", r.val_loss}, {"eval_ms", r.eval_ms}};
+  if (r.choice_acc) j["choice_acc"] = *r.choice_acc;
+  if (r.choice_acc_norm) j["choice_acc_norm"] = *r.choice_acc_norm;
   StampRecordVersion(&j);
   return j;
 }

@@ -72,6 +72,8 @@ struct StepRecord {
 struct EvalRecord {
   int step = 0;
   double val_loss = 0, eval_ms = 0;
+  // eval.choices: accuracy on the multiple-choice set (infer/evaluate.h ScoreChoices)
+  std::optional<double> choice_acc, choice_acc_norm;
 };
 
 // {"event": "end"}: the last line of metrics.jsonl and the whole of summary.json.

@@ -270,6 +270,8 @@ Result<EvalRecord> ReadEval(const Object& j, std::string_view where) {
   f.Need("step", &r.step);
   f.Need("val_loss", &r.val_loss);
   f.Maybe("eval_ms", &r.eval_ms);
+  f.Maybe("choice_acc", &r.choice_acc);
+  f.Maybe("choice_acc_norm", &r.choice_acc_norm);
   if (!f.status().ok()) return f.status();
   return r;
 }

@@ -60,8 +60,8 @@ TEST(RunRecord, EveryKindRoundTrips) {
   end.samples = {"a", "b"};
   end.skipped_steps = 3;
   EventRecord ckpt{"checkpoint", 10, {{"stall_ms", 4.0}, {"tier", "fast"}}};
-  for (const RunRecord& r :
-       std::vector<RunRecord>{start, SampleStep(), EvalRecord{20, 2.75, 9.5}, end, ckpt}) {
+  for (const RunRecord& r : std::vector<RunRecord>{start, SampleStep(), EvalRecord{20, 2.75, 9.5, {}, {}},
+                                                   EvalRecord{30, 2.5, 9.5, 0.25, 0.5}, end, ckpt}) {
     const json written = ToJson(r);
     auto row = ParseRunRow(json::parse(written.dump()), "test");
     ASSERT_TRUE(row.ok()) << row.status().ToString();
@@ -148,7 +148,7 @@ TEST(RunRecord, FastPathTakesStepAndEvalRowsAndAgreesWithTheReference) {
       ToJson(SampleStep()).dump(),
       ToJson(spread).dump(),
       ToJson(bare).dump(),
-      ToJson(EvalRecord{8, 2.0, 1.0}).dump(),
+      ToJson(EvalRecord{8, 2.0, 1.0, {}, {}}).dump(),
       R"({"step":3,"loss":4})",                            // version 0
       R"({"step":3,"loss":4,"loss":5,"v":1})",             // the last repeated key wins
       R"({"step":3,"loss":4,"extra":[1,{"a":2}],"v":1})",  // unknown fields ignored
@@ -227,7 +227,7 @@ TEST(RunRecord, FilesSkipTornLinesAndSummariesMustBeEndRecords) {
   {
     std::ofstream f(dir / "metrics.jsonl");
     f << ToJson(StartRecord{}).dump() << "\n" << ToJson(SampleStep()).dump() << "\n{\"step\": 8, \"lo\n";
-    f << ToJson(EvalRecord{8, 2.0, 1.0}).dump() << "\n";
+    f << ToJson(EvalRecord{8, 2.0, 1.0, {}, {}}).dump() << "\n";
   }
   auto rows = ReadMetricsFile((dir / "metrics.jsonl").string());
   ASSERT_TRUE(rows.ok()) << rows.status().ToString();

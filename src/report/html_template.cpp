@@ -249,6 +249,18 @@ function draw() {
               () => parts.map(p => line(p[0], pts(r, p[1]), p[2], {fill: true, yAxisID: 'y'})),
               [{id: 'y', title: 'ms'}], [r], true);
   });
+  if (runs.some(r => r.series.evals.some(e => !none(e.acc)))) {
+    makeChart('chart-choices', 'Multiple-choice accuracy', 'eval.choices at each evaluation: acc (solid), acc_norm (dashed)', () => {
+      const sets = [];
+      runs.forEach((r, i) => {
+        const p = runs.length > 1 ? r.name + ' ' : '';
+        const at = k => r.series.evals.filter(e => !none(e[axis]) && !none(e[k])).map(e => ({x: e[axis], y: e[k]}));
+        sets.push(line(p + 'acc', at('acc'), color(i, 0), {yAxisID: 'y', pointRadius: 2}));
+        sets.push(line(p + 'acc_norm', at('acc_norm'), color(i, 0), {yAxisID: 'y', borderDash: [4, 3], pointRadius: 2}));
+      });
+      return sets;
+    }, [{id: 'y', title: 'accuracy'}]);
+  }
   if (runs.some(r => r.series.series.gpu_util)) {
     makeChart('chart-gpu', 'GPU', 'utilisation (solid), power (dashed), memory (dotted)', () => {
       const sets = [];

@@ -126,6 +126,8 @@ json SeriesJson(const RunData& run) {
     const auto& e = run.evals[i];
     json j = XJson(e.step, e.tokens, e.t_s, e.usd);
     j["y"] = Round(e.val_loss);
+    if (e.choice_acc) j["acc"] = Round(*e.choice_acc);
+    if (e.choice_acc_norm) j["acc_norm"] = Round(*e.choice_acc_norm);
     evals.push_back(std::move(j));
   }
   json marks = json::array();

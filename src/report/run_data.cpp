@@ -131,6 +131,8 @@ Result<RunData> StitchRows(const std::vector<RunRow>& rows) {
       ep.step = e->step;
       ep.val_loss = e->val_loss;
       ep.eval_ms = e->eval_ms;
+      ep.choice_acc = e->choice_acc;
+      ep.choice_acc_norm = e->choice_acc_norm;
       // The point of the step it evaluated (the newest one at or before it).
       for (auto it = run.points.rbegin(); it != run.points.rend(); ++it) {
         if (it->step <= e->step) {

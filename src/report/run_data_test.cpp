@@ -28,7 +28,7 @@ RunRow Step(int step, double elapsed, double loss) {
   return {kRunRecordVersion, r};
 }
 RunRow Eval(int step, double val) {
-  return {kRunRecordVersion, EvalRecord{step, val, 1}};
+  return {kRunRecordVersion, EvalRecord{step, val, 1, {}, {}}};
 }
 RunRow Event(const std::string& name, int step) {
   EventRecord e;

@@ -100,7 +100,8 @@ Result<RunInput> LoadRunInput(const std::string& run_dir, const std::string& cal
   TERN_ASSIGN_OR_RETURN(RunData stitched, StitchRows(rows));
   in.steps.reserve(stitched.points.size());
   for (Point& p : stitched.points) in.steps.push_back(std::move(p.row));
-  for (const EvalPoint& e : stitched.evals) in.evals.push_back(EvalRecord{e.step, e.val_loss, e.eval_ms});
+  for (const EvalPoint& e : stitched.evals)
+    in.evals.push_back(EvalRecord{e.step, e.val_loss, e.eval_ms, e.choice_acc, e.choice_acc_norm});
   std::string summary = (fs::path(run_dir) / "summary.json").string();
   if (fs::exists(summary)) {
     TERN_ASSIGN_OR_RETURN(auto end, ReadSummaryFile(summary));

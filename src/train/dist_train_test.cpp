@@ -100,6 +100,31 @@ class DistTrainTest : public ::testing::Test {
   fs::path config_;
 };
 
+// eval.choices with 2 ranks: each scores its share of the items and the counts are summed, so every item is
+// counted once (7 items: the accuracy is a multiple of 1/7) and the job's accuracy is the one process's.
+TEST_F(DistTrainTest, EvalChoicesSplitAcrossRanksGiveTheOneProcessAccuracy) {
+  {
+    std::ofstream f(root() / "choices.jsonl");
+    for (int i = 0; i < 7; i++)
+      f << R"({"ctx": "Verse )" << 10 + i
+        << R"(:", "endings": ["light and darkness.", "Qzx vjk Zqx jvq zq."], )"
+        << R"("label": 0})"
+        << "\n";
+  }
+  const std::string sets = "--set eval.choices=" + (root() / "choices.jsonl").string();
+  auto one = Train(1, "c1", sets);
+  ASSERT_EQ(one.code, 0) << one.output;
+  auto two = Train(2, "c2", sets);
+  ASSERT_EQ(two.code, 0) << two.output;
+  const auto a = Rows("c1", "choice_acc"), b = Rows("c2", "choice_acc");
+  ASSERT_EQ(a.size(), 2u) << "steps 4 and 8";
+  ASSERT_EQ(b.size(), 2u);
+  for (const auto& [step, acc] : b) {
+    EXPECT_NEAR(acc * 7, std::round(acc * 7), 1e-9) << "step " << step << ": each item counted once";
+    EXPECT_DOUBLE_EQ(acc, a.at(step)) << "step " << step;
+  }
+}
+
 // 2 ranks x 1 micro-batch = 1 process x 2 micro-batches: the same data in the same order, so every step's
 // loss agrees to float rounding (the sums over micro-batches are added in another order), and so do the
 // weights.

@@ -271,6 +271,11 @@ const std::vector<Key>& Registry() {
              "fp16: good steps in a row before the loss scale doubles"),
       Number("eval.every", &C::eval_every, 0, "validate every N steps; 0 = only at the end"),
       Number("eval.batches", &C::eval_batches, 1, "validation micro-batches per evaluation"),
+      String("eval.choices", &C::eval_choices,
+             "a multiple-choice set (JSON Lines, HellaSwag's format) scored at each evaluation: choice_acc "
+             "in metrics.jsonl (docs/mlops.md); empty = none"),
+      Number("eval.choices_items", &C::eval_choices_items, 0,
+             "score only the first N items of eval.choices at each evaluation; 0 = all"),
       Number("sample.every", &C::sample_every, 0, "print samples every N steps; 0 = only at the end"),
       Number("sample.tokens", &C::sample_tokens, 0, "tokens per sample"),
       String("sample.prompt", &C::sample_prompt, "prompt for the samples (empty = start of text)"),

@@ -145,7 +145,9 @@ struct TrainConfig {
   // evaluation and samples
   int eval_every = 100;  // steps; 0 = only at the end
   int eval_batches = 20;
-  int sample_every = 0;  // steps; 0 = only at the end
+  std::string eval_choices;    // a multiple-choice set (infer/choices.h) scored at each evaluation; "" = none
+  int eval_choices_items = 0;  // its first N items; 0 = all
+  int sample_every = 0;        // steps; 0 = only at the end
   int sample_tokens = 64;
   std::string sample_prompt;
   int num_samples = 3;

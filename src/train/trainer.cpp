@@ -91,6 +91,20 @@ bool Trainer::ShapeFromEarlierAttempt(bool vocab_unset) {
   return true;
 }
 
+// eval.choices, read at the start so that a bad file fails before any step; each rank keeps a contiguous
+// share of the items.
+Status Trainer::LoadChoices() {
+  if (cfg_.eval_choices.empty()) return Status::Ok();
+  auto items = LoadChoiceItems(cfg_.eval_choices);
+  if (!items.ok()) return items.status().WithContext("eval.choices");
+  if (cfg_.eval_choices_items > 0 && static_cast<int64_t>(items->size()) > cfg_.eval_choices_items)
+    items->resize(cfg_.eval_choices_items);
+  choices_total_ = static_cast<int64_t>(items->size());
+  const int64_t W = world(), r = rank();
+  choices_.assign(items->begin() + choices_total_ * r / W, items->begin() + choices_total_ * (r + 1) / W);
+  return Status::Ok();
+}
+
 // Data parallel: each rank reads its run of every step's micro-batches, and every world()-th validation
 // batch.
 Status Trainer::OpenLoaders(const std::string& dir) {
@@ -186,6 +200,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   TERN_RETURN_IF_ERROR(t->OpenComm());
   if (!t->writer()) t->quiet_ = true;             // rank 0 speaks for the job
   TERN_RETURN_IF_ERROR(t->StartMetricsServer());  // before the slow part: a port in use fails at once
+  TERN_RETURN_IF_ERROR(t->LoadChoices());
   TERN_RETURN_IF_ERROR(t->OpenLoaders(cfg.data_dir));
   // The model's buffers; InitWeights waits until we know whether a checkpoint replaces the weights
   // (OpenCheckpoints below): initialising 124M parameters only to overwrite them is a second of the time to
@@ -407,6 +422,24 @@ Result<double> Trainer::Evaluate() {
   return sum / cfg_.eval_batches;
 }
 
+Result<std::optional<std::pair<double, double>>> Trainer::EvaluateChoices() {
+  if (choices_total_ == 0) return std::optional<std::pair<double, double>>();
+  int64_t right[2] = {0, 0};  // acc, acc_norm
+  if (!choices_.empty()) {
+    std::unique_ptr<Backend> cpu = MakeCpuFastBackend();
+    TERN_ASSIGN_OR_RETURN(ChoiceResult c, ScoreChoices(cpu.get(), cfg_.model, model_->GetParameters(),
+                                                       *tokenizer_, choices_, Quantize::kNone));
+    right[0] = c.correct;
+    right[1] = c.correct_norm;
+  }
+  if (world() > 1) {
+    TERN_RETURN_IF_ERROR(
+        comm_->AllReduceInt(right, 2, dist::IntOp::kSum).WithContext("summing the eval.choices accuracy"));
+  }
+  const double n = static_cast<double>(choices_total_);
+  return std::optional<std::pair<double, double>>(std::make_pair(right[0] / n, right[1] / n));
+}
+
 // The prompt is cropped and the length capped so that they fit the trained length.
 GenerationRequest Trainer::SampleRequest(int count, int tokens, bool full_length) const {
   GenerationRequest r;
@@ -500,11 +533,20 @@ Result<TrainSummary> Trainer::Run() {
     if ((cfg_.eval_every > 0 && s.step % cfg_.eval_every == 0) || last) {
       auto t0 = std::chrono::steady_clock::now();
       TERN_ASSIGN_OR_RETURN(double val, Evaluate());
+      TERN_ASSIGN_OR_RETURN(auto acc, EvaluateChoices());
       sum.val_loss = val;
       val_now = val;
-      TERN_RETURN_IF_ERROR(log_.Write(EvalRecord{s.step, val, Seconds(t0) * 1e3}));
+      EvalRecord row{s.step, val, Seconds(t0) * 1e3, std::nullopt, std::nullopt};
+      std::string acc_text;
+      if (acc) {
+        row.choice_acc = acc->first;
+        row.choice_acc_norm = acc->second;
+        acc_text = fmt::format(" | choices acc {:.4f}, acc_norm {:.4f}", acc->first, acc->second);
+      }
+      TERN_RETURN_IF_ERROR(log_.Write(row));
       if (!quiet_)
-        bar.Print(fmt::format("step {:>6}: val loss {:.4f} (train {:.4f})", s.step, val, loss_ema));
+        bar.Print(
+            fmt::format("step {:>6}: val loss {:.4f} (train {:.4f}){}", s.step, val, loss_ema, acc_text));
     }
     if (cfg_.sample_every > 0 && s.step % cfg_.sample_every == 0 && !last && !quiet_) {
       TERN_ASSIGN_OR_RETURN(auto samples, Samples(1, cfg_.sample_tokens));

@@ -21,6 +21,7 @@
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
 #include "dist/launch.h"
+#include "infer/evaluate.h"
 #include "infer/generate.h"
 #include "metrics/live_metrics.h"
 #include "metrics/metrics_server.h"
@@ -103,6 +104,10 @@ class Trainer {
   Result<StepStats> Step();
   // Mean loss over eval_batches validation batches, always starting from the start of the val split.
   Result<double> Evaluate();
+  // eval.choices: the accuracy (acc, acc_norm) on the multiple-choice set, each rank scoring its share of the
+  // items on the CPU through the serving forward (as the samples), over a host copy of the live weights.
+  // nullopt without eval.choices.
+  Result<std::optional<std::pair<double, double>>> EvaluateChoices();
   // `count` samples of up to `tokens` tokens, decoded together; full_length: past end-of-text too, so that
   // every call decodes all of them (tern bench times one).
   Result<std::vector<std::string>> Samples(int count, int tokens, bool full_length = false);
@@ -134,10 +139,11 @@ class Trainer {
   Status OpenTokenizer();                 // cfg_.data_dir's; model.vocab_size 0 becomes its size
   Status LoadInitFrom(bool vocab_unset);  // train.init_from's weights into init_ (checked, not applied)
   bool ShapeFromEarlierAttempt(bool vocab_unset);  // a relaunch: the model's shape from run_dir's config.yaml
-  Status OpenLoaders(const std::string& dir);      // dir's train and val shards
-  Status OpenDevice();                             // MakeRunSetup (run_setup.h) and the loss scaler
-  Status OpenComm();                               // the communicator of this launch (dist/setup.h)
-  void BuildModel();  // the model's buffers (weights not initialised), LR schedule
+  Status LoadChoices();  // eval.choices: this rank's share of the items (after OpenComm)
+  Status OpenLoaders(const std::string& dir);  // dir's train and val shards
+  Status OpenDevice();                         // MakeRunSetup (run_setup.h) and the loss scaler
+  Status OpenComm();                           // the communicator of this launch (dist/setup.h)
+  void BuildModel();                           // the model's buffers (weights not initialised), LR schedule
   GenerationRequest SampleRequest(int count, int tokens, bool full_length) const;  // Samples' decode
   Status WriteRunFiles(const TrainSummary& summary);
   // trainer_rows.cpp: the typed rows of metrics.jsonl (metrics/run_record.h) and the live metrics server.
@@ -194,6 +200,8 @@ class Trainer {
   Status shard_comm_failure_;                            // rank 0: a collective of theirs failed
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
+  std::vector<ChoiceItem> choices_;  // eval.choices: this rank's share of the items
+  int64_t choices_total_ = 0;        // the items scored over all ranks
   LrSchedule schedule_;
   LossScaler scaler_;  // fp16 only: its state is checkpointed (trainer.json "loss_scale")
   int adam_t_ = 0;     // AdamW updates applied so far

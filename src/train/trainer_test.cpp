@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -125,9 +126,69 @@ TEST_F(TrainerTest, EachStepTakesTheConfiguredSchedulesRate) {
     auto s = (*t)->Step();
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     EXPECT_DOUBLE_EQ(s->lr, want.At(step)) << step;
-    if (step >= 2 && step <= 5) EXPECT_DOUBLE_EQ(s->lr, c.lr) << "stable at " << step;
-    if (step > 5) EXPECT_LT(s->lr, c.lr) << "decaying at " << step;
+    if (step >= 2 && step <= 5) {
+      EXPECT_DOUBLE_EQ(s->lr, c.lr) << "stable at " << step;
+    } else if (step > 5) {
+      EXPECT_LT(s->lr, c.lr) << "decaying at " << step;
+    }
   }
+}
+
+// eval.choices: every evaluation row carries the accuracy on the multiple-choice set, the last one that of
+// the final weights through ScoreChoices; eval.choices_items keeps the first N items; a bad file stops the
+// run before any step, naming the key and the line.
+TEST_F(TrainerTest, EvaluationsScoreTheMultipleChoiceSet) {
+  const fs::path set = root_ / "choices.jsonl";
+  {
+    std::ofstream f(set);
+    for (int i = 0; i < 5; i++)
+      f << R"({"ctx": "Verse )" << 100 + i
+        << R"(:", "endings": ["Qzx vjk Zqx jvq zq.", "light and darkness."], )"
+        << R"("label": 1})"
+        << "\n";
+  }
+  TrainConfig c = SmallConfig("choices");
+  c.steps = 10;
+  c.eval_every = 5;
+  c.eval_choices = set.string();
+  c.eval_choices_items = 3;
+  auto t = Trainer::Create(c, true);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE((*t)->Run().ok());
+  std::vector<nlohmann::json> evals;
+  std::ifstream in(root_ / "choices" / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("val_loss") && !j.contains("event")) evals.push_back(j);
+  }
+  ASSERT_EQ(evals.size(), 2u);
+  for (const auto& e : evals) {
+    ASSERT_TRUE(e.contains("choice_acc")) << e.dump();
+    const double acc = e["choice_acc"];
+    EXPECT_NEAR(acc * 3, std::round(acc * 3), 1e-9) << "3 of the 5 items";
+  }
+  auto items = LoadChoiceItems(set.string());
+  ASSERT_TRUE(items.ok());
+  items->resize(3);
+  auto tok = Tokenizer::Load(c.data_dir + "/tokenizer.model");
+  ASSERT_TRUE(tok.ok());
+  auto cpu = MakeCpuFastBackend();
+  auto want = ScoreChoices(cpu.get(), (*t)->config().model, (*t)->model().GetParameters(), *tok, *items,
+                           Quantize::kNone);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  EXPECT_DOUBLE_EQ(evals.back()["choice_acc"].get<double>(), want->acc());
+  EXPECT_DOUBLE_EQ(evals.back()["choice_acc_norm"].get<double>(), want->acc_norm());
+
+  std::ofstream(root_ / "bad.jsonl") << R"({"ctx": "a", "endings": ["x"], "label": 0})"
+                                     << "\n";
+  TrainConfig bad = SmallConfig("choices_bad");
+  bad.eval_choices = (root_ / "bad.jsonl").string();
+  auto refused = Trainer::Create(bad, true);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("eval.choices"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("bad.jsonl line 1"), std::string::npos)
+      << refused.status().ToString();
 }
 
 // train.recompute=gelu recomputes the GELU outputs in the backward instead of keeping all L of them, and
