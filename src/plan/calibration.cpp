@@ -199,6 +199,15 @@ Result<BenchProfile> ParseBenchJson(const std::string& text, const std::string& 
   if (b.grad_accum < 1)
     return Status::InvalidArgument(fmt::format("{}: grad_accum must be at least 1", file));
   TERN_RETURN_IF_ERROR(ReadOptional(j, "step_ms", file, 0, &b.step_ms));
+  if (j.contains("memory") && j["memory"].is_object() && j["memory"].contains("recompute")) {
+    const auto& r = j["memory"]["recompute"];
+    auto mode = r.is_string() ? ParseRecompute(r.get<std::string>())
+                              : Result<Recompute>(Status::InvalidArgument("not text"));
+    if (!mode.ok())
+      return Status::InvalidArgument(
+          fmt::format("{}: memory.recompute must be none, gelu or blocks (train.recompute)", file));
+    b.recompute = *mode;
+  }
   if (j.contains("run") && !j["run"].is_null()) {
     BenchRunTimes t;
     TERN_RETURN_IF_ERROR(ParseRunTimes(j["run"], file, &t));

@@ -36,6 +36,10 @@ struct BenchProfile {
   std::string gpu;       // "H100"; empty on CPU or when the bench could not name the GPU
   std::string gpu_name;  // as the device reports it ("NVIDIA H100 80GB HBM3")
   double step_ms = 0, tokens_per_s = 0, flops_per_token = 0, achieved_tflops = 0, peak_tflops = 0, mfu = 0;
+  // The bench's train.recompute ("memory": {"recompute"}; none in benches from before it): its achieved
+  // FLOP/s count the model's FLOPs only, not the recomputed ones, so with recompute they read low by the
+  // mode's time factor, which the planner takes back out (planner.cpp).
+  Recompute recompute = Recompute::kNone;
   std::optional<BenchRunTimes> run;  // absent in benches from before it existed, or run with --no-run
 
   // The catalog GPU this measurement speaks for ("cpu" on a CPU run, empty if unknown).

@@ -132,6 +132,41 @@ TEST(Calibration, GpuBenchSetsMfuForThatGpuOnly) {
   EXPECT_TRUE(r->notes.empty());  // same model: no caveat
 }
 
+// A bench run with train.recompute=blocks counts the model's FLOPs, not the re-run forward: its MFU reads low
+// by the planner's block factor. Calibrated from it, a row without recompute runs that factor faster, and a
+// row with blocks at exactly the bench's rate.
+TEST(Calibration, ABenchWithRecomputeIsTakenBackToItsRateWithout) {
+  std::string text = ReadFileToString(TestData("bench_h100.json")).value();
+  text.insert(text.rfind('}'), R"(, "memory": {"recompute": "blocks"})");
+  auto b = ParseBenchJson(text, "blocks.json");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->recompute, Recompute::kBlocks);
+  const PlanDefaults d;
+  Catalog cat = SmallCatalog();
+  PlanRequest req;
+  req.workload.cfg.n_layer = 12;
+  req.workload.tokens = 1e9;
+  req.calibration = *b;
+  for (ActRecompute mode : {ActRecompute::kNone, ActRecompute::kBlocks}) {
+    req.workload.recompute = mode;
+    Result<PlanResult> r = MakePlan(cat, req, d);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    bool saw = false;
+    for (const auto& row : r->rows) {
+      if (cat.offers[row.offer].gpu != "H100" || row.fit.recompute != mode) continue;
+      saw = true;
+      EXPECT_DOUBLE_EQ(row.step.mfu, 445.2 / 989.5 * d.block_recompute_time_factor);
+      EXPECT_NE(row.step.mfu_source.find("for its recompute=blocks"), std::string::npos)
+          << row.step.mfu_source;
+    }
+    EXPECT_TRUE(saw) << ActRecomputeName(mode);
+  }
+  text.replace(text.find("\"blocks\""), 8, "\"all\"");
+  auto bad = ParseBenchJson(text, "bad.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("memory.recompute"), std::string::npos);
+}
+
 TEST(Calibration, GpuNamedOnlyByTheDeviceIsMapped) {
   // A bench whose "gpu" is null but which recorded the device's own name calibrates that catalog GPU.
   Result<BenchProfile> b = LoadBenchJson(TestData("bench_h200_name_only.json"));

@@ -145,13 +145,18 @@ class Planner {
                                                                          : ">=1B");
     if (req_.calibration) {
       const BenchProfile& b = *req_.calibration;
+      // A bench with recompute did more FLOPs than it counts: its rate without recompute is the factor
+      // faster (the rows that recompute are then slowed by the same factor, giving the bench's own rate).
+      const double undo = RecomputeTimeFactor(PlanRecompute(b.recompute), d_);
+      const std::string undone =
+          undo == 1.0 ? "" : fmt::format(", x{:.3g} for its recompute={}", undo, RecomputeName(b.recompute));
       if (local) {
-        mfu = b.mfu;  // the local spec's peak is the bench's own, so its MFU applies as is
-        mfu_source = fmt::format("calibrated: {}", b.file);
+        mfu = b.mfu * undo;  // the local spec's peak is the bench's own, so its MFU applies as is
+        mfu_source = fmt::format("calibrated: {}{}", b.file, undone);
         used_calibration_ = calibrated = true;
       } else if (!b.DeviceName().empty() && b.DeviceName() == o.gpu && b.precision == p) {
-        mfu = b.MfuAgainst(*peak);
-        mfu_source = fmt::format("calibrated: {} achieved {:g} TFLOP/s", b.file, b.achieved_tflops);
+        mfu = b.MfuAgainst(*peak) * undo;
+        mfu_source = fmt::format("calibrated: {} achieved {:g} TFLOP/s{}", b.file, b.achieved_tflops, undone);
         used_calibration_ = calibrated = true;
       }
     }
