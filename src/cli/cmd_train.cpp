@@ -28,6 +28,9 @@ void PrintSummary(const TrainSummary& s, const TrainConfig& cfg) {
   std::printf("\n== summary ==\n");
   std::printf("  steps            %d (%llu tokens)\n", s.steps, static_cast<unsigned long long>(s.tokens));
   std::printf("  final loss       train %.4f | val %.4f\n", s.train_loss, s.val_loss);
+  if (s.choice_acc)
+    std::printf("  choices          acc %.4f | acc_norm %.4f on %s\n", *s.choice_acc,
+                s.choice_acc_norm.value_or(0), cfg.eval_choices.c_str());
   std::printf("  wall time        %s (training %s)\n", ProgressBar::FormatDuration(s.wall_s).c_str(),
               ProgressBar::FormatDuration(s.train_s).c_str());
   std::printf("  throughput       %.0f tokens/s, MFU %.1f%% of %.0f GFLOP/s (%s)\n", s.tokens_per_s,

@@ -56,6 +56,8 @@ Result<EndRecord> ReadEnd(const json& j, std::string_view where) {
   f.Maybe("samples", &r.samples);
   f.Maybe("loss_scale", &r.loss_scale);
   f.Maybe("skipped_steps", &r.skipped_steps);
+  f.Maybe("choice_acc", &r.choice_acc);
+  f.Maybe("choice_acc_norm", &r.choice_acc_norm);
   if (!f.status().ok()) return f.status();
   if (j.contains("job")) r.job = j["job"];
   return r;
@@ -171,6 +173,8 @@ json ToJson(const EndRecord& r) {
             {"samples", r.samples}};
   if (r.loss_scale) j["loss_scale"] = *r.loss_scale;
   if (r.skipped_steps) j["skipped_steps"] = *r.skipped_steps;
+  if (r.choice_acc) j["choice_acc"] = *r.choice_acc;
+  if (r.choice_acc_norm) j["choice_acc_norm"] = *r.choice_acc_norm;
   if (r.job) j["job"] = *r.job;
   StampRecordVersion(&j);
   return j;

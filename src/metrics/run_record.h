@@ -72,8 +72,9 @@ struct StepRecord {
 struct EvalRecord {
   int step = 0;
   double val_loss = 0, eval_ms = 0;
-  // eval.choices: accuracy on the multiple-choice set (infer/evaluate.h ScoreChoices)
-  std::optional<double> choice_acc, choice_acc_norm;
+  // eval.choices: accuracy on the multiple-choice set (infer/evaluate.h ScoreChoices); initialised, so that
+  // {step, val_loss, eval_ms} stays a complete aggregate
+  std::optional<double> choice_acc = std::nullopt, choice_acc_norm = std::nullopt;
 };
 
 // {"event": "end"}: the last line of metrics.jsonl and the whole of summary.json.
@@ -83,9 +84,10 @@ struct EndRecord {
   uint64_t tokens = 0;
   double wall_s = 0, train_s = 0, tokens_per_s = 0, mfu = 0, peak_gflops = 0, cost_usd = 0;
   std::vector<std::string> samples;
-  std::optional<double> loss_scale;      // fp16
-  std::optional<int64_t> skipped_steps;  // fp16
-  std::optional<nlohmann::json> job;     // summary.json of a `tern run` job (docs/jobs.md)
+  std::optional<double> loss_scale;                   // fp16
+  std::optional<int64_t> skipped_steps;               // fp16
+  std::optional<double> choice_acc, choice_acc_norm;  // eval.choices: the last evaluation's
+  std::optional<nlohmann::json> job;                  // summary.json of a `tern run` job (docs/jobs.md)
 };
 
 // Any other event row: "resume", "checkpoint", "preempted", "resumed_first_step" (the checkpoint code

@@ -59,6 +59,8 @@ TEST(RunRecord, EveryKindRoundTrips) {
   end.val_loss = 2.5;
   end.samples = {"a", "b"};
   end.skipped_steps = 3;
+  end.choice_acc = 0.375;
+  end.choice_acc_norm = 0.5;
   EventRecord ckpt{"checkpoint", 10, {{"stall_ms", 4.0}, {"tier", "fast"}}};
   for (const RunRecord& r : std::vector<RunRecord>{start, SampleStep(), EvalRecord{20, 2.75, 9.5, {}, {}},
                                                    EvalRecord{30, 2.5, 9.5, 0.25, 0.5}, end, ckpt}) {

@@ -87,6 +87,10 @@ Status ReadRunFacts(ModelSource* s) {
                     {"tokens", end->tokens},
                     {"steps", end->steps},
                     {"cost_usd", end->cost_usd}};
+      if (end->choice_acc) {  // eval.choices
+        s->metrics["choice_acc"] = *end->choice_acc;
+        s->metrics["choice_acc_norm"] = end->choice_acc_norm.value_or(0);
+      }
     }
   }
   if (fs::is_regular_file(run / "ledger.sqlite", ec)) {

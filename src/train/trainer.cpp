@@ -539,8 +539,8 @@ Result<TrainSummary> Trainer::Run() {
       EvalRecord row{s.step, val, Seconds(t0) * 1e3, std::nullopt, std::nullopt};
       std::string acc_text;
       if (acc) {
-        row.choice_acc = acc->first;
-        row.choice_acc_norm = acc->second;
+        sum.choice_acc = row.choice_acc = acc->first;
+        sum.choice_acc_norm = row.choice_acc_norm = acc->second;
         acc_text = fmt::format(" | choices acc {:.4f}, acc_norm {:.4f}", acc->first, acc->second);
       }
       TERN_RETURN_IF_ERROR(log_.Write(row));

@@ -67,6 +67,7 @@ struct TrainSummary {
   double wall_s = 0, train_s = 0;
   double tokens_per_s = 0, mfu = 0, peak_gflops = 0;
   double cost_usd = 0;
+  std::optional<double> choice_acc, choice_acc_norm;  // eval.choices: the last evaluation's
   std::vector<std::string> samples;
   std::string run_dir;
   int resumed_from = -1;   // the step resumed from, or -1

@@ -73,6 +73,8 @@ EndRecord Trainer::EndRow(const TrainSummary& s) const {
   r.peak_gflops = s.peak_gflops;
   r.cost_usd = s.cost_usd;
   r.samples = s.samples;
+  r.choice_acc = s.choice_acc;
+  r.choice_acc_norm = s.choice_acc_norm;
   if (setup_.compute == Compute::kF16) {
     r.loss_scale = scaler_.scale();
     r.skipped_steps = scaler_.state().skipped_steps;

@@ -154,7 +154,8 @@ TEST_F(TrainerTest, EvaluationsScoreTheMultipleChoiceSet) {
   c.eval_choices_items = 3;
   auto t = Trainer::Create(c, true);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
-  ASSERT_TRUE((*t)->Run().ok());
+  auto sum = (*t)->Run();
+  ASSERT_TRUE(sum.ok()) << sum.status().ToString();
   std::vector<nlohmann::json> evals;
   std::ifstream in(root_ / "choices" / "metrics.jsonl");
   for (std::string line; std::getline(in, line);) {
@@ -178,6 +179,13 @@ TEST_F(TrainerTest, EvaluationsScoreTheMultipleChoiceSet) {
   ASSERT_TRUE(want.ok()) << want.status().ToString();
   EXPECT_DOUBLE_EQ(evals.back()["choice_acc"].get<double>(), want->acc());
   EXPECT_DOUBLE_EQ(evals.back()["choice_acc_norm"].get<double>(), want->acc_norm());
+  // The summary (and summary.json, which the registry records) carries the last one.
+  ASSERT_TRUE(sum->choice_acc.has_value());
+  EXPECT_DOUBLE_EQ(*sum->choice_acc, want->acc());
+  std::ifstream summary(root_ / "choices" / "summary.json");
+  const auto end = nlohmann::json::parse(summary);
+  EXPECT_DOUBLE_EQ(end["choice_acc"].get<double>(), want->acc());
+  EXPECT_DOUBLE_EQ(end["choice_acc_norm"].get<double>(), want->acc_norm());
 
   std::ofstream(root_ / "bad.jsonl") << R"({"ctx": "a", "endings": ["x"], "label": 0})"
                                      << "\n";
