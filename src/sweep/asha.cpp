@@ -34,15 +34,16 @@ std::vector<Promotion> AshaPromotions(const std::vector<AshaTrial>& trials, int 
   return out;
 }
 
-std::string AshaStopReason(const std::vector<AshaTrial>& trials, int id, int eta, int rung_steps) {
+std::string AshaStopReason(const std::vector<AshaTrial>& trials, int id, int eta, int rung_steps,
+                           const std::string& what) {
   for (const AshaTrial& t : trials) {
     if (t.id != id || t.losses.empty()) continue;
     const int k = static_cast<int>(t.losses.size()) - 1;
     const std::vector<const AshaTrial*> ranked = Ranked(trials, k);
     size_t place = 0;
     while (place < ranked.size() && ranked[place]->id != id) place++;
-    return fmt::format("rung {} ({} steps): loss {:.4f} is #{} of {}, only the top {} go on", k, rung_steps,
-                       t.losses[k], place + 1, ranked.size(), ranked.size() / static_cast<size_t>(eta));
+    return fmt::format("rung {} ({} steps): {} {:.4f} is #{} of {}, only the top {} go on", k, rung_steps,
+                       what, t.losses[k], place + 1, ranked.size(), ranked.size() / static_cast<size_t>(eta));
   }
   return "no result";
 }

@@ -25,7 +25,8 @@ struct Promotion {
 std::vector<Promotion> AshaPromotions(const std::vector<AshaTrial>& trials, int rungs, int eta);
 
 // Why a waiting trial was not promoted, once nothing can change the rung's ranking (no trial running, none
-// left to start): "rung 1 (8 steps): loss 2.91 is 3rd of 4, only the top 2 go on".
-std::string AshaStopReason(const std::vector<AshaTrial>& trials, int id, int eta, int rung_steps);
+// left to start): "rung 1 (8 steps): loss 2.91 is 3rd of 4, only the top 2 go on" (`what` names the value).
+std::string AshaStopReason(const std::vector<AshaTrial>& trials, int id, int eta, int rung_steps,
+                           const std::string& what = "loss");
 
 }  // namespace tern::sweep

@@ -21,8 +21,8 @@ std::string ParamsText(const TrialRow& t) {
   return s;
 }
 
-// The trial's (cost, val loss) at each evaluation: the step rows carry the job's cost so far.
-json LossVsDollars(const TrialRow& t) {
+// The trial's (cost, objective) at each evaluation: the step rows carry the job's cost so far.
+json LossVsDollars(const TrialRow& t, Objective objective) {
   json pts = json::array();
   auto rows = ReadMetricsFile(t.run_dir + "/metrics.jsonl");
   if (!rows.ok()) return pts;
@@ -30,8 +30,10 @@ json LossVsDollars(const TrialRow& t) {
   for (const RunRow& r : *rows)
     if (const auto* s = std::get_if<StepRecord>(&r.record); s && s->cost_usd) cost_at[s->step] = *s->cost_usd;
   for (const RunRow& r : *rows)
-    if (const auto* e = std::get_if<EvalRecord>(&r.record); e && cost_at.count(e->step))
-      pts.push_back({{"x", cost_at[e->step]}, {"y", e->val_loss}, {"step", e->step}});
+    if (const auto* e = std::get_if<EvalRecord>(&r.record); e && cost_at.count(e->step)) {
+      if (const std::optional<double> y = ObjectiveOf(*e, objective))
+        pts.push_back({{"x", cost_at[e->step]}, {"y", *y}, {"step", e->step}});
+    }
   return pts;
 }
 
@@ -56,10 +58,10 @@ constexpr const char* kHead = R"(<!doctype html><html><head><meta charset="utf-8
 <style>body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse}
 td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}.chart{height:380px;margin:1em 0}</style><script>)";
 constexpr const char* kBody = R"(</script></head><body><h1>tern sweep</h1><p>@SUMMARY@</p>
-<h2>Parameters &rarr; validation loss (parallel coordinates)</h2><p>Each line is a trial; each axis is scaled
+<h2>Parameters &rarr; @OBJECTIVE@ (parallel coordinates)</h2><p>Each line is a trial; each axis is scaled
 from its smallest to its largest value (the labels say the range); the last axis is the loss at the trial's
 highest rung.</p><div class="chart"><canvas id="pc"></canvas></div>
-<h2>Validation loss vs $</h2><div class="chart"><canvas id="cost"></canvas></div>
+<h2>@OBJECTIVE@ vs $</h2><div class="chart"><canvas id="cost"></canvas></div>
 <h2>Trials</h2>@TABLE@
 <script>const D = @DATA@;
 const axes = D.axes, palette = ['#1f77b4','#ff7f0e','#2ca02c','#d62728','#9467bd','#8c564b','#e377c2','#7f7f7f','#bcbd22','#17becf'];
@@ -70,7 +72,7 @@ new Chart(document.getElementById('pc'), {type: 'line', data: {labels: axes.map(
 new Chart(document.getElementById('cost'), {type: 'scatter', data: {datasets: D.trials.map((t, i) => ({
     label: 'trial ' + t.id, data: t.curve, showLine: true, borderColor: palette[i % 10]}))},
   options: {maintainAspectRatio: false, animation: false, scales: {x: {title: {display: true, text: '$ (ledger price)'}},
-    y: {title: {display: true, text: 'validation loss'}}}}});
+    y: {title: {display: true, text: D.objective}}}}});
 </script></body></html>
 )";
 
@@ -88,7 +90,8 @@ std::string SweepTable(const SweepResult& r) {
   }
   out += "spent $" + Dollars(r.spent_usd);
   if (r.best >= 0)
-    out += fmt::format("; best: trial {} (val loss {:.4f})", r.best, r.trials[r.best].losses.back());
+    out += fmt::format("; best: trial {} ({} {:.4f})", r.best, ObjectiveLabel(r.objective),
+                       r.trials[r.best].losses.back());
   if (!r.stopped.empty()) out += "; stopped launching: " + r.stopped;
   return out + "\n";
 }
@@ -111,7 +114,8 @@ json SweepJson(const SweepSpec& spec, const SweepResult& r) {
   return {{"dir", spec.dir},          {"rung_steps", r.rung_steps},
           {"eta", spec.asha.eta},     {"budget_usd", spec.budget_usd},
           {"spent_usd", r.spent_usd}, {"best", r.best},
-          {"stopped", r.stopped},     {"trials", trials}};
+          {"stopped", r.stopped},     {"objective", ObjectiveName(spec.objective)},
+          {"trials", trials}};
 }
 
 Result<std::string> BestConfigYaml(const SweepSpec& spec, const SweepResult& r) {
@@ -123,8 +127,9 @@ Result<std::string> BestConfigYaml(const SweepSpec& spec, const SweepResult& r) 
   for (const auto& [k, v] : t.params) TERN_RETURN_IF_ERROR(ApplyOverride(k + "=" + v, &cfg));
   cfg.steps = spec.asha.max_steps;
   cfg.run_dir = spec.dir + "/best";
-  return fmt::format("# tern sweep {}: trial {}, val loss {:.4f} at {} steps ({})\n", spec.dir, t.id,
-                     t.losses.back(), r.rung_steps[t.losses.size() - 1], ParamsText(t)) +
+  return fmt::format("# tern sweep {}: trial {}, {} {:.4f} at {} steps ({})\n", spec.dir, t.id,
+                     ObjectiveLabel(spec.objective), t.losses.back(), r.rung_steps[t.losses.size() - 1],
+                     ParamsText(t)) +
          TrainConfigToYaml(cfg);
 }
 
@@ -142,7 +147,7 @@ std::string SweepHtml(const SweepSpec& spec, const SweepResult& r, const std::st
       lo = *std::min_element(col.begin(), col.end());
       hi = *std::max_element(col.begin(), col.end());
     }
-    const std::string name = p == n_params ? "val loss" : spec.space[p].key;
+    const std::string name = p == n_params ? ObjectiveLabel(spec.objective) : spec.space[p].key;
     axes.push_back(
         {{"label", log_axis ? fmt::format("{} [{:.4g}, {:.4g}] (log)", name, std::exp(lo), std::exp(hi))
                             : fmt::format("{} [{:.4g}, {:.4g}]", name, lo, hi)}});
@@ -151,10 +156,15 @@ std::string SweepHtml(const SweepSpec& spec, const SweepResult& r, const std::st
   json trials = json::array();
   for (size_t i = 0; i < r.trials.size(); i++) {
     if (r.trials[i].losses.empty()) continue;
-    trials.push_back({{"id", r.trials[i].id}, {"scaled", values[i]}, {"curve", LossVsDollars(r.trials[i])}});
+    trials.push_back({{"id", r.trials[i].id},
+                      {"scaled", values[i]},
+                      {"curve", LossVsDollars(r.trials[i], spec.objective)}});
   }
-  const json data = {{"axes", axes}, {"trials", trials}, {"best", r.best}};
+  const json data = {
+      {"axes", axes}, {"trials", trials}, {"best", r.best}, {"objective", ObjectiveLabel(spec.objective)}};
   std::string body = kBody;
+  for (int twice = 0; twice < 2; twice++)  // the two headings
+    report::FillMarker(&body, "@OBJECTIVE@", report::HtmlEscape(ObjectiveLabel(spec.objective)));
   report::FillMarker(
       &body, "@SUMMARY@",
       report::HtmlEscape(fmt::format(

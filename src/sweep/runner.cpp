@@ -42,7 +42,8 @@ std::vector<std::string> TrialArgs(const SweepOptions& o, const TrialRow& t, int
   set("run.dir=" + t.run_dir);
   set("train.steps=" + std::to_string(steps));
   set("ckpt.every=" + std::to_string(s.asha.min_steps));  // the rung's last step is saved, to go on from
-  const std::vector<std::string> job = JobFlags(s.job);   // the sweep's job: section
+  for (const std::string& kv : TrialOwnTiers(s, t)) set(kv);
+  const std::vector<std::string> job = JobFlags(s.job);  // the sweep's job: section
   a.insert(a.end(), job.begin(), job.end());
   if (!s.instance.empty()) {
     a.push_back("--instance");
@@ -52,17 +53,6 @@ std::vector<std::string> TrialArgs(const SweepOptions& o, const TrialRow& t, int
     a.push_back(fmt::format("{}", s.price_per_hour));
   }
   return a;
-}
-
-// The validation loss the trainer wrote at `step` (the rung's last step always evaluates).
-Result<double> LossAt(const std::string& run_dir, int step) {
-  TERN_ASSIGN_OR_RETURN(std::vector<RunRow> rows, ReadMetricsFile(run_dir + "/metrics.jsonl"));
-  std::optional<double> loss;
-  for (const RunRow& r : rows)
-    if (const auto* e = std::get_if<EvalRecord>(&r.record); e && e->step == step) loss = e->val_loss;
-  if (!loss)
-    return Status::NotFound(fmt::format("{}/metrics.jsonl has no evaluation at step {}", run_dir, step));
-  return *loss;
 }
 
 // The trial's job totals from its run directory's ledger: every attempt at its price, start-ups included.
@@ -111,7 +101,8 @@ class Loop {
       if (t.state != "waiting") continue;
       t.state = "stopped";
       if (t.reason.empty())
-        t.reason = AshaStopReason(view, t.id, o_.spec.asha.eta, rungs_[t.losses.size() - 1]);
+        t.reason = AshaStopReason(view, t.id, o_.spec.asha.eta, rungs_[t.losses.size() - 1],
+                                  ObjectiveName(o_.spec.objective));
       TERN_RETURN_IF_ERROR(store_->Put(t));
     }
     return Status::Ok();
@@ -181,7 +172,7 @@ class Loop {
       ReadCost(&t);
       const int steps = rungs_[t.target_rung];
       const bool ok = end->ok;
-      Result<double> loss = ok ? LossAt(t.run_dir, steps) : Status::Internal("");
+      Result<double> loss = ok ? ObjectiveAt(t.run_dir, steps, o_.spec.objective) : Status::Internal("");
       if (!ok || !loss.ok()) {
         t.state = "failed";
         t.reason = !ok ? end->why : loss.status().message();
@@ -190,8 +181,10 @@ class Loop {
         t.state = t.target_rung + 1 == static_cast<int>(rungs_.size()) ? "done" : "waiting";
         if (t.state == "done") t.reason = "reached max_steps";
       }
-      Print(fmt::format("trial {} rung {}: {} (${:.4f})", t.id, t.target_rung,
-                        t.state == "failed" ? t.reason : fmt::format("val loss {:.4f}", *loss), t.cost_usd));
+      Print(fmt::format(
+          "trial {} rung {}: {} (${:.4f})", t.id, t.target_rung,
+          t.state == "failed" ? t.reason : fmt::format("{} {:.4f}", ObjectiveLabel(o_.spec.objective), *loss),
+          t.cost_usd));
       TERN_RETURN_IF_ERROR(store_->Put(t));
     }
     return Status::Ok();
@@ -263,6 +256,12 @@ Result<std::vector<std::string>> CheckTrialConfigs(const SweepSpec& spec) {
           ApplyOverride(k + "=" + v, &cfg).WithContext(fmt::format("space.{} (trial {})", k, i)));
     cfg.steps = spec.asha.max_steps;
     TERN_RETURN_IF_ERROR(cfg.Validate().WithContext(fmt::format("trial {}", i)));
+    if (spec.objective != Objective::kValLoss && cfg.eval_choices.empty())
+      return Status::InvalidArgument(
+          fmt::format("objective: {} ranks trials by their eval.choices accuracy, but trial {} has no "
+                      "eval.choices: set it "
+                      "in the base config or the sweep's set: section (eval.choices: FILE.jsonl)",
+                      ObjectiveName(spec.objective), i));
     decaying += cfg.schedule != LrScheduleKind::kConstant;
   }
   std::vector<std::string> warnings;
@@ -275,8 +274,57 @@ Result<std::vector<std::string>> CheckTrialConfigs(const SweepSpec& spec) {
   return warnings;
 }
 
+std::vector<std::string> TrialOwnTiers(const SweepSpec& spec, const TrialRow& t) {
+  TrainConfig cfg;
+  if (!LoadTrainConfigFile(spec.base_config, &cfg).ok()) return {};  // CheckTrialConfigs said why
+  for (const std::string& kv : spec.overrides) (void)ApplyOverride(kv, &cfg);
+  for (const auto& [k, v] : t.params) (void)ApplyOverride(k + "=" + v, &cfg);
+  const std::string leaf = "trial_" + fs::path(t.run_dir).filename().string();
+  std::vector<std::string> out;
+  auto own = [&](const char* key, std::string dir) {
+    if (dir.empty()) return;  // the default is inside the trial's run directory already
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    out.push_back(fmt::format("{}={}/{}", key, dir, leaf));
+  };
+  own("ckpt.dir", cfg.ckpt.dir);
+  own("ckpt.durable", cfg.ckpt.durable);
+  own("ckpt.best_dir", cfg.ckpt.best_dir);
+  return out;
+}
+
+std::optional<double> ObjectiveOf(const EvalRecord& e, Objective objective) {
+  switch (objective) {
+    case Objective::kValLoss:
+      return e.val_loss;
+    case Objective::kChoiceError:
+      if (e.choice_acc) return 1 - *e.choice_acc;
+      break;
+    case Objective::kChoiceErrorNorm:
+      if (e.choice_acc_norm) return 1 - *e.choice_acc_norm;
+      break;
+  }
+  return std::nullopt;
+}
+
+Result<double> ObjectiveAt(const std::string& run_dir, int step, Objective objective) {
+  TERN_ASSIGN_OR_RETURN(std::vector<RunRow> rows, ReadMetricsFile(run_dir + "/metrics.jsonl"));
+  const EvalRecord* at = nullptr;  // a resumed run may have evaluated the step twice: the last row counts
+  for (const RunRow& r : rows)
+    if (const auto* e = std::get_if<EvalRecord>(&r.record); e && e->step == step) at = e;
+  if (!at)
+    return Status::NotFound(fmt::format("{}/metrics.jsonl has no evaluation at step {}", run_dir, step));
+  const std::optional<double> v = ObjectiveOf(*at, objective);
+  if (!v)
+    return Status::NotFound(fmt::format(
+        "{}/metrics.jsonl: the evaluation at step {} has no choice accuracy for objective {}: the trial ran "
+        "without eval.choices",
+        run_dir, step, ObjectiveName(objective)));
+  return *v;
+}
+
 SweepResult Summarize(const SweepSpec& spec, std::vector<TrialRow> trials) {
   SweepResult r;
+  r.objective = spec.objective;
   r.rung_steps = RungSteps(spec.asha);
   size_t top = 0;
   for (const TrialRow& t : trials) {

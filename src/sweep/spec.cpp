@@ -149,6 +149,14 @@ std::string FormatNumber(double v) {
   return fmt::format("{:.6g}", v);
 }
 
+Result<Objective> ParseObjective(const std::string& name, const std::string& at) {
+  for (Objective o : {Objective::kValLoss, Objective::kChoiceError, Objective::kChoiceErrorNorm})
+    if (name == ObjectiveName(o)) return o;
+  return Status::InvalidArgument(fmt::format(
+      "{}: '{}' is not one of val_loss, choice_error, choice_error_norm (the last two need eval.choices)", at,
+      name));
+}
+
 Result<SweepSpec> ParseRoot(const YAML::Node& root, const std::string& path) {
   if (!root.IsMap())
     return Status::InvalidArgument(fmt::format("{}: expected a mapping of sweep keys", path));
@@ -178,6 +186,8 @@ Result<SweepSpec> ParseRoot(const YAML::Node& root, const std::string& path) {
       TERN_ASSIGN_OR_RETURN(s.price_per_hour, Number(v, at));
     } else if (k == "instance") {
       s.instance = v.as<std::string>();
+    } else if (k == "objective") {
+      TERN_ASSIGN_OR_RETURN(s.objective, ParseObjective(v.as<std::string>(), at));
     } else if (k == "asha") {
       TERN_RETURN_IF_ERROR(ParseAsha(v, path, &s.asha));
     } else if (k == "job") {
@@ -195,7 +205,7 @@ Result<SweepSpec> ParseRoot(const YAML::Node& root, const std::string& path) {
     } else {
       return Status::InvalidArgument(
           fmt::format("{}: unknown key; a sweep has base, dir, space, sampler, seed, trials, asha, instance, "
-                      "price_per_hour, budget_usd, parallel, set, job",
+                      "price_per_hour, budget_usd, parallel, set, job, objective",
                       at));
     }
   }
@@ -235,6 +245,30 @@ Result<SweepSpec> ParseRoot(const YAML::Node& root, const std::string& path) {
 }
 
 }  // namespace
+
+const char* ObjectiveName(Objective o) {
+  switch (o) {
+    case Objective::kValLoss:
+      return "val_loss";
+    case Objective::kChoiceError:
+      return "choice_error";
+    case Objective::kChoiceErrorNorm:
+      return "choice_error_norm";
+  }
+  return "?";
+}
+
+const char* ObjectiveLabel(Objective o) {
+  switch (o) {
+    case Objective::kValLoss:
+      return "val loss";
+    case Objective::kChoiceError:
+      return "choice error (1 - acc)";
+    case Objective::kChoiceErrorNorm:
+      return "choice error (1 - acc_norm)";
+  }
+  return "?";
+}
 
 Result<SweepSpec> ParseSweepSpec(std::string_view text, const std::string& path) {
   try {

@@ -22,6 +22,12 @@ struct Param {
   double lo = 0, hi = 0;             // kUniform, kLogUniform, kInt (inclusive)
 };
 
+// What ASHA ranks trials by, lower is better: the validation loss, or the error on the training config's
+// eval.choices multiple-choice set (1 - choice_acc, or 1 - choice_acc_norm) at the rung's last evaluation.
+enum class Objective { kValLoss, kChoiceError, kChoiceErrorNorm };
+const char* ObjectiveName(Objective o);  // as SWEEP.yaml writes it: val_loss, choice_error, choice_error_norm
+const char* ObjectiveLabel(Objective o);  // for people: "val loss", "choice error (1 - acc)", ...
+
 struct AshaSettings {
   int eta = 4;  // the reduction factor: the top 1/eta of a rung go on (Determined's divisor)
   int min_steps = 0, max_steps = 0;
@@ -44,6 +50,7 @@ struct SweepSpec {
   // max_attempts, ...) for every trial's `tern run`, in the order written; job.on sets `on`.
   std::vector<std::pair<std::string, std::string>> job;
   std::string on = "local";  // where trials run: local (child processes) | slurm (a Slurm job per rung)
+  Objective objective = Objective::kValLoss;
 };
 
 // Parses SWEEP.yaml's text; `path` names it in messages and anchors relative paths. Every error names the

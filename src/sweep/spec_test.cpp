@@ -29,6 +29,16 @@ TEST(SweepSpec, ParsesEveryLaw) {
   EXPECT_EQ(TrialCount(*s), 5);
 }
 
+TEST(SweepSpec, TheObjectiveIsValLossUnlessNamed) {
+  EXPECT_EQ(ParseSweepSpec(kGood, "/x/sweep.yaml")->objective, Objective::kValLoss);
+  auto s = ParseSweepSpec(std::string(kGood) + "objective: choice_error_norm\n", "/x/sweep.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->objective, Objective::kChoiceErrorNorm);
+  EXPECT_STREQ(ObjectiveLabel(s->objective), "choice error (1 - acc_norm)");
+  EXPECT_NE(ErrorOf(std::string(kGood) + "objective: bleu\n").find("not one of val_loss, choice_error"),
+            std::string::npos);
+}
+
 TEST(SweepSpec, ErrorsNameTheKeyAndWhatIsAllowed) {
   EXPECT_NE(ErrorOf("space: {a.b: {choice: [1]}}\nasha: {min_steps: 1, max_steps: 2}\ntrials: 1\n")
                 .find("give base"),

@@ -231,6 +231,58 @@ TEST(SweepCheckTest, DecayingSchedulesAreWarnedAbout) {
   }
 }
 
+// objective: choice_error ranks by 1 - choice_acc of the rung's evaluation (the last row of a step evaluated
+// twice); a trial without eval.choices is refused before anything runs, and a row without the accuracy is an
+// error that says why.
+TEST(SweepCheckTest, AChoiceObjectiveReadsTheAccuracyAndNeedsEvalChoices) {
+  testing::TempDir dir;
+  testing::WriteFile(dir / "metrics.jsonl", ToJson(EvalRecord{4, 3.5, 1, 0.25, 0.5}).dump() + "\n" +
+                                                ToJson(EvalRecord{8, 3.0, 1, 0.40, 0.30}).dump() + "\n" +
+                                                ToJson(EvalRecord{8, 2.9, 1, 0.45, 0.35}).dump() + "\n" +
+                                                ToJson(EvalRecord{12, 2.5, 1}).dump() + "\n");
+  EXPECT_DOUBLE_EQ(ObjectiveAt(dir.path(), 4, Objective::kValLoss).value(), 3.5);
+  EXPECT_DOUBLE_EQ(ObjectiveAt(dir.path(), 4, Objective::kChoiceError).value(), 0.75);
+  EXPECT_DOUBLE_EQ(ObjectiveAt(dir.path(), 4, Objective::kChoiceErrorNorm).value(), 0.5);
+  EXPECT_DOUBLE_EQ(ObjectiveAt(dir.path(), 8, Objective::kChoiceError).value(), 0.55) << "the later row";
+  auto missing = ObjectiveAt(dir.path(), 12, Objective::kChoiceError);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("without eval.choices"), std::string::npos);
+  EXPECT_FALSE(ObjectiveAt(dir.path(), 16, Objective::kValLoss).ok()) << "no evaluation at that step";
+
+  testing::WriteFile(dir / "tiny.yaml", "data: {dir: /tmp/data}\ntrain: {schedule: constant}\n");
+  const std::string head =
+      "base: tiny.yaml\ntrials: 2\nobjective: choice_error\nasha: {min_steps: 2, max_steps: 8}\n"
+      "space: {train.lr: {choice: [0.001, 0.002]}}\n";
+  auto spec = ParseSweepSpec(head, dir / "sweep.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->objective, Objective::kChoiceError);
+  auto refused = CheckTrialConfigs(*spec);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("eval.choices: FILE.jsonl"), std::string::npos);
+  auto with = ParseSweepSpec(head + "set: {eval.choices: /tmp/set.jsonl}\n", dir / "sweep.yaml");
+  ASSERT_TRUE(with.ok()) << with.status().ToString();
+  EXPECT_TRUE(CheckTrialConfigs(*with).ok());
+}
+
+// A base config with a shared durable tier (configs/demo.yaml has one) gives each trial its own folder in it,
+// and in any other tier it names; tiers left to their defaults are already in the trial's run directory.
+TEST(SweepCheckTest, EachTrialCheckpointsIntoItsOwnFolderOfASharedTier) {
+  testing::TempDir dir;
+  testing::WriteFile(dir / "base.yaml",
+                     "data: {dir: /tmp/data}\nckpt: {durable: s3://b/runs/, durable_every: 5}\n");
+  auto spec = ParseSweepSpec(
+      "base: base.yaml\ntrials: 2\nasha: {min_steps: 2, max_steps: 8}\n"
+      "set: {ckpt.best_dir: /shared/best}\nspace: {train.lr: {choice: [0.001, 0.002]}}\n",
+      dir / "sweep.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  TrialRow t;
+  t.run_dir = dir / "sweeps/x/trials/003";
+  EXPECT_EQ(TrialOwnTiers(*spec, t), (std::vector<std::string>{"ckpt.durable=s3://b/runs/trial_003",
+                                                               "ckpt.best_dir=/shared/best/trial_003"}));
+  testing::WriteFile(dir / "base.yaml", "data: {dir: /tmp/data}\n");
+  EXPECT_TRUE(TrialOwnTiers(*spec, t).size() == 1u) << "only the best tier the sweep's set: names";
+}
+
 TEST(SweepSlurmStoreTest, AnOlderStateGainsTheSlurmJobColumn) {
   testing::TempDir tmp;
   const std::string path = tmp.path() + "/sweep.sqlite";
