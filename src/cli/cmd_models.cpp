@@ -99,13 +99,19 @@ int RunList(const ModelsOptions& o) {
                 o.ref.empty() ? "" : (" under " + o.ref).c_str());
     return 0;
   }
-  std::printf("%-20s %4s  %-24s %9s %12s %9s  %s\n", "NAME", "VER", "CREATED (UTC)", "VAL LOSS", "TOKENS",
-              "$", "ALIASES");
+  // A column for the eval.choices accuracy when any version was trained with one.
+  bool choices = false;
+  for (const auto& e : *entries)
+    choices = choices || e.manifest.value("metrics", nlohmann::json::object()).contains("choice_acc");
+  const std::string acc_head = choices ? fmt::format(" {:>10}", "CHOICE ACC") : "";
+  std::printf("%-20s %4s  %-24s %9s%s %12s %9s  %s\n", "NAME", "VER", "CREATED (UTC)", "VAL LOSS",
+              acc_head.c_str(), "TOKENS", "$", "ALIASES");
   for (const auto& e : *entries) {
     const nlohmann::json m = e.manifest.value("metrics", nlohmann::json::object());
-    std::printf("%-20s %4d  %-24s %9s %12s %9s  %s\n", e.name.c_str(), e.version,
+    const std::string acc = choices ? fmt::format(" {:>10}", Num(m, "choice_acc", "{:.4f}")) : "";
+    std::printf("%-20s %4d  %-24s %9s%s %12s %9s  %s\n", e.name.c_str(), e.version,
                 e.manifest.value("created_utc", "").c_str(), Num(m, "val_loss", "{:.4f}").c_str(),
-                Num(m, "tokens", "{:.0f}").c_str(), Num(m, "cost_usd", "{:.4f}").c_str(),
+                acc.c_str(), Num(m, "tokens", "{:.0f}").c_str(), Num(m, "cost_usd", "{:.4f}").c_str(),
                 AliasesOf(*aliases, e.name, e.version).c_str());
   }
   return 0;

@@ -9,6 +9,7 @@
 #include "ckpt/fault_storage.h"
 #include "ckpt/local_storage.h"
 #include "infer/weights.h"
+#include "metrics/run_record.h"
 #include "model/init.h"
 #include "model/safetensors.h"
 #include "registry/digest.h"
@@ -81,6 +82,29 @@ TEST(Registry, RegisterStoresTheWeightsByHashAndServesThemBack) {
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_EQ(w->params, TinyRun().params);
   EXPECT_EQ(w->name, "tiny");
+}
+
+// The version's metrics are the run's summary.json: the losses, tokens and $, and with eval.choices the
+// accuracy on that set.
+TEST(Registry, TheMetricsAreTheRunsSummaryWithItsChoiceAccuracy) {
+  TempDir dir;
+  fs::copy(TinyRun().dir.path(), dir / "run", fs::copy_options::recursive);
+  EndRecord end;
+  end.steps = 40;
+  end.val_loss = 3.25;
+  end.tokens = 1024;
+  end.choice_acc = 0.375;
+  end.choice_acc_norm = 0.5;
+  testing::WriteFile(dir / "run/summary.json", ToJson(end).dump());
+  auto src = ReadModelSource(dir / "run");
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  EXPECT_EQ(src->metrics["val_loss"], 3.25);
+  EXPECT_EQ(src->metrics["choice_acc"], 0.375);
+  EXPECT_EQ(src->metrics["choice_acc_norm"], 0.5);
+  end.choice_acc.reset();
+  end.choice_acc_norm.reset();
+  testing::WriteFile(dir / "run/summary.json", ToJson(end).dump());
+  EXPECT_FALSE(ReadModelSource(dir / "run")->metrics.contains("choice_acc")) << "no eval.choices, no column";
 }
 
 TEST(Registry, SameWeightsTwiceStoreOneBlobAndTwoVersions) {
