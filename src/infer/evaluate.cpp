@@ -14,20 +14,25 @@ namespace {
 constexpr int kBlock = 16;        // tokens per KV block
 constexpr int kRowBudget = 2048;  // rows (tokens) per forward: the windows of one forward share it
 
+// Appends one sequence of n tokens to a forward's inputs, in its own run of KV blocks after the ones already
+// taken, and asks for the logits of its rows from `first_logit` on.
+void AppendSeq(const int32_t* tokens, int n, int first_logit, int max_blocks, ForwardBatch* b) {
+  const int row = b->N(), block = b->S() == 0 ? 0 : (b->slots.back() / kBlock) + 1;
+  const int nb = (n + kBlock - 1) / kBlock;
+  b->seqs.insert(b->seqs.end(), {row, n, n});
+  for (int j = 0; j < max_blocks; j++) b->block_tables.push_back(j < nb ? block + j : 0);
+  for (int p = 0; p < n; p++) {
+    b->tokens.push_back(tokens[p]);
+    b->positions.push_back(p);
+    b->slots.push_back((block + p / kBlock) * kBlock + p % kBlock);
+    if (p >= first_logit) b->logit_rows.push_back(row + p);
+  }
+}
+
 // One forward's inputs: `count` sequences of T tokens each, every row's logits wanted.
 void BuildBatch(const int32_t* tokens, int count, int T, int max_blocks, ForwardBatch* b) {
   b->Clear();
-  const int nb = (T + kBlock - 1) / kBlock;
-  for (int s = 0; s < count; s++) {
-    b->seqs.insert(b->seqs.end(), {s * T, T, T});
-    for (int j = 0; j < max_blocks; j++) b->block_tables.push_back(j < nb ? s * nb + j : 0);
-    for (int p = 0; p < T; p++) {
-      b->tokens.push_back(tokens[s * T + p]);
-      b->positions.push_back(p);
-      b->slots.push_back((s * nb + p / kBlock) * kBlock + p % kBlock);
-      b->logit_rows.push_back(s * T + p);
-    }
-  }
+  for (int s = 0; s < count; s++) AppendSeq(tokens + s * T, T, 0, max_blocks, b);
 }
 
 // log softmax(row)[target], in double.
@@ -153,24 +158,12 @@ bool StartsWithSpace(const std::string& s) {
   return !s.empty() && std::isspace(static_cast<unsigned char>(s.front()));
 }
 
-// Many sequences of different lengths in one forward, each in its own run of KV blocks; every scored row's
-// logits wanted, in sequence order.
+// Many sequences of different lengths in one forward; every scored row's logits wanted, in sequence order
+// (the row before each of the ending's tokens).
 void BuildSeqBatch(const std::vector<const ChoiceSeq*>& seqs, int max_blocks, ForwardBatch* b) {
   b->Clear();
-  int row = 0, block = 0;
-  for (const ChoiceSeq* s : seqs) {
-    const int n = static_cast<int>(s->tokens.size()) - 1, nb = (n + kBlock - 1) / kBlock;
-    b->seqs.insert(b->seqs.end(), {row, n, n});
-    for (int j = 0; j < max_blocks; j++) b->block_tables.push_back(j < nb ? block + j : 0);
-    for (int p = 0; p < n; p++) {
-      b->tokens.push_back(s->tokens[p]);
-      b->positions.push_back(p);
-      b->slots.push_back((block + p / kBlock) * kBlock + p % kBlock);
-      if (p + 1 >= s->scored_from) b->logit_rows.push_back(row + p);
-    }
-    row += n;
-    block += nb;
-  }
+  for (const ChoiceSeq* s : seqs)
+    AppendSeq(s->tokens.data(), static_cast<int>(s->tokens.size()) - 1, s->scored_from - 1, max_blocks, b);
 }
 
 }  // namespace
