@@ -56,6 +56,8 @@ void AddDiagnoseCommand(CLI::App& root, CommandTable& table) {
                   "checkpoint_stall threshold, fraction of time");
   sub->add_option("--comm", o->rules.comm_fraction, "exposed_comm threshold, fraction of step time");
   sub->add_option("--spike-factor", o->rules.spike_factor, "loss_spike: loss over this x the running median");
+  sub->add_option("--forget-rise", o->rules.forget_rise,
+                  "forgetting: a data.mix dataset's val loss this fraction above its best");
   sub->footer("\n" + report::RulesHelp(o->rules) +
               "\nA rule that does not apply prints nothing. Rules, thresholds and sources: docs/report.md.\n"
               "Example: tern diagnose runs/demo --calibration bench.json\n");

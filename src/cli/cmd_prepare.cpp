@@ -104,6 +104,11 @@ int RunPrepare(PrepareArgs& args) {
       tokens(s.val_tokens), Plural(s.val_shards.size(), "shard"), where(s.val_shards), s.bytes_per_token,
       s.summary_path, o.out_dir,
       IsModel(model) ? " --set train.init_from=" + model + "   (docs/finetune.md)" : "");
+  // The same tokenizer as a dataset of its own: the two can be mixed (data.mix).
+  if (!s.tokenizer_from.empty() && !IsModel(model) &&
+      std::filesystem::exists(std::filesystem::path(s.tokenizer_from).parent_path() / "prepare.json"))
+    fmt::print("  or mixed into that data: --set data.dir={} --set data.mix={}:0.3   (docs/finetune.md)\n",
+               std::filesystem::path(s.tokenizer_from).parent_path().string(), o.out_dir);
   return 0;
 }
 

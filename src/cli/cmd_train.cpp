@@ -27,7 +27,10 @@ struct TrainOptions {
 void PrintSummary(const TrainSummary& s, const TrainConfig& cfg) {
   std::printf("\n== summary ==\n");
   std::printf("  steps            %d (%llu tokens)\n", s.steps, static_cast<unsigned long long>(s.tokens));
-  std::printf("  final loss       train %.4f | val %.4f\n", s.train_loss, s.val_loss);
+  std::printf("  final loss       train %.4f | val %.4f%s\n", s.train_loss, s.val_loss,
+              s.val_loss_mix.empty() ? "" : (" (" + cfg.data_dir + ")").c_str());
+  for (const auto& [dir, loss] : s.val_loss_mix)
+    std::printf("  mixed-in data    val %.4f (%s)\n", loss, dir.c_str());
   if (s.choice_acc)
     std::printf("  choices          acc %.4f | acc_norm %.4f on %s\n", *s.choice_acc,
                 s.choice_acc_norm.value_or(0), cfg.eval_choices.c_str());

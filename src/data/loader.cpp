@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
@@ -79,6 +80,13 @@ Result<std::vector<std::string>> FindShards(const std::string& dir, const std::s
 Result<std::unique_ptr<DataLoader>> DataLoader::Open(const std::vector<std::string>& shard_paths, int B,
                                                      int T, uint64_t seed, bool shuffle, int prefetch_depth,
                                                      DataSlice slice) {
+  if (shard_paths.empty()) return Status::InvalidArgument("DataLoader needs at least one shard");
+  return OpenMix({MixSource{shard_paths, 1.0}}, B, T, seed, shuffle, prefetch_depth, slice);
+}
+
+Result<std::unique_ptr<DataLoader>> DataLoader::OpenMix(const std::vector<MixSource>& sources, int B, int T,
+                                                        uint64_t seed, bool shuffle, int prefetch_depth,
+                                                        DataSlice slice) {
   if (slice.world < 1 || slice.rank < 0 || slice.rank >= slice.world || slice.run < 1) {
     return Status::InvalidArgument(fmt::format("data slice rank {} of world {} (run {}) is not valid",
                                                slice.rank, slice.world, slice.run));
@@ -86,7 +94,8 @@ Result<std::unique_ptr<DataLoader>> DataLoader::Open(const std::vector<std::stri
   if (B <= 0 || T <= 0)
     return Status::InvalidArgument(fmt::format("batch B={} and sequence T={} must be > 0", B, T));
   if (prefetch_depth <= 0) return Status::InvalidArgument("prefetch_depth must be >= 1");
-  if (shard_paths.empty()) return Status::InvalidArgument("DataLoader needs at least one shard");
+  if (sources.empty()) return Status::InvalidArgument("DataLoader needs at least one source");
+  if (sources.size() > 256) return Status::InvalidArgument("a mixture takes at most 256 datasets");
   std::unique_ptr<DataLoader> dl(new DataLoader());
   dl->B_ = B;
   dl->T_ = T;
@@ -96,37 +105,106 @@ Result<std::unique_ptr<DataLoader>> DataLoader::Open(const std::vector<std::stri
   if (const char* d = std::getenv("TERN_TEST_DATA_DELAY_MS"); d && *d)
     dl->test_delay_ms_ = std::atoi(d);  // test hook
   dl->slice_ = slice;
-  uint64_t largest = 0;
-  for (const auto& path : shard_paths) {
-    TERN_ASSIGN_OR_RETURN(ShardReader r, ShardReader::Open(path));
-    if (dl->shards_.empty()) dl->vocab_size_ = r.vocab_size();
-    if (r.vocab_size() != dl->vocab_size_) {
-      return Status::InvalidArgument(fmt::format(
-          "shard {} has vocab size {} but {} has {}: shards from different tokenizers cannot be mixed", path,
-          r.vocab_size(), shard_paths.front(), dl->vocab_size_));
+  std::string first_path;
+  for (const MixSource& ms : sources) {
+    if (ms.shards.empty()) return Status::InvalidArgument("DataLoader needs at least one shard");
+    Source src;
+    uint64_t largest = 0;
+    for (const auto& path : ms.shards) {
+      TERN_ASSIGN_OR_RETURN(ShardReader r, ShardReader::Open(path));
+      if (first_path.empty()) {
+        first_path = path;
+        dl->vocab_size_ = r.vocab_size();
+      }
+      if (r.vocab_size() != dl->vocab_size_) {
+        return Status::InvalidArgument(fmt::format(
+            "shard {} has vocab size {} but {} has {}: shards from different tokenizers cannot be mixed",
+            path, r.vocab_size(), first_path, dl->vocab_size_));
+      }
+      src.first_window.push_back(src.windows);
+      // Windows of T+1 tokens start at 0, T, 2T, ... and must end inside the shard.
+      const uint64_t n = r.size();
+      src.windows += n > static_cast<uint64_t>(T) ? (n - 1) / T : 0;
+      src.tokens += n;
+      largest = std::max(largest, n);
+      src.shards.push_back(std::move(r));
     }
-    dl->first_window_.push_back(dl->total_windows_);
-    // Windows of T+1 tokens start at 0, T, 2T, ... and must end inside the shard.
-    uint64_t n = r.size();
-    dl->total_windows_ += n > static_cast<uint64_t>(T) ? (n - 1) / T : 0;
-    dl->total_tokens_ += n;
-    largest = std::max(largest, n);
-    dl->shards_.push_back(std::move(r));
+    src.first_window.push_back(src.windows);
+    if (src.windows == 0) {
+      return Status::InvalidArgument(fmt::format(
+          "the {} shard(s) from {} hold {} tokens (largest {}), but one sample needs T+1 = {} consecutive "
+          "tokens in one shard; use a smaller sequence length or more text",
+          ms.shards.size(), ms.shards.front(), src.tokens, largest, static_cast<uint64_t>(T) + 1));
+    }
+    if (src.windows > std::numeric_limits<uint32_t>::max()) {
+      return Status::InvalidArgument(
+          fmt::format("{} windows per epoch exceed the loader's 2^32 limit; use a larger T", src.windows));
+    }
+    dl->total_tokens_ += src.tokens;
+    dl->sources_.push_back(std::move(src));
   }
-  dl->first_window_.push_back(dl->total_windows_);
-  if (dl->total_windows_ == 0) {
-    return Status::InvalidArgument(
-        fmt::format("the {} shard(s) hold {} tokens (largest {}), but one sample needs T+1 = {} consecutive "
-                    "tokens in one shard; "
-                    "use a smaller sequence length or more text",
-                    shard_paths.size(), dl->total_tokens_, largest, static_cast<uint64_t>(T) + 1));
-  }
-  if (dl->total_windows_ > std::numeric_limits<uint32_t>::max()) {
-    return Status::InvalidArgument(fmt::format(
-        "{} windows per epoch exceed the loader's 2^32 limit; use a larger T", dl->total_windows_));
+  dl->total_windows_ = dl->sources_[0].windows;
+  if (dl->mixed()) {
+    std::vector<double> w;
+    for (const MixSource& ms : sources) w.push_back(ms.weight);
+    TERN_RETURN_IF_ERROR(dl->AssignSlots(w));
+    dl->BuildPattern();
   }
   dl->Start({0, 0});
   return dl;
+}
+
+// Slots per period in proportion to the weights, by largest remainder (ties to the earlier source).
+Status DataLoader::AssignSlots(const std::vector<double>& weights) {
+  double sum = 0;
+  for (double x : weights) {
+    if (!(x > 0) || !std::isfinite(x))
+      return Status::InvalidArgument(fmt::format("a mixture weight must be a positive number, not {}", x));
+    sum += x;
+  }
+  std::vector<std::pair<double, size_t>> rest;
+  uint32_t given = 0;
+  for (size_t s = 0; s < sources_.size(); ++s) {
+    const double exact = weights[s] / sum * kMixPeriod;
+    sources_[s].slots = static_cast<uint32_t>(exact);
+    given += sources_[s].slots;
+    rest.push_back({exact - sources_[s].slots, s});
+  }
+  std::stable_sort(rest.begin(), rest.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t k = 0; given < kMixPeriod; ++k, ++given) sources_[rest[k].second].slots++;
+  for (size_t s = 0; s < sources_.size(); ++s) {
+    if (sources_[s].slots == 0)
+      return Status::InvalidArgument(fmt::format(
+          "mixture source {} has a share of {:.5f}, below the mixture's step of 1/{}: raise its weight or "
+          "leave it out",
+          s, weights[s] / sum, kMixPeriod));
+  }
+  return Status::Ok();
+}
+
+// Slot i goes to the source furthest behind its share of the first i + 1 slots (integers: deficit scaled
+// by kMixPeriod; ties to the earlier source), so every source's slots are spread through the period.
+void DataLoader::BuildPattern() {
+  const size_t S = sources_.size();
+  total_windows_ = kMixPeriod;
+  pattern_.assign(kMixPeriod, 0);
+  before_.assign(S * kMixPeriod, 0);
+  std::vector<uint32_t> taken(S, 0);
+  for (uint32_t i = 0; i < kMixPeriod; ++i) {
+    size_t best = 0;
+    int64_t best_deficit = std::numeric_limits<int64_t>::min();
+    for (size_t s = 0; s < S; ++s) {
+      before_[s * kMixPeriod + i] = taken[s];
+      const int64_t deficit =
+          static_cast<int64_t>(i + 1) * sources_[s].slots - static_cast<int64_t>(taken[s]) * kMixPeriod;
+      if (taken[s] < sources_[s].slots && deficit > best_deficit) {
+        best = s;
+        best_deficit = deficit;
+      }
+    }
+    pattern_[i] = static_cast<uint16_t>(best);
+    taken[best]++;
+  }
 }
 
 DataLoader::~DataLoader() {
@@ -152,33 +230,48 @@ void DataLoader::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void DataLoader::BuildOrder(uint64_t epoch, std::vector<uint32_t>* order) const {
-  order->resize(total_windows_);
+void DataLoader::BuildOrder(size_t source, uint64_t epoch, std::vector<uint32_t>* order) const {
+  const uint64_t n = sources_[source].windows;
+  order->resize(n);
   std::iota(order->begin(), order->end(), 0u);
-  // Fisher-Yates, seeded by (seed, epoch) only: any epoch's order can be rebuilt from scratch on Restore.
-  std::mt19937_64 rng(SplitMix64(seed_ ^ SplitMix64(epoch)));
-  for (uint64_t i = total_windows_ - 1; i > 0; --i) std::swap((*order)[i], (*order)[Bounded(rng, i + 1)]);
+  // Fisher-Yates, seeded by (seed, source, epoch) only: any epoch's order can be rebuilt from scratch on
+  // Restore. Source 0 (the only one without a mixture) keeps the single dataset's seeding.
+  uint64_t key = SplitMix64(seed_ ^ SplitMix64(epoch));
+  if (source > 0) key = SplitMix64(key ^ SplitMix64(0x6D6978ull + source));  // "mix"
+  std::mt19937_64 rng(key);
+  for (uint64_t i = n - 1; i > 0; --i) std::swap((*order)[i], (*order)[Bounded(rng, i + 1)]);
 }
 
-Status DataLoader::FillBatch(LoaderPosition* pos, uint64_t* order_epoch, std::vector<uint32_t>* order,
-                             Batch* b, std::vector<int32_t>* window) const {
+Status DataLoader::FillBatch(LoaderPosition* pos, Orders* orders, Batch* b,
+                             std::vector<int32_t>* window) const {
   const size_t T = static_cast<size_t>(T_);
   b->B = B_;
   b->T = T_;
   b->inputs.resize(static_cast<size_t>(B_) * T);
   b->targets.resize(static_cast<size_t>(B_) * T);
   for (int row = 0; row < B_; ++row) {
-    uint64_t w = pos->index;
-    if (shuffle_) {
-      if (*order_epoch != pos->epoch) {
-        BuildOrder(pos->epoch, order);
-        *order_epoch = pos->epoch;
-      }
-      w = (*order)[pos->index];
+    // The source of this slot and the place in the source's own stream: (epoch, index) of that stream.
+    size_t src = 0;
+    uint64_t epoch = pos->epoch, w = pos->index;
+    if (mixed()) {
+      src = pattern_[pos->index];
+      const Source& s = sources_[src];
+      const uint64_t j = pos->epoch * s.slots + before_[src * kMixPeriod + pos->index];
+      epoch = j / s.windows;
+      w = j % s.windows;
     }
-    size_t s = std::upper_bound(first_window_.begin(), first_window_.end(), w) - first_window_.begin() - 1;
+    if (shuffle_) {
+      if (orders->epoch[src] != epoch) {
+        BuildOrder(src, epoch, &orders->order[src]);
+        orders->epoch[src] = epoch;
+      }
+      w = orders->order[src][w];
+    }
+    const Source& s = sources_[src];
+    size_t sh =
+        std::upper_bound(s.first_window.begin(), s.first_window.end(), w) - s.first_window.begin() - 1;
     // Windows are in range by construction; what can fail is the file under the mapping.
-    TERN_RETURN_IF_ERROR(shards_[s].Read((w - first_window_[s]) * T, T + 1, window->data()));
+    TERN_RETURN_IF_ERROR(s.shards[sh].Read((w - s.first_window[sh]) * T, T + 1, window->data()));
     std::copy(window->begin(), window->begin() + T, b->inputs.begin() + row * T);
     std::copy(window->begin() + 1, window->end(), b->targets.begin() + row * T);
     if (++pos->index == total_windows_) *pos = {pos->epoch + 1, 0};
@@ -194,8 +287,9 @@ void DataLoader::Skip(LoaderPosition* pos, uint64_t windows) const {
 // `pos` is the global stream's position; with a slice, the start of the group in progress (group_pos) is what
 // each batch reports as its end until this rank's last batch of the group, which reports the next group.
 void DataLoader::ProducerLoop(LoaderPosition pos) {
-  uint64_t order_epoch = std::numeric_limits<uint64_t>::max();
-  std::vector<uint32_t> order;
+  Orders orders;
+  orders.epoch.assign(sources_.size(), std::numeric_limits<uint64_t>::max());
+  orders.order.resize(sources_.size());
   std::vector<int32_t> window(static_cast<size_t>(T_) + 1);
   const uint64_t run_windows = static_cast<uint64_t>(slice_.run) * B_;
   LoaderPosition group_pos = pos;
@@ -213,7 +307,7 @@ void DataLoader::ProducerLoop(LoaderPosition pos) {
     }
     // Outside the lock: the consumer keeps going.
     if (!slice_.whole() && in_group == 0) Skip(&pos, slice_.rank * run_windows);  // the ranks before this one
-    if (Status st = FillBatch(&pos, &order_epoch, &order, &b, &window); !st.ok()) {
+    if (Status st = FillBatch(&pos, &orders, &b, &window); !st.ok()) {
       std::lock_guard<std::mutex> lk(mu_);
       error_ = st;
       not_empty_.notify_all();

@@ -6,6 +6,12 @@
 // depends only on (seed, epoch), computed from std::mt19937_64's raw outputs so it is identical on every
 // platform and standard library. A batch takes the next B windows; epochs roll over forever, so a batch
 // may straddle two epochs.
+//
+// A mixture (several prepared datasets, each with a share of the windows: `data.mix`) interleaves the
+// sources' own streams, each shuffled and rolling over on its own, by a fixed pattern of kMixPeriod slots
+// in which source s has round(share_s * kMixPeriod) slots spread as evenly as they go (the largest deficit
+// first). Every slot of the mixed stream maps, in O(1), to a window of its source, so positions, restores
+// and data-parallel slices work on the mixed stream as on a single dataset: its "epoch" is one period.
 #pragma once
 
 #include <condition_variable>
@@ -51,6 +57,16 @@ struct DataSlice {
 // none.
 Result<std::vector<std::string>> FindShards(const std::string& dir, const std::string& split);
 
+// One dataset of a mixture: its shards and its share of the windows (the shares need not sum to 1; they are
+// normalised).
+struct MixSource {
+  std::vector<std::string> shards;
+  double weight = 1;
+};
+
+// Slots in one period of a mixture's pattern: shares are kept to 1/kMixPeriod.
+inline constexpr uint32_t kMixPeriod = 1000;
+
 class DataLoader {
  public:
   // Opens every shard (all must share one vocab size) and starts the prefetch thread, which keeps up to
@@ -58,6 +74,12 @@ class DataLoader {
   static Result<std::unique_ptr<DataLoader>> Open(const std::vector<std::string>& shard_paths, int B, int T,
                                                   uint64_t seed, bool shuffle, int prefetch_depth = 4,
                                                   DataSlice slice = {});
+  // A mixture of datasets (one source = Open above, bit for bit). Source 0 keeps the single dataset's order;
+  // the others are shuffled with their own seeds. InvalidArgument when a share rounds to no slot of the
+  // period, or any source holds no window.
+  static Result<std::unique_ptr<DataLoader>> OpenMix(const std::vector<MixSource>& sources, int B, int T,
+                                                     uint64_t seed, bool shuffle, int prefetch_depth = 4,
+                                                     DataSlice slice = {});
   ~DataLoader();  // stops and joins the prefetch thread
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -76,8 +98,16 @@ class DataLoader {
   Status Restore(const LoaderPosition& p);
   Status Reset() { return Restore({0, 0}); }
 
+  // Windows of one epoch (of a mixture: kMixPeriod, one period of the pattern) and tokens of all sources.
   uint64_t windows_per_epoch() const { return total_windows_; }
   uint64_t tokens() const { return total_tokens_; }
+  // The sources (one without a mixture): windows, tokens and slots per period of each.
+  size_t num_sources() const { return sources_.size(); }
+  uint64_t source_windows(size_t s) const { return sources_[s].windows; }
+  uint64_t source_tokens(size_t s) const { return sources_[s].tokens; }
+  double source_share(size_t s) const {
+    return mixed() ? static_cast<double>(sources_[s].slots) / kMixPeriod : 1.0;
+  }
   uint32_t vocab_size() const { return vocab_size_; }
   const DataSlice& slice() const { return slice_; }
   int B() const { return B_; }
@@ -89,17 +119,32 @@ class DataLoader {
     LoaderPosition end;  // position after this batch
   };
 
+  struct Source {
+    std::vector<ShardReader> shards;
+    std::vector<uint64_t> first_window;  // first window index of each shard, plus the total at the end
+    uint64_t windows = 0, tokens = 0;
+    uint32_t slots = 0;  // mixture: slots per period
+  };
+  // The producer's cache of each source's window order for one of its epochs.
+  struct Orders {
+    std::vector<uint64_t> epoch;
+    std::vector<std::vector<uint32_t>> order;
+  };
+
   DataLoader() = default;
+  bool mixed() const { return sources_.size() > 1; }
+  Status AssignSlots(const std::vector<double>& weights);
+  void BuildPattern();
   void Start(LoaderPosition from);
   void Stop();
   void ProducerLoop(LoaderPosition from);
   void Skip(LoaderPosition* pos, uint64_t windows) const;  // moves pos on by that many windows
-  void BuildOrder(uint64_t epoch, std::vector<uint32_t>* order) const;
-  Status FillBatch(LoaderPosition* pos, uint64_t* order_epoch, std::vector<uint32_t>* order, Batch* b,
-                   std::vector<int32_t>* window) const;
+  void BuildOrder(size_t source, uint64_t epoch, std::vector<uint32_t>* order) const;
+  Status FillBatch(LoaderPosition* pos, Orders* orders, Batch* b, std::vector<int32_t>* window) const;
 
-  std::vector<ShardReader> shards_;
-  std::vector<uint64_t> first_window_;  // first global window index of each shard, plus the total at the end
+  std::vector<Source> sources_;
+  std::vector<uint16_t> pattern_;  // mixture: the source of each slot of a period
+  std::vector<uint32_t> before_;   // mixture: [s * kMixPeriod + i] = slots of source s in pattern_[0, i)
   uint64_t total_windows_ = 0, total_tokens_ = 0;
   uint32_t vocab_size_ = 0;
   int B_ = 0, T_ = 0;

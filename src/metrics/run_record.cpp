@@ -9,7 +9,9 @@ namespace {
 
 using json = nlohmann::json;
 using run_record_internal::Fields;
+using run_record_internal::MixJson;
 using run_record_internal::ReadEval;
+using run_record_internal::ReadMix;
 using run_record_internal::ReadStep;
 using run_record_internal::TypeError;
 
@@ -59,6 +61,7 @@ Result<EndRecord> ReadEnd(const json& j, std::string_view where) {
   f.Maybe("choice_acc", &r.choice_acc);
   f.Maybe("choice_acc_norm", &r.choice_acc_norm);
   if (!f.status().ok()) return f.status();
+  TERN_ASSIGN_OR_RETURN(r.val_loss_mix, ReadMix(j, where));
   if (j.contains("job")) r.job = j["job"];
   return r;
 }
@@ -154,6 +157,7 @@ json ToJson(const EvalRecord& r) {
   json j = {{"step", r.step}, {"val_loss", r.val_loss}, {"eval_ms", r.eval_ms}};
   if (r.choice_acc) j["choice_acc"] = *r.choice_acc;
   if (r.choice_acc_norm) j["choice_acc_norm"] = *r.choice_acc_norm;
+  if (!r.val_loss_mix.empty()) j["val_loss_mix"] = MixJson(r.val_loss_mix);
   StampRecordVersion(&j);
   return j;
 }
@@ -175,6 +179,7 @@ json ToJson(const EndRecord& r) {
   if (r.skipped_steps) j["skipped_steps"] = *r.skipped_steps;
   if (r.choice_acc) j["choice_acc"] = *r.choice_acc;
   if (r.choice_acc_norm) j["choice_acc_norm"] = *r.choice_acc_norm;
+  if (!r.val_loss_mix.empty()) j["val_loss_mix"] = MixJson(r.val_loss_mix);
   if (r.job) j["job"] = *r.job;
   StampRecordVersion(&j);
   return j;

@@ -75,6 +75,9 @@ struct EvalRecord {
   // eval.choices: accuracy on the multiple-choice set (infer/evaluate.h ScoreChoices); initialised, so that
   // {step, val_loss, eval_ms} stays a complete aggregate
   std::optional<double> choice_acc = std::nullopt, choice_acc_norm = std::nullopt;
+  // data.mix: each mixed-in dataset's validation loss, {dir, loss} ("val_loss_mix": {"dir": loss}); val_loss
+  // is data.dir's
+  std::vector<std::pair<std::string, double>> val_loss_mix = {};
 };
 
 // {"event": "end"}: the last line of metrics.jsonl and the whole of summary.json.
@@ -84,10 +87,11 @@ struct EndRecord {
   uint64_t tokens = 0;
   double wall_s = 0, train_s = 0, tokens_per_s = 0, mfu = 0, peak_gflops = 0, cost_usd = 0;
   std::vector<std::string> samples;
-  std::optional<double> loss_scale;                   // fp16
-  std::optional<int64_t> skipped_steps;               // fp16
-  std::optional<double> choice_acc, choice_acc_norm;  // eval.choices: the last evaluation's
-  std::optional<nlohmann::json> job;                  // summary.json of a `tern run` job (docs/jobs.md)
+  std::optional<double> loss_scale;                          // fp16
+  std::optional<int64_t> skipped_steps;                      // fp16
+  std::optional<double> choice_acc, choice_acc_norm;         // eval.choices: the last evaluation's
+  std::vector<std::pair<std::string, double>> val_loss_mix;  // data.mix: the last evaluation's
+  std::optional<nlohmann::json> job;  // summary.json of a `tern run` job (docs/jobs.md)
 };
 
 // Any other event row: "resume", "checkpoint", "preempted", "resumed_first_step" (the checkpoint code

@@ -263,6 +263,26 @@ Result<StepRecord> ReadStep(const Object& j, std::string_view where) {
   return r;
 }
 
+// "val_loss_mix": {"dir": loss, ...} of an evaluation row or summary; absent = none.
+inline Result<std::vector<std::pair<std::string, double>>> ReadMix(const json& j, std::string_view where) {
+  std::vector<std::pair<std::string, double>> out;
+  const json* m = Find(j, "val_loss_mix");
+  if (!m || m->is_null()) return out;
+  if (!m->is_object())
+    return Status::InvalidArgument(fmt::format("{}: val_loss_mix is not an object of losses", where));
+  for (const auto& [dir, loss] : m->items()) {
+    if (!loss.is_number())
+      return Status::InvalidArgument(fmt::format("{}: val_loss_mix[{}] is not a number", where, dir));
+    out.emplace_back(dir, loss.get<double>());
+  }
+  return out;
+}
+inline json MixJson(const std::vector<std::pair<std::string, double>>& losses) {
+  json m = json::object();
+  for (const auto& [dir, loss] : losses) m[dir] = loss;
+  return m;
+}
+
 template <typename Object>
 Result<EvalRecord> ReadEval(const Object& j, std::string_view where) {
   EvalRecord r;
@@ -273,6 +293,10 @@ Result<EvalRecord> ReadEval(const Object& j, std::string_view where) {
   f.Maybe("choice_acc", &r.choice_acc);
   f.Maybe("choice_acc_norm", &r.choice_acc_norm);
   if (!f.status().ok()) return f.status();
+  // A flat object has no nested field: rows with val_loss_mix are read by nlohmann (ReadFlatRow declines).
+  if constexpr (std::is_same_v<Object, json>) {
+    TERN_ASSIGN_OR_RETURN(r.val_loss_mix, ReadMix(j, where));
+  }
   return r;
 }
 

@@ -56,7 +56,9 @@ bool ReadFlatRow(simdjson::dom::parser& parser, std::string_view line, FlatObjec
       case simdjson::dom::element_type::NULL_VALUE:
         v.type = FT::kNull;
         break;
-      default:  // an array or object: no step or evaluation field is one
+      default:  // an array or object: no step or evaluation field is one but an evaluation's val_loss_mix,
+                // which the reference reader reads (a field unknown to this version is skipped)
+        if (field.key == "val_loss_mix") return false;
         break;
     }
     if (e != simdjson::SUCCESS) return false;

@@ -61,9 +61,11 @@ TEST(RunRecord, EveryKindRoundTrips) {
   end.skipped_steps = 3;
   end.choice_acc = 0.375;
   end.choice_acc_norm = 0.5;
+  end.val_loss_mix = {{"data/code", 1.5}, {"data/web", 3.25}};
   EventRecord ckpt{"checkpoint", 10, {{"stall_ms", 4.0}, {"tier", "fast"}}};
-  for (const RunRecord& r : std::vector<RunRecord>{start, SampleStep(), EvalRecord{20, 2.75, 9.5, {}, {}},
-                                                   EvalRecord{30, 2.5, 9.5, 0.25, 0.5}, end, ckpt}) {
+  for (const RunRecord& r :
+       std::vector<RunRecord>{start, SampleStep(), EvalRecord{20, 2.75, 9.5, {}, {}},
+                              EvalRecord{30, 2.5, 9.5, 0.25, 0.5, {{"data/web", 3.125}}}, end, ckpt}) {
     const json written = ToJson(r);
     auto row = ParseRunRow(json::parse(written.dump()), "test");
     ASSERT_TRUE(row.ok()) << row.status().ToString();
@@ -157,26 +159,16 @@ TEST(RunRecord, FastPathTakesStepAndEvalRowsAndAgreesWithTheReference) {
       R"({"step":18446744073709551615,"loss":1e300,"tokens":9223372036854775808})",
       R"( {"step":2,"val_loss":3.5e-1,"eval_ms":0} )",
       R"({"step":2,"loss":1,"val_loss":3})"};
-  const std::vector<std::string> declined = {ToJson(StartRecord{}).dump(),
-                                             ToJson(EndRecord{}).dump(),
-                                             R"({"event":"checkpoint","step":4})",
-                                             R"({"step":3,"loss":-0.0})",
-                                             R"({"step":3,"loss":4,"precision":"b\u0066"})",
-                                             R"({"step":3,"loss":4,"v":2})",
-                                             R"({"step":3,"loss":4,"v":-1})",
-                                             R"({"step":3.0,"loss":4})",
-                                             R"({"step":3,"loss":"4"})",
-                                             R"({"step":3,"loss":4,"tokens":-1})",
-                                             R"({"step":3,"loss":4,"gpu_util":1})",
-                                             R"({"step":3,"loss":4,"step_ms_max":1})",
-                                             R"({"step":1,"loss":1e400})",
-                                             R"({"step":123456789012345678901234567890,"loss":1})",
-                                             R"({"step":1,"lo)",
-                                             "[1,2]",
-                                             "",
-                                             "x",
-                                             R"({"step":1,"loss":1} x)",
-                                             R"({"val":1})"};
+  const std::vector<std::string> declined = {
+      ToJson(StartRecord{}).dump(), ToJson(EndRecord{}).dump(), R"({"event":"checkpoint","step":4})",
+      R"({"step":3,"loss":-0.0})", R"({"step":3,"loss":4,"precision":"b\u0066"})",
+      R"({"step":3,"loss":4,"v":2})", R"({"step":3,"loss":4,"v":-1})", R"({"step":3.0,"loss":4})",
+      R"({"step":3,"loss":"4"})", R"({"step":3,"loss":4,"tokens":-1})", R"({"step":3,"loss":4,"gpu_util":1})",
+      R"({"step":3,"loss":4,"step_ms_max":1})", R"({"step":1,"loss":1e400})",
+      R"({"step":123456789012345678901234567890,"loss":1})", R"({"step":1,"lo)", "[1,2]", "", "x",
+      R"({"step":1,"loss":1} x)", R"({"val":1})",
+      // data.mix's per-dataset losses: the reference reader's
+      R"({"step":8,"val_loss":3.5,"val_loss_mix":{"data/web":3.25}})"};
   for (const auto& line : taken) {
     RunRow fast;
     ASSERT_TRUE(ReadStepOrEvalFast(line, &fast)) << line;

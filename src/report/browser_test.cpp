@@ -117,6 +117,7 @@ TEST_F(ReportBrowserTest, OneRealRunDrawsEveryChartAndShowsMetricsNumbers) {
   EXPECT_EQ(drawn["charts"]["chart-loss"][0]["points"], 30);  // train loss: every step
   EXPECT_EQ(drawn["charts"]["chart-loss"][1]["points"], 3);   // val loss: steps 10, 20, 30
   EXPECT_FALSE(drawn["charts"].contains("chart-choices")) << "no eval.choices, no accuracy chart";
+  EXPECT_FALSE(drawn["charts"].contains("chart-mix")) << "no data.mix, no chart of it";
   // The numbers shown are metrics.jsonl's (its end row).
   auto rows = ReadMetricsFile(run + "/metrics.jsonl");
   ASSERT_TRUE(rows.ok());
@@ -320,7 +321,9 @@ TEST_F(ReportBrowserTest, GpuRunDrawsItsGpuChartAndPricesStorageAndEgress) {
     r.cost_usd = s * 0.001;
     r.gpu = GpuRecord{90.0 + s % 3, 40.0 + s * 0.1, 600.0 + s, 0.5};
     add(ToJson(r));
-    if (s % 10 == 0) add(ToJson(EvalRecord{s, 4.0 - 0.1 * s, 50, 0.25 + 0.01 * s, 0.3 + 0.01 * s}));
+    if (s % 10 == 0)
+      add(ToJson(
+          EvalRecord{s, 4.0 - 0.1 * s, 50, 0.25 + 0.01 * s, 0.3 + 0.01 * s, {{"data/web", 3.0 + 0.01 * s}}}));
     if (s % 10 == 0) {
       EventRecord e;
       e.event = "checkpoint";
@@ -347,6 +350,11 @@ TEST_F(ReportBrowserTest, GpuRunDrawsItsGpuChartAndPricesStorageAndEgress) {
   ASSERT_TRUE(drawn["charts"].contains("chart-choices")) << drawn.dump();
   ASSERT_EQ(drawn["charts"]["chart-choices"].size(), 2u);
   for (const auto& ds : drawn["charts"]["chart-choices"]) EXPECT_EQ(ds["points"], 2) << ds["label"];
+  // data.mix: data.dir's val loss and the mixed-in dataset's, at the two evaluations.
+  ASSERT_TRUE(drawn["charts"].contains("chart-mix")) << drawn.dump();
+  ASSERT_EQ(drawn["charts"]["chart-mix"].size(), 2u);
+  EXPECT_EQ(drawn["charts"]["chart-mix"][1]["label"], "data/web");
+  for (const auto& ds : drawn["charts"]["chart-mix"]) EXPECT_EQ(ds["points"], 2) << ds["label"];
   // 3 GB in s3 for 20 s at $0.023/GB-month; 0.5 GB out at $0.09/GB (AWS: the s3:// checkpoints').
   EXPECT_NEAR(std::stod(Cell(dom, 0, "storage_usd")), 3.0 * (20.0 / 3600 / 730) * 0.023, 1e-12);
   EXPECT_NEAR(std::stod(Cell(dom, 0, "egress_usd")), 0.5 * 0.09, 1e-9);

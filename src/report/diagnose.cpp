@@ -79,10 +79,11 @@ std::string RulesHelp(const DiagnoseOptions& o) {
       "  preemption_loss   steps redone after preemptions or crashes (RUN_DIR/ledger.sqlite of `tern run`)\n"
       "  memory_headroom   the planner's memory model fits a {}x larger train.batch_size on the device\n"
       "  cheaper_instance  a catalog instance does the measured work >= {:.0f}% cheaper (peak FLOPs scaled)\n"
+      "  forgetting        a data.mix dataset's val loss > {:.0f}% above its best evaluation (val_loss_mix)\n"
       "Findings are ranked by $ cost: $/h at the start row's price_per_hour, else $ already lost.",
       o.data_wait_fraction * 100, o.ckpt_stall_fraction * 100, o.comm_fraction * 100, o.mfu_ratio * 100,
       o.gpu_util_pct, o.spike_factor, o.spike_window, o.rising_window, o.rising_factor, o.rising_window,
-      o.headroom_factor, o.cheaper_fraction * 100);
+      o.headroom_factor, o.cheaper_fraction * 100, o.forget_rise * 100);
 }
 
 std::optional<Finding> DataBoundRule(const RunInput& run, const DiagnoseOptions& o) {
@@ -299,10 +300,53 @@ std::optional<Finding> PreemptionLossRule(const RunInput& run, const DiagnoseOpt
   return f;
 }
 
+// data.mix: a mixed-in dataset (the old data replayed during a fine-tune, typically) whose validation loss
+// climbed back above its best evaluation: the model is forgetting it. One finding, the worst dataset's.
+std::optional<Finding> ForgettingRule(const RunInput& run, const DiagnoseOptions& o) {
+  if (run.evals.size() < 2) return std::nullopt;
+  std::optional<Finding> worst;
+  double worst_rise = o.forget_rise;
+  for (const auto& [dir, last] : run.evals.back().val_loss_mix) {
+    double best = last;
+    int best_step = run.evals.back().step;
+    double dir_val_then = run.evals.back().val_loss;
+    for (const EvalRecord& e : run.evals) {
+      for (const auto& [d, loss] : e.val_loss_mix) {
+        if (d == dir && loss < best) {
+          best = loss;
+          best_step = e.step;
+          dir_val_then = e.val_loss;
+        }
+      }
+    }
+    if (best <= 0 || last / best - 1 <= worst_rise) continue;
+    worst_rise = last / best - 1;
+    const EvalRecord& end = run.evals.back();
+    Finding f;
+    f.rule = "forgetting";
+    f.title = "forgetting: a mixed-in dataset's validation loss is rising";
+    f.evidence = fmt::format(
+        "{}: val loss {:.4f} at step {} vs its best {:.4f} at step {} (+{:.1f}%; threshold {:.0f}%), while "
+        "data.dir's went {:.4f} -> {:.4f}",
+        dir, last, end.step, best, best_step, 100 * worst_rise, 100 * o.forget_rise, dir_val_then,
+        end.val_loss);
+    f.numbers = {{"dataset", dir},         {"val_loss", last},   {"best", best},
+                 {"best_step", best_step}, {"rise", worst_rise}, {"threshold", o.forget_rise}};
+    const double at = CostAt(run, best_step), spent_end = LastCost(run);
+    if (at >= 0 && spent_end >= at) f.usd_spent = spent_end - at;
+    f.fix = fmt::format(
+        "raise {}'s share in data.mix (more of it in every batch) or lower train.lr; the weights at step {} "
+        "were its best (a checkpoint near it: `tern ckpt ls`)",
+        dir, best_step);
+    worst = f;
+  }
+  return worst;
+}
+
 std::vector<Finding> Diagnose(const RunInput& run, const DiagnoseOptions& o) {
   std::vector<Finding> out;
   for (auto* rule : {DataBoundRule, CheckpointStallRule, ExposedCommRule, LowMfuRule, GpuIdleRule,
-                     PreemptionLossRule, MemoryHeadroomRule, CheaperInstanceRule})
+                     PreemptionLossRule, MemoryHeadroomRule, CheaperInstanceRule, ForgettingRule})
     if (auto f = rule(run, o)) out.push_back(std::move(*f));
   for (auto& f : LossRules(run, o)) out.push_back(std::move(f));
   std::stable_sort(out.begin(), out.end(), [](const Finding& a, const Finding& b) {

@@ -76,11 +76,12 @@ struct DiagnoseOptions {
   double rising_factor = 1.1;
   int headroom_factor = 2;         // memory headroom: a micro-batch this many times larger fits
   double cheaper_fraction = 0.10;  // cheaper instance: the same work for at least 10% fewer $
+  double forget_rise = 0.05;       // forgetting: a data.mix dataset's val loss 5% above its best evaluation
 };
 
 struct Finding {
   std::string rule;      // data_bound | checkpoint_stall | exposed_comm | low_mfu | gpu_idle | loss_spike
-                         // | divergence | preemption_loss | memory_headroom | cheaper_instance
+                         // | divergence | preemption_loss | memory_headroom | cheaper_instance | forgetting
   std::string title;     // one line
   std::string evidence;  // the numbers, in words
   nlohmann::json numbers = nlohmann::json::object();  // the same numbers as data
@@ -107,6 +108,7 @@ std::optional<Finding> LowMfuRule(const RunInput& run, const DiagnoseOptions& o)
 std::optional<Finding> GpuIdleRule(const RunInput& run, const DiagnoseOptions& o);
 std::vector<Finding> LossRules(const RunInput& run, const DiagnoseOptions& o);  // spike, divergence
 std::optional<Finding> PreemptionLossRule(const RunInput& run, const DiagnoseOptions& o);
+std::optional<Finding> ForgettingRule(const RunInput& run, const DiagnoseOptions& o);  // data.mix
 // diagnose_plan.cpp: the planner's models (src/plan/) applied to the run.
 std::optional<Finding> MemoryHeadroomRule(const RunInput& run, const DiagnoseOptions& o);
 std::optional<Finding> CheaperInstanceRule(const RunInput& run, const DiagnoseOptions& o);

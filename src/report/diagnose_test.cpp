@@ -143,6 +143,25 @@ TEST(Diagnose, DivergenceRising) {
   EXPECT_EQ(Rules(in), std::vector<std::string>{"divergence"});
 }
 
+// data.mix: the replayed dataset's val loss falls to its best at step 20, then climbs 10% while data.dir's
+// keeps falling; a climb under the threshold, or a dataset only improving, is no finding.
+TEST(Diagnose, ForgettingAMixedInDataset) {
+  RunInput in = Healthy();
+  in.evals = {{10, 4.0, 50, std::nullopt, std::nullopt, {{"data/web", 3.0}, {"data/code", 2.0}}},
+              {20, 3.8, 50, std::nullopt, std::nullopt, {{"data/web", 2.9}, {"data/code", 1.9}}},
+              {40, 3.5, 50, std::nullopt, std::nullopt, {{"data/web", 3.19}, {"data/code", 1.8}}}};
+  EXPECT_EQ(Rules(in), std::vector<std::string>{"forgetting"});
+  auto f = ForgettingRule(in, DiagnoseOptions{});
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->numbers["dataset"], "data/web");
+  EXPECT_EQ(f->numbers["best_step"], 20);
+  EXPECT_NEAR(f->numbers["rise"].get<double>(), 0.1, 1e-9);
+  EXPECT_NE(f->fix.find("data/web's share in data.mix"), std::string::npos) << f->fix;
+  EXPECT_GT(f->usd_spent, 0) << "the steps since its best were paid for";
+  in.evals[2].val_loss_mix[0].second = 3.0;  // +3.4%: under 5%
+  EXPECT_TRUE(Rules(in).empty());
+}
+
 TEST(Diagnose, PreemptionLoss) {
   RunInput in = Healthy();
   in.attempts = {{1, "preempted", 0, 0, 0, 1.0}, {2, "done", 120, 600, 0.66, 2.0}};
@@ -269,7 +288,7 @@ TEST(Diagnose, RankedByDollars) {
 TEST(Diagnose, HelpListsEveryRule) {
   std::string h = RulesHelp(DiagnoseOptions{});
   for (const char* r : {"data_bound", "checkpoint_stall", "exposed_comm", "low_mfu", "gpu_idle", "loss_spike",
-                        "divergence", "preemption_loss", "5%", "2%", "10%", "80%"})
+                        "divergence", "preemption_loss", "forgetting", "5%", "2%", "10%", "80%"})
     EXPECT_NE(h.find(r), std::string::npos) << r;
 }
 

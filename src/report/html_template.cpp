@@ -261,6 +261,20 @@ function draw() {
       return sets;
     }, [{id: 'y', title: 'accuracy'}]);
   }
+  if (runs.some(r => r.series.evals.some(e => e.mix))) {
+    makeChart('chart-mix', 'Validation loss by dataset', 'data.mix: data.dir (solid) and each mixed-in dataset (dashed)', () => {
+      const sets = [];
+      runs.forEach((r, i) => {
+        const p = runs.length > 1 ? r.name + ' ' : '';
+        const ev = r.series.evals.filter(e => !none(e[axis]));
+        sets.push(line(p + 'data.dir', ev.map(e => ({x: e[axis], y: e.y})), color(i, 0), {yAxisID: 'y', pointRadius: 2}));
+        const dirs = [...new Set(ev.flatMap(e => Object.keys(e.mix || {})))];
+        dirs.forEach((d, k) => sets.push(line(p + d, ev.filter(e => e.mix && !none(e.mix[d])).map(e => ({x: e[axis], y: e.mix[d]})),
+                                              color(i, k + 1), {yAxisID: 'y', borderDash: [4, 3], pointRadius: 2})));
+      });
+      return sets;
+    }, [{id: 'y', title: 'val loss'}]);
+  }
   if (runs.some(r => r.series.series.gpu_util)) {
     makeChart('chart-gpu', 'GPU', 'utilisation (solid), power (dashed), memory (dotted)', () => {
       const sets = [];

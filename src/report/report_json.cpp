@@ -128,6 +128,7 @@ json SeriesJson(const RunData& run) {
     j["y"] = Round(e.val_loss);
     if (e.choice_acc) j["acc"] = Round(*e.choice_acc);
     if (e.choice_acc_norm) j["acc_norm"] = Round(*e.choice_acc_norm);
+    for (const auto& [dir, loss] : e.val_loss_mix) j["mix"][dir] = Round(loss);
     evals.push_back(std::move(j));
   }
   json marks = json::array();

@@ -133,6 +133,7 @@ Result<RunData> StitchRows(const std::vector<RunRow>& rows) {
       ep.eval_ms = e->eval_ms;
       ep.choice_acc = e->choice_acc;
       ep.choice_acc_norm = e->choice_acc_norm;
+      ep.val_loss_mix = e->val_loss_mix;
       // The point of the step it evaluated (the newest one at or before it).
       for (auto it = run.points.rbegin(); it != run.points.rend(); ++it) {
         if (it->step <= e->step) {

@@ -32,7 +32,8 @@ struct EvalPoint {
   int step = 0;
   double val_loss = 0, eval_ms = 0, tokens = 0, t_s = 0;
   std::optional<double> usd;
-  std::optional<double> choice_acc, choice_acc_norm;  // eval.choices
+  std::optional<double> choice_acc, choice_acc_norm;         // eval.choices
+  std::vector<std::pair<std::string, double>> val_loss_mix;  // data.mix: each mixed-in dataset's
 };
 
 // A mark on the time axis: a checkpoint, a preemption, a resume.

@@ -101,7 +101,8 @@ Result<RunInput> LoadRunInput(const std::string& run_dir, const std::string& cal
   in.steps.reserve(stitched.points.size());
   for (Point& p : stitched.points) in.steps.push_back(std::move(p.row));
   for (const EvalPoint& e : stitched.evals)
-    in.evals.push_back(EvalRecord{e.step, e.val_loss, e.eval_ms, e.choice_acc, e.choice_acc_norm});
+    in.evals.push_back(
+        EvalRecord{e.step, e.val_loss, e.eval_ms, e.choice_acc, e.choice_acc_norm, e.val_loss_mix});
   std::string summary = (fs::path(run_dir) / "summary.json").string();
   if (fs::exists(summary)) {
     TERN_ASSIGN_OR_RETURN(auto end, ReadSummaryFile(summary));

@@ -149,6 +149,25 @@ TEST_F(DistTrainTest, TwoRanksMatchOneProcessWithTheSameGlobalBatch) {
   EXPECT_TRUE(Rows("one", "step_ms_max").empty()) << "one rank: no per-rank spread";
 }
 
+// data.mix with 2 ranks: the mixed stream is sliced like a single dataset's, so the ranks together train on
+// the one process's windows, and each dataset's validation loss is the one process's.
+TEST_F(DistTrainTest, AMixtureSplitsAcrossRanksLikeOneDataset) {
+  testing::WriteFile(root() / "numbers.txt", testing::NumbersCorpus(40'000));
+  ASSERT_TRUE(testing::PrepareWithTokenizerOf(data_, root() / "numbers.txt", root() / "numbers"));
+  const std::string sets = "--set data.mix=" + (root() / "numbers").string() + ":0.4";
+  auto one = Train(1, "m1", sets);
+  ASSERT_EQ(one.code, 0) << one.output;
+  auto two = Train(2, "m2", sets);
+  ASSERT_EQ(two.code, 0) << two.output;
+  EXPECT_LT(MaxRel(Rows("m1", "loss"), Rows("m2", "loss")), 1e-6);
+  EXPECT_LT(MaxRel(Rows("m1", "val_loss"), Rows("m2", "val_loss")), 1e-6);
+  const auto mix = [&](const std::string& run) {
+    auto s = nlohmann::json::parse(testing::ReadFile(root() / run / "summary.json"));
+    return s["val_loss_mix"][(root() / "numbers").string()].get<double>();
+  };
+  EXPECT_NEAR(mix("m1"), mix("m2"), 1e-6 * mix("m1"));
+}
+
 TEST_F(DistTrainTest, Bf16TwoRanksMatchOneProcessWithinBf16Rounding) {
   auto one = Train(1, "one", "--set train.precision=bf16");
   ASSERT_EQ(one.code, 0) << one.output;

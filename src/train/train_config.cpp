@@ -1,6 +1,7 @@
 #include "train/train_config.h"
 
 #include <charconv>
+#include <filesystem>
 #include <functional>
 #include <sstream>
 
@@ -221,6 +222,11 @@ const std::vector<Key>& Registry() {
       ModelNumber("model.vocab_size", &GptConfig::vocab_size, 0, "vocabulary; 0 = the tokenizer's"),
       ModelNumber("model.block_size", &GptConfig::block_size, 1, "maximum sequence length (positions)"),
       String("data.dir", &C::data_dir, "directory written by `tern prepare` (tokenizer.model, *_NNN.bin)"),
+      String(
+          "data.mix", &C::data_mix,
+          "other prepared datasets mixed in, DIR:SHARE[,DIR:SHARE...] (e.g. data/web:0.3): each gives that "
+          "share of the training windows, data.dir the rest; same tokenizer; each one's val loss is "
+          "reported (val_loss_mix); empty = data.dir alone"),
       Number("train.batch_size", &C::batch_size, 1, "micro-batch size B in sequences"),
       Number("train.seq_len", &C::seq_len, 1, "sequence length T (<= model.block_size)"),
       Number<int64_t>("train.total_batch_tokens", &C::total_batch_tokens, 0,
@@ -513,6 +519,60 @@ LrSchedule TrainConfig::lr_schedule() const {
   return LrSchedule{lr, min_lr_ratio, warmup_steps, steps, schedule, decay_fraction};
 }
 
+Result<std::vector<DataMixEntry>> ParseDataMix(std::string_view text, const std::string& data_dir) {
+  std::vector<DataMixEntry> out;
+  if (text.find_first_not_of(" \t") == std::string_view::npos) return out;
+  const auto trim = [](std::string_view v) {
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+    return v;
+  };
+  const auto norm = [](const std::string& d) {
+    std::string n = std::filesystem::path(d).lexically_normal().string();
+    while (n.size() > 1 && n.back() == '/') n.pop_back();
+    return n;
+  };
+  double sum = 0;
+  for (size_t start = 0; start <= text.size();) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    const std::string_view item = trim(text.substr(start, comma - start));
+    start = comma + 1;
+    const size_t colon = item.rfind(':');
+    double share = 0;
+    const std::string_view num = colon == std::string_view::npos ? "" : trim(item.substr(colon + 1));
+    const auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), share);
+    if (colon == std::string_view::npos || colon == 0 || num.empty() || ec != std::errc() ||
+        end != num.data() + num.size())
+      return Status::InvalidArgument(fmt::format(
+          "data.mix item \"{}\" is not DIR:SHARE: write each prepared directory with its share of the "
+          "training windows, e.g. data.mix=data/web:0.3,data/code:0.1 (data.dir keeps the rest)",
+          item));
+    const std::string dir(trim(item.substr(0, colon)));
+    if (!(share > 0 && share < 1))
+      return Status::InvalidArgument(fmt::format(
+          "data.mix: the share of {} is {}; give a share of the training windows between 0 and 1, "
+          "e.g. {}:0.2",
+          dir, num, dir));
+    if (norm(dir) == norm(data_dir))
+      return Status::InvalidArgument(fmt::format(
+          "data.mix names data.dir ({}) itself: data.dir takes the windows the mixture leaves; list only the "
+          "other datasets",
+          dir));
+    for (const DataMixEntry& e : out)
+      if (norm(e.dir) == norm(dir))
+        return Status::InvalidArgument(fmt::format("data.mix names {} twice: give each dataset once", dir));
+    out.push_back({dir, share});
+    sum += share;
+  }
+  if (1 - sum < 1.0 / 1000)
+    return Status::InvalidArgument(fmt::format(
+        "data.mix shares add up to {:g}, leaving data.dir {} no windows: the shares must add up to less than "
+        "1 (data.dir keeps the rest, at least 0.001)",
+        sum, data_dir));
+  return out;
+}
+
 Status TrainConfig::Validate() const {
   int64_t micro = static_cast<int64_t>(batch_size) * seq_len;
   if (total_batch_tokens % micro != 0) {
@@ -529,6 +589,7 @@ Status TrainConfig::Validate() const {
   if (data_dir.empty()) {
     return Status::InvalidArgument("data.dir is not set: point it at the output of `tern prepare`");
   }
+  TERN_RETURN_IF_ERROR(ParseDataMix(data_mix, data_dir).status());
   if (metrics_port > 65535)
     return Status::InvalidArgument(
         fmt::format("metrics.port {} is not a TCP port: give 1 to 65535, or 0 for off", metrics_port));

@@ -103,11 +103,26 @@ struct DistConfig {
   std::string nccl_id_file;  // nccl without MPI: a shared file that hands rank 0's NCCL id to the others
 };
 
+// One dataset mixed into data.dir's (data.mix): a directory written by `tern prepare` with data.dir's
+// tokenizer, and its share of the training windows.
+struct DataMixEntry {
+  std::string dir;
+  double share = 0;
+  bool operator==(const DataMixEntry&) const = default;
+};
+
+// "DIR:SHARE[,DIR:SHARE...]" (the share after the last ':'); each share in (0, 1), together below 1, data.dir
+// keeping the rest (at least 1/1000); no directory twice. Empty text = no mixture.
+Result<std::vector<DataMixEntry>> ParseDataMix(std::string_view text, const std::string& data_dir);
+
 struct TrainConfig {
   GptConfig model;  // model.vocab_size = 0 means "take it from the tokenizer"
 
   // data
   std::string data_dir;  // the output directory of `tern prepare`
+  // Other prepared datasets mixed into the training windows (ParseDataMix); data.dir keeps the rest of the
+  // windows and is the validation loss's data; each source's own validation loss is reported beside it.
+  std::string data_mix;
 
   // optimisation
   int batch_size = 8;              // micro-batch B (sequences)

@@ -105,20 +105,6 @@ Status Trainer::LoadChoices() {
   return Status::Ok();
 }
 
-// Data parallel: each rank reads its run of every step's micro-batches, and every world()-th validation
-// batch.
-Status Trainer::OpenLoaders(const std::string& dir) {
-  TERN_ASSIGN_OR_RETURN(auto train_shards, FindShards(dir, "train"));
-  TERN_ASSIGN_OR_RETURN(auto val_shards, FindShards(dir, "val"));
-  const int W = world(), r = rank();
-  const DataSlice train_slice{r, W, std::max(1, cfg_.grad_accum_steps() / W)}, val_slice{r, W, 1};
-  TERN_ASSIGN_OR_RETURN(train_loader_, DataLoader::Open(train_shards, cfg_.batch_size, cfg_.seq_len,
-                                                        cfg_.seed, true, 4, train_slice));
-  TERN_ASSIGN_OR_RETURN(val_loader_, DataLoader::Open(val_shards, cfg_.batch_size, cfg_.seq_len, cfg_.seed,
-                                                      false, 4, val_slice));
-  return Status::Ok();
-}
-
 Status Trainer::OpenComm() {
   dist::CommSetup cs;
   TERN_ASSIGN_OR_RETURN(cs.backend,
@@ -404,24 +390,6 @@ Status Trainer::DecideFp16Step(double scaled_norm, StepStats* s, float* unscale)
   return Status::Ok();
 }
 
-// With W ranks, rank r evaluates batches r, r + W, ... of the same eval_batches, and the sums are added.
-Result<double> Trainer::Evaluate() {
-  TERN_RETURN_IF_ERROR(val_loader_->Reset());
-  Batch batch;
-  double sum = 0;
-  const int W = world(), mine = cfg_.eval_batches / W + (rank() < cfg_.eval_batches % W ? 1 : 0);
-  for (int i = 0; i < mine; i++) {
-    TERN_RETURN_IF_ERROR(val_loader_->Next(&batch));
-    sum += model_->Forward(batch.inputs.data(), batch.targets.data(), cfg_.batch_size, cfg_.seq_len);
-  }
-  if (W > 1) {
-    Result<double> total = comm_->SumInRankOrder(sum);
-    if (!total.ok()) return total.status().WithContext("summing the validation loss");
-    sum = total.value();
-  }
-  return sum / cfg_.eval_batches;
-}
-
 Result<std::optional<std::pair<double, double>>> Trainer::EvaluateChoices() {
   if (choices_total_ == 0) return std::optional<std::pair<double, double>>();
   int64_t right[2] = {0, 0};  // acc, acc_norm
@@ -489,6 +457,7 @@ Result<TrainSummary> Trainer::Run() {
         setup_.backend->name().c_str(), omp_get_max_threads(), cfg_.batch_size, cfg_.seq_len,
         cfg_.grad_accum_steps(), static_cast<unsigned long long>(tokens_per_step), cfg_.steps, peak_gflops_,
         PrecisionName(cfg_.precision), flops_per_token_ / 1e6, cfg_.run_dir.c_str());
+    if (train_loader_->num_sources() > 1) std::fprintf(stderr, "%s", DescribeMix().c_str());
   }
   sum.resumed_from = resumed_from_;
   ProgressBar bar("train", cfg_.steps, "step", quiet_ ? nullptr : stderr);
@@ -534,14 +503,16 @@ Result<TrainSummary> Trainer::Run() {
       auto t0 = std::chrono::steady_clock::now();
       TERN_ASSIGN_OR_RETURN(double val, Evaluate());
       TERN_ASSIGN_OR_RETURN(auto acc, EvaluateChoices());
+      TERN_ASSIGN_OR_RETURN(sum.val_loss_mix, EvaluateMix());
       sum.val_loss = val;
       val_now = val;
       EvalRecord row{s.step, val, Seconds(t0) * 1e3, std::nullopt, std::nullopt};
-      std::string acc_text;
+      row.val_loss_mix = sum.val_loss_mix;
+      std::string acc_text = MixText(sum.val_loss_mix);
       if (acc) {
         sum.choice_acc = row.choice_acc = acc->first;
         sum.choice_acc_norm = row.choice_acc_norm = acc->second;
-        acc_text = fmt::format(" | choices acc {:.4f}, acc_norm {:.4f}", acc->first, acc->second);
+        acc_text += fmt::format(" | choices acc {:.4f}, acc_norm {:.4f}", acc->first, acc->second);
       }
       TERN_RETURN_IF_ERROR(log_.Write(row));
       if (!quiet_)
@@ -563,6 +534,7 @@ Result<TrainSummary> Trainer::Run() {
   }
   if (steps_here == 0) {  // resumed a finished run: nothing to train, still report where it stands
     TERN_ASSIGN_OR_RETURN(sum.val_loss, Evaluate());
+    TERN_ASSIGN_OR_RETURN(sum.val_loss_mix, EvaluateMix());
   }
   if (!quiet_) bar.Finish();
   sum.steps = step_;

@@ -68,6 +68,8 @@ struct TrainSummary {
   double tokens_per_s = 0, mfu = 0, peak_gflops = 0;
   double cost_usd = 0;
   std::optional<double> choice_acc, choice_acc_norm;  // eval.choices: the last evaluation's
+  // data.mix: each mixed-in dataset's validation loss at the last evaluation (val_loss is data.dir's)
+  std::vector<std::pair<std::string, double>> val_loss_mix;
   std::vector<std::string> samples;
   std::string run_dir;
   int resumed_from = -1;   // the step resumed from, or -1
@@ -103,8 +105,10 @@ class Trainer {
 
   // One optimizer step over grad_accum_steps micro-batches.
   Result<StepStats> Step();
-  // Mean loss over eval_batches validation batches, always starting from the start of the val split.
+  // Mean loss over eval_batches validation batches, always starting from the start of data.dir's val split.
   Result<double> Evaluate();
+  // data.mix: the same for each mixed-in dataset's val split, {dir, loss} in data.mix's order; empty without.
+  Result<std::vector<std::pair<std::string, double>>> EvaluateMix();
   // eval.choices: the accuracy (acc, acc_norm) on the multiple-choice set, each rank scoring its share of the
   // items on the CPU through the serving forward (as the samples), over a host copy of the live weights.
   // nullopt without eval.choices.
@@ -141,10 +145,15 @@ class Trainer {
   Status LoadInitFrom(bool vocab_unset);  // train.init_from's weights into init_ (checked, not applied)
   bool ShapeFromEarlierAttempt(bool vocab_unset);  // a relaunch: the model's shape from run_dir's config.yaml
   Status LoadChoices();  // eval.choices: this rank's share of the items (after OpenComm)
-  Status OpenLoaders(const std::string& dir);  // dir's train and val shards
-  Status OpenDevice();                         // MakeRunSetup (run_setup.h) and the loss scaler
-  Status OpenComm();                           // the communicator of this launch (dist/setup.h)
-  void BuildModel();                           // the model's buffers (weights not initialised), LR schedule
+  // trainer_data.cpp: dir's train and val shards, and data.mix's datasets mixed into the training windows
+  // (each checked to share the tokenizer); this rank's slice of them.
+  Status OpenLoaders(const std::string& dir);
+  Result<double> EvaluateOn(DataLoader* loader);  // Evaluate's mean loss over one val loader
+  std::string DescribeMix() const;                // the start-up lines of a mixture: shares, tokens, epochs
+  static std::string MixText(const std::vector<std::pair<std::string, double>>& losses);  // " | dir 3.21"
+  Status OpenDevice();  // MakeRunSetup (run_setup.h) and the loss scaler
+  Status OpenComm();    // the communicator of this launch (dist/setup.h)
+  void BuildModel();    // the model's buffers (weights not initialised), LR schedule
   GenerationRequest SampleRequest(int count, int tokens, bool full_length) const;  // Samples' decode
   Status WriteRunFiles(const TrainSummary& summary);
   // trainer_rows.cpp: the typed rows of metrics.jsonl (metrics/run_record.h) and the live metrics server.
@@ -201,6 +210,7 @@ class Trainer {
   Status shard_comm_failure_;                            // rank 0: a collective of theirs failed
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
+  std::vector<std::pair<std::string, std::unique_ptr<DataLoader>>> mix_val_;  // data.mix: {dir, val loader}
   std::vector<ChoiceItem> choices_;  // eval.choices: this rank's share of the items
   int64_t choices_total_ = 0;        // the items scored over all ranks
   LrSchedule schedule_;

@@ -75,6 +75,7 @@ EndRecord Trainer::EndRow(const TrainSummary& s) const {
   r.samples = s.samples;
   r.choice_acc = s.choice_acc;
   r.choice_acc_norm = s.choice_acc_norm;
+  r.val_loss_mix = s.val_loss_mix;
   if (setup_.compute == Compute::kF16) {
     r.loss_scale = scaler_.scale();
     r.skipped_steps = scaler_.state().skipped_steps;

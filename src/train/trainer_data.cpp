@@ -1,0 +1,98 @@
+// The data half of the Trainer: data.dir's train and val loaders, data.mix's datasets mixed into the
+// training windows, and the validation losses over them.
+#include <fmt/format.h>
+
+#include "core/progress.h"
+#include "train/trainer.h"
+
+namespace tern {
+
+// Data parallel: each rank reads its run of every step's micro-batches, and every world()-th validation
+// batch. A mixture's sources must have been encoded by data.dir's tokenizer: the same ids, the same text.
+Status Trainer::OpenLoaders(const std::string& dir) {
+  TERN_ASSIGN_OR_RETURN(auto train_shards, FindShards(dir, "train"));
+  TERN_ASSIGN_OR_RETURN(auto val_shards, FindShards(dir, "val"));
+  TERN_ASSIGN_OR_RETURN(const std::vector<DataMixEntry> mix, ParseDataMix(cfg_.data_mix, dir));
+  const int W = world(), r = rank();
+  const DataSlice train_slice{r, W, std::max(1, cfg_.grad_accum_steps() / W)}, val_slice{r, W, 1};
+  double rest = 1;
+  for (const DataMixEntry& e : mix) rest -= e.share;
+  std::vector<MixSource> sources = {{train_shards, rest}};
+  mix_val_.clear();
+  for (const DataMixEntry& e : mix) {
+    auto tok = Tokenizer::Load(e.dir + "/tokenizer.model");
+    if (!tok.ok()) return tok.status().WithContext(fmt::format("data.mix {}", e.dir));
+    if (tok->fingerprint() != tokenizer_->fingerprint())
+      return Status::InvalidArgument(fmt::format(
+          "data.mix {} was prepared with another tokenizer than data.dir {} ({} vs {}): the same ids would "
+          "mean other text. Prepare it again with data.dir's: tern prepare --input TEXT --out {} --tokenizer "
+          "{} --force",
+          e.dir, dir, tok->fingerprint(), tokenizer_->fingerprint(), e.dir, dir));
+    TERN_ASSIGN_OR_RETURN(auto shards, FindShards(e.dir, "train"));
+    TERN_ASSIGN_OR_RETURN(auto val, FindShards(e.dir, "val"));
+    sources.push_back({shards, e.share});
+    TERN_ASSIGN_OR_RETURN(auto loader,
+                          DataLoader::Open(val, cfg_.batch_size, cfg_.seq_len, cfg_.seed, false, 2, val_slice));
+    mix_val_.emplace_back(e.dir, std::move(loader));
+  }
+  TERN_ASSIGN_OR_RETURN(train_loader_, DataLoader::OpenMix(sources, cfg_.batch_size, cfg_.seq_len, cfg_.seed,
+                                                           true, 4, train_slice));
+  TERN_ASSIGN_OR_RETURN(val_loader_, DataLoader::Open(val_shards, cfg_.batch_size, cfg_.seq_len, cfg_.seed,
+                                                      false, 4, val_slice));
+  return Status::Ok();
+}
+
+std::string Trainer::DescribeMix() const {
+  const DataLoader& dl = *train_loader_;
+  // Windows the whole run draws: steps x micro-batches x B (the ranks together).
+  const double run_windows = static_cast<double>(cfg_.steps) * cfg_.grad_accum_steps() * cfg_.batch_size;
+  std::string out = "  data mix (train windows; epochs = passes over each dataset's windows in this run):\n";
+  for (size_t s = 0; s < dl.num_sources(); ++s) {
+    const std::string& name = s == 0 ? cfg_.data_dir : mix_val_[s - 1].first;
+    const double epochs = dl.source_share(s) * run_windows / static_cast<double>(dl.source_windows(s));
+    out += fmt::format("    {:5.1f}%  {}  ({}, {:.2f} epochs){}\n", dl.source_share(s) * 100, name,
+                       ProgressBar::FormatAmount(static_cast<double>(dl.source_tokens(s)), "tokens"), epochs,
+                       epochs > 4 ? "  repeated many times: lower its share or add text" : "");
+  }
+  return out;
+}
+
+// With W ranks, rank r evaluates batches r, r + W, ... of the same eval_batches, and the sums are added.
+Result<double> Trainer::EvaluateOn(DataLoader* loader) {
+  TERN_RETURN_IF_ERROR(loader->Reset());
+  Batch batch;
+  double sum = 0;
+  const int W = world(), mine = cfg_.eval_batches / W + (rank() < cfg_.eval_batches % W ? 1 : 0);
+  for (int i = 0; i < mine; i++) {
+    TERN_RETURN_IF_ERROR(loader->Next(&batch));
+    sum += model_->Forward(batch.inputs.data(), batch.targets.data(), cfg_.batch_size, cfg_.seq_len);
+  }
+  if (W > 1) {
+    Result<double> total = comm_->SumInRankOrder(sum);
+    if (!total.ok()) return total.status().WithContext("summing the validation loss");
+    sum = total.value();
+  }
+  return sum / cfg_.eval_batches;
+}
+
+Result<double> Trainer::Evaluate() {
+  return EvaluateOn(val_loader_.get());
+}
+
+Result<std::vector<std::pair<std::string, double>>> Trainer::EvaluateMix() {
+  std::vector<std::pair<std::string, double>> out;
+  for (auto& [dir, loader] : mix_val_) {
+    auto loss = EvaluateOn(loader.get());
+    if (!loss.ok()) return loss.status().WithContext(fmt::format("validating data.mix {}", dir));
+    out.emplace_back(dir, *loss);
+  }
+  return out;
+}
+
+std::string Trainer::MixText(const std::vector<std::pair<std::string, double>>& losses) {
+  std::string out;
+  for (const auto& [dir, loss] : losses) out += fmt::format(" | {} val {:.4f}", dir, loss);
+  return out;
+}
+
+}  // namespace tern
