@@ -16,6 +16,7 @@
 #include "plan/model_spec.h"
 #include "plan/planner.h"
 #include "plan/report.h"
+#include "plan/serve_plan.h"
 #include "plan/units.h"
 
 namespace tern::cli {
@@ -25,7 +26,7 @@ using namespace tern::plan;
 
 struct PlanFlags {
   std::string model, params, tokens, deadline, budget, batch_tokens, spot_mtbf;
-  std::string providers, regions, gpus, instance, billing = "on-demand,spot,reserved";
+  std::string providers, regions, gpus, instance, billing;  // billing empty: every one (serving: no spot)
   std::string precision = "auto", zero = "auto", recompute = "auto";
   std::string config;
   std::vector<std::string> calibrate, catalogs, overrides, spot_traces;
@@ -35,6 +36,11 @@ struct PlanFlags {
   double dataset_gb = -1, data_egress = -1;
   bool json = false, csv = false, show_excluded = false, show_defaults = false, strict = false,
        no_shipped = false, ascii = false;
+  // --serve: the serving plan (plan/serve_plan.h)
+  bool serve = false;
+  double requests_per_s = 0, max_tpot_ms = 100, max_ttft_s = 0, burst = -1;
+  int prompt_tokens = 512, completion_tokens = 256;
+  std::string weights = "bf16", kv_dtype = "bf16";
 };
 
 Result<Toggle> ParseToggle(const std::string& s, const char* flag) {
@@ -132,7 +138,7 @@ Result<PlanRequest> BuildRequest(const PlanFlags& f) {
   req.gpus = SplitList(f.gpus);
   req.instances = SplitList(f.instance);
   req.billing.clear();
-  for (const auto& b : SplitList(f.billing)) {
+  for (const auto& b : SplitList(f.billing.empty() ? "on-demand,spot,reserved" : f.billing)) {
     TERN_ASSIGN_OR_RETURN(Billing parsed, ParseBilling(b));
     req.billing.push_back(parsed);
   }
@@ -157,6 +163,61 @@ Result<PlanRequest> BuildRequest(const PlanFlags& f) {
   return req;
 }
 
+Result<Catalog> LoadPlanCatalog(const PlanFlags& f, const PlanDefaults& defaults) {
+  std::vector<std::string> files;
+  if (!f.no_shipped) {
+    TERN_ASSIGN_OR_RETURN(std::string dir, FindCatalogDir());
+    files = ShippedCatalogFiles(dir);
+  }
+  files.insert(files.end(), f.catalogs.begin(), f.catalogs.end());
+  if (files.empty())
+    return Status::InvalidArgument("no catalog: drop --no-shipped-catalog or pass --catalog FILE");
+  return LoadCatalog(files, defaults);
+}
+
+// tern plan --serve: the model, the load and the targets in, the cheapest way to serve it out.
+Result<int> RunServePlan(const PlanFlags& f, const PlanDefaults& defaults) {
+  if (!f.tokens.empty() || !f.config.empty() || !f.calibrate.empty() || !f.deadline.empty())
+    return Status::InvalidArgument(
+        "--serve plans serving, not a training job: drop --tokens, --config, --calibrate and --deadline");
+  if (f.requests_per_s <= 0)
+    return Status::InvalidArgument("--serve needs the load: --requests-per-s N (mean requests per second)");
+  ServeRequest req;
+  TERN_ASSIGN_OR_RETURN(ModelChoice m, ResolveModel(f.model, f.params));
+  req.model = m.cfg;
+  req.model_label = m.label;
+  req.load.requests_per_s = f.requests_per_s;
+  req.load.prompt_tokens = f.prompt_tokens;
+  req.load.completion_tokens = f.completion_tokens;
+  req.load.max_tpot_ms = f.max_tpot_ms;
+  req.load.max_ttft_s = f.max_ttft_s;
+  if (f.burst > 0) req.load.burst = f.burst;
+  req.weights = f.weights;
+  req.kv_dtype = f.kv_dtype;
+  req.providers = SplitList(f.providers);
+  req.regions = SplitList(f.regions);
+  req.gpus = SplitList(f.gpus);
+  req.instances = SplitList(f.instance);
+  req.billing.clear();
+  // A preemption drops the requests in flight: spot only when asked for.
+  for (const auto& b : SplitList(f.billing.empty() ? "on-demand,reserved" : f.billing)) {
+    TERN_ASSIGN_OR_RETURN(Billing parsed, ParseBilling(b));
+    req.billing.push_back(parsed);
+  }
+  if (f.reserved_discount >= 0) req.reserved_discount = f.reserved_discount;
+  if (!f.budget.empty()) {
+    TERN_ASSIGN_OR_RETURN(req.budget_usd_per_hour, ParseMoney(f.budget, "--budget"));
+  }
+  req.max_instances = std::max(1, f.max_gpus);
+  TERN_ASSIGN_OR_RETURN(Catalog cat, LoadPlanCatalog(f, defaults));
+  TERN_ASSIGN_OR_RETURN(ServePlan plan, MakeServePlan(cat, req, defaults));
+  if (f.json)
+    std::puts(ServePlanJson(plan, cat, f.top).dump(2).c_str());
+  else
+    std::fputs(RenderServePlan(plan, cat, f.top, f.show_excluded, f.ascii).c_str(), stdout);
+  return plan.rows.empty() ? 3 : 0;
+}
+
 int RunPlan(const PlanFlags& f) {
   const PlanDefaults defaults;
   if (f.show_defaults) {
@@ -167,18 +228,13 @@ int RunPlan(const PlanFlags& f) {
     std::fprintf(stderr, "tern plan: %s\n", st.message().c_str());
     return 1;
   };
+  if (f.serve) {
+    Result<int> code = RunServePlan(f, defaults);
+    return code.ok() ? *code : fail(code.status());
+  }
   Result<PlanRequest> req = BuildRequest(f);
   if (!req.ok()) return fail(req.status());
-  std::vector<std::string> files;
-  if (!f.no_shipped) {
-    Result<std::string> dir = FindCatalogDir();
-    if (!dir.ok()) return fail(dir.status());
-    files = ShippedCatalogFiles(dir.value());
-  }
-  files.insert(files.end(), f.catalogs.begin(), f.catalogs.end());
-  if (files.empty())
-    return fail(Status::InvalidArgument("no catalog: drop --no-shipped-catalog or pass --catalog FILE"));
-  Result<Catalog> cat = LoadCatalog(files, defaults);
+  Result<Catalog> cat = LoadPlanCatalog(f, defaults);
   if (!cat.ok()) return fail(cat.status());
   const bool local = !req->instances.empty() && req->instances.front() == "local";
   if (local) {
@@ -230,7 +286,10 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
       "here:\n"
       "  tern plan --config configs/demo.yaml --calibrate bench.json --instance local --explain 1\n"
       "  mpirun -np 8 tern bench --dist --json > dist.json           # on an 8-GPU instance, then:\n"
-      "  tern plan --model gpt2-124m --tokens 10B --calibrate dist.json --gpus H100 --explain 1\n\n"
+      "  tern plan --model gpt2-124m --tokens 10B --calibrate dist.json --gpus H100 --explain 1\n"
+      "  tern plan --serve --model gpt2-124m --requests-per-s 50 --prompt-tokens 512 --completion-tokens "
+      "256\n"
+      "      --max-tpot-ms 50             # serving: replicas, batch, latency and $ per instance type\n\n"
       "How it decides: FLOPs/token = 6(12LC^2+CV)+12LTC (as the trainer reports MFU); memory per GPU from\n"
       "the trainer's own layout (ZeRO-1 and recomputation only when needed to fit; with --config its "
       "train.recompute);\n"
@@ -255,7 +314,8 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
   sub->add_option("--gpus", flags->gpus, "only these GPUs, e.g. H100,A100-80GB");
   sub->add_option("--instance", flags->instance,
                   "only these instance types; `local` = this machine (needs --calibrate)");
-  sub->add_option("--billing", flags->billing, "any of on-demand,spot,reserved")->capture_default_str();
+  sub->add_option("--billing", flags->billing,
+                  "any of on-demand,spot,reserved (default: all three; with --serve on-demand,reserved)");
   sub->add_option("--precision", flags->precision, "auto (bf16 where the GPU has it) | bf16 | fp32")
       ->capture_default_str();
   sub->add_option("--zero", flags->zero, "ZeRO-1 optimizer sharding: auto (only to fit) | on | off")
@@ -307,6 +367,29 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
   sub->add_option("--explain", flags->explain, "print the arithmetic of ranked row ROW (1 = best)");
   sub->add_flag("--show-defaults", flags->show_defaults, "print every default with its source and exit");
   sub->add_flag("--ascii", flags->ascii, "plain ASCII table");
+  auto* serve =
+      sub->add_option_group("Serving", "tern plan --serve: the cheapest instances to serve a model");
+  serve->add_flag(
+      "--serve", flags->serve,
+      "plan serving instead of training: replicas of tern serve (one per GPU) for --requests-per-s "
+      "within --max-tpot-ms; --model/--params, the filters, --billing, --budget (per hour), "
+      "--max-gpus (instances), --top, --json apply");
+  serve->add_option("--requests-per-s", flags->requests_per_s, "mean requests per second to serve");
+  serve->add_option("--prompt-tokens", flags->prompt_tokens, "mean prompt tokens per request")
+      ->capture_default_str();
+  serve->add_option("--completion-tokens", flags->completion_tokens, "mean generated tokens per request")
+      ->capture_default_str();
+  serve
+      ->add_option("--max-tpot-ms", flags->max_tpot_ms,
+                   "longest time per output token a stream may see, in ms (100 = 10 tokens/s)")
+      ->capture_default_str();
+  serve->add_option("--max-ttft", flags->max_ttft_s, "longest time to the first token, in s (0 = no target)");
+  serve->add_option("--burst", flags->burst,
+                    "plan for the mean rate times this (default 1.3, `tern plan --show-defaults`)");
+  serve->add_option("--weights", flags->weights, "tern serve --weights: fp32 | bf16 | int8")
+      ->capture_default_str();
+  serve->add_option("--kv-dtype", flags->kv_dtype, "tern serve --kv-dtype: fp32 | bf16")
+      ->capture_default_str();
   table.Add(sub, [flags] { return RunPlan(*flags); });
 }
 

@@ -89,7 +89,8 @@ TEST_F(LoaderMix, EachSourceVisitsItsWindowsOncePerOwnEpoch) {
   for (int32_t v : s) by[v / kSourceStride].push_back(v);
   for (auto [src, n] : {std::pair{1, 37}, std::pair{2, 13}}) {
     ASSERT_GE(by[src].size(), 2u * n);
-    std::vector<int32_t> e0(by[src].begin(), by[src].begin() + n), e1(by[src].begin() + n, by[src].begin() + 2 * n);
+    std::vector<int32_t> e0(by[src].begin(), by[src].begin() + n),
+        e1(by[src].begin() + n, by[src].begin() + 2 * n);
     EXPECT_EQ(std::set<int32_t>(e0.begin(), e0.end()).size(), static_cast<size_t>(n)) << "source " << src;
     EXPECT_EQ(std::set<int32_t>(e0.begin(), e0.end()), std::set<int32_t>(e1.begin(), e1.end()));
     EXPECT_NE(e0, e1) << "source " << src << ": the same order two epochs running";

@@ -62,6 +62,17 @@ std::vector<DefaultEntry> DescribeDefaults(const PlanDefaults& d) {
        "forward = 2 of the 6 FLOPs per parameter per token; bench measures it"},
       {"sample_token_s", fmt::format("{:g}", d.sample_token_s), kAssume},
       {"state_copy_gb_per_s", fmt::format("{:g}", d.state_copy_gb_per_s), kAssume},
+      {"serve_bw_efficiency", fmt::format("{:g}", d.serve_bw_efficiency),
+       "model bandwidth utilisation (MBU, Databricks/MosaicML \"LLM Inference Performance Engineering\", "
+       "2023); tuned CUDA stacks reach 0.6-0.85; tern serve's CUDA path unmeasured: tern assumption"},
+      {"serve_decode_mfu", fmt::format("{:g}", d.serve_decode_mfu), kAssume},
+      {"serve_prefill_mfu", fmt::format("{:g}", d.serve_prefill_mfu),
+       "prefill is large matmuls like a training forward; tern assumption near the training MFU defaults"},
+      {"serve_step_overhead_ms", fmt::format("{:g}", d.serve_step_overhead_ms),
+       "kernel launches (~15 a layer x ~5 us) + scheduling + sampling per decode step; tern assumption"},
+      {"serve_burst_factor", fmt::format("{:g}", d.serve_burst_factor),
+       "headroom over the mean rate for bursts and queueing; tern assumption"},
+      {"serve_max_batch", fmt::format("{}", d.serve_max_batch), "tern serve --max-batch's range [1, 1024]"},
       {"reserved_discount", fmt::format("{:g}", d.reserved_discount),
        "tern assumption: 1-year commitments (AWS Savings Plans, GCP CUD, Azure reservations) publish "
        "~30-40%"},

@@ -51,6 +51,13 @@ struct PlanDefaults {
   double forward_fraction = 1.0 / 3.0;  // forward-only / training step: 2 of the 6 FLOPs per parameter
   double sample_token_s = 0.02;         // one generated token at batch 1 (launch-bound on a GPU)
   double state_copy_gb_per_s = 10;      // checkpoint state into host memory
+  // Serving (tern plan --serve, serve_plan.h)
+  double serve_bw_efficiency = 0.6;     // achieved / datasheet memory bandwidth of a decode step (MBU)
+  double serve_decode_mfu = 0.5;        // a decode step's FLOP rate when compute-bound (large batches)
+  double serve_prefill_mfu = 0.5;       // prefill (compute-bound) MFU
+  double serve_step_overhead_ms = 1.0;  // per decode step: launches, scheduling, sampling
+  double serve_burst_factor = 1.3;      // plan for the mean request rate times this
+  int serve_max_batch = 1024;           // tern serve --max-batch's limit
   // Reserved / committed use
   double reserved_discount = 0.35;    // off on-demand, 1-year term
   double reserved_term_hours = 8760;  // 1 year

@@ -39,11 +39,15 @@ bool EqualsIgnoreCase(const std::string& a, const std::string& b) {
          });
 }
 
+}  // namespace
+
 bool Passes(const std::vector<std::string>& filter, const std::string& value) {
   if (filter.empty()) return true;
   return std::any_of(filter.begin(), filter.end(),
                      [&](const std::string& f) { return EqualsIgnoreCase(f, value); });
 }
+
+namespace {
 
 // Everything about one (offer, node count) that does not depend on billing.
 struct Shape {

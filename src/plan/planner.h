@@ -26,6 +26,9 @@ Result<Billing> ParseBilling(const std::string& s);
 
 enum class PrecisionMode { kAuto, kBf16, kFp32 };
 
+// A --providers/--regions/--gpus/--instance filter: empty passes everything, else a case-insensitive match.
+bool Passes(const std::vector<std::string>& filter, const std::string& value);
+
 struct PlanRequest {
   WorkloadSpec workload;
   std::optional<double> deadline_h, budget_usd;

@@ -13,7 +13,8 @@ namespace {
 
 using nlohmann::json;
 
-// Left-aligned text columns, right-aligned numbers; the last column is never padded.
+}  // namespace
+
 std::string Tabulate(const std::vector<std::vector<std::string>>& cells, const std::vector<bool>& right) {
   std::vector<size_t> width(cells.front().size(), 0);
   auto display_len = [](const std::string& s) {  // UTF-8 code points, so "×" counts as one column
@@ -42,6 +43,8 @@ std::string Tabulate(const std::vector<std::vector<std::string>>& cells, const s
   }
   return out;
 }
+
+namespace {
 
 std::string Gpus(const PlanRow& r, const InstanceOffer& o, bool ascii) {
   return fmt::format("{}{}{}", r.gpus, ascii ? "x" : "×", o.gpu);

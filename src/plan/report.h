@@ -16,6 +16,10 @@ struct ReportOptions {
   bool ascii = false;  // "x" instead of "×" (golden files and dumb terminals)
 };
 
+// Rows of cells as aligned columns: left-aligned text, right-aligned where `right` says; the last column is
+// never padded; "×" counts as one column.
+std::string Tabulate(const std::vector<std::vector<std::string>>& cells, const std::vector<bool>& right);
+
 std::string RenderHeader(const PlanResult& r, const Catalog& cat, bool ascii = false);
 std::string RenderTable(const PlanResult& r, const Catalog& cat, const ReportOptions& opt);
 std::string RenderReport(const PlanResult& r, const Catalog& cat, const ReportOptions& opt);

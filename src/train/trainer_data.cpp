@@ -31,8 +31,8 @@ Status Trainer::OpenLoaders(const std::string& dir) {
     TERN_ASSIGN_OR_RETURN(auto shards, FindShards(e.dir, "train"));
     TERN_ASSIGN_OR_RETURN(auto val, FindShards(e.dir, "val"));
     sources.push_back({shards, e.share});
-    TERN_ASSIGN_OR_RETURN(auto loader,
-                          DataLoader::Open(val, cfg_.batch_size, cfg_.seq_len, cfg_.seed, false, 2, val_slice));
+    TERN_ASSIGN_OR_RETURN(
+        auto loader, DataLoader::Open(val, cfg_.batch_size, cfg_.seq_len, cfg_.seed, false, 2, val_slice));
     mix_val_.emplace_back(e.dir, std::move(loader));
   }
   TERN_ASSIGN_OR_RETURN(train_loader_, DataLoader::OpenMix(sources, cfg_.batch_size, cfg_.seq_len, cfg_.seed,

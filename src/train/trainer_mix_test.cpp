@@ -133,14 +133,14 @@ TEST_F(TrainerMixTest, AnotherTokenizerOrABadSpecIsRefusedBeforeAnythingRuns) {
   EXPECT_NE(t.status().message().find("--tokenizer " + data_), std::string::npos) << t.status().message();
   EXPECT_FALSE(fs::exists(tmp_ / "r/metrics.jsonl"));
 
-  for (const auto& [spec, says] : std::vector<std::pair<std::string, std::string>>{
-           {numbers_, "is not DIR:SHARE"},
-           {numbers_ + ":x", "is not DIR:SHARE"},
-           {numbers_ + ":1.5", "between 0 and 1"},
-           {numbers_ + ":0.6," + numbers_ + "/:0.1", "twice"},
-           {numbers_ + ":0.6,other:0.4", "leaving data.dir"},
-           {data_ + ":0.5", "names data.dir"},
-           {(tmp_ / "missing") + ":0.5", "missing"}}) {
+  for (const auto& [spec, says] :
+       std::vector<std::pair<std::string, std::string>>{{numbers_, "is not DIR:SHARE"},
+                                                        {numbers_ + ":x", "is not DIR:SHARE"},
+                                                        {numbers_ + ":1.5", "between 0 and 1"},
+                                                        {numbers_ + ":0.6," + numbers_ + "/:0.1", "twice"},
+                                                        {numbers_ + ":0.6,other:0.4", "leaving data.dir"},
+                                                        {data_ + ":0.5", "names data.dir"},
+                                                        {(tmp_ / "missing") + ":0.5", "missing"}}) {
     auto bad = Trainer::Create(Config("bad", spec), true);
     ASSERT_FALSE(bad.ok()) << spec;
     EXPECT_NE(bad.status().message().find(says), std::string::npos) << spec << ": " << bad.status().message();

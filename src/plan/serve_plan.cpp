@@ -1,0 +1,321 @@
+#include "plan/serve_plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "plan/report.h"
+#include "plan/units.h"
+
+namespace tern::plan {
+
+namespace {
+
+double BytesOf(const std::string& dtype) {
+  return dtype == "fp32" ? 4 : dtype == "bf16" ? 2 : 1;  // int8: per-channel scales are a rounding error
+}
+
+// The fixed point of b = k * (a + s * b) (an affine step time, slope s), or -1 when k * s >= 1 (the queue
+// of decoding sequences grows without bound).
+double FixedPoint(double k, double a, double s) {
+  return k * s >= 1 ? -1 : k * a / (1 - k * s);
+}
+
+}  // namespace
+
+std::optional<ReplicaModel> MakeReplicaModel(const GpuSpec& gpu, const ServeRequest& req,
+                                             const PlanDefaults& d, std::string* why) {
+  const GptConfig& m = req.model;
+  const ServeLoad& load = req.load;
+  if (!gpu.mem_bw_gbps) {
+    *why = "gpus.csv gives no memory bandwidth (mem_bw_gbps) for " + gpu.name;
+    return std::nullopt;
+  }
+  // Weights at fp32 run on the CUDA cores; bf16 and int8 (widened to bf16 for the product) on the tensor
+  // cores, where the GPU has bf16.
+  const bool tensor = req.weights != "fp32" && gpu.SupportsBf16();
+  const std::optional<double> peak = gpu.PeakTflops(tensor ? Precision::kBf16 : Precision::kFp32);
+  if (!peak) {
+    *why = "gpus.csv gives no peak FLOP/s for " + gpu.name;
+    return std::nullopt;
+  }
+  ReplicaModel r;
+  const double L = m.n_layer, C = m.n_embd, V = m.vocab_size;
+  const double matmul_params = 12 * L * C * C + C * V;  // the blocks' matrices and the tied LM head
+  r.weight_bytes = static_cast<double>(GptParamCount(m)) * BytesOf(req.weights);
+  r.kv_bytes_per_token = 2 * L * C * BytesOf(req.kv_dtype);
+  r.bandwidth = *gpu.mem_bw_gbps * 1e9 * d.serve_bw_efficiency;
+  r.peak_flops = *peak * 1e12;
+  r.decode_mfu = d.serve_decode_mfu;
+  r.overhead_s = d.serve_step_overhead_ms / 1e3;
+  const double P = load.prompt_tokens, G = load.completion_tokens;
+  r.ctx_mean = P + G / 2;
+  // A prompt: 2 FLOPs per weight per token through the blocks, the LM head for its last token only, and
+  // causal attention (QK^T and AV over half the square).
+  const double prefill_flops = P * 2 * 12 * L * C * C + 2 * C * V + 2 * L * C * P * P;
+  r.prefill_s = prefill_flops / (r.peak_flops * d.serve_prefill_mfu);
+  r.decode_flops = 2 * matmul_params + 4 * L * C * r.ctx_mean;
+  const double usable = gpu.mem_gib * (1 << 30) * d.mem_usable_fraction - d.mem_reserve_gib * (1 << 30);
+  const double per_seq = r.kv_bytes_per_token * (P + G);  // tern serve reserves the whole request's blocks
+  r.max_batch = static_cast<int>(std::min<double>(d.serve_max_batch, std::floor((usable - r.weight_bytes) / per_seq)));
+  if (r.max_batch < 1) {
+    *why = fmt::format("{} weights ({}) and one request's KV cache ({}) exceed the {:.0f} GiB usable of {}",
+                       req.weights, FormatGiB(r.weight_bytes), FormatGiB(per_seq), usable / (1 << 30), gpu.name);
+    return std::nullopt;
+  }
+  return r;
+}
+
+ReplicaState ReplicaModel::At(double lambda, const ServeLoad& load) const {
+  ReplicaState s;
+  s.rho = lambda * prefill_s;
+  if (s.rho >= 1) {
+    s.why = fmt::format("prefill alone needs {:.2f} of the GPU's time at this rate", s.rho);
+    return s;
+  }
+  // b = lambda * G * t(b) / (1 - rho), t(b) = overhead + max(W + b KV, b F) in seconds.
+  const double k = lambda * load.completion_tokens / (1 - s.rho);
+  const double a_mem = overhead_s + weight_bytes / bandwidth;
+  const double s_mem = kv_bytes_per_token * ctx_mean / bandwidth;
+  const double s_flop = decode_flops / (peak_flops * decode_mfu);
+  const double b_mem = FixedPoint(k, a_mem, s_mem), b_flop = FixedPoint(k, overhead_s, s_flop);
+  if (b_mem < 0 || b_flop < 0) {
+    s.why = "decoding cannot keep up with the arrivals (the batch grows without bound)";
+    return s;
+  }
+  s.batch = std::max(b_mem, b_flop);
+  s.memory_bound = b_mem >= b_flop;
+  s.step_s = std::max(a_mem + s_mem * s.batch, overhead_s + s_flop * s.batch);
+  s.tpot_s = s.step_s / (1 - s.rho);
+  s.ttft_s = prefill_s / (1 - s.rho) + s.step_s;
+  if (s.batch > max_batch) {
+    s.why = fmt::format("{:.0f} sequences decoding at once, but memory holds {}", std::ceil(s.batch), max_batch);
+    return s;
+  }
+  if (s.tpot_s * 1e3 > load.max_tpot_ms) {
+    s.why = fmt::format("{:.1f} ms per output token > --max-tpot-ms {:g}", s.tpot_s * 1e3, load.max_tpot_ms);
+    return s;
+  }
+  if (load.max_ttft_s > 0 && s.ttft_s > load.max_ttft_s) {
+    s.why = fmt::format("{:.2f} s to the first token > --max-ttft {:g} s", s.ttft_s, load.max_ttft_s);
+    return s;
+  }
+  s.feasible = true;
+  return s;
+}
+
+namespace {
+
+// The most requests/s one replica takes within the targets (bisection on the feasible prefix of rates).
+double ReplicaCapacity(const ReplicaModel& r, const ServeLoad& load) {
+  double lo = 0, hi = 1.0 / r.prefill_s;
+  if (!r.At(1e-9, load).feasible) return 0;
+  for (int i = 0; i < 60; i++) {
+    const double mid = (lo + hi) / 2;
+    (r.At(mid, load).feasible ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+}  // namespace
+
+Result<ServePlan> MakeServePlan(const Catalog& cat, const ServeRequest& req, const PlanDefaults& d) {
+  const ServeLoad& load = req.load;
+  if (!(load.requests_per_s > 0) || load.prompt_tokens < 1 || load.completion_tokens < 1)
+    return Status::InvalidArgument(
+        "--requests-per-s, --prompt-tokens and --completion-tokens must be positive, e.g. --requests-per-s 5 "
+        "--prompt-tokens 512 --completion-tokens 256");
+  if (!(load.max_tpot_ms > 0)) return Status::InvalidArgument("--max-tpot-ms must be positive, e.g. 50");
+  if (req.weights != "fp32" && req.weights != "bf16" && req.weights != "int8")
+    return Status::InvalidArgument("--weights must be fp32, bf16 or int8 (tern serve --weights)");
+  if (req.kv_dtype != "fp32" && req.kv_dtype != "bf16")
+    return Status::InvalidArgument(
+        "--kv-dtype must be fp32 or bf16 (tern serve's int8 KV cache runs on the CPU only)");
+  if (load.prompt_tokens + load.completion_tokens > req.model.block_size)
+    return Status::InvalidArgument(fmt::format(
+        "a request of {} prompt + {} completion tokens exceeds the model's context of {} tokens",
+        load.prompt_tokens, load.completion_tokens, req.model.block_size));
+  ServePlan plan;
+  plan.request = req;
+  const double burst = load.burst.value_or(d.serve_burst_factor);
+  const double rate = load.requests_per_s * burst;
+  const double discount = req.reserved_discount.value_or(d.reserved_discount);
+  for (size_t i = 0; i < cat.offers.size(); i++) {
+    const InstanceOffer& o = cat.offers[i];
+    if (!Passes(req.providers, o.provider) || !Passes(req.regions, o.region) || !Passes(req.gpus, o.gpu) ||
+        !Passes(req.instances, o.instance_type))
+      continue;
+    const GpuSpec& gpu = cat.GpuOf(o);
+    std::string why;
+    GpuSpec sized = gpu;
+    sized.mem_gib = o.gpu_mem_gib > 0 ? o.gpu_mem_gib : gpu.mem_gib;
+    const std::optional<ReplicaModel> rm = MakeReplicaModel(sized, req, d, &why);
+    for (Billing b : req.billing) {
+      const std::optional<double> listed = b == Billing::kSpot ? o.price_spot_hr : o.price_ondemand_hr;
+      if (!rm) {
+        plan.excluded.push_back({i, BillingName(b), why});
+        continue;
+      }
+      if (!listed) {
+        plan.excluded.push_back({i, BillingName(b), std::string("no ") + BillingName(b) + " price"});
+        continue;
+      }
+      const int g = std::max(1, o.gpu_count);
+      ServeRow row;
+      row.offer = i;
+      row.billing = b;
+      // The fewest instances whose replicas, sharing the burst rate evenly, all meet the targets.
+      for (int n = 1; n <= req.max_instances; n++) {
+        ReplicaState st = rm->At(rate / (n * g), load);
+        if (st.feasible || n == req.max_instances) {
+          row.instances = n;
+          row.state = st;
+          break;
+        }
+      }
+      if (!row.state.feasible) {
+        plan.excluded.push_back({i, BillingName(b),
+                                 fmt::format("even {} instances: {}", req.max_instances, row.state.why)});
+        continue;
+      }
+      row.replicas = row.instances * g;
+      row.capacity_rps = ReplicaCapacity(*rm, load) * row.replicas;
+      row.price_hr = b == Billing::kReserved ? *listed * (1 - discount) : *listed;
+      row.hourly_usd = row.price_hr * row.instances;
+      row.usd_per_mtok = row.hourly_usd / (load.requests_per_s * load.completion_tokens * 3600) * 1e6;
+      row.serve_max_batch = std::min(rm->max_batch, std::max(1, static_cast<int>(std::ceil(row.state.batch * 2))));
+      row.kv_cache_mb = row.serve_max_batch * rm->kv_bytes_per_token *
+                        (load.prompt_tokens + load.completion_tokens) / (1 << 20);
+      row.warnings = o.warnings;
+      const std::vector<std::string> lacks = NotInTern(gpu, MemoryFit{});
+      row.runs = lacks.empty();
+      for (const auto& l : lacks) row.runs_why += (row.runs_why.empty() ? "" : "; ") + l;
+      if (b == Billing::kSpot) {
+        row.risk = "preemption";
+        for (const auto& w : o.spot_warnings) row.warnings.push_back(w);
+      }
+      if (req.budget_usd_per_hour && row.hourly_usd > *req.budget_usd_per_hour) {
+        plan.excluded.push_back({i, BillingName(b),
+                                 fmt::format("{}/h > --budget {}/h", FormatUsd(row.hourly_usd),
+                                             FormatUsd(*req.budget_usd_per_hour))});
+        continue;
+      }
+      plan.rows.push_back(std::move(row));
+    }
+  }
+  std::stable_sort(plan.rows.begin(), plan.rows.end(), [&](const ServeRow& a, const ServeRow& b) {
+    if (a.runs != b.runs) return a.runs;
+    if (a.hourly_usd != b.hourly_usd) return a.hourly_usd < b.hourly_usd;
+    if (a.state.tpot_s != b.state.tpot_s) return a.state.tpot_s < b.state.tpot_s;
+    return cat.offers[a.offer].Key() < cat.offers[b.offer].Key();
+  });
+  plan.notes.push_back(fmt::format(
+      "one tern serve replica per GPU; sized for {:g} req/s x burst {:g}; decode at {:.0f}% of the memory "
+      "bandwidth, prefill at {:.0f}% MFU, {:g} ms per step (tern assumptions, docs/planning.md \"Serving\")",
+      load.requests_per_s, burst, d.serve_bw_efficiency * 100, d.serve_prefill_mfu * 100,
+      d.serve_step_overhead_ms));
+  plan.notes.push_back(
+      "tern serve's CUDA path has not yet been measured on a GPU (issue 19): these rows are the model above, "
+      "not a measurement");
+  return plan;
+}
+
+std::string RenderServePlan(const ServePlan& p, const Catalog& cat, int top, bool show_excluded, bool ascii) {
+  const ServeRequest& r = p.request;
+  std::string out = fmt::format(
+      "Model {} ({}): {} parameters, {} weights, {} KV cache\n"
+      "Load  {:g} requests/s, {} prompt + {} completion tokens each = {} generated tokens/s; "
+      "targets: {:g} ms per output token{}\n",
+      r.model_label, r.model.ToString(), FormatCount(static_cast<double>(GptParamCount(r.model))), r.weights,
+      r.kv_dtype, r.load.requests_per_s, r.load.prompt_tokens, r.load.completion_tokens,
+      FormatCount(r.load.requests_per_s * r.load.completion_tokens), r.load.max_tpot_ms,
+      r.load.max_ttft_s > 0 ? fmt::format(", {:g} s to the first token", r.load.max_ttft_s) : "");
+  for (const auto& n : p.notes) out += "Note  " + n + "\n";
+  out += "\n";
+  std::vector<std::vector<std::string>> cells = {{"#", "provider", "region", "instance", "GPUs", "billing",
+                                                  "replicas", "batch", "TPOT ms", "TTFT s", "capacity", "$/h",
+                                                  "$/month", "$/1M tok", "risk", "runs"}};
+  const std::vector<bool> right = {true, false, false, false, false, false, true, true,
+                                   true, true,  true,  true,  true,  true,  false, false};
+  const size_t n = std::min(p.rows.size(), static_cast<size_t>(std::max(0, top)));
+  for (size_t i = 0; i < n; i++) {
+    const ServeRow& row = p.rows[i];
+    const InstanceOffer& o = cat.offers[row.offer];
+    cells.push_back({fmt::format("{}", i + 1), o.provider, o.region,
+                     row.instances > 1 ? fmt::format("{} x{}", o.instance_type, row.instances) : o.instance_type,
+                     fmt::format("{}{}{}", row.replicas, ascii ? "x" : "×", o.gpu), BillingName(row.billing),
+                     fmt::format("{}", row.replicas), fmt::format("{:.1f}", row.state.batch),
+                     fmt::format("{:.1f}", row.state.tpot_s * 1e3), fmt::format("{:.3f}", row.state.ttft_s),
+                     fmt::format("{:.3g} req/s", row.capacity_rps), FormatUsd(row.hourly_usd),
+                     FormatUsd(row.hourly_usd * 730), FormatUsd(row.usd_per_mtok), row.risk,
+                     row.runs ? "yes" : "no: " + row.runs_why});
+  }
+  if (n == 0) {
+    out += "No option meets the targets; --show-excluded says why each was dropped.\n";
+  } else {
+    out += Tabulate(cells, right);
+    const ServeRow& best = p.rows[0];
+    out += fmt::format(
+        "\nBest: {} {} {} ({}): {} replica(s) at {:.0f}% of their capacity for the mean load; run each with\n"
+        "  tern serve MODEL --device cuda --weights {} --kv-dtype {} --max-batch {} --kv-cache-mb {:.0f}\n",
+        cat.offers[best.offer].provider, cat.offers[best.offer].region, cat.offers[best.offer].instance_type,
+        BillingName(best.billing), best.replicas, 100 * r.load.requests_per_s / best.capacity_rps, r.weights,
+        r.kv_dtype, best.serve_max_batch, std::ceil(best.kv_cache_mb));
+    if (best.billing == Billing::kSpot)
+      out += "  spot: a preemption drops the requests in flight; keep on-demand replicas for the base load\n";
+  }
+  if (show_excluded) {
+    out += fmt::format("\nExcluded ({}):\n", p.excluded.size());
+    for (const auto& e : p.excluded)
+      out += fmt::format("  {} {}: {}\n", cat.offers[e.offer].Key(), e.billing, e.reason);
+  } else if (!p.excluded.empty()) {
+    out += fmt::format("({} options excluded; --show-excluded lists them)\n", p.excluded.size());
+  }
+  return out;
+}
+
+nlohmann::json ServePlanJson(const ServePlan& p, const Catalog& cat, int top) {
+  nlohmann::json j;
+  const ServeRequest& r = p.request;
+  j["model"] = {{"label", r.model_label}, {"shape", r.model.ToString()}, {"params", GptParamCount(r.model)}};
+  j["load"] = {{"requests_per_s", r.load.requests_per_s},
+               {"prompt_tokens", r.load.prompt_tokens},
+               {"completion_tokens", r.load.completion_tokens},
+               {"max_tpot_ms", r.load.max_tpot_ms},
+               {"max_ttft_s", r.load.max_ttft_s}};
+  j["weights"] = r.weights;
+  j["kv_dtype"] = r.kv_dtype;
+  j["notes"] = p.notes;
+  j["rows"] = nlohmann::json::array();
+  const size_t n = std::min(p.rows.size(), static_cast<size_t>(std::max(0, top)));
+  for (size_t i = 0; i < n; i++) {
+    const ServeRow& row = p.rows[i];
+    const InstanceOffer& o = cat.offers[row.offer];
+    j["rows"].push_back({{"provider", o.provider},
+                         {"region", o.region},
+                         {"instance", o.instance_type},
+                         {"gpu", o.gpu},
+                         {"billing", BillingName(row.billing)},
+                         {"instances", row.instances},
+                         {"replicas", row.replicas},
+                         {"batch", row.state.batch},
+                         {"tpot_ms", row.state.tpot_s * 1e3},
+                         {"ttft_s", row.state.ttft_s},
+                         {"memory_bound", row.state.memory_bound},
+                         {"capacity_rps", row.capacity_rps},
+                         {"usd_per_hour", row.hourly_usd},
+                         {"usd_per_month", row.hourly_usd * 730},
+                         {"usd_per_mtok", row.usd_per_mtok},
+                         {"serve_max_batch", row.serve_max_batch},
+                         {"kv_cache_mb", std::ceil(row.kv_cache_mb)},
+                         {"risk", row.risk},
+                         {"runs", row.runs},
+                         {"runs_why", row.runs_why},
+                         {"warnings", row.warnings}});
+  }
+  j["excluded_count"] = p.excluded.size();
+  return j;
+}
+
+}  // namespace tern::plan

@@ -1,0 +1,119 @@
+// `tern plan --serve`: which instance, how many and on which billing serve a model at a given load
+// cheapest, within a latency target. One replica of `tern serve` per GPU (it has no tensor parallelism).
+//
+// The model of one replica (docs/planning.md, "Serving"): a decode step of b sequences reads the weights once
+// and each sequence's KV cache, and does 2 FLOPs per weight per sequence, so its time is
+//   t(b) = overhead + max((W + b * KV(ctx)) / (bandwidth * bw_eff), b * F(ctx) / (peak * decode_mfu))
+// with ctx the mean context (prompt + half the completion). Prefill is compute-bound:
+//   prefill_s = prompt FLOPs / (peak * prefill_mfu).
+// Under continuous batching a replica receiving lambda requests/s runs prefills a share rho = lambda *
+// prefill_s of the time and decodes the rest; the sequences decoding at once follow Little's law,
+//   b = lambda * completion_tokens * tpot,  tpot = t(b) / (1 - rho),
+// whose fixed point (t is the max of two lines) gives the batch, the time per output token and the time to
+// the first token, prefill_s / (1 - rho) + t(b). A replica set is feasible when rho < 1, the fixed point
+// exists, b fits the GPU's memory at the full context (tern serve reserves it) and the targets hold; the
+// plan takes the fewest instances that are feasible at the load times the burst factor.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/gpt_config.h"
+#include "plan/catalog.h"
+#include "plan/defaults.h"
+#include "plan/planner.h"
+#include "plan/workload.h"
+
+namespace tern::plan {
+
+struct ServeLoad {
+  double requests_per_s = 1;       // mean arrivals
+  int prompt_tokens = 512;         // mean per request
+  int completion_tokens = 256;     // mean per request
+  double max_tpot_ms = 100;        // time per output token a stream may see (about 10 tokens/s to read)
+  double max_ttft_s = 0;           // time to the first token; 0 = no target
+  std::optional<double> burst;     // plan for the mean rate times this (default: PlanDefaults)
+};
+
+struct ServeRequest {
+  GptConfig model;
+  std::string model_label;
+  ServeLoad load;
+  std::string weights = "bf16";  // fp32 | bf16 | int8 (tern serve --weights)
+  std::string kv_dtype = "bf16";  // fp32 | bf16 (tern serve --kv-dtype; int8 is CPU only)
+  std::vector<std::string> providers, regions, gpus, instances;  // filters, as tern plan's
+  std::vector<Billing> billing = {Billing::kOnDemand, Billing::kSpot, Billing::kReserved};
+  std::optional<double> reserved_discount;
+  std::optional<double> budget_usd_per_hour;
+  int max_instances = 64;
+};
+
+// One replica (one GPU) at a request rate: what continuous batching settles to.
+struct ReplicaState {
+  bool feasible = false;
+  std::string why;        // when not: what fails
+  double rho = 0;         // share of the time spent in prefill
+  double batch = 0;       // sequences decoding at once (mean)
+  double step_s = 0;      // one decode step at that batch
+  double tpot_s = 0;      // time per output token, prefills included
+  double ttft_s = 0;      // time to the first token (no queueing)
+  bool memory_bound = true;  // the decode step is bandwidth-bound at that batch
+};
+
+// The per-replica constants of the model above, for one GPU.
+struct ReplicaModel {
+  double weight_bytes = 0;        // resident and read per decode step
+  double kv_bytes_per_token = 0;  // 2 * L * C * kv bytes
+  double bandwidth = 0;           // bytes/s, bw_eff applied
+  double peak_flops = 0;          // FLOP/s at the weights' precision
+  double overhead_s = 0;          // per decode step
+  double prefill_s = 0;           // one prompt
+  double decode_flops = 0;        // per sequence per step at the mean context
+  double ctx_mean = 0;            // prompt + completion / 2
+  int max_batch = 0;              // sequences whose full context fits the memory beside the weights
+  double decode_mfu = 0;
+  ReplicaState At(double lambda, const ServeLoad& load) const;  // lambda: requests/s to this replica
+};
+
+// nullopt with `why` when the GPU cannot hold the weights or lacks the numbers.
+std::optional<ReplicaModel> MakeReplicaModel(const GpuSpec& gpu, const ServeRequest& req,
+                                             const PlanDefaults& d, std::string* why);
+
+struct ServeRow {
+  size_t offer = 0;
+  Billing billing = Billing::kOnDemand;
+  int instances = 0, replicas = 0;
+  ReplicaState state;            // each replica at the planned (burst) rate
+  double capacity_rps = 0;       // the most requests/s these replicas take within the targets
+  double price_hr = 0;           // per instance for this billing (reserved: effective)
+  double hourly_usd = 0;         // all instances
+  double usd_per_mtok = 0;       // per 1M generated tokens at the mean rate
+  double kv_cache_mb = 0;        // what to give tern serve --kv-cache-mb
+  int serve_max_batch = 0;       // and --max-batch
+  std::vector<std::string> warnings;
+  std::string risk = "-";
+  bool runs = true;      // tern serve's CUDA backend runs on this GPU (compute capability 8.0+); ranked first
+  std::string runs_why;  // when not
+};
+
+struct ServeExclusion {
+  size_t offer = 0;
+  std::string billing, reason;
+};
+
+struct ServePlan {
+  ServeRequest request;
+  std::vector<ServeRow> rows;  // cheapest first
+  std::vector<ServeExclusion> excluded;
+  std::vector<std::string> notes;
+};
+
+Result<ServePlan> MakeServePlan(const Catalog& cat, const ServeRequest& req, const PlanDefaults& d);
+
+std::string RenderServePlan(const ServePlan& p, const Catalog& cat, int top, bool show_excluded, bool ascii);
+nlohmann::json ServePlanJson(const ServePlan& p, const Catalog& cat, int top);
+
+}  // namespace tern::plan
