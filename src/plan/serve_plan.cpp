@@ -58,10 +58,12 @@ std::optional<ReplicaModel> MakeReplicaModel(const GpuSpec& gpu, const ServeRequ
   r.decode_flops = 2 * matmul_params + 4 * L * C * r.ctx_mean;
   const double usable = gpu.mem_gib * (1 << 30) * d.mem_usable_fraction - d.mem_reserve_gib * (1 << 30);
   const double per_seq = r.kv_bytes_per_token * (P + G);  // tern serve reserves the whole request's blocks
-  r.max_batch = static_cast<int>(std::min<double>(d.serve_max_batch, std::floor((usable - r.weight_bytes) / per_seq)));
+  r.max_batch =
+      static_cast<int>(std::min<double>(d.serve_max_batch, std::floor((usable - r.weight_bytes) / per_seq)));
   if (r.max_batch < 1) {
-    *why = fmt::format("{} weights ({}) and one request's KV cache ({}) exceed the {:.0f} GiB usable of {}",
-                       req.weights, FormatGiB(r.weight_bytes), FormatGiB(per_seq), usable / (1 << 30), gpu.name);
+    *why =
+        fmt::format("{} weights ({}) and one request's KV cache ({}) exceed the {:.0f} GiB usable of {}",
+                    req.weights, FormatGiB(r.weight_bytes), FormatGiB(per_seq), usable / (1 << 30), gpu.name);
     return std::nullopt;
   }
   return r;
@@ -90,7 +92,8 @@ ReplicaState ReplicaModel::At(double lambda, const ServeLoad& load) const {
   s.tpot_s = s.step_s / (1 - s.rho);
   s.ttft_s = prefill_s / (1 - s.rho) + s.step_s;
   if (s.batch > max_batch) {
-    s.why = fmt::format("{:.0f} sequences decoding at once, but memory holds {}", std::ceil(s.batch), max_batch);
+    s.why =
+        fmt::format("{:.0f} sequences decoding at once, but memory holds {}", std::ceil(s.batch), max_batch);
     return s;
   }
   if (s.tpot_s * 1e3 > load.max_tpot_ms) {
@@ -133,9 +136,9 @@ Result<ServePlan> MakeServePlan(const Catalog& cat, const ServeRequest& req, con
     return Status::InvalidArgument(
         "--kv-dtype must be fp32 or bf16 (tern serve's int8 KV cache runs on the CPU only)");
   if (load.prompt_tokens + load.completion_tokens > req.model.block_size)
-    return Status::InvalidArgument(fmt::format(
-        "a request of {} prompt + {} completion tokens exceeds the model's context of {} tokens",
-        load.prompt_tokens, load.completion_tokens, req.model.block_size));
+    return Status::InvalidArgument(
+        fmt::format("a request of {} prompt + {} completion tokens exceeds the model's context of {} tokens",
+                    load.prompt_tokens, load.completion_tokens, req.model.block_size));
   ServePlan plan;
   plan.request = req;
   const double burst = load.burst.value_or(d.serve_burst_factor);
@@ -175,8 +178,8 @@ Result<ServePlan> MakeServePlan(const Catalog& cat, const ServeRequest& req, con
         }
       }
       if (!row.state.feasible) {
-        plan.excluded.push_back({i, BillingName(b),
-                                 fmt::format("even {} instances: {}", req.max_instances, row.state.why)});
+        plan.excluded.push_back(
+            {i, BillingName(b), fmt::format("even {} instances: {}", req.max_instances, row.state.why)});
         continue;
       }
       row.replicas = row.instances * g;
@@ -184,7 +187,8 @@ Result<ServePlan> MakeServePlan(const Catalog& cat, const ServeRequest& req, con
       row.price_hr = b == Billing::kReserved ? *listed * (1 - discount) : *listed;
       row.hourly_usd = row.price_hr * row.instances;
       row.usd_per_mtok = row.hourly_usd / (load.requests_per_s * load.completion_tokens * 3600) * 1e6;
-      row.serve_max_batch = std::min(rm->max_batch, std::max(1, static_cast<int>(std::ceil(row.state.batch * 2))));
+      row.serve_max_batch =
+          std::min(rm->max_batch, std::max(1, static_cast<int>(std::ceil(row.state.batch * 2))));
       row.kv_cache_mb = row.serve_max_batch * rm->kv_bytes_per_token *
                         (load.prompt_tokens + load.completion_tokens) / (1 << 20);
       row.warnings = o.warnings;
@@ -236,20 +240,21 @@ std::string RenderServePlan(const ServePlan& p, const Catalog& cat, int top, boo
   std::vector<std::vector<std::string>> cells = {{"#", "provider", "region", "instance", "GPUs", "billing",
                                                   "replicas", "batch", "TPOT ms", "TTFT s", "capacity", "$/h",
                                                   "$/month", "$/1M tok", "risk", "runs"}};
-  const std::vector<bool> right = {true, false, false, false, false, false, true, true,
+  const std::vector<bool> right = {true, false, false, false, false, false, true,  true,
                                    true, true,  true,  true,  true,  true,  false, false};
   const size_t n = std::min(p.rows.size(), static_cast<size_t>(std::max(0, top)));
   for (size_t i = 0; i < n; i++) {
     const ServeRow& row = p.rows[i];
     const InstanceOffer& o = cat.offers[row.offer];
-    cells.push_back({fmt::format("{}", i + 1), o.provider, o.region,
-                     row.instances > 1 ? fmt::format("{} x{}", o.instance_type, row.instances) : o.instance_type,
-                     fmt::format("{}{}{}", row.replicas, ascii ? "x" : "×", o.gpu), BillingName(row.billing),
-                     fmt::format("{}", row.replicas), fmt::format("{:.1f}", row.state.batch),
-                     fmt::format("{:.1f}", row.state.tpot_s * 1e3), fmt::format("{:.3f}", row.state.ttft_s),
-                     fmt::format("{:.3g} req/s", row.capacity_rps), FormatUsd(row.hourly_usd),
-                     FormatUsd(row.hourly_usd * 730), FormatUsd(row.usd_per_mtok), row.risk,
-                     row.runs ? "yes" : "no: " + row.runs_why});
+    cells.push_back(
+        {fmt::format("{}", i + 1), o.provider, o.region,
+         row.instances > 1 ? fmt::format("{} x{}", o.instance_type, row.instances) : o.instance_type,
+         fmt::format("{}{}{}", row.replicas, ascii ? "x" : "×", o.gpu), BillingName(row.billing),
+         fmt::format("{}", row.replicas), fmt::format("{:.1f}", row.state.batch),
+         fmt::format("{:.1f}", row.state.tpot_s * 1e3), fmt::format("{:.3f}", row.state.ttft_s),
+         fmt::format("{:.3g} req/s", row.capacity_rps), FormatUsd(row.hourly_usd),
+         FormatUsd(row.hourly_usd * 730), FormatUsd(row.usd_per_mtok), row.risk,
+         row.runs ? "yes" : "no: " + row.runs_why});
   }
   if (n == 0) {
     out += "No option meets the targets; --show-excluded says why each was dropped.\n";

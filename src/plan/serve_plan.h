@@ -30,19 +30,19 @@
 namespace tern::plan {
 
 struct ServeLoad {
-  double requests_per_s = 1;       // mean arrivals
-  int prompt_tokens = 512;         // mean per request
-  int completion_tokens = 256;     // mean per request
-  double max_tpot_ms = 100;        // time per output token a stream may see (about 10 tokens/s to read)
-  double max_ttft_s = 0;           // time to the first token; 0 = no target
-  std::optional<double> burst;     // plan for the mean rate times this (default: PlanDefaults)
+  double requests_per_s = 1;    // mean arrivals
+  int prompt_tokens = 512;      // mean per request
+  int completion_tokens = 256;  // mean per request
+  double max_tpot_ms = 100;     // time per output token a stream may see (about 10 tokens/s to read)
+  double max_ttft_s = 0;        // time to the first token; 0 = no target
+  std::optional<double> burst;  // plan for the mean rate times this (default: PlanDefaults)
 };
 
 struct ServeRequest {
   GptConfig model;
   std::string model_label;
   ServeLoad load;
-  std::string weights = "bf16";  // fp32 | bf16 | int8 (tern serve --weights)
+  std::string weights = "bf16";   // fp32 | bf16 | int8 (tern serve --weights)
   std::string kv_dtype = "bf16";  // fp32 | bf16 (tern serve --kv-dtype; int8 is CPU only)
   std::vector<std::string> providers, regions, gpus, instances;  // filters, as tern plan's
   std::vector<Billing> billing = {Billing::kOnDemand, Billing::kSpot, Billing::kReserved};
@@ -54,12 +54,12 @@ struct ServeRequest {
 // One replica (one GPU) at a request rate: what continuous batching settles to.
 struct ReplicaState {
   bool feasible = false;
-  std::string why;        // when not: what fails
-  double rho = 0;         // share of the time spent in prefill
-  double batch = 0;       // sequences decoding at once (mean)
-  double step_s = 0;      // one decode step at that batch
-  double tpot_s = 0;      // time per output token, prefills included
-  double ttft_s = 0;      // time to the first token (no queueing)
+  std::string why;           // when not: what fails
+  double rho = 0;            // share of the time spent in prefill
+  double batch = 0;          // sequences decoding at once (mean)
+  double step_s = 0;         // one decode step at that batch
+  double tpot_s = 0;         // time per output token, prefills included
+  double ttft_s = 0;         // time to the first token (no queueing)
   bool memory_bound = true;  // the decode step is bandwidth-bound at that batch
 };
 
@@ -86,13 +86,13 @@ struct ServeRow {
   size_t offer = 0;
   Billing billing = Billing::kOnDemand;
   int instances = 0, replicas = 0;
-  ReplicaState state;            // each replica at the planned (burst) rate
-  double capacity_rps = 0;       // the most requests/s these replicas take within the targets
-  double price_hr = 0;           // per instance for this billing (reserved: effective)
-  double hourly_usd = 0;         // all instances
-  double usd_per_mtok = 0;       // per 1M generated tokens at the mean rate
-  double kv_cache_mb = 0;        // what to give tern serve --kv-cache-mb
-  int serve_max_batch = 0;       // and --max-batch
+  ReplicaState state;       // each replica at the planned (burst) rate
+  double capacity_rps = 0;  // the most requests/s these replicas take within the targets
+  double price_hr = 0;      // per instance for this billing (reserved: effective)
+  double hourly_usd = 0;    // all instances
+  double usd_per_mtok = 0;  // per 1M generated tokens at the mean rate
+  double kv_cache_mb = 0;   // what to give tern serve --kv-cache-mb
+  int serve_max_batch = 0;  // and --max-batch
   std::vector<std::string> warnings;
   std::string risk = "-";
   bool runs = true;      // tern serve's CUDA backend runs on this GPU (compute capability 8.0+); ranked first

@@ -26,7 +26,8 @@ Catalog TestCatalog() {
       "H100,NVIDIA,SXM,50,400,1000,,,80,HBM3,3000,NVLink,900,700,test,\n"
       "V100,NVIDIA,SXM2,15.7,,125,,7.8,16,HBM2,900,NVLink 2,300,300,test,\n";
   const std::string instances =
-      "provider,region,instance_type,gpu,gpu_count,gpu_mem_gib,vcpus,mem_gib,price_ondemand_hr,price_spot_hr\n"
+      "provider,region,instance_type,gpu,gpu_count,gpu_mem_gib,vcpus,mem_gib,price_ondemand_hr,price_spot_"
+      "hr\n"
       "test,any,h1,H100,1,80,26,225,2.00,0.80\n"
       "test,any,h8,H100,8,80,208,1800,15.00,6.00\n"
       "test,any,v1,V100,1,16,8,61,0.50,\n";
@@ -144,7 +145,8 @@ TEST(ServePlan, TargetsAndMemoryExcludeWithTheReason) {
   ASSERT_TRUE(h.ok());
   bool v100_excluded = false;
   for (const auto& e : h->excluded)
-    if (cat.offers[e.offer].gpu == "V100" && e.reason.find("exceed") != std::string::npos) v100_excluded = true;
+    if (cat.offers[e.offer].gpu == "V100" && e.reason.find("exceed") != std::string::npos)
+      v100_excluded = true;
   EXPECT_TRUE(v100_excluded);
   for (const ServeRow& r : h->rows) EXPECT_EQ(cat.offers[r.offer].gpu, "H100");
 
