@@ -104,6 +104,11 @@ int RunPrepare(PrepareArgs& args) {
       tokens(s.val_tokens), Plural(s.val_shards.size(), "shard"), where(s.val_shards), s.bytes_per_token,
       s.summary_path, o.out_dir,
       IsModel(model) ? " --set train.init_from=" + model + "   (docs/finetune.md)" : "");
+  if (o.chat)
+    fmt::print(
+        "  chat       {} conversations ({} val); the loss learns {} of the {} train tokens (the replies)\n",
+        s.chat.conversations[0] + s.chat.conversations[1], s.chat.conversations[1], s.chat.trained_tokens[0],
+        s.train_tokens);
   // The same tokenizer as a dataset of its own: the two can be mixed (data.mix).
   if (!s.tokenizer_from.empty() && !IsModel(model) &&
       std::filesystem::exists(std::filesystem::path(s.tokenizer_from).parent_path() / "prepare.json"))
@@ -139,7 +144,9 @@ void AddPrepareCommand(CLI::App& root, CommandTable& table) {
       "  bible \"Gen1:1-Rev22:21\" > kjv.txt\n"
       "  tern prepare --input kjv.txt --out data/kjv --vocab-size 4096\n"
       "Data to fine-tune a trained model on keeps its tokenizer (docs/finetune.md):\n"
-      "  tern prepare --input psalms.txt --out data/psalms --tokenizer runs/demo\n");
+      "  tern prepare --input psalms.txt --out data/psalms --tokenizer runs/demo\n"
+      "Conversations to teach a trained model to chat (JSON Lines, {\"messages\": [...]} per line):\n"
+      "  tern prepare --chat --input chats.jsonl --out data/chat --tokenizer runs/demo\n");
   sub->add_option("--input,-i", args->options.inputs, "Text files or directories to read (one or more)")
       ->required()
       ->expected(1, -1);
@@ -161,6 +168,11 @@ void AddPrepareCommand(CLI::App& root, CommandTable& table) {
       ->capture_default_str();
   sub->add_option("--threads", args->options.threads, "Encoding threads (0 = one per core)")
       ->capture_default_str();
+  sub->add_flag(
+      "--chat", args->options.chat,
+      "Inputs are conversations, one {\"messages\": [...]} per line (OpenAI's fine-tuning format): "
+      "rendered with tern serve's chat template, with loss masks so training learns the assistant's "
+      "replies only; needs --tokenizer (docs/finetune.md)");
   sub->add_flag("--force", args->options.force,
                 "Replace an output directory prepared with different options");
   table.Add(sub, [args] { return RunPrepare(*args); });

@@ -41,6 +41,12 @@ uint64_t Bounded(std::mt19937_64& rng, uint64_t n) {
 
 }  // namespace
 
+std::string MaskPathFor(const std::string& shard_path) {
+  const std::string stem =
+      shard_path.ends_with(".bin") ? shard_path.substr(0, shard_path.size() - 4) : shard_path;
+  return stem + ".mask.bin";
+}
+
 Result<std::vector<std::string>> FindShards(const std::string& dir, const std::string& split) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -124,6 +130,19 @@ Result<std::unique_ptr<DataLoader>> DataLoader::OpenMix(const std::vector<MixSou
       src.first_window.push_back(src.windows);
       // Windows of T+1 tokens start at 0, T, 2T, ... and must end inside the shard.
       const uint64_t n = r.size();
+      std::optional<ShardReader> mask;
+      std::error_code ec;
+      if (const std::string mp = MaskPathFor(path); fs::exists(mp, ec)) {
+        TERN_ASSIGN_OR_RETURN(ShardReader m, ShardReader::Open(mp));
+        if (m.size() != n || m.vocab_size() != 2)
+          return Status::Corruption(fmt::format(
+              "{} is not the loss mask of {} ({} values of {} kinds for {} tokens): prepare the data again "
+              "with tern prepare --chat",
+              mp, path, m.size(), m.vocab_size(), n));
+        mask = std::move(m);
+        dl->has_masks_ = true;
+      }
+      src.masks.push_back(std::move(mask));
       src.windows += n > static_cast<uint64_t>(T) ? (n - 1) / T : 0;
       src.tokens += n;
       largest = std::max(largest, n);
@@ -271,9 +290,15 @@ Status DataLoader::FillBatch(LoaderPosition* pos, Orders* orders, Batch* b,
     size_t sh =
         std::upper_bound(s.first_window.begin(), s.first_window.end(), w) - s.first_window.begin() - 1;
     // Windows are in range by construction; what can fail is the file under the mapping.
-    TERN_RETURN_IF_ERROR(s.shards[sh].Read((w - s.first_window[sh]) * T, T + 1, window->data()));
+    const uint64_t at = (w - s.first_window[sh]) * T;
+    TERN_RETURN_IF_ERROR(s.shards[sh].Read(at, T + 1, window->data()));
     std::copy(window->begin(), window->begin() + T, b->inputs.begin() + row * T);
     std::copy(window->begin() + 1, window->end(), b->targets.begin() + row * T);
+    if (s.masks[sh]) {  // targets the model only reads are not learned
+      TERN_RETURN_IF_ERROR(s.masks[sh]->Read(at, T + 1, window->data()));
+      for (size_t t = 0; t < T; ++t)
+        if ((*window)[t + 1] == 0) b->targets[row * T + t] = -1;
+    }
     if (++pos->index == total_windows_) *pos = {pos->epoch + 1, 0};
   }
   return Status::Ok();

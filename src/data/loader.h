@@ -19,6 +19,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +53,11 @@ struct DataSlice {
   int rank = 0, world = 1, run = 1;
   bool whole() const { return world == 1; }
 };
+
+// A shard's loss mask, beside it (`tern prepare --chat`): "train_000.bin" -> "train_000.mask.bin", a shard of
+// the same length whose tokens are 1 where the model learns the token (an assistant's reply) and 0 where it
+// only reads it. The loader turns the targets of masked tokens into -1, which the loss ignores.
+std::string MaskPathFor(const std::string& shard_path);
 
 // Sorted DIR/<split>_<digits>.bin (e.g. split "train" -> train_000.bin, train_001.bin, ...). NotFound when
 // none.
@@ -109,6 +115,8 @@ class DataLoader {
     return mixed() ? static_cast<double>(sources_[s].slots) / kMixPeriod : 1.0;
   }
   uint32_t vocab_size() const { return vocab_size_; }
+  // Whether any shard has a loss mask (MaskPathFor): then some targets are -1.
+  bool has_masks() const { return has_masks_; }
   const DataSlice& slice() const { return slice_; }
   int B() const { return B_; }
   int T() const { return T_; }
@@ -121,6 +129,7 @@ class DataLoader {
 
   struct Source {
     std::vector<ShardReader> shards;
+    std::vector<std::optional<ShardReader>> masks;  // each shard's loss mask, when it has one
     std::vector<uint64_t> first_window;  // first window index of each shard, plus the total at the end
     uint64_t windows = 0, tokens = 0;
     uint32_t slots = 0;  // mixture: slots per period
@@ -147,6 +156,7 @@ class DataLoader {
   std::vector<uint32_t> before_;   // mixture: [s * kMixPeriod + i] = slots of source s in pattern_[0, i)
   uint64_t total_windows_ = 0, total_tokens_ = 0;
   uint32_t vocab_size_ = 0;
+  bool has_masks_ = false;
   int B_ = 0, T_ = 0;
   uint64_t seed_ = 0;
   bool shuffle_ = false;

@@ -19,7 +19,9 @@
 
 #include "core/file_util.h"
 #include "core/progress.h"
+#include "data/prepare_chat.h"
 #include "data/shard.h"
+#include "data/split_writer.h"
 #include "data/text_reader.h"
 #include "data/tokenizer.h"
 
@@ -46,50 +48,13 @@ struct EncodedSegment {
   std::vector<int32_t> ids;
 };
 
-// Writes one split's shards: NAME_000.bin, NAME_001.bin, ... each holding at most shard_tokens tokens.
-class SplitWriter {
- public:
-  SplitWriter(std::string dir, std::string name, uint32_t vocab, uint64_t shard_tokens)
-      : dir_(std::move(dir)), name_(std::move(name)), vocab_(vocab), shard_tokens_(shard_tokens) {}
-
-  Status Append(const int32_t* t, size_t n) {
-    while (n > 0) {
-      if (!cur_) {
-        std::string file = fmt::format("{}_{:03}.bin", name_, files_.size());
-        TERN_ASSIGN_OR_RETURN(cur_, ShardWriter::Create(dir_ + "/" + file, vocab_));
-        files_.push_back(file);
-      }
-      size_t k = static_cast<size_t>(std::min<uint64_t>(n, shard_tokens_ - cur_->count()));
-      TERN_RETURN_IF_ERROR(cur_->Append(t, k));
-      t += k;
-      n -= k;
-      total_ += k;
-      if (cur_->count() == shard_tokens_) TERN_RETURN_IF_ERROR(Close());
-    }
-    return Status::Ok();
-  }
-  Status Close() {
-    if (!cur_) return Status::Ok();
-    Status st = cur_->Finish();
-    cur_.reset();
-    return st;
-  }
-  const std::vector<std::string>& files() const { return files_; }  // names, relative to dir
-  uint64_t total() const { return total_; }
-
- private:
-  std::string dir_, name_;
-  uint32_t vocab_;
-  uint64_t shard_tokens_, total_ = 0;
-  std::unique_ptr<ShardWriter> cur_;
-  std::vector<std::string> files_;
-};
-
-// train_NNN.bin / val_NNN.bin exactly: publishing deletes old shards, and nothing else of the user's.
+// train_NNN.bin / val_NNN.bin (and their .mask.bin) exactly: publishing deletes old shards, and nothing else
+// of the user's.
 bool IsShardName(const std::string& name) {
   for (std::string split : {"train_", "val_"}) {
     if (!name.starts_with(split) || !name.ends_with(".bin")) continue;
     std::string digits = name.substr(split.size(), name.size() - split.size() - 4);
+    if (digits.ends_with(".mask")) digits.resize(digits.size() - 5);
     if (digits.size() >= 3 &&
         std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
       return true;
@@ -120,6 +85,10 @@ struct StagingGuard {
 Status CheckOptions(const PrepareOptions& o) {
   if (o.inputs.empty()) return Status::InvalidArgument("no inputs: pass --input FILE_OR_DIR (one or more)");
   if (o.out_dir.empty()) return Status::InvalidArgument("no output directory: pass --out DIR");
+  if (o.chat && o.tokenizer.empty())
+    return Status::InvalidArgument(
+        "--chat fine-tunes a trained model: give its tokenizer, --tokenizer RUN_DIR (or models:/NAME@REF); "
+        "docs/finetune.md");
   if (!o.tokenizer.empty()) {
     if (o.vocab_size < 0)
       return Status::InvalidArgument("--vocab-size must be positive (or 0 with --tokenizer)");
@@ -147,6 +116,7 @@ json OptionsJson(const PrepareOptions& o, const std::string& fingerprint) {
             {"val_fraction", o.val_fraction},
             {"shard_tokens", o.shard_tokens},
             {"max_sentences", o.max_sentences}};
+  if (o.chat) j["chat"] = true;
   if (!fingerprint.empty()) j["tokenizer"] = fingerprint;  // a reused tokenizer is part of what the data is
   return j;
 }
@@ -357,9 +327,13 @@ Result<PrepareSummary> PrepareImpl(const PrepareOptions& o) {
   sum.vocab_size = tok.vocab_size();
   sum.fingerprint = tok.fingerprint();
 
-  SplitWriter train(guard.dir, "train", sum.vocab_size, o.shard_tokens);
-  SplitWriter val(guard.dir, "val", sum.vocab_size, o.shard_tokens);
-  TERN_RETURN_IF_ERROR(EncodeCorpus(o, sum.files, sizes, sum.bytes, tok, &train, &val));
+  SplitWriter train(guard.dir, "train", sum.vocab_size, o.shard_tokens, o.chat);
+  SplitWriter val(guard.dir, "val", sum.vocab_size, o.shard_tokens, o.chat);
+  if (o.chat) {
+    TERN_RETURN_IF_ERROR(EncodeChat(o, sum.files, tok, &train, &val, &sum.chat));
+  } else {
+    TERN_RETURN_IF_ERROR(EncodeCorpus(o, sum.files, sizes, sum.bytes, tok, &train, &val));
+  }
   sum.train_tokens = train.total();
   sum.val_tokens = val.total();
   if (o.val_fraction > 0 && sum.val_tokens == 0) {
@@ -394,12 +368,20 @@ Result<PrepareSummary> PrepareImpl(const PrepareOptions& o) {
             {"tokenizer_seconds", sum.tokenizer_seconds},
             {"bytes_per_token", sum.bytes_per_token}};
   if (!sum.tokenizer_from.empty()) j["tokenizer"]["from"] = sum.tokenizer_from;
+  if (o.chat) {
+    j["chat"] = {
+        {"conversations", {{"train", sum.chat.conversations[0]}, {"val", sum.chat.conversations[1]}}},
+        {"trained_tokens", {{"train", sum.chat.trained_tokens[0]}, {"val", sum.chat.trained_tokens[1]}}},
+        {"template", "data/chat.h ApplyChatTemplate; loss masks: *.mask.bin"}};
+  }
   for (size_t i = 0; i < sum.files.size(); ++i)
     j["files"].push_back({{"path", sum.files[i]}, {"bytes", sizes[i]}});
   TERN_RETURN_IF_ERROR(WriteFileAtomic(guard.dir + "/prepare.json", j.dump(2) + "\n"));
 
   names.insert(names.end(), train.files().begin(), train.files().end());
   names.insert(names.end(), val.files().begin(), val.files().end());
+  names.insert(names.end(), train.mask_files().begin(), train.mask_files().end());
+  names.insert(names.end(), val.mask_files().begin(), val.mask_files().end());
   TERN_RETURN_IF_ERROR(Publish(guard.dir, o.out_dir, names));
 
   sum.tokenizer_path = o.out_dir + "/tokenizer.model";

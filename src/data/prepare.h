@@ -26,8 +26,12 @@ struct PrepareOptions {
   uint64_t shard_tokens = 100'000'000;
   uint64_t max_sentences = 2'000'000;  // lines sampled to train the tokenizer
   bool force = false;                  // replace an output prepared with different options
-  int threads = 0;                     // encoding threads; 0 = one per core
-  FILE* progress = stderr;             // progress lines go here; nullptr = quiet
+  // Inputs are JSON Lines of conversations ({"messages": [...]}, OpenAI's fine-tuning format), rendered with
+  // tern's chat template, each followed by end-of-text; shards get loss masks (*.mask.bin) so that training
+  // learns the assistant's replies only. Needs `tokenizer` (a chat fine-tune starts from a model).
+  bool chat = false;
+  int threads = 0;          // encoding threads; 0 = one per core
+  FILE* progress = stderr;  // progress lines go here; nullptr = quiet
 };
 
 struct PrepareSummary {
@@ -41,6 +45,10 @@ struct PrepareSummary {
   double tokenizer_seconds = 0, seconds = 0;
   double bytes_per_token = 0;
   std::vector<std::string> warnings;
+  struct Chat {
+    uint64_t conversations[2] = {0, 0};   // train, val
+    uint64_t trained_tokens[2] = {0, 0};  // the tokens the loss learns (mask 1)
+  } chat;                                 // PrepareOptions::chat
 };
 
 // Runs the whole pipeline. Inputs are checked before anything is written (missing, unreadable, binary and

@@ -43,11 +43,13 @@ double LogProb(const float* row, int V, int target) {
   return static_cast<double>(row[target]) - mx - std::log(sum);
 }
 
-// Sum over rows of log p(targets[r]) for the N rows of `logits`.
+// Sum over rows of log p(targets[r]) for the N rows of `logits`; a target < 0 (a loss mask's, `tern prepare
+// --chat`) is skipped.
 double SumLogProbs(const float* logits, const int32_t* targets, int N, int V) {
   double total = 0;
 #pragma omp parallel for reduction(+ : total) schedule(static)
-  for (int r = 0; r < N; r++) total += LogProb(logits + static_cast<size_t>(r) * V, V, targets[r]);
+  for (int r = 0; r < N; r++)
+    if (targets[r] >= 0) total += LogProb(logits + static_cast<size_t>(r) * V, V, targets[r]);
   return total;
 }
 
@@ -94,6 +96,7 @@ Result<EvalResult> EvaluateShards(Backend* backend, const GptConfig& cfg, const 
   ForwardBatch fb;
   Batch batch;
   double total = 0;
+  int64_t learned = 0;  // targets scored: all of them, but for loss masks
   for (int64_t done = 0; done < n;) {
     const int count = static_cast<int>(std::min<int64_t>(k, n - done));
     inputs.clear();
@@ -106,12 +109,13 @@ Result<EvalResult> EvaluateShards(Backend* backend, const GptConfig& cfg, const 
     BuildBatch(inputs.data(), count, T, model->max_blocks_per_seq(), &fb);
     const float* logits = model->Forward(fb);
     total += SumLogProbs(logits, targets.data(), count * T, cfg.vocab_size);
+    learned += std::count_if(targets.begin(), targets.end(), [](int32_t t) { return t >= 0; });
     done += count;
   }
   EvalResult r;
   r.windows = n;
-  r.tokens = n * T;
-  r.loss = -total / static_cast<double>(r.tokens);
+  r.tokens = learned;
+  r.loss = learned > 0 ? -total / static_cast<double>(learned) : 0.0;
   return r;
 }
 

@@ -27,9 +27,10 @@ struct EvalOptions {
 };
 
 struct EvalResult {
-  int64_t windows = 0, tokens = 0;  // windows scored and targets scored (windows * T)
-  double loss = 0;                  // mean cross-entropy in nats per token
-  double perplexity() const;        // exp(loss)
+  int64_t windows = 0,
+          tokens = 0;  // windows scored and targets scored (windows * T; with loss masks, those learned)
+  double loss = 0;     // mean cross-entropy in nats per token
+  double perplexity() const;  // exp(loss)
 };
 
 // The loss of `params` on the shards. InvalidArgument when T exceeds the model's context or the shards hold

@@ -309,8 +309,10 @@ float Gpt::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
   return Run(inputs, targets, B, T, dloss, true);
 }
 
-void Gpt::ForwardAccumulate(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
+void Gpt::ForwardAccumulate(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss,
+                            double loss_divisor) {
   assert(targets && "ForwardAccumulate needs targets");
+  accumulate_divisor_ = loss_divisor;
   Run(inputs, targets, B, T, dloss, false);
 }
 
@@ -451,7 +453,8 @@ float Gpt::Run(const int32_t* inputs, const int32_t* targets, int B, int T, floa
   }
   have_head_grads_ = dloss != 0.0f;
   if (!read_loss) {
-    backend_->AccumulateMean(loss_sum(), a.losses, N, static_cast<double>(N));
+    backend_->AccumulateMean(loss_sum(), a.losses, N,
+                             accumulate_divisor_ > 0 ? accumulate_divisor_ : static_cast<double>(N));
     return std::numeric_limits<float>::quiet_NaN();
   }
   return static_cast<float>(backend_->Sum(a.losses, N) / N);

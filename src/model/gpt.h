@@ -68,8 +68,11 @@ class Gpt {
   float Forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss = 0.0f);
   // Forward with targets that does not read the loss back: the micro-batch's mean loss is added on the
   // device to a sum that TakeLossSum() reads and clears (the trainer: one host synchronisation per step, not
-  // one per micro-batch). The same values as adding Forward's results on the host in double.
-  void ForwardAccumulate(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss);
+  // one per micro-batch). The same values as adding Forward's results on the host in double. loss_divisor
+  // (> 0) divides the micro-batch's summed loss instead of B*T: the count of targets >= 0, for a mean over
+  // the tokens learned (loss masks, `tern prepare --chat`).
+  void ForwardAccumulate(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss,
+                         double loss_divisor = 0);
   double TakeLossSum();
   void ClearLossSum();  // without reading it (queued: no host synchronisation)
   // Accumulates parameter gradients (+=) for the last Forward, which must have had dloss != 0 (the head's
@@ -131,6 +134,7 @@ class Gpt {
   double* loss_sum() const;  // ForwardAccumulate's sum (one double on the device, in tokens_)
 
   Backend* backend_;
+  double accumulate_divisor_ = 0;  // ForwardAccumulate's loss_divisor for the pass in progress
   GptConfig config_;
   int max_B_, max_T_;
   std::vector<int32_t> host_inputs_;  // the last Forward's input ids, as uploaded

@@ -102,35 +102,8 @@ std::optional<ApiError> ParsePrompt(const json& body, const ApiContext& ctx, std
 std::optional<ApiError> ParseMessages(const json& body, std::vector<ChatMessage>* out) {
   if (!body.contains("messages") || body["messages"].is_null())
     return Bad("messages", "'messages' is required");
-  const json& msgs = body["messages"];
-  if (!msgs.is_array()) return WrongType("messages", "an array", msgs);
-  if (msgs.empty()) return Bad("messages", "'messages' must not be empty");
-  for (size_t i = 0; i < msgs.size(); i++) {
-    const std::string at = fmt::format("messages[{}]", i);
-    const json& m = msgs[i];
-    if (!m.is_object()) return WrongType(at, "an object", m);
-    if (!m.contains("role") || !m["role"].is_string())
-      return Bad(at + ".role", "'" + at + ".role' must be a string");
-    ChatMessage cm{m["role"].get<std::string>(), ""};
-    if (cm.role != "system" && cm.role != "developer" && cm.role != "user" && cm.role != "assistant")
-      return Bad(at + ".role", "'" + at + ".role' must be one of system, developer, user, assistant; got '" +
-                                   cm.role + "'");
-    const json content = m.value("content", json());
-    if (content.is_string()) {
-      cm.content = content.get<std::string>();
-    } else if (content.is_array()) {  // content parts: only text parts are understood
-      for (const json& part : content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string())
-          return Bad(at + ".content",
-                     "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
-        cm.content += part["text"].get<std::string>();
-      }
-    } else if (!(content.is_null() && cm.role == "assistant")) {
-      return WrongType(at + ".content", "a string or an array of text parts", content);
-    }
-    out->push_back(std::move(cm));
-  }
+  ChatParseError e;
+  if (!ParseChatMessages(body["messages"], out, &e)) return Bad(e.param, e.message);
   return std::nullopt;
 }
 
@@ -215,18 +188,6 @@ std::string ErrorJson(const ApiError& e) {
   if (!e.param.empty()) err["param"] = e.param;
   if (!e.code.empty()) err["code"] = e.code;
   return Dump(json{{"error", err}});
-}
-
-std::string ApplyChatTemplate(const std::vector<ChatMessage>& messages) {
-  std::string system, turns;
-  for (const auto& m : messages) {
-    if (m.role == "system" || m.role == "developer") {
-      system += (system.empty() ? "" : "\n") + m.content;
-    } else {
-      turns += (m.role == "user" ? "User: " : "Assistant: ") + m.content + "\n";
-    }
-  }
-  return (system.empty() ? "" : system + "\n\n") + turns + "Assistant:";
 }
 
 std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body_text, bool chat,

@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "data/chat.h"
 #include "data/tokenizer.h"
 #include "infer/engine.h"
 
@@ -55,14 +56,8 @@ struct ParsedRequest {
 // Parses and validates a /v1/completions (chat = false) or /v1/chat/completions body.
 std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body, bool chat, const ApiContext& ctx);
 
-// The chat template for tern's base models (docs/serving.md): system messages first, then one line per turn,
-//   "<system>\n\nUser: <text>\nAssistant: <text>\nUser: <text>\nAssistant:"
-// and generation stops at the next "\nUser:".
-struct ChatMessage {
-  std::string role, content;
-};
-std::string ApplyChatTemplate(const std::vector<ChatMessage>& messages);
-inline constexpr char kChatStop[] = "\nUser:";
+// The chat template (ApplyChatTemplate, kChatStop) and ChatMessage are data/chat.h's: prepare --chat trains
+// on the same text.
 
 // Response bodies. `id` is "cmpl-..." or "chatcmpl-...", `created` Unix seconds.
 struct ResponseMeta {

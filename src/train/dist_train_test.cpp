@@ -168,6 +168,32 @@ TEST_F(DistTrainTest, AMixtureSplitsAcrossRanksLikeOneDataset) {
   EXPECT_NEAR(mix("m1"), mix("m2"), 1e-6 * mix("m1"));
 }
 
+// Chat data (loss masks): each micro-batch's loss is its mean over the tokens learned, on whichever rank
+// reads it, so 2 ranks give the one process's losses; the validation loss sums the learned tokens' counts.
+TEST_F(DistTrainTest, LossMasksGiveTheOneProcessLosses) {
+  std::string lines;
+  for (int i = 0; i < 60; i++)
+    lines += R"({"messages": [{"role": "user", "content": "Verse )" + std::to_string(i) +
+             R"(: light?"}, {"role": "assistant", "content": "waters and firmament"}]})" + "\n";
+  testing::WriteFile(root() / "chats.jsonl", lines);
+  PrepareOptions p;
+  p.inputs = {(root() / "chats.jsonl").string()};
+  p.out_dir = (root() / "chat").string();
+  p.tokenizer = data_ + "/tokenizer.model";
+  p.chat = true;
+  p.val_fraction = 0.2;
+  p.progress = nullptr;
+  auto prepared = Prepare(p);
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  const std::string sets = "--set data.dir=" + (root() / "chat").string();
+  auto one = Train(1, "k1", sets);
+  ASSERT_EQ(one.code, 0) << one.output;
+  auto two = Train(2, "k2", sets);
+  ASSERT_EQ(two.code, 0) << two.output;
+  EXPECT_LT(MaxRel(Rows("k1", "loss"), Rows("k2", "loss")), 1e-6);
+  EXPECT_LT(MaxRel(Rows("k1", "val_loss"), Rows("k2", "val_loss")), 1e-6);
+}
+
 TEST_F(DistTrainTest, Bf16TwoRanksMatchOneProcessWithinBf16Rounding) {
   auto one = Train(1, "one", "--set train.precision=bf16");
   ASSERT_EQ(one.code, 0) << one.output;

@@ -2,6 +2,8 @@
 // training windows, and the validation losses over them.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/progress.h"
 #include "train/trainer.h"
 
@@ -58,20 +60,37 @@ std::string Trainer::DescribeMix() const {
 }
 
 // With W ranks, rank r evaluates batches r, r + W, ... of the same eval_batches, and the sums are added.
+// With loss masks, the mean over the tokens learned: each batch's mean times B*T, over the count.
 Result<double> Trainer::EvaluateOn(DataLoader* loader) {
   TERN_RETURN_IF_ERROR(loader->Reset());
   Batch batch;
-  double sum = 0;
+  double sum = 0, learned = 0;
+  const bool masked = loader->has_masks();
+  const double N = static_cast<double>(cfg_.batch_size) * cfg_.seq_len;
   const int W = world(), mine = cfg_.eval_batches / W + (rank() < cfg_.eval_batches % W ? 1 : 0);
   for (int i = 0; i < mine; i++) {
     TERN_RETURN_IF_ERROR(loader->Next(&batch));
-    sum += model_->Forward(batch.inputs.data(), batch.targets.data(), cfg_.batch_size, cfg_.seq_len);
+    const double loss =
+        model_->Forward(batch.inputs.data(), batch.targets.data(), cfg_.batch_size, cfg_.seq_len);
+    if (masked) {
+      sum += loss * N;
+      learned += static_cast<double>(
+          std::count_if(batch.targets.begin(), batch.targets.end(), [](int32_t t) { return t >= 0; }));
+    } else {
+      sum += loss;
+    }
   }
   if (W > 1) {
     Result<double> total = comm_->SumInRankOrder(sum);
     if (!total.ok()) return total.status().WithContext("summing the validation loss");
     sum = total.value();
+    if (masked) {
+      Result<double> count = comm_->SumInRankOrder(learned);
+      if (!count.ok()) return count.status().WithContext("summing the validation tokens");
+      learned = count.value();
+    }
   }
+  if (masked) return learned > 0 ? sum / learned : 0.0;
   return sum / cfg_.eval_batches;
 }
 
