@@ -49,15 +49,18 @@ bool ParseChatMessages(const json& msgs, std::vector<ChatMessage>* out, ChatPars
       return Fail(error, at + ".role", "'" + at + ".role' must be a string");
     ChatMessage cm{m["role"].get<std::string>(), ""};
     if (cm.role != "system" && cm.role != "developer" && cm.role != "user" && cm.role != "assistant")
-      return Fail(error, at + ".role",
-                  "'" + at + ".role' must be one of system, developer, user, assistant; got '" + cm.role + "'");
+      return Fail(
+          error, at + ".role",
+          "'" + at + ".role' must be one of system, developer, user, assistant; got '" + cm.role + "'");
     const json content = m.value("content", json());
     if (content.is_string()) {
       cm.content = content.get<std::string>();
     } else if (content.is_array()) {  // content parts: only text parts are understood
       for (const json& part : content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string())
+        // Not part.value("type", ""): it throws on a type that is not a string (the fuzzer found it).
+        const bool text_part = part.is_object() && part.contains("type") && part["type"].is_string() &&
+                               part["type"] == "text" && part.contains("text") && part["text"].is_string();
+        if (!text_part)
           return Fail(error, at + ".content",
                       "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
         cm.content += part["text"].get<std::string>();
@@ -100,7 +103,8 @@ Result<std::vector<ChatMessage>> ParseChatLine(std::string_view line, const std:
   if (std::none_of(messages.begin(), messages.end(),
                    [](const ChatMessage& m) { return m.role == "assistant" && !m.content.empty(); }))
     return Status::InvalidArgument(fmt::format(
-        "{}: no assistant message with text: a conversation teaches the model only its assistant replies", where));
+        "{}: no assistant message with text: a conversation teaches the model only its assistant replies",
+        where));
   return messages;
 }
 

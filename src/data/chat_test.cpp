@@ -8,14 +8,18 @@ namespace tern {
 namespace {
 
 std::vector<ChatMessage> Conversation() {
-  return {{"system", "Be brief."},    {"user", "Who made light?"}, {"assistant", "God."},
-          {"user", "And the waters?"}, {"assistant", "God too."}};
+  return {{"system", "Be brief."},
+          {"user", "Who made light?"},
+          {"assistant", "God."},
+          {"user", "And the waters?"},
+          {"assistant", "God too."}};
 }
 
 TEST(Chat, TemplateIsOneLinePerTurnAfterTheSystem) {
-  EXPECT_EQ(ApplyChatTemplate(Conversation()),
-            "Be brief.\n\nUser: Who made light?\nAssistant: God.\nUser: And the waters?\nAssistant: God too.\n"
-            "Assistant:");
+  EXPECT_EQ(
+      ApplyChatTemplate(Conversation()),
+      "Be brief.\n\nUser: Who made light?\nAssistant: God.\nUser: And the waters?\nAssistant: God too.\n"
+      "Assistant:");
   EXPECT_EQ(ApplyChatTemplate({{"user", "Hi"}}), "User: Hi\nAssistant:");
 }
 
@@ -53,8 +57,9 @@ TEST(Chat, TrainingSegmentsLearnTheRepliesAndMatchEveryServedPrompt) {
 }
 
 TEST(Chat, LinesAreRefusedWithWhereAndWhy) {
-  auto ok = ParseChatLine(R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]})",
-                          "c.jsonl:1");
+  auto ok = ParseChatLine(
+      R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]})",
+      "c.jsonl:1");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->size(), 2u);
   for (const auto& [line, says] : std::vector<std::pair<std::string, std::string>>{
@@ -62,6 +67,10 @@ TEST(Chat, LinesAreRefusedWithWhereAndWhy) {
            {R"({"conversation": []})", "no \"messages\""},
            {R"({"messages": [{"role": "wizard", "content": "x"}]})", "messages[0].role"},
            {R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content"},
+           // fuzz/chat_jsonl found it: a content part whose type is not a string threw from nlohmann's
+           // value()
+           {R"({"messages": [{"role": "user", "content": [{"type": [{"type": "text", "text": "a"}]}]}]})",
+            "only text content parts"},
            {R"({"messages": [{"role": "user", "content": "Hi"}]})", "no assistant message with text"},
            {R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": ""}]})",
             "no assistant message with text"}}) {

@@ -34,9 +34,10 @@ class PrepareChatTest : public ::testing::Test {
     ASSERT_TRUE(base.ok()) << base.status().ToString();
     std::string lines;
     for (int i = 0; i < 40; i++)
-      lines += R"({"messages": [{"role": "system", "content": "Answer."}, {"role": "user", "content": "Verse )" +
-               std::to_string(i) + R"(: light?"}, {"role": "assistant", "content": "waters and firmament"}]})" +
-               "\n" + (i % 10 == 0 ? "\n" : "");
+      lines +=
+          R"({"messages": [{"role": "system", "content": "Answer."}, {"role": "user", "content": "Verse )" +
+          std::to_string(i) + R"(: light?"}, {"role": "assistant", "content": "waters and firmament"}]})" +
+          "\n" + (i % 10 == 0 ? "\n" : "");
     WriteFile(tmp_ / "chats.jsonl", lines);
   }
   PrepareOptions Chat() {
@@ -107,7 +108,8 @@ TEST_F(PrepareChatTest, BadLinesAndAMissingTokenizerAreRefusedBeforeAnythingIsWr
   EXPECT_NE(none.status().message().find("--tokenizer"), std::string::npos);
   WriteFile(tmp_ / "bad.jsonl", std::string(R"({"messages": [{"role": "user", "content": "a"}, )") +
                                     R"({"role": "assistant", "content": "b"}]})" + "\n" +
-                                    R"({"messages": [{"role": "user", "content": "only a question"}]})" + "\n");
+                                    R"({"messages": [{"role": "user", "content": "only a question"}]})" +
+                                    "\n");
   o = Chat();
   o.inputs = {tmp_ / "bad.jsonl"};
   auto bad = Prepare(o);

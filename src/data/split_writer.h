@@ -17,7 +17,11 @@ namespace tern {
 class SplitWriter {
  public:
   SplitWriter(std::string dir, std::string name, uint32_t vocab, uint64_t shard_tokens, bool masks = false)
-      : dir_(std::move(dir)), name_(std::move(name)), vocab_(vocab), shard_tokens_(shard_tokens), masks_(masks) {}
+      : dir_(std::move(dir)),
+        name_(std::move(name)),
+        vocab_(vocab),
+        shard_tokens_(shard_tokens),
+        masks_(masks) {}
 
   // `mask` (with masks): n values, 1 = learned, 0 = only read.
   Status Append(const int32_t* t, size_t n, const int32_t* mask = nullptr) {

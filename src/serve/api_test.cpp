@@ -382,6 +382,9 @@ TEST_F(ApiTest, BadRequestsNameTheField) {
   EXPECT_EQ(Error(R"({"messages":[]})", true).param, "messages");
   EXPECT_EQ(Error(R"({"messages":[{"role":"wizard","content":"x"}]})", true).param, "messages[0].role");
   EXPECT_EQ(Error(R"({"messages":[{"role":"user","content":5}]})", true).param, "messages[0].content");
+  // A content part whose type is not a string threw from nlohmann's value() (found by fuzz/chat_jsonl).
+  EXPECT_EQ(Error(R"({"messages":[{"role":"user","content":[{"type":[1],"text":"a"}]}]})", true).param,
+            "messages[0].content");
   const std::string user = R"("messages":[{"role":"user","content":"x"}])";
   EXPECT_EQ(Error("{" + user + R"(,"logprobs":true,"top_logprobs":21})", true).param, "top_logprobs");
   EXPECT_EQ(Error("{" + user + R"(,"top_logprobs":2})", true).param, "top_logprobs");
