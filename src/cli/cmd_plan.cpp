@@ -87,6 +87,16 @@ Status LoadCalibrations(const std::vector<std::string>& files, PlanRequest* req)
   return Status::Ok();
 }
 
+// --billing's list, or `otherwise` when it was not given.
+Result<std::vector<Billing>> ParseBillings(const std::string& given, const char* otherwise) {
+  std::vector<Billing> out;
+  for (const auto& b : SplitList(given.empty() ? otherwise : given)) {
+    TERN_ASSIGN_OR_RETURN(Billing parsed, ParseBilling(b));
+    out.push_back(parsed);
+  }
+  return out;
+}
+
 Result<PlanRequest> BuildRequest(const PlanFlags& f) {
   PlanRequest req;
   TERN_RETURN_IF_ERROR(LoadCalibrations(f.calibrate, &req));
@@ -137,11 +147,7 @@ Result<PlanRequest> BuildRequest(const PlanFlags& f) {
   req.regions = SplitList(f.regions);
   req.gpus = SplitList(f.gpus);
   req.instances = SplitList(f.instance);
-  req.billing.clear();
-  for (const auto& b : SplitList(f.billing.empty() ? "on-demand,spot,reserved" : f.billing)) {
-    TERN_ASSIGN_OR_RETURN(Billing parsed, ParseBilling(b));
-    req.billing.push_back(parsed);
-  }
+  TERN_ASSIGN_OR_RETURN(req.billing, ParseBillings(f.billing, "on-demand,spot,reserved"));
   if (f.precision == "bf16")
     req.precision = PrecisionMode::kBf16;
   else if (f.precision == "fp32")
@@ -198,12 +204,8 @@ Result<int> RunServePlan(const PlanFlags& f, const PlanDefaults& defaults) {
   req.regions = SplitList(f.regions);
   req.gpus = SplitList(f.gpus);
   req.instances = SplitList(f.instance);
-  req.billing.clear();
   // A preemption drops the requests in flight: spot only when asked for.
-  for (const auto& b : SplitList(f.billing.empty() ? "on-demand,reserved" : f.billing)) {
-    TERN_ASSIGN_OR_RETURN(Billing parsed, ParseBilling(b));
-    req.billing.push_back(parsed);
-  }
+  TERN_ASSIGN_OR_RETURN(req.billing, ParseBillings(f.billing, "on-demand,reserved"));
   if (f.reserved_discount >= 0) req.reserved_discount = f.reserved_discount;
   if (!f.budget.empty()) {
     TERN_ASSIGN_OR_RETURN(req.budget_usd_per_hour, ParseMoney(f.budget, "--budget"));

@@ -6,11 +6,9 @@
 
 namespace tern {
 
-namespace {
-
 using nlohmann::json;
 
-const char* TypeName(const json& v) {
+const char* JsonTypeName(const json& v) {
   switch (v.type()) {
     case json::value_t::null:
       return "null";
@@ -27,13 +25,15 @@ const char* TypeName(const json& v) {
   }
 }
 
+namespace {
+
 bool Fail(ChatParseError* e, std::string param, std::string message) {
   *e = {std::move(param), std::move(message)};
   return false;
 }
 
 bool WrongType(ChatParseError* e, const std::string& field, const char* want, const json& got) {
-  return Fail(e, field, fmt::format("'{}' must be {}, not {}", field, want, TypeName(got)));
+  return Fail(e, field, fmt::format("'{}' must be {}, not {}", field, want, JsonTypeName(got)));
 }
 
 }  // namespace

@@ -18,6 +18,9 @@ struct ChatMessage {
   std::string role, content;  // role: system | developer | user | assistant
 };
 
+// A JSON value's kind in words ("a string", "an array", "null", ...), for messages that say what was given.
+const char* JsonTypeName(const nlohmann::json& v);
+
 // What is wrong with a messages array: the field ("messages[2].content") and the message.
 struct ChatParseError {
   std::string param, message;

@@ -24,25 +24,8 @@ uint64_t RandomSeed() {
   return rng();
 }
 
-const char* TypeName(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::boolean:
-      return "a boolean";
-    case json::value_t::string:
-      return "a string";
-    case json::value_t::array:
-      return "an array";
-    case json::value_t::object:
-      return "an object";
-    default:
-      return v.is_number_integer() || v.is_number_unsigned() ? "an integer" : "a number";
-  }
-}
-
 ApiError WrongType(const std::string& field, const char* want, const json& got) {
-  return Bad(field, fmt::format("'{}' must be {}, not {}", field, want, TypeName(got)));
+  return Bad(field, fmt::format("'{}' must be {}, not {}", field, want, JsonTypeName(got)));
 }
 
 // Optional fields: absent or null leaves *out as it is.
