@@ -59,6 +59,13 @@ struct DataSlice {
 // only reads it. The loader turns the targets of masked tokens into -1, which the loss ignores.
 std::string MaskPathFor(const std::string& shard_path);
 
+// Targets the loss learns: those >= 0 (all of them without loss masks).
+inline int64_t LearnedTargets(const std::vector<int32_t>& targets) {
+  int64_t n = 0;
+  for (int32_t t : targets) n += t >= 0;
+  return n;
+}
+
 // Sorted DIR/<split>_<digits>.bin (e.g. split "train" -> train_000.bin, train_001.bin, ...). NotFound when
 // none.
 Result<std::vector<std::string>> FindShards(const std::string& dir, const std::string& split);

@@ -109,7 +109,7 @@ Result<EvalResult> EvaluateShards(Backend* backend, const GptConfig& cfg, const 
     BuildBatch(inputs.data(), count, T, model->max_blocks_per_seq(), &fb);
     const float* logits = model->Forward(fb);
     total += SumLogProbs(logits, targets.data(), count * T, cfg.vocab_size);
-    learned += std::count_if(targets.begin(), targets.end(), [](int32_t t) { return t >= 0; });
+    learned += LearnedTargets(targets);
     done += count;
   }
   EvalResult r;

@@ -41,6 +41,22 @@ inline bool PrepareWithTokenizerOf(const std::string& data_dir, const std::strin
   return r.ok();
 }
 
+// Conversations (a --chat JSONL file) prepared into `out` with the tokenizer of `data_dir`. Returns false
+// (with a test failure) when preparing failed.
+inline bool PrepareChatWithTokenizerOf(const std::string& data_dir, const std::string& jsonl_path,
+                                       const std::string& out, double val_fraction) {
+  PrepareOptions p;
+  p.inputs = {jsonl_path};
+  p.out_dir = out;
+  p.tokenizer = data_dir + "/tokenizer.model";
+  p.chat = true;
+  p.val_fraction = val_fraction;
+  p.progress = nullptr;
+  auto r = Prepare(p);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok();
+}
+
 // Text unlike MakeCorpus's words: lines of numbers and arithmetic, for a dataset a model can tell apart.
 inline std::string NumbersCorpus(size_t bytes, uint64_t seed = 5) {
   std::string out;

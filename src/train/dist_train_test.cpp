@@ -176,15 +176,8 @@ TEST_F(DistTrainTest, LossMasksGiveTheOneProcessLosses) {
     lines += R"({"messages": [{"role": "user", "content": "Verse )" + std::to_string(i) +
              R"(: light?"}, {"role": "assistant", "content": "waters and firmament"}]})" + "\n";
   testing::WriteFile(root() / "chats.jsonl", lines);
-  PrepareOptions p;
-  p.inputs = {(root() / "chats.jsonl").string()};
-  p.out_dir = (root() / "chat").string();
-  p.tokenizer = data_ + "/tokenizer.model";
-  p.chat = true;
-  p.val_fraction = 0.2;
-  p.progress = nullptr;
-  auto prepared = Prepare(p);
-  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  ASSERT_TRUE(testing::PrepareChatWithTokenizerOf(data_, (root() / "chats.jsonl").string(),
+                                                  (root() / "chat").string(), 0.2));
   const std::string sets = "--set data.dir=" + (root() / "chat").string();
   auto one = Train(1, "k1", sets);
   ASSERT_EQ(one.code, 0) << one.output;

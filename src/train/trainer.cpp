@@ -2,7 +2,6 @@
 
 #include <omp.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -279,19 +278,14 @@ Result<StepStats> Trainer::Step() {
       return s;
     }
     TERN_RETURN_IF_ERROR(train_loader_->Next(&batch));
-    if (train_loader_->has_masks()) {
-      // Loss masks (tern prepare --chat): the mean over the tokens learned, as PyTorch's ignore_index.
-      const int64_t N = static_cast<int64_t>(B) * T;
-      const int64_t learned =
-          std::count_if(batch.targets.begin(), batch.targets.end(), [](int32_t t) { return t >= 0; });
-      const bool partial = learned > 0 && learned < N;
-      model_->ForwardAccumulate(
-          batch.inputs.data(), batch.targets.data(), B, T,
-          partial ? static_cast<float>(seed * (static_cast<double>(N) / learned)) : seed,
-          partial ? static_cast<double>(learned) : 0.0);
-    } else {
-      model_->ForwardAccumulate(batch.inputs.data(), batch.targets.data(), B, T, seed);
-    }
+    // Loss masks (tern prepare --chat): the mean over the tokens learned, as PyTorch's ignore_index; a
+    // micro-batch learning every token (or none) keeps the plain B*T mean.
+    const int64_t N = static_cast<int64_t>(B) * T;
+    const int64_t learned = train_loader_->has_masks() ? LearnedTargets(batch.targets) : N;
+    const bool partial = learned > 0 && learned < N;
+    model_->ForwardAccumulate(batch.inputs.data(), batch.targets.data(), B, T,
+                              partial ? static_cast<float>(seed * (static_cast<double>(N) / learned)) : seed,
+                              partial ? static_cast<double>(learned) : 0.0);
     // The last micro-batch's backward starts the gradient all-reduce bucket by bucket.
     if (grad_sync_ && micro == local - 1) {
       model_->Backward(grad_sync_->Hook());

@@ -27,15 +27,7 @@ class TrainerChatTest : public ::testing::Test {
       lines += R"({"messages": [{"role": "user", "content": "Verse )" + std::to_string(i * 7 % 1000) +
                R"(: seed and fruit?"}, {"role": "assistant", "content": "Amen, so be it."}]})" + "\n";
     testing::WriteFile(tmp_ / "chats.jsonl", lines);
-    PrepareOptions p;
-    p.inputs = {tmp_ / "chats.jsonl"};
-    p.out_dir = tmp_ / "chat";
-    p.tokenizer = base_ + "/tokenizer.model";
-    p.chat = true;
-    p.val_fraction = 0.1;
-    p.progress = nullptr;
-    auto r = Prepare(p);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(testing::PrepareChatWithTokenizerOf(base_, tmp_ / "chats.jsonl", tmp_ / "chat", 0.1));
   }
 
   TrainConfig Config(int steps) {

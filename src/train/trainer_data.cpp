@@ -2,8 +2,6 @@
 // training windows, and the validation losses over them.
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "core/progress.h"
 #include "train/trainer.h"
 
@@ -74,8 +72,7 @@ Result<double> Trainer::EvaluateOn(DataLoader* loader) {
         model_->Forward(batch.inputs.data(), batch.targets.data(), cfg_.batch_size, cfg_.seq_len);
     if (masked) {
       sum += loss * N;
-      learned += static_cast<double>(
-          std::count_if(batch.targets.begin(), batch.targets.end(), [](int32_t t) { return t >= 0; }));
+      learned += static_cast<double>(LearnedTargets(batch.targets));
     } else {
       sum += loss;
     }
