@@ -212,7 +212,9 @@ TEST_F(FastOpsTest, MatmulBF16TransposedOperandIsTheCastOfItsTranspose) {
 // compute): the fast backend copies A's columns transposed into blocks of 8192 (two full blocks and a tail of
 // 17 here, K with a tail of 3 rows past the 16 x 16 tiles) and multiplies them untransposed. The copy moves
 // bits, so the product is the product of A transposed beforehand, bit for bit, and within bf16 bounds of the
-// oracle.
+// oracle. Without AVX-512 (an AVX2-only Zen 3) the blocks are not compiled in: the transposed and the
+// untransposed A go through different oneDNN (or widened fp32) kernels whose sums run in different orders, so
+// only the bounds hold there, and the bit-for-bit half is skipped, visibly.
 TEST_F(FastOpsTest, MatmulBF16WeightGradientInTransposedBlocks) {
   const int M = 2 * 8192 + 17, N = 5, K = 515;
   const auto a = ToBF16(U(size_t(K) * M)), b = ToBF16(U(size_t(K) * N));
@@ -235,8 +237,13 @@ TEST_F(FastOpsTest, MatmulBF16WeightGradientInTransposedBlocks) {
     const uint16_t* pb = ar.In(b);
     fast_->Matmul(c1, BF16(ar.In(a)), BF16(pb), nullptr, M, N, K, true, false, beta, Compute::kBF16);
     fast_->Matmul(c2, BF16(ar.In(at)), BF16(pb), nullptr, M, N, K, false, false, beta, Compute::kBF16);
+#if defined(__AVX512F__)
     ExpectBitEqual(ar.Out(c1, c0.size()), ar.Out(c2, c0.size()), "blocks vs pre-transposed A");
+#endif
   }
+#if !defined(__AVX512F__)
+  GTEST_SKIP() << "bounds checked; the blocked path (and its bit-for-bit claim) needs AVX-512";
+#endif
 }
 
 // The fp32 shapes the fast backend reshapes for oneDNN: a long reduction into a small product (computed as
