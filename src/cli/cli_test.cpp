@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -176,4 +177,44 @@ TEST(Cli, SimulateReplaysAShippedTrace) {
   EXPECT_NE(hazard.output.find("MTBF"), std::string::npos) << hazard.output;
 }
 
+}  // namespace
+
+// `tern prepare --verify DIR`: a fresh dataset verifies (exit 0, the counts and content printed); a byte
+// changed in a shard is exit 1 naming the shard; prepare without --input says what it needs (exit 2).
+namespace {
+TEST(Cli, PrepareVerifyChecksEveryShard) {
+  const auto dir = std::filesystem::temp_directory_path() / ("tern_cli_verify_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream corpus(dir / "corpus.txt");
+    for (int i = 0; i < 3000; i++)
+      corpus << "line " << i << " of a small corpus, word " << (i * 7919) % 1000 << "\n";
+  }
+  const std::string out = (dir / "data").string();
+  CmdResult p = RunTern("prepare --input " + (dir / "corpus.txt").string() + " --out " + out +
+                        " --vocab-size 300 --threads 1 --shard-tokens 4096");
+  ASSERT_EQ(p.code, 0) << p.output;
+  CmdResult v = RunTern("prepare --verify " + out);
+  EXPECT_EQ(v.code, 0) << v.output;
+  EXPECT_NE(v.output.find("verified " + out), std::string::npos) << v.output;
+  EXPECT_NE(v.output.find("content "), std::string::npos) << v.output;
+  const std::string shard = out + "/train_000.bin";
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(70);
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 1;
+    f.seekp(70);
+    f.write(&c, 1);
+  }
+  v = RunTern("prepare --verify " + out);
+  EXPECT_EQ(v.code, 1) << v.output;
+  EXPECT_NE(v.output.find(shard), std::string::npos) << v.output;
+  CmdResult none = RunTern("prepare --out " + out);
+  EXPECT_EQ(none.code, 2) << none.output;
+  EXPECT_NE(none.output.find("--input"), std::string::npos) << none.output;
+  std::filesystem::remove_all(dir);
+}
 }  // namespace

@@ -200,6 +200,8 @@ std::map<std::string, nlohmann::json> DiffFields(const nlohmann::json& m) {
     for (const auto& [k, v] : m["files"].items()) out["files." + k + ".sha256"] = v.value("sha256", "");
   if (m.contains("data") && m["data"].is_object())
     out["data.prepare_sha256"] = m["data"].value("prepare_sha256", "");
+  if (m.contains("data") && m["data"].is_object() && m["data"].contains("content"))
+    out["data.content"] = m["data"]["content"];
   out["parent"] = m.value("parent", nlohmann::json());
   out["source.run_dir"] = m["source"].value("run_dir", "");
   return out;

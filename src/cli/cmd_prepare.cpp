@@ -16,6 +16,7 @@ struct PrepareArgs {
   PrepareOptions options;
   int64_t shard_tokens = 100'000'000;
   int64_t max_sentences = 2'000'000;
+  std::string verify;  // --verify DIR
 };
 
 std::string Plural(size_t n, const char* word) {
@@ -50,8 +51,32 @@ bool IsModel(const std::string& given) {
          std::filesystem::exists(std::filesystem::path(given) / "config.yaml", ec);
 }
 
+int RunVerify(const std::string& dir) {
+  auto r = VerifyPrepared(dir, stderr);
+  if (!r.ok()) {
+    std::fprintf(stderr, "tern prepare --verify: %s\n", r.status().message().c_str());
+    return 1;
+  }
+  auto content = [](const std::string& c) { return c.empty() ? std::string("unrecorded") : c; };
+  fmt::print(
+      "verified {}: {} read, every byte as tern prepare wrote it{}\n"
+      "  train      {} tokens, content {}\n"
+      "  val        {} tokens, content {}\n",
+      dir, Plural(r->shards, "file"),
+      r->unrecorded ? fmt::format(" ({} without a recorded hash: written by an older tern, sizes checked)",
+                                  r->unrecorded)
+                    : "",
+      r->tokens[0], content(r->content[0]), r->tokens[1], content(r->content[1]));
+  return 0;
+}
+
 int RunPrepare(PrepareArgs& args) {
+  if (!args.verify.empty()) return RunVerify(args.verify);
   PrepareOptions& o = args.options;
+  if (o.inputs.empty() || o.out_dir.empty()) {
+    std::fprintf(stderr, "tern prepare: --input and --out are required (or --verify DIR); see --help\n");
+    return 2;
+  }
   if (args.shard_tokens <= 0 || args.max_sentences <= 0) {
     std::fprintf(stderr, "tern prepare: --shard-tokens and --max-sentences must be positive\n");
     return 2;
@@ -137,9 +162,11 @@ void AddPrepareCommand(CLI::App& root, CommandTable& table) {
       "  tokenizer.model, tokenizer.vocab   the tokenizer (ids: 0 unk, 1 bos, 2 eos between files)\n"
       "  train_000.bin, train_001.bin, ...  training tokens, a new shard every --shard-tokens tokens\n"
       "  val_000.bin                        validation tokens (format: docs/formats.md)\n"
-      "  prepare.json                       inputs, sizes, token counts, tokenizer fingerprint\n"
+      "  prepare.json                       inputs, sizes, token counts, tokenizer fingerprint, content\n"
+      "                                     (each split's XXH3; every shard's header holds its own)\n"
       "Nothing in DIR changes unless the whole run succeeds. A DIR prepared with other options is\n"
-      "only replaced with --force.\n\n"
+      "only replaced with --force. `tern prepare --verify DIR` reads it all back and checks every byte.\n"
+      "A training run records the train split's content and refuses to resume on other tokens.\n\n"
       "Example (the King James Bible, 4.3 MB, about 10 s on 2 cores):\n"
       "  bible \"Gen1:1-Rev22:21\" > kjv.txt\n"
       "  tern prepare --input kjv.txt --out data/kjv --vocab-size 4096\n"
@@ -147,10 +174,10 @@ void AddPrepareCommand(CLI::App& root, CommandTable& table) {
       "  tern prepare --input psalms.txt --out data/psalms --tokenizer runs/demo\n"
       "Conversations to teach a trained model to chat (JSON Lines, {\"messages\": [...]} per line):\n"
       "  tern prepare --chat --input chats.jsonl --out data/chat --tokenizer runs/demo\n");
-  sub->add_option("--input,-i", args->options.inputs, "Text files or directories to read (one or more)")
-      ->required()
+  sub->add_option("--input,-i", args->options.inputs,
+                  "Text files or directories to read (one or more; required unless --verify)")
       ->expected(1, -1);
-  sub->add_option("--out,-o", args->options.out_dir, "Output directory (created if missing)")->required();
+  sub->add_option("--out,-o", args->options.out_dir, "Output directory (created if missing; required)");
   sub->add_option(
       "--vocab-size", args->options.vocab_size,
       "Tokenizer vocabulary size: at least 260 + the number of distinct characters; 4096-8192 suits a "
@@ -175,6 +202,10 @@ void AddPrepareCommand(CLI::App& root, CommandTable& table) {
       "replies only; needs --tokenizer (docs/finetune.md)");
   sub->add_flag("--force", args->options.force,
                 "Replace an output directory prepared with different options");
+  sub->add_option("--verify", args->verify,
+                  "Check a prepared DIR instead: read every shard and loss mask and compare it with the hash "
+                  "tern prepare recorded in its header, and the splits with prepare.json (exit 1 names the "
+                  "first file that differs)");
   table.Add(sub, [args] { return RunPrepare(*args); });
 }
 

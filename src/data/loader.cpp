@@ -83,6 +83,19 @@ Result<std::vector<std::string>> FindShards(const std::string& dir, const std::s
   return found;
 }
 
+std::string DataLoader::content_fingerprint() const {
+  std::string out;
+  for (const Source& src : sources_) {
+    std::vector<uint64_t> shards, masks;
+    for (const auto& sh : src.shards) shards.push_back(sh.content_xxh3());
+    for (const auto& m : src.masks) masks.push_back(m ? m->content_xxh3() : 0);
+    const std::string fp = ShardsFingerprint(shards, masks);
+    if (fp.empty()) return "";
+    out += (out.empty() ? "" : "+") + fp;
+  }
+  return out;
+}
+
 Result<std::unique_ptr<DataLoader>> DataLoader::Open(const std::vector<std::string>& shard_paths, int B,
                                                      int T, uint64_t seed, bool shuffle, int prefetch_depth,
                                                      DataSlice slice) {

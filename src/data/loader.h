@@ -122,6 +122,10 @@ class DataLoader {
     return mixed() ? static_cast<double>(sources_[s].slots) / kMixPeriod : 1.0;
   }
   uint32_t vocab_size() const { return vocab_size_; }
+  // What it reads, by content (data/shard.h ShardsFingerprint, from the shard headers: no data is read): of
+  // one dataset's train shards, prepare.json's content.train; of a mixture, the sources' joined by "+"; ""
+  // when a shard records none (written by an older tern prepare).
+  std::string content_fingerprint() const;
   // Whether any shard has a loss mask (MaskPathFor): then some targets are -1.
   bool has_masks() const { return has_masks_; }
   const DataSlice& slice() const { return slice_; }

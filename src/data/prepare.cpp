@@ -336,6 +336,8 @@ Result<PrepareSummary> PrepareImpl(const PrepareOptions& o) {
   }
   sum.train_tokens = train.total();
   sum.val_tokens = val.total();
+  sum.train_content = train.fingerprint();
+  sum.val_content = val.fingerprint();
   if (o.val_fraction > 0 && sum.val_tokens == 0) {
     sum.warnings.push_back(
         fmt::format("no validation split: the corpus has fewer than {} lines (validation takes "
@@ -352,6 +354,7 @@ Result<PrepareSummary> PrepareImpl(const PrepareOptions& o) {
             {"files", json::array()},
             {"bytes", sum.bytes},
             {"tokens", {{"train", sum.train_tokens}, {"val", sum.val_tokens}}},
+            {"content", {{"train", sum.train_content}, {"val", sum.val_content}}},
             {"shards", {{"train", train.files()}, {"val", val.files()}}},
             {"vocab_size", sum.vocab_size},
             {"tokenizer",

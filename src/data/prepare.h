@@ -39,6 +39,9 @@ struct PrepareSummary {
   uint64_t bytes = 0;
   uint64_t train_tokens = 0, val_tokens = 0;
   std::vector<std::string> train_shards, val_shards;  // paths
+  // Each split's content identity (data/shard.h ShardsFingerprint): prepare.json "content"; a training run
+  // records the train split's in its checkpoints and refuses to resume on other tokens.
+  std::string train_content, val_content;
   int vocab_size = 0;
   std::string tokenizer_path, fingerprint, summary_path;
   std::string tokenizer_from;  // the tokenizer.model reused (PrepareOptions::tokenizer); empty = trained here
@@ -55,6 +58,17 @@ struct PrepareSummary {
 // empty inputs fail with the file's name). Everything is written under a temp directory inside out_dir and
 // moved into place only at the end, so a failed run leaves a previous output as it was.
 Result<PrepareSummary> Prepare(const PrepareOptions& options);
+
+// `tern prepare --verify DIR`: reads every shard (and loss mask) of a prepared dataset and checks it against
+// its header's content hash, and the splits against prepare.json's token counts and content. Corruption names
+// the first file that differs and says to re-run tern prepare. Shards written before tern recorded hashes are
+// counted (unrecorded) and pass on their sizes.
+struct VerifySummary {
+  size_t shards = 0, unrecorded = 0;  // files read (token shards and masks); of them without a recorded hash
+  uint64_t tokens[2] = {0, 0};        // train, val
+  std::string content[2];             // each split's ShardsFingerprint ("" when unrecorded)
+};
+Result<VerifySummary> VerifyPrepared(const std::string& dir, FILE* progress = nullptr);
 
 // Lines are grouped into blocks of kLinesPerBlock consecutive lines (counted across all files). Block 0 is
 // always train, block 1 always val (when val_fraction > 0), so both splits are non-empty once there are two

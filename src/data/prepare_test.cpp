@@ -128,6 +128,58 @@ TEST(Prepare, EndToEndOnFilesAndADirectory) {
   EXPECT_EQ(*shards, s.train_shards);
   auto dl = DataLoader::Open(*shards, 4, 32, 1, true);
   ASSERT_TRUE(dl.ok()) << dl.status().ToString();
+  // The content identity: what prepare.json records is what the loader reads from the shard headers.
+  EXPECT_EQ(j["content"]["train"], s.train_content);
+  EXPECT_EQ(j["content"]["val"], s.val_content);
+  EXPECT_EQ((*dl)->content_fingerprint(), s.train_content);
+  EXPECT_EQ(s.train_content.size(), 16u);
+  EXPECT_NE(s.train_content, s.val_content);
+}
+
+// `tern prepare --verify`: a freshly prepared directory passes with prepare.json's counts and content; a
+// flipped byte, a shard swapped for another of the same size, and a lost shard are each named.
+TEST(Prepare, VerifyReadsEveryShardAndNamesWhatChanged) {
+  TempDir tmp;
+  WriteFile(tmp / "a.txt", testing::MakeCorpus(120'000, 1));
+  const std::string out = tmp / "out";
+  auto r = Prepare(Options({tmp / "a.txt"}, out));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_GE(r->train_shards.size(), 3u);
+  auto v = VerifyPrepared(out);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->shards, r->train_shards.size() + r->val_shards.size());
+  EXPECT_EQ(v->unrecorded, 0u);
+  EXPECT_EQ(v->tokens[0], r->train_tokens);
+  EXPECT_EQ(v->tokens[1], r->val_tokens);
+  EXPECT_EQ(v->content[0], r->train_content);
+  EXPECT_EQ(v->content[1], r->val_content);
+
+  const std::string first = r->train_shards[0], second = r->train_shards[1];
+  const std::string original = ReadFile(first);
+  std::string flipped = original;
+  flipped[100] ^= 4;
+  WriteFile(first, flipped);
+  v = VerifyPrepared(out);
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.status().message().find(first), std::string::npos) << v.status().message();
+
+  // Two whole shards of the same size exchanged: each is intact, the split is not what was prepared.
+  const std::string other = ReadFile(second);
+  ASSERT_EQ(other.size(), original.size());
+  WriteFile(first, other);
+  WriteFile(second, original);
+  v = VerifyPrepared(out);
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.status().message().find("replaced or reordered"), std::string::npos) << v.status().message();
+  EXPECT_NE(v.status().message().find(r->train_content), std::string::npos) << v.status().message();
+
+  WriteFile(second, other);
+  WriteFile(first, original);
+  ASSERT_TRUE(VerifyPrepared(out).ok());
+  fs::remove(r->train_shards.back());
+  v = VerifyPrepared(out);
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.status().message().find("prepare.json says"), std::string::npos) << v.status().message();
 }
 
 void ExpectErrorNaming(const PrepareOptions& o, const std::string& name, const std::string& also = "") {

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <xxhash.h>
+
 #include "core/file_util.h"
 
 namespace tern {
@@ -34,13 +36,18 @@ Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
   return Status::Ok();
 }
 
-void EncodeHeader(unsigned char* h, uint32_t vocab_size, uint64_t count, uint32_t bpt) {
+void EncodeHeader(unsigned char* h, uint32_t vocab_size, uint64_t count, uint32_t bpt, uint64_t content) {
   std::memset(h, 0, kShardHeaderBytes);
   std::memcpy(h, kShardMagic, 8);
   std::memcpy(h + 8, &kShardVersion, 4);
   std::memcpy(h + 12, &vocab_size, 4);
   std::memcpy(h + 16, &count, 8);
   std::memcpy(h + 24, &bpt, 4);
+  std::memcpy(h + 32, &content, 8);
+}
+
+XXH3_state_t* State(const std::shared_ptr<void>& p) {
+  return static_cast<XXH3_state_t*>(p.get());
 }
 
 }  // namespace
@@ -52,8 +59,10 @@ ShardWriter::ShardWriter(std::string path, int fd, uint32_t vocab_size)
       tmp_path_(path_ + ".tmp"),
       fd_(fd),
       vocab_size_(vocab_size),
-      bytes_per_token_(ShardBytesPerToken(vocab_size)) {
+      bytes_per_token_(ShardBytesPerToken(vocab_size)),
+      hash_(XXH3_createState(), [](void* p) { XXH3_freeState(static_cast<XXH3_state_t*>(p)); }) {
   buf_.reserve(kWriteBufferBytes);
+  XXH3_64bits_reset(State(hash_));
 }
 
 Result<std::unique_ptr<ShardWriter>> ShardWriter::Create(const std::string& path, uint32_t vocab_size) {
@@ -64,7 +73,7 @@ Result<std::unique_ptr<ShardWriter>> ShardWriter::Create(const std::string& path
   std::unique_ptr<ShardWriter> w(new ShardWriter(path, fd, vocab_size));
   // A placeholder header (count 0) reserves the space; Finish() writes the real one.
   unsigned char header[kShardHeaderBytes];
-  EncodeHeader(header, vocab_size, 0, w->bytes_per_token_);
+  EncodeHeader(header, vocab_size, 0, w->bytes_per_token_, 0);
   TERN_RETURN_IF_ERROR(WriteAll(fd, header, sizeof(header), tmp));
   return w;
 }
@@ -106,6 +115,7 @@ Status ShardWriter::Append(const int32_t* tokens, size_t n) {
 }
 
 Status ShardWriter::Flush() {
+  XXH3_64bits_update(State(hash_), buf_.data(), buf_.size());
   Status st = WriteAll(fd_, buf_.data(), buf_.size(), tmp_path_);
   buf_.clear();
   return st;
@@ -116,7 +126,8 @@ Status ShardWriter::Finish() {
   Status st = Flush();
   if (st.ok()) {
     unsigned char header[kShardHeaderBytes];
-    EncodeHeader(header, vocab_size_, count_, bytes_per_token_);
+    content_ = XXH3_64bits_digest(State(hash_));
+    EncodeHeader(header, vocab_size_, count_, bytes_per_token_, content_);
     if (::pwrite(fd_, header, sizeof(header), 0) != static_cast<ssize_t>(sizeof(header))) {
       st = Status::IoError(
           fmt::format("writing the header of {} failed: {}", tmp_path_, std::strerror(errno)));
@@ -156,6 +167,7 @@ ShardReader& ShardReader::operator=(ShardReader&& o) noexcept {
     map_len_ = o.map_len_;
     tokens_ = o.tokens_;
     count_ = o.count_;
+    content_xxh3_ = o.content_xxh3_;
     vocab_size_ = o.vocab_size_;
     bytes_per_token_ = o.bytes_per_token_;
     o.map_ = nullptr;
@@ -213,6 +225,7 @@ Result<ShardReader> ShardReader::Open(const std::string& path) {
   r.vocab_size_ = header.vocab_size;
   r.count_ = header.count;
   r.bytes_per_token_ = header.bytes_per_token;
+  r.content_xxh3_ = header.content_xxh3;
   r.tokens_ = h + kShardHeaderBytes;
   return r;
 }
@@ -257,7 +270,34 @@ Result<ShardHeader> ParseShardHeader(std::string_view head, uint64_t file_len, c
   }
   out.count = count;
   out.bytes_per_token = bpt;
+  std::memcpy(&out.content_xxh3, h + 32, 8);
   return out;
+}
+
+Status ShardReader::VerifyContent() const {
+  if (content_xxh3_ == 0) return Status::Ok();
+  struct stat st;
+  if (fd_ >= 0 && ::fstat(fd_, &st) == 0 && static_cast<uint64_t>(st.st_size) < map_len_) {
+    return Status::Corruption(
+        fmt::format("shard {} shrank on disk after it was opened; re-run tern prepare", path_));
+  }
+  const uint64_t got = XXH3_64bits(tokens_, count_ * bytes_per_token_);
+  if (got == content_xxh3_) return Status::Ok();
+  return Status::Corruption(fmt::format(
+      "shard {} does not hold what tern prepare wrote: its tokens hash to {:016x}, its header says {:016x} "
+      "(the file was modified or damaged on disk). Re-run tern prepare (--force) to rewrite the dataset",
+      path_, got, content_xxh3_));
+}
+
+std::string ShardsFingerprint(std::span<const uint64_t> shard_hashes, std::span<const uint64_t> mask_hashes) {
+  std::vector<uint64_t> all;
+  all.reserve(2 * shard_hashes.size());
+  for (size_t i = 0; i < shard_hashes.size(); ++i) {
+    if (shard_hashes[i] == 0) return "";
+    all.push_back(shard_hashes[i]);
+    all.push_back(i < mask_hashes.size() ? mask_hashes[i] : 0);
+  }
+  return fmt::format("{:016x}", XXH3_64bits(all.data(), all.size() * sizeof(uint64_t)));
 }
 
 Status ShardReader::Read(uint64_t offset, uint64_t n, int32_t* out) const {

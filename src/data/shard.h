@@ -6,13 +6,18 @@
 //   offset 12  uint32   vocab_size
 //   offset 16  uint64   token_count
 //   offset 24  uint32   bytes_per_token (2 when vocab_size <= 65536, else 4)
-//   offset 28  zeros up to 64
+//   offset 28  zeros
+//   offset 32  uint64   content_xxh3: XXH3-64 of the token bytes (offset 64 to the end); 0 = not recorded
+//   (shards
+//                       written before tern recorded it read the same, without a content identity)
+//   offset 40  zeros up to 64
 //   offset 64  token_count tokens, each an unsigned integer of bytes_per_token bytes
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +53,8 @@ class ShardWriter {
 
   uint64_t count() const { return count_; }
   const std::string& path() const { return path_; }
+  // XXH3-64 of the token bytes, the header's content_xxh3: set by Finish() (0 before).
+  uint64_t content_xxh3() const { return content_; }
 
  private:
   ShardWriter(std::string path, int fd, uint32_t vocab_size);
@@ -56,15 +63,17 @@ class ShardWriter {
   std::string path_, tmp_path_;
   int fd_;
   uint32_t vocab_size_, bytes_per_token_;
-  uint64_t count_ = 0;
+  uint64_t count_ = 0, content_ = 0;
   std::vector<unsigned char> buf_;
   bool done_ = false;
+  std::shared_ptr<void> hash_;  // the XXH3 state of the bytes flushed so far (xxhash.h stays in shard.cpp)
 };
 
 // What a shard header says, once checked against the file's length.
 struct ShardHeader {
   uint32_t vocab_size = 0, bytes_per_token = 2;
   uint64_t count = 0;
+  uint64_t content_xxh3 = 0;  // 0: not recorded
 };
 // Checks the first bytes of a shard (`head`, at least the header when the file has one) against the file's
 // length `file_len`. Corruption, naming `path`, as ShardReader::Open describes.
@@ -87,6 +96,12 @@ class ShardReader {
   uint32_t vocab_size() const { return vocab_size_; }
   uint32_t bytes_per_token() const { return bytes_per_token_; }
   const std::string& path() const { return path_; }
+  // The header's XXH3-64 of the token bytes, 0 when the shard predates it. Not checked at Open (that would
+  // read the whole file); VerifyContent() reads and checks it.
+  uint64_t content_xxh3() const { return content_xxh3_; }
+  // Reads every token byte and compares their XXH3-64 with the header's: Corruption naming the file when
+  // they differ (the file changed after tern prepare wrote it). Ok when the header records none.
+  Status VerifyContent() const;
 
   uint32_t Get(uint64_t i) const {
     const unsigned char* p = tokens_ + i * bytes_per_token_;
@@ -110,7 +125,13 @@ class ShardReader {
   size_t map_len_ = 0;
   const unsigned char* tokens_ = nullptr;
   uint64_t count_ = 0;
+  uint64_t content_xxh3_ = 0;
   uint32_t vocab_size_ = 0, bytes_per_token_ = 2;
 };
+
+// The content identity of a split (or a dataset): XXH3-64 over the shards' content_xxh3 in order, each
+// followed by its loss mask's (0 without a mask), as 16 hex digits; "" when a shard records none (written by
+// an older tern). prepare.json's "content" and the trainer's resume check (train/train_checkpoint.h) use it.
+std::string ShardsFingerprint(std::span<const uint64_t> shard_hashes, std::span<const uint64_t> mask_hashes);
 
 }  // namespace tern

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include "testing/files.h"
 
@@ -49,7 +50,11 @@ TEST(Shard, WriteReadTwoBytesPerToken) {
   EXPECT_EQ(vocab, 50257u);
   EXPECT_EQ(count, tokens.size());
   EXPECT_EQ(bpt, 2u);
-  EXPECT_EQ(bytes.substr(28, 36), std::string(36, '\0'));
+  EXPECT_EQ(bytes.substr(28, 4), std::string(4, '\0'));
+  uint64_t content;  // XXH3-64 of the token bytes, by xxHash itself
+  std::memcpy(&content, bytes.data() + 32, 8);
+  EXPECT_EQ(content, XXH3_64bits(bytes.data() + 64, bytes.size() - 64));
+  EXPECT_EQ(bytes.substr(40, 24), std::string(24, '\0'));
 
   auto r = ShardReader::Open(dir / "a.bin");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -62,6 +67,47 @@ TEST(Shard, WriteReadTwoBytesPerToken) {
   EXPECT_FALSE(r->Read(tokens.size() - 10, 11, out.data()).ok());
   ShardReader moved = std::move(r).value();  // movable; the mapping follows
   EXPECT_EQ(moved.Get(tokens.size() - 1), static_cast<uint32_t>(tokens.back()));
+}
+
+// The header's content hash: the reader reports it without reading the tokens, VerifyContent reads them and
+// names a file whose bytes changed; a shard written before the hash existed (zeros there) opens and verifies.
+TEST(Shard, ContentHashFindsAChangedTokenAndOldShardsStillRead) {
+  TempDir dir;
+  const std::string path = dir / "a.bin";
+  auto tokens = Ramp(100'003, 4096);
+  ASSERT_TRUE(WriteShard(path, 4096, tokens).ok());
+  {
+    auto r = ShardReader::Open(path);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const std::string bytes = ReadFile(path);
+    EXPECT_EQ(r->content_xxh3(), XXH3_64bits(bytes.data() + 64, bytes.size() - 64));
+    EXPECT_TRUE(r->VerifyContent().ok());
+  }
+  std::string bytes = ReadFile(path);
+  bytes[64 + 2 * 5000] ^= 1;  // token 5000 changes, the header does not
+  WriteFile(path, bytes);
+  {
+    auto r = ShardReader::Open(path);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    Status st = r->VerifyContent();
+    EXPECT_EQ(st.code(), Status::Code::kCorruption);
+    EXPECT_NE(st.message().find(path), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("tern prepare"), std::string::npos) << st.message();
+  }
+  std::memset(bytes.data() + 32, 0, 8);  // as an older tern wrote it
+  WriteFile(path, bytes);
+  auto r = ShardReader::Open(path);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->content_xxh3(), 0u);
+  EXPECT_TRUE(r->VerifyContent().ok());
+  // The split's identity: order matters, masks count, an unrecorded shard gives none.
+  const uint64_t a = 11, b = 22;
+  EXPECT_NE(ShardsFingerprint(std::vector<uint64_t>{a, b}, {}),
+            ShardsFingerprint(std::vector<uint64_t>{b, a}, {}));
+  EXPECT_NE(ShardsFingerprint(std::vector<uint64_t>{a}, {}),
+            ShardsFingerprint(std::vector<uint64_t>{a}, std::vector<uint64_t>{b}));
+  EXPECT_EQ(ShardsFingerprint(std::vector<uint64_t>{a, 0}, {}), "");
+  EXPECT_EQ(ShardsFingerprint(std::vector<uint64_t>{a}, {}).size(), 16u);
 }
 
 TEST(Shard, FourBytesPerTokenForLargeVocab) {

@@ -50,14 +50,18 @@ class SplitWriter {
   Status Close() {
     if (!cur_) return Status::Ok();
     Status st = cur_->Finish();
+    hashes_.push_back(cur_->content_xxh3());
     cur_.reset();
     if (cur_mask_) {
       Status ms = cur_mask_->Finish();
+      mask_hashes_.push_back(cur_mask_->content_xxh3());
       cur_mask_.reset();
       if (st.ok()) st = ms;
     }
     return st;
   }
+  // The split's content identity (data/shard.h ShardsFingerprint), once Close() has run.
+  std::string fingerprint() const { return ShardsFingerprint(hashes_, mask_hashes_); }
   const std::vector<std::string>& files() const { return files_; }  // names, relative to dir
   const std::vector<std::string>& mask_files() const { return mask_files_; }
   uint64_t total() const { return total_; }
@@ -69,6 +73,7 @@ class SplitWriter {
   bool masks_;
   std::unique_ptr<ShardWriter> cur_, cur_mask_;
   std::vector<std::string> files_, mask_files_;
+  std::vector<uint64_t> hashes_, mask_hashes_;
 };
 
 }  // namespace tern

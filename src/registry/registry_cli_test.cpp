@@ -155,6 +155,8 @@ TEST_F(RegistryCli, ATrainedRunAndItsCheckpointRegisterWithDataAndMetrics) {
   nlohmann::json v1 = Json("models register " + run + " --name trained");
   const nlohmann::json& m = v1["manifest"];
   EXPECT_EQ(m["data"]["prepare_sha256"].get<std::string>().size(), 64u) << m.dump(2);
+  EXPECT_EQ(m["data"]["content"], m["data"]["prepare"]["content"]["train"]) << m.dump(2);
+  EXPECT_EQ(m["data"]["content"].get<std::string>().size(), 16u) << m.dump(2);
   EXPECT_TRUE(m["metrics"]["val_loss"].is_number()) << m.dump(2);
   EXPECT_EQ(m["metrics"]["steps"], 10);
   EXPECT_EQ(m["config"]["train.steps"], 10);

@@ -19,7 +19,7 @@ struct ModelSource {
   std::string tokenizer;   // tokenizer.model bytes
   nlohmann::json model;    // n_layer, n_head, n_embd, vocab_size, block_size
   nlohmann::json config;   // config.yaml flattened to dotted keys ({} when absent)
-  nlohmann::json data;     // {"dir", "prepare_sha256", "prepare"} or null
+  nlohmann::json data;     // {"dir", "prepare_sha256", "prepare", "content" (when recorded)} or null
   nlohmann::json metrics;  // val_loss, train_loss, tokens, steps, cost_usd (those known)
   std::string run_dir;     // the training run directory ("" when unknown)
   std::string job_id;      // of `tern run`, from the run's ledger ("" when not run under it)

@@ -14,6 +14,7 @@
 #include "ckpt/fault_storage.h"
 #include "ckpt/local_storage.h"
 #include "data/prepare.h"
+#include "data/shard.h"
 #include "testing/prepared_data.h"
 #include "testing/processes.h"
 #include "train/trainer.h"
@@ -192,6 +193,51 @@ TEST_F(ResumeTest, ShapeAndSeedChangesAreRefusedSafeChangesAreLogged) {
   auto changes = Events(a.run_dir, "resume").at(0)["changes"];
   EXPECT_EQ(changes.size(), 2u) << changes.dump();
   EXPECT_EQ(changes[0], "train.steps: 4 -> 6");
+}
+
+// A dataset re-prepared in place with as many tokens (here: the first train shard's tokens reversed) is not
+// the data the checkpoint was trained on: the content recorded in trainer.json refuses it; the same shards
+// resume.
+TEST_F(ResumeTest, OtherTokensOfTheSameCountAreRefused) {
+  const fs::path data = root_ / "content_data";
+  fs::remove_all(data);
+  fs::copy(data_, data, fs::copy_options::recursive);
+  TrainConfig a = Config("content", 4);
+  a.data_dir = data.string();
+  a.ckpt.every = 4;
+  RunAll(a);
+  fs::path trainer_json;
+  for (const auto& e : fs::recursive_directory_iterator(a.run_dir))
+    if (e.path().filename() == "trainer.json") trainer_json = e.path();
+  ASSERT_FALSE(trainer_json.empty());
+  const auto prepared = nlohmann::json::parse(std::ifstream(data / "prepare.json"));
+  auto state = nlohmann::json::parse(std::ifstream(trainer_json));
+  EXPECT_EQ(state["data"]["content"], prepared["content"]["train"]) << state["data"].dump();
+
+  TrainConfig again = a;
+  again.ckpt.resume = ResumeFrom::Auto();
+  again.steps = 6;
+  {
+    auto same = Trainer::Create(again, true);
+    ASSERT_TRUE(same.ok()) << same.status().ToString();
+  }
+  const std::string shard = (data / "train_000.bin").string();
+  std::vector<int32_t> tokens;
+  {
+    auto r = ShardReader::Open(shard);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    tokens.resize(r->size());
+    ASSERT_TRUE(r->Read(0, tokens.size(), tokens.data()).ok());
+    std::reverse(tokens.begin(), tokens.end());
+    auto w = ShardWriter::Create(shard, r->vocab_size());
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Append(tokens).ok());
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+  auto bad = Trainer::Create(again, true);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("training data content"), std::string::npos)
+      << bad.status().message();
 }
 
 TEST_F(ResumeTest, DiskFullContinuesOrStopsByPolicyAndKeepsThePreviousCheckpoint) {

@@ -200,6 +200,7 @@ Status CaptureTrainMeta(const Gpt& model, const TrainConfig& cfg, const DataIden
                  {"seq_len", cfg.seq_len},
                  {"shuffle", true}};
   j["data"] = {{"train_tokens", data.train_tokens}, {"train_windows", data.train_windows}};
+  if (!data.content.empty()) j["data"]["content"] = data.content;
   // Every random stream of the trainer is a pure function of the seed and a counter stored above.
   j["rng"] = {{"seed", cfg.seed},
               {"weights", "GptInitialWeights(seed); used only before step 1"},
@@ -262,6 +263,12 @@ Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const 
   if (state.train_tokens != data.train_tokens || state.train_windows != data.train_windows) {
     refused.push_back(
         fmt::format("training data: {} tokens -> {} tokens", state.train_tokens, data.train_tokens));
+  } else if (!state.train_content.empty() && !data.content.empty() && state.train_content != data.content) {
+    // As many tokens, other tokens: the dataset was re-prepared in place or its files replaced.
+    refused.push_back(fmt::format(
+        "training data content: {} -> {} (as many tokens, different ones: data.dir was re-prepared or its "
+        "shards replaced since the checkpoint)",
+        state.train_content, data.content));
   }
   if (!refused.empty()) {
     return Status::InvalidArgument(fmt::format(

@@ -34,6 +34,9 @@ namespace tern {
 struct DataIdentity {
   std::string tokenizer;  // fingerprint
   uint64_t train_tokens = 0, train_windows = 0;
+  // The train shards' content (DataLoader::content_fingerprint: XXH3 of the tokens, from the shard headers);
+  // "" for shards written before tern recorded it. Compared on resume when both sides have one.
+  std::string content;
 };
 
 // The two halves of a save (see ckpt/manager.h):

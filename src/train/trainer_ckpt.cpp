@@ -17,7 +17,8 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 DataIdentity Trainer::data_identity() const {
-  return {tokenizer_->fingerprint(), train_loader_->tokens(), train_loader_->windows_per_epoch()};
+  return {tokenizer_->fingerprint(), train_loader_->tokens(), train_loader_->windows_per_epoch(),
+          train_loader_->content_fingerprint()};
 }
 
 Status Trainer::CaptureSnapshotMeta(ckpt::Snapshot& snap) {

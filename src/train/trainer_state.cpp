@@ -38,6 +38,7 @@ Result<SavedTrainerState> ParseTrainerState(std::string_view text, const std::st
     const auto& d = j["data"];
     out.train_tokens = d.value("train_tokens", uint64_t{0});
     out.train_windows = d.value("train_windows", uint64_t{0});
+    out.train_content = d.value("content", "");
 
     TrainProgress& p = out.progress;
     p.step = j.value("step", 0);

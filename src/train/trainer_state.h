@@ -27,6 +27,7 @@ struct SavedTrainerState {
   std::map<std::string, std::string> config;  // every config key as text, as TrainConfigValues gave it
   std::string tokenizer;                      // fingerprint
   uint64_t train_tokens = 0, train_windows = 0;
+  std::string train_content;  // DataIdentity::content ("" when the checkpoint predates it)
   TrainProgress progress;
 };
 
