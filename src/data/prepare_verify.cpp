@@ -1,5 +1,5 @@
-// `tern prepare --verify DIR`: reads every shard of a prepared dataset and checks it against what tern prepare
-// recorded (each shard's header hash, prepare.json's token counts and content).
+// `tern prepare --verify DIR`: reads every shard of a prepared dataset and checks it against what tern
+// prepare recorded (each shard's header hash, prepare.json's token counts and content).
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -53,8 +53,9 @@ Result<VerifySummary> VerifyPrepared(const std::string& dir, FILE* progress) {
         TERN_ASSIGN_OR_RETURN(ShardReader m, ShardReader::Open(MaskPathFor(path)));
         TERN_RETURN_IF_ERROR(m.VerifyContent());
         if (m.size() != r.size())
-          return Status::Corruption(fmt::format("{} has {} values for the {} tokens of {}; re-run tern prepare",
-                                                m.path(), m.size(), r.size(), path));
+          return Status::Corruption(
+              fmt::format("{} has {} values for the {} tokens of {}; re-run tern prepare", m.path(), m.size(),
+                          r.size(), path));
         mask_hash = m.content_xxh3();
         out.shards++;
       }
@@ -62,18 +63,20 @@ Result<VerifySummary> VerifyPrepared(const std::string& dir, FILE* progress) {
       if (progress) std::fprintf(progress, "\rverify: %zu shards checked", out.shards);
     }
     if (tokens != want)
-      return Status::Corruption(fmt::format(
-          "the {} shards in {} hold {} tokens, prepare.json says {}: shards are missing or were added; re-run "
-          "tern prepare",
-          splits[s], dir, tokens, want));
+      return Status::Corruption(
+          fmt::format("the {} shards in {} hold {} tokens, prepare.json says {}: shards are missing or were "
+                      "added; re-run "
+                      "tern prepare",
+                      splits[s], dir, tokens, want));
     out.tokens[s] = tokens;
     out.content[s] = ShardsFingerprint(hashes, masks);
     const std::string& recorded = recorded_content[s];
     if (!recorded.empty() && recorded != out.content[s])
-      return Status::Corruption(fmt::format(
-          "the {} shards in {} are not the ones tern prepare wrote (content {}, prepare.json says {}): shards "
-          "were replaced or reordered; re-run tern prepare",
-          splits[s], dir, out.content[s].empty() ? "unrecorded" : out.content[s], recorded));
+      return Status::Corruption(
+          fmt::format("the {} shards in {} are not the ones tern prepare wrote (content {}, prepare.json "
+                      "says {}): shards "
+                      "were replaced or reordered; re-run tern prepare",
+                      splits[s], dir, out.content[s].empty() ? "unrecorded" : out.content[s], recorded));
   }
   if (progress) std::fprintf(progress, "\n");
   return out;

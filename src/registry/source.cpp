@@ -77,8 +77,8 @@ Status ReadRunFacts(ModelSource* s) {
       s->data = {{"dir", fs::absolute(data).lexically_normal().string()},
                  {"prepare_sha256", Sha256Hex(text)},
                  {"prepare", prepare.is_discarded() ? nlohmann::json(nullptr) : prepare}};
-      // The train split's content identity (XXH3 of its tokens; docs/formats.md): the same for the same tokens,
-      // whenever and wherever they were prepared, unlike prepare.json's bytes.
+      // The train split's content identity (XXH3 of its tokens; docs/formats.md): the same for the same
+      // tokens, whenever and wherever they were prepared, unlike prepare.json's bytes.
       if (prepare.is_object() && prepare.contains("content") && prepare["content"].is_object() &&
           prepare["content"].contains("train") && prepare["content"]["train"].is_string())
         s->data["content"] = prepare["content"]["train"];
