@@ -69,8 +69,8 @@ class Gpt {
   // Forward with targets that does not read the loss back: the micro-batch's mean loss is added on the
   // device to a sum that TakeLossSum() reads and clears (the trainer: one host synchronisation per step, not
   // one per micro-batch). The same values as adding Forward's results on the host in double. loss_divisor
-  // (> 0) divides the micro-batch's summed loss instead of B*T: the count of targets >= 0, for a mean over
-  // the tokens learned (loss masks, `tern prepare --chat`).
+  // (> 0) divides the micro-batch's summed loss instead of B*T: for a mean over the tokens learned (loss
+  // masks, `tern prepare --chat`; the trainer passes the step's learned targets over its micro-batches).
   void ForwardAccumulate(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss,
                          double loss_divisor = 0);
   double TakeLossSum();

@@ -266,9 +266,36 @@ Result<StepStats> Trainer::Step() {
   if (gpu_meter_) gpu_meter_->StepBegin();
   model_->ZeroGrad();
   Batch batch;
-  // Each micro-batch's mean loss is added on the device; the sum is read once, after the last backward.
-  model_->ClearLossSum();
+  const int64_t N = static_cast<int64_t>(B) * T;
+  // Loss masks (tern prepare --chat): the step's loss is the mean over every target learned in the global
+  // batch, all micro-batches of all ranks (PyTorch's ignore_index over the whole batch; Hugging Face fixed
+  // its gradient accumulation the same way, num_items_in_batch): so the micro-batch size, the accumulation
+  // and the world size do not change the optimisation. The step's micro-batches are fetched first to count
+  // them.
+  std::vector<Batch> masked;
+  double step_learned = 0;
   const LoaderPosition start_pos = train_loader_->position();
+  if (train_loader_->has_masks()) {
+    masked.resize(local);
+    for (Batch& b : masked) {
+      TERN_RETURN_IF_ERROR(train_loader_->Next(&b));
+      step_learned += static_cast<double>(LearnedTargets(b.targets));
+    }
+    if (W > 1) {
+      const auto t0 = std::chrono::steady_clock::now();
+      Result<double> all = comm_->SumInRankOrder(step_learned);
+      if (!all.ok()) return all.status().WithContext("summing the step's learned tokens");
+      step_learned = all.value();
+      s.comm_s += Seconds(t0);
+    }
+  }
+  // A step learning every token (or none) keeps the plain B*T mean.
+  const double all_targets = static_cast<double>(N) * accum;
+  const bool partial = step_learned > 0 && step_learned < all_targets;
+  const float micro_seed = partial ? static_cast<float>(seed * (all_targets / step_learned)) : seed;
+  const double divisor = partial ? step_learned / accum : 0.0;
+  // Each micro-batch's loss is added on the device; the sum is read once, after the last backward.
+  model_->ClearLossSum();
   for (int micro = 0; micro < local; micro++) {
     // With several ranks the notice is voted on once per step (ReduceStepStats): a rank cannot leave alone.
     if (micro > 0 && W == 1 && AbandonRequested()) {
@@ -277,15 +304,9 @@ Result<StepStats> Trainer::Step() {
       s.abandoned = true;
       return s;
     }
-    TERN_RETURN_IF_ERROR(train_loader_->Next(&batch));
-    // Loss masks (tern prepare --chat): the mean over the tokens learned, as PyTorch's ignore_index; a
-    // micro-batch learning every token (or none) keeps the plain B*T mean.
-    const int64_t N = static_cast<int64_t>(B) * T;
-    const int64_t learned = train_loader_->has_masks() ? LearnedTargets(batch.targets) : N;
-    const bool partial = learned > 0 && learned < N;
-    model_->ForwardAccumulate(batch.inputs.data(), batch.targets.data(), B, T,
-                              partial ? static_cast<float>(seed * (static_cast<double>(N) / learned)) : seed,
-                              partial ? static_cast<double>(learned) : 0.0);
+    if (masked.empty()) TERN_RETURN_IF_ERROR(train_loader_->Next(&batch));
+    const Batch& cur = masked.empty() ? batch : masked[micro];
+    model_->ForwardAccumulate(cur.inputs.data(), cur.targets.data(), B, T, micro_seed, divisor);
     // The last micro-batch's backward starts the gradient all-reduce bucket by bucket.
     if (grad_sync_ && micro == local - 1) {
       model_->Backward(grad_sync_->Hook());

@@ -4,6 +4,8 @@
 // answers an unseen question with it through the chat template tern serve uses.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include "backend/backend.h"
 #include "data/chat.h"
 #include "infer/evaluate.h"
@@ -67,6 +69,39 @@ TEST_F(TrainerChatTest, ValidationLossIsTheServingForwardsOverTheTokensLearned) 
   ASSERT_TRUE(ref.ok()) << ref.status().ToString();
   EXPECT_LT(ref->tokens, ref->windows * 64) << "some targets are masked";
   EXPECT_NEAR(*val, ref->loss, 1e-5 * ref->loss);
+}
+
+// The step's loss is the mean over every target learned in its global batch, not a mean of micro-batch means:
+// B=8 x 2 accumulation steps trains as B=16 x 1 (the same windows; the micro-batches learn different numbers
+// of tokens, so per-micro-batch means would differ). fp32, one thread.
+TEST_F(TrainerChatTest, AccumulationTrainsAsOneBatchOverTheTokensLearned) {
+  omp_set_num_threads(1);
+  auto run = [&](int B, const char* dir) {
+    TrainConfig c = Config(4);
+    c.batch_size = B;
+    c.total_batch_tokens = 16 * 64;
+    c.precision = TrainPrecision::kFp32;
+    c.run_dir = tmp_ / dir;
+    auto t = Trainer::Create(c, true);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    std::vector<double> losses;
+    for (int i = 0; i < 4 && t.ok(); i++) {
+      auto st = (*t)->Step();
+      EXPECT_TRUE(st.ok()) << st.status().ToString();
+      if (st.ok()) losses.push_back(st->loss);
+    }
+    return std::make_pair(losses, t.ok() ? (*t)->model().GetParameters() : std::vector<float>{});
+  };
+  const auto [acc_losses, acc_w] = run(8, "accum");
+  const auto [one_losses, one_w] = run(16, "whole");
+  ASSERT_EQ(acc_losses.size(), 4u);
+  ASSERT_EQ(one_losses.size(), 4u);
+  for (int i = 0; i < 4; i++)
+    EXPECT_NEAR(acc_losses[i], one_losses[i], 1e-5 * one_losses[i]) << "step " << i + 1;
+  ASSERT_EQ(acc_w.size(), one_w.size());
+  double worst = 0;
+  for (size_t i = 0; i < acc_w.size(); i++) worst = std::max(worst, double(std::abs(acc_w[i] - one_w[i])));
+  EXPECT_LT(worst, 1e-4) << "weights after 4 steps";
 }
 
 TEST_F(TrainerChatTest, ATrainedModelAnswersThroughTheServingTemplate) {
