@@ -1,6 +1,8 @@
 #include "metrics/live_metrics.h"
 
 #include <cmath>
+#include <utility>
+#include <vector>
 
 namespace tern {
 namespace {
@@ -32,6 +34,13 @@ class Exposition {
               const std::string& labels = "") {
     text_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n{}{} {}\n", name, help, name, type, name,
                          labels.empty() ? "" : "{" + labels + "}", Number(value));
+  }
+  // One family with a sample per label set (labels as `key="value"`, escaped by the caller).
+  void Samples(const char* name, const char* type, const char* help,
+               const std::vector<std::pair<std::string, double>>& samples) {
+    text_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    for (const auto& [labels, value] : samples)
+      text_ += fmt::format("{}{{{}}} {}\n", name, labels, Number(value));
   }
   void Gauge(const char* name, const char* help, double value) { Family(name, "gauge", help, value); }
   void Counter(const char* name, const char* help, double value) { Family(name, "counter", help, value); }
@@ -110,6 +119,15 @@ std::string PrometheusText(const LiveSnapshot& s) {
       e.Gauge("tern_val_choice_acc",
               "Accuracy on the eval.choices multiple-choice set at the last evaluation.",
               *s.eval->choice_acc);
+    if (!s.eval->val_loss_mix.empty()) {  // data.mix: each mixed-in dataset's own validation loss
+      std::vector<std::pair<std::string, double>> samples;
+      for (const auto& [dir, loss] : s.eval->val_loss_mix)
+        samples.emplace_back(fmt::format("dataset=\"{}\"", LabelValue(dir)), loss);
+      e.Samples("tern_val_loss_dataset", "gauge",
+                "Validation loss of each data.mix dataset at the last evaluation, in nats (data.dir's is "
+                "tern_val_loss).",
+                samples);
+    }
   }
   e.Counter("tern_checkpoint_stall_seconds_total",
             "Time training stood still for checkpoint saves (stall + wait, and an emergency save).",

@@ -44,7 +44,8 @@ void FeedKnownRun(LiveRunState* live) {
   step.usd_per_mtok = 0.34;
   step.gpu = GpuRecord{87, 12.5, 300, 0.002};
   live->Observe(ToJson(step));
-  live->Observe(ToJson(EvalRecord{2, 5.625, 40, 0.75, 0.5}));
+  live->Observe(
+      ToJson(EvalRecord{2, 5.625, 40, 0.75, 0.5, {{"data/kjv", 4.25}, {"data/\"odd\" name", 3.5}}}));
   live->Observe(
       ToJson(EventRecord{"checkpoint", 2, {{"stall_ms", 30.0}, {"wait_ms", 20.0}, {"tier", "fast"}}}));
   live->Observe(nlohmann::json{{"v", 99}, {"step", 3}, {"loss", 1.0}});  // a row it cannot read: ignored
@@ -135,6 +136,10 @@ tern_val_step 2
 # HELP tern_val_choice_acc Accuracy on the eval.choices multiple-choice set at the last evaluation.
 # TYPE tern_val_choice_acc gauge
 tern_val_choice_acc 0.75
+# HELP tern_val_loss_dataset Validation loss of each data.mix dataset at the last evaluation, in nats (data.dir's is tern_val_loss).
+# TYPE tern_val_loss_dataset gauge
+tern_val_loss_dataset{dataset="data/\"odd\" name"} 3.5
+tern_val_loss_dataset{dataset="data/kjv"} 4.25
 # HELP tern_checkpoint_stall_seconds_total Time training stood still for checkpoint saves (stall + wait, and an emergency save).
 # TYPE tern_checkpoint_stall_seconds_total counter
 tern_checkpoint_stall_seconds_total 0.05

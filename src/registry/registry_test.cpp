@@ -101,10 +101,15 @@ TEST(Registry, TheMetricsAreTheRunsSummaryWithItsChoiceAccuracy) {
   EXPECT_EQ(src->metrics["val_loss"], 3.25);
   EXPECT_EQ(src->metrics["choice_acc"], 0.375);
   EXPECT_EQ(src->metrics["choice_acc_norm"], 0.5);
+  EXPECT_FALSE(src->metrics.contains("val_loss_mix"));
   end.choice_acc.reset();
   end.choice_acc_norm.reset();
+  end.val_loss_mix = {{"data/kjv", 4.5}, {"data/docs", 3.75}};  // data.mix: each dataset's own
   testing::WriteFile(dir / "run/summary.json", ToJson(end).dump());
-  EXPECT_FALSE(ReadModelSource(dir / "run")->metrics.contains("choice_acc")) << "no eval.choices, no column";
+  src = ReadModelSource(dir / "run");
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  EXPECT_FALSE(src->metrics.contains("choice_acc")) << "no eval.choices, no column";
+  EXPECT_EQ(src->metrics["val_loss_mix"], (nlohmann::json{{"data/kjv", 4.5}, {"data/docs", 3.75}}));
 }
 
 TEST(Registry, SameWeightsTwiceStoreOneBlobAndTwoVersions) {

@@ -96,6 +96,11 @@ Status ReadRunFacts(ModelSource* s) {
         s->metrics["choice_acc"] = *end->choice_acc;
         s->metrics["choice_acc_norm"] = end->choice_acc_norm.value_or(0);
       }
+      if (!end->val_loss_mix.empty()) {  // data.mix: each mixed-in dataset's validation loss
+        nlohmann::json mix = nlohmann::json::object();
+        for (const auto& [dir, loss] : end->val_loss_mix) mix[dir] = loss;
+        s->metrics["val_loss_mix"] = mix;
+      }
     }
   }
   if (fs::is_regular_file(run / "ledger.sqlite", ec)) {
