@@ -162,12 +162,50 @@ bool StartsWithSpace(const std::string& s) {
   return !s.empty() && std::isspace(static_cast<unsigned char>(s.front()));
 }
 
-// Many sequences of different lengths in one forward; every scored row's logits wanted, in sequence order
-// (the row before each of the ending's tokens).
-void BuildSeqBatch(const std::vector<const ChoiceSeq*>& seqs, int max_blocks, ForwardBatch* b) {
-  b->Clear();
-  for (const ChoiceSeq* s : seqs)
-    AppendSeq(s->tokens.data(), static_cast<int>(s->tokens.size()) - 1, s->scored_from - 1, max_blocks, b);
+// Rows [start, n) of a sequence's tokens into a forward, positions start.., their keys and values into new
+// blocks from *next_block; `prefix` are the blocks that already hold positions [0, start) (start is a whole
+// number of blocks). Rows at positions >= first_logit have their logits wanted.
+void AppendRows(const int32_t* tokens, int start, int n, int first_logit, const std::vector<int32_t>& prefix,
+                int* next_block, int max_blocks, ForwardBatch* b) {
+  const int row = b->N(), own = (n - start + kBlock - 1) / kBlock;
+  b->seqs.insert(b->seqs.end(), {row, n - start, n});
+  std::vector<int32_t> table = prefix;
+  for (int j = 0; j < own; j++) table.push_back(*next_block + j);
+  table.resize(max_blocks, 0);
+  b->block_tables.insert(b->block_tables.end(), table.begin(), table.end());
+  for (int p = start; p < n; p++) {
+    b->tokens.push_back(tokens[p]);
+    b->positions.push_back(p);
+    b->slots.push_back((*next_block + (p - start) / kBlock) * kBlock + (p - start) % kBlock);
+    if (p >= first_logit) b->logit_rows.push_back(b->N() - 1);
+  }
+  *next_block += own;
+}
+
+// The items of one group of forwards: the contexts' shared blocks first (forward 1, no logits), then every
+// ending's own rows (forward 2) over its item's shared blocks: bitwise the logits of running each ending
+// with its whole context (row-independent ops; the cached keys and values are the ones it would compute).
+void BuildChoiceBatches(const std::vector<ChoiceSeq>& seqs, size_t begin, size_t end,
+                        const std::vector<int>& shared, int max_blocks, ForwardBatch* prefix,
+                        ForwardBatch* endings) {
+  prefix->Clear();
+  endings->Clear();
+  int next_block = 0;
+  std::vector<int32_t> blocks;  // the shared blocks of the item in progress
+  for (size_t k = begin; k < end; k++) {
+    const ChoiceSeq& s = seqs[k];
+    const int P = shared[s.item];
+    if (k == begin || seqs[k - 1].item != s.item) {
+      blocks.clear();
+      if (P > 0) {
+        const int first = next_block;
+        AppendRows(s.tokens.data(), 0, P, P, {}, &next_block, max_blocks, prefix);
+        for (int j = first; j < next_block; j++) blocks.push_back(j);
+      }
+    }
+    AppendRows(s.tokens.data(), P, static_cast<int>(s.tokens.size()) - 1, s.scored_from - 1, blocks,
+               &next_block, max_blocks, endings);
+  }
 }
 
 }  // namespace
@@ -178,7 +216,7 @@ double ChoiceResult::StdErr(double p) const {
 
 Result<ChoiceResult> ScoreChoices(Backend* backend, const GptConfig& cfg, const std::vector<float>& params,
                                   const Tokenizer& tokenizer, const std::vector<ChoiceItem>& items,
-                                  Quantize quantize, const ChoiceProgress& progress) {
+                                  Quantize quantize, const ChoiceProgress& progress, bool share_prefix) {
   ChoiceResult out;
   out.items = static_cast<int64_t>(items.size());
   out.per_item.resize(items.size());
@@ -210,31 +248,46 @@ Result<ChoiceResult> ScoreChoices(Backend* backend, const GptConfig& cfg, const 
     out.per_item[i].logprob.assign(it.endings.size(), 0);
     out.per_item[i].tokens.assign(it.endings.size(), 0);
   }
-  // Forwards of whole items up to the row budget (an item larger than it alone).
+  // Each item's context runs once, in whole KV blocks, and its endings attend to those (a prefix cache):
+  // shared[i] tokens of it, the whole blocks before its last token (whose logit scores the first token of
+  // every ending). None when an ending cut the context to fit, or share_prefix is off.
+  std::vector<int> shared(items.size(), 0);
+  if (share_prefix) {
+    for (size_t k = 0; k < seqs.size(); k++) {
+      const ChoiceSeq& q = seqs[k];
+      const int P = (q.scored_from - 1) / kBlock * kBlock;
+      shared[q.item] = out.per_item[q.item].truncated ? 0 : P;
+    }
+  }
+  // Forwards of whole items up to the row budget (an item larger than it alone): the shared rows in one, the
+  // endings' own rows in the next.
   std::vector<std::pair<size_t, size_t>> groups;  // [begin, end) into seqs
   int max_rows = 0, max_seqs = 0, max_logits = 0, max_blocks = 0;
   for (size_t at = 0; at < seqs.size();) {
     size_t end = at;
-    int rows = 0, logits = 0, blocks = 0;
+    int rows1 = 0, rows2 = 0, logits = 0, blocks = 0, count = 0;
     while (end < seqs.size()) {
       size_t item_end = end;  // the next item's sequences
-      int r = 0, l = 0, b = 0;
+      const int P = shared[seqs[end].item];
+      int r2 = 0, l = 0, b = P / kBlock;
       while (item_end < seqs.size() && seqs[item_end].item == seqs[end].item) {
-        const int n = static_cast<int>(seqs[item_end].tokens.size()) - 1;
-        r += n;
+        const int own = static_cast<int>(seqs[item_end].tokens.size()) - 1 - P;
+        r2 += own;
         l += static_cast<int>(seqs[item_end].tokens.size()) - seqs[item_end].scored_from;
-        b += (n + kBlock - 1) / kBlock;
+        b += (own + kBlock - 1) / kBlock;
         item_end++;
       }
-      if (end > at && rows + r > kRowBudget) break;
-      rows += r;
+      if (end > at && (rows1 + P > kRowBudget || rows2 + r2 > kRowBudget)) break;
+      rows1 += P;
+      rows2 += r2;
       logits += l;
       blocks += b;
+      count += static_cast<int>(item_end - end);
       end = item_end;
     }
     groups.push_back({at, end});
-    max_rows = std::max(max_rows, rows);
-    max_seqs = std::max(max_seqs, static_cast<int>(end - at));
+    max_rows = std::max({max_rows, rows1, rows2});
+    max_seqs = std::max(max_seqs, count);
     max_logits = std::max(max_logits, logits);
     max_blocks = std::max(max_blocks, blocks);
     at = end;
@@ -248,20 +301,18 @@ Result<ChoiceResult> ScoreChoices(Backend* backend, const GptConfig& cfg, const 
   o.max_logit_rows = std::max(max_logits, o.max_seqs);
   TERN_ASSIGN_OR_RETURN(auto model, InferenceModel::Create(backend, cfg, params, o));
 
-  ForwardBatch fb;
-  std::vector<const ChoiceSeq*> group;
+  ForwardBatch prefix, endings;
   std::vector<int32_t> targets;
   for (const auto& [begin, end] : groups) {
-    group.clear();
     targets.clear();
-    for (size_t k = begin; k < end; k++) {
-      group.push_back(&seqs[k]);
+    for (size_t k = begin; k < end; k++)
       targets.insert(targets.end(), seqs[k].tokens.begin() + seqs[k].scored_from, seqs[k].tokens.end());
-    }
-    BuildSeqBatch(group, model->max_blocks_per_seq(), &fb);
-    const float* logits = model->Forward(fb);
+    BuildChoiceBatches(seqs, begin, end, shared, model->max_blocks_per_seq(), &prefix, &endings);
+    if (prefix.N() > 0) model->Forward(prefix);  // keys and values only
+    const float* logits = model->Forward(endings);
     size_t row = 0;
-    for (const ChoiceSeq* s : group) {
+    for (size_t k = begin; k < end; k++) {
+      const ChoiceSeq* s = &seqs[k];
       const int E = static_cast<int>(s->tokens.size()) - s->scored_from;
       ChoiceItemScore& sc = out.per_item[s->item];
       sc.logprob[s->ending] =

@@ -76,9 +76,12 @@ struct ChoiceResult {
 // Called after each forward with the items scored so far and how many of them were right (acc).
 using ChoiceProgress = std::function<void(int64_t items_done, int64_t correct)>;
 
-// InvalidArgument when an ending alone does not fit the model's context.
+// InvalidArgument when an ending alone does not fit the model's context. Each item's context runs once and
+// its endings attend to its cached keys and values (share_prefix; the same logits bit for bit as running
+// every ending with its whole context, which share_prefix = false does: the tests' reference).
 Result<ChoiceResult> ScoreChoices(Backend* backend, const GptConfig& cfg, const std::vector<float>& params,
                                   const Tokenizer& tokenizer, const std::vector<ChoiceItem>& items,
-                                  Quantize quantize, const ChoiceProgress& progress = nullptr);
+                                  Quantize quantize, const ChoiceProgress& progress = nullptr,
+                                  bool share_prefix = true);
 
 }  // namespace tern

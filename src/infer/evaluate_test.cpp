@@ -185,6 +185,41 @@ TEST_F(EvaluateTest, ChoiceScoresAreTheEndingsLogprobsAfterTheirContext) {
   EXPECT_NEAR(r->StdErr(0.5), std::sqrt(0.25 / 2), 1e-12);
 }
 
+// Each item's context runs once (whole KV blocks) and its endings attend to it: the same log-probabilities,
+// bit for bit, as running every ending with its whole context, in every weight format; contexts of 0 to 8
+// blocks, one cut to fit the window (not shared), items spread over several groups of forwards.
+TEST_F(EvaluateTest, SharedContextsScoreBitForBitAsWholeSequences) {
+  auto be = MakeCpuFastBackend();
+  std::vector<ChoiceItem> items;
+  std::string ctx;
+  for (int i = 0; i < 40; i++) {
+    ctx += i % 3 ? "and the evening " : "and God saw the light ";
+    if (run_->tok->Encode(ctx).size() > static_cast<size_t>(run_->cfg.block_size) + 8)
+      ctx = "In the beginning";
+    items.push_back(
+        {ctx, {"that it was good.", "waters", "the firmament in the midst of the waters", "light"}, i % 4});
+  }
+  size_t longest = 0;
+  for (const auto& it : items) longest = std::max(longest, run_->tok->Encode(it.context).size());
+  ASSERT_GT(longest, static_cast<size_t>(run_->cfg.block_size)) << "one context is cut";
+  for (Quantize q : {Quantize::kNone, Quantize::kBF16, Quantize::kInt8}) {
+    auto shared = ScoreChoices(be.get(), run_->cfg, run_->params, *run_->tok, items, q);
+    auto whole = ScoreChoices(be.get(), run_->cfg, run_->params, *run_->tok, items, q, nullptr, false);
+    ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+    ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+    EXPECT_GT(shared->truncated, 0);
+    EXPECT_EQ(shared->truncated, whole->truncated);
+    EXPECT_EQ(shared->correct, whole->correct);
+    EXPECT_EQ(shared->correct_norm, whole->correct_norm);
+    for (size_t i = 0; i < items.size(); i++) {
+      EXPECT_EQ(shared->per_item[i].tokens, whole->per_item[i].tokens);
+      for (size_t e = 0; e < items[i].endings.size(); e++)
+        EXPECT_EQ(shared->per_item[i].logprob[e], whole->per_item[i].logprob[e])
+            << WeightsName(q) << " item " << i << " ending " << e;
+    }
+  }
+}
+
 // A context longer than the model's window loses its oldest tokens; the ending is scored after what is left.
 TEST_F(EvaluateTest, ATooLongContextIsCutFromTheFront) {
   auto be = MakeCpuFastBackend();
