@@ -1,11 +1,11 @@
 // Multiple-choice scoring (tern eval --choices, eval.choices): each item's context run once with its endings
 // attending to its cached keys and values, against every ending run with its whole context (the baseline, the
-// same numbers bit for bit). HellaSwag-like items: a context of --ctx tokens and 4 endings of --ending tokens,
-// on a randomly initialised model of the given shape; the two alternate --reps times, median of each.
+// same numbers bit for bit). HellaSwag-like items: a context of --ctx tokens and 4 endings of --ending
+// tokens, on a randomly initialised model of the given shape; the two alternate --reps times, median of each.
 //
 //   build/bench/choices_bench --layers 12 --embd 768 --heads 12 --items 64 --ctx 48 --ending 20
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
   const fs::path dir = fs::temp_directory_path() / "tern_choices_bench";
   fs::create_directories(dir);
   tern::testing::WriteFile((dir / "corpus.txt").string(), tern::testing::MakeCorpus(400 * 1000));
-  if (auto st = tern::Tokenizer::Train({(dir / "corpus.txt").string()}, (dir / "tok").string(), 900); !st.ok()) {
+  if (auto st = tern::Tokenizer::Train({(dir / "corpus.txt").string()}, (dir / "tok").string(), 900);
+      !st.ok()) {
     fmt::print(stderr, "{}\n", st.ToString());
     return 1;
   }
@@ -87,9 +88,11 @@ int main(int argc, char** argv) {
   const tern::CpuInfo cpu = tern::ReadCpuInfo();
   std::string isa;
   for (const auto& x : cpu.isa) isa += (isa.empty() ? "" : " ") + x;
-  fmt::print("{} ({}; {} CPUs) | L{} C{} V{} {} weights | {} items, context {:.1f} tokens, endings {:.1f} tokens (x4)\n",
-             cpu.model, isa, cpu.logical_cpus, layers, embd, cfg.vocab_size, weights, items_n,
-             static_cast<double>(ctx_sum) / items_n, static_cast<double>(end_sum) / (4.0 * items_n));
+  fmt::print(
+      "{} ({}; {} CPUs) | L{} C{} V{} {} weights | {} items, context {:.1f} tokens, endings {:.1f} tokens "
+      "(x4)\n",
+      cpu.model, isa, cpu.logical_cpus, layers, embd, cfg.vocab_size, weights, items_n,
+      static_cast<double>(ctx_sum) / items_n, static_cast<double>(end_sum) / (4.0 * items_n));
   fmt::print("whole sequences {:.3f} s, shared contexts {:.3f} s: {:.2f}x (median of {})\n", ws, ss, ws / ss,
              reps);
   fs::remove_all(dir);
