@@ -65,8 +65,7 @@ Result<VerifySummary> VerifyPrepared(const std::string& dir, FILE* progress) {
     if (tokens != want)
       return Status::Corruption(
           fmt::format("the {} shards in {} hold {} tokens, prepare.json says {}: shards are missing or were "
-                      "added; re-run "
-                      "tern prepare",
+                      "added; re-run tern prepare",
                       splits[s], dir, tokens, want));
     out.tokens[s] = tokens;
     out.content[s] = ShardsFingerprint(hashes, masks);
@@ -74,8 +73,7 @@ Result<VerifySummary> VerifyPrepared(const std::string& dir, FILE* progress) {
     if (!recorded.empty() && recorded != out.content[s])
       return Status::Corruption(
           fmt::format("the {} shards in {} are not the ones tern prepare wrote (content {}, prepare.json "
-                      "says {}): shards "
-                      "were replaced or reordered; re-run tern prepare",
+                      "says {}): shards were replaced or reordered; re-run tern prepare",
                       splits[s], dir, out.content[s].empty() ? "unrecorded" : out.content[s], recorded));
   }
   if (progress) std::fprintf(progress, "\n");

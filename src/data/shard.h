@@ -8,8 +8,7 @@
 //   offset 24  uint32   bytes_per_token (2 when vocab_size <= 65536, else 4)
 //   offset 28  zeros
 //   offset 32  uint64   content_xxh3: XXH3-64 of the token bytes (offset 64 to the end); 0 = not recorded
-//   (shards
-//                       written before tern recorded it read the same, without a content identity)
+//                       (older shards read the same, without a content identity)
 //   offset 40  zeros up to 64
 //   offset 64  token_count tokens, each an unsigned integer of bytes_per_token bytes
 #pragma once
