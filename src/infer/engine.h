@@ -28,6 +28,7 @@
 #include "core/status.h"
 #include "data/tokenizer.h"
 #include "infer/inference_model.h"
+#include "infer/json_constraint.h"
 #include "infer/kv_cache.h"
 #include "infer/metrics.h"
 #include "infer/sampler.h"
@@ -48,9 +49,13 @@ struct GenerationRequest {
   uint64_t seed = 0;            // same seed, same request -> same tokens (choice i > 0: a seed mixed from it)
   std::vector<std::string> stop;  // stop strings (not included in the text)
   bool ignore_eos = false;        // keep going past the end-of-text token (benchmarks)
-  int n = 1;                      // choices sampled from the prompt, 1..kMaxChoices
-  int logprobs = -1;              // -1 = off; k in 0..kMaxTopLogprobs: each token's logprob and the k best
-  bool prompt_logprobs = false;   // also score prompt tokens 1..P-1 (echo); needs logprobs >= 0
+  // response_format json_object: every choice's completion is one JSON object (json_constraint.h): tokens
+  // that cannot extend it get -inf after the logit adjustments, and once it is complete only the
+  // end-of-text token is left (finish "stop", ignore_eos or not). Logprobs stay the model's.
+  bool json_object = false;
+  int n = 1;                     // choices sampled from the prompt, 1..kMaxChoices
+  int logprobs = -1;             // -1 = off; k in 0..kMaxTopLogprobs: each token's logprob and the k best
+  bool prompt_logprobs = false;  // also score prompt tokens 1..P-1 (echo); needs logprobs >= 0
   // OpenAI's logit adjustments before sampling, over the tokens this choice generated so far (not the
   // prompt, as vLLM): logit -= frequency_penalty * count + presence_penalty * (count > 0), then
   // logit_bias[token] is added. Logprobs stay the model's (before them), as vLLM's default.
@@ -159,6 +164,7 @@ class Engine {
   std::vector<std::unique_ptr<Sequence>> running_;
   ForwardBatch batch_;
   std::thread thread_;
+  std::unique_ptr<const TokenTrie> json_vocab_;  // built at the first json_object request
 };
 
 }  // namespace tern

@@ -1,5 +1,6 @@
 // The engine's output side: sampling and logprobs over a step's logits, then text and events per sequence.
 #include <algorithm>
+#include <cmath>
 #include <unordered_map>
 
 #include "infer/engine_sequence.h"
@@ -33,6 +34,9 @@ void Engine::AfterForward(const std::vector<Sequence*>& in_batch, const float* l
           prompt_rows.push_back({s, s->logit_begin + r, s->computed + r});
   }
   const int n = static_cast<int>(sampling.size()), np = static_cast<int>(prompt_rows.size());
+  for (Sequence* s : sampling)
+    if (s->req.json_object && !json_vocab_)
+      json_vocab_ = std::make_unique<const TokenTrie>(TokenTrie::FromTokenizer(*tokenizer_));
   std::vector<int32_t> next(n);
   std::vector<TokenLogprob> lps(n);
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1 && static_cast <size_t>(n) * V > 65536)
@@ -41,12 +45,21 @@ void Engine::AfterForward(const std::vector<Sequence*>& in_batch, const float* l
     next[i] = -1;
     if (s->req.max_tokens == 0) continue;  // the prompt only: nothing to draw
     const float* l = row(s->logit_begin + s->logit_rows - 1);
-    if (s->req.AdjustsLogits()) {
+    if (s->req.AdjustsLogits() || s->req.json_object) {
       thread_local std::vector<float> adjusted;  // reused: a fresh 200 KB per sequence and step was mmap'd
       adjusted.assign(l, l + V);
-      AdjustLogits(s->req, s->tokens.data() + s->prompt_len,
-                   static_cast<int>(s->tokens.size()) - s->prompt_len, adjusted.data());
+      if (s->req.AdjustsLogits())
+        AdjustLogits(s->req, s->tokens.data() + s->prompt_len,
+                     static_cast<int>(s->tokens.size()) - s->prompt_len, adjusted.data());
+      if (s->req.json_object) MaskLogits(*json_vocab_, s->json, tokenizer_->eos_id(), adjusted.data(), V);
       next[i] = SampleToken(adjusted.data(), V, s->req.sampling, s->rng);
+      if (s->req.json_object) {
+        // A masked token has no weight; the sampler's last-candidate fallback could still return one.
+        if (std::isinf(adjusted[next[i]]))
+          next[i] =
+              static_cast<int32_t>(std::max_element(adjusted.begin(), adjusted.end()) - adjusted.begin());
+        if (next[i] < json_vocab_->vocab_size()) s->json.Feed(json_vocab_->bytes(next[i]));
+      }
     } else {
       next[i] = SampleToken(l, V, s->req.sampling, s->rng);
     }
@@ -107,7 +120,7 @@ void Engine::Emit(Sequence* s, int32_t tok, TokenLogprob* logprob) {
   if (logprob) e.logprobs.push_back(std::move(*logprob));
   if (completion == 1) e.prompt_logprobs = s->prompt_lp;
   FinishReason finish = FinishReason::kNone;
-  if (!s->req.ignore_eos && tok == tokenizer_->eos_id()) {
+  if ((!s->req.ignore_eos || s->req.json_object) && tok == tokenizer_->eos_id()) {
     finish = FinishReason::kStop;
     e.text = s->text->Flush();
   } else {
