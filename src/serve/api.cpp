@@ -112,6 +112,29 @@ std::optional<ApiError> ParseLogitAdjustments(const json& body, int vocab, Gener
   return std::nullopt;
 }
 
+// response_format: {"type": "text"} (the default) or {"type": "json_object"} (the completion is one JSON
+// object: infer/json_constraint.h). json_schema is refused, naming what to send instead.
+std::optional<ApiError> ParseResponseFormat(const json& body, GenerationRequest* g) {
+  if (!body.contains("response_format") || body["response_format"].is_null()) return std::nullopt;
+  const json& rf = body["response_format"];
+  if (!rf.is_object())
+    return WrongType("response_format", R"(an object such as {"type": "json_object"})", rf);
+  if (!rf.contains("type") || !rf["type"].is_string())
+    return Bad("response_format.type", R"('response_format.type' is required: "text" or "json_object")");
+  const std::string type = rf["type"].get<std::string>();
+  if (type == "json_object") {
+    g->json_object = true;
+  } else if (type == "json_schema") {
+    return Bad("response_format.type",
+               R"('response_format.type' "json_schema" is not supported; use "json_object" (any JSON )"
+               "object) and describe the schema in the prompt");
+  } else if (type != "text") {
+    return Bad("response_format.type",
+               fmt::format(R"('response_format.type' must be "text" or "json_object", got '{}')", type));
+  }
+  return std::nullopt;
+}
+
 // Fields of the OpenAI API that tern does not implement: accepted at their neutral value, refused otherwise.
 std::optional<ApiError> CheckUnsupported(const json& body) {
   if (body.contains("suffix") && !body["suffix"].is_null() && body["suffix"] != "")
@@ -279,6 +302,7 @@ std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body_text, b
     }
   }
   if (auto e = GetBool(body, "ignore_eos", &g.ignore_eos)) return *e;
+  if (auto e = ParseResponseFormat(body, &g)) return *e;
   if (auto e = ParseChoicesAndLogprobs(body, chat, &r)) return *e;
   if (r.echo) {
     const json& p = body["prompt"];

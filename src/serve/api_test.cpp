@@ -429,5 +429,23 @@ TEST_F(ApiTest, ResponseShapes) {
   EXPECT_EQ(models["data"][0]["id"], "tiny");
 }
 
+TEST_F(ApiTest, ResponseFormat) {
+  EXPECT_FALSE(Ok(R"({"prompt":"a"})").gen.json_object);
+  EXPECT_FALSE(Ok(R"({"prompt":"a","response_format":{"type":"text"}})").gen.json_object);
+  EXPECT_TRUE(Ok(R"({"prompt":"a","response_format":{"type":"json_object"}})").gen.json_object);
+  EXPECT_TRUE(
+      Ok(R"({"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"}})", true)
+          .gen.json_object);
+  for (const char* bad : {R"("json")", R"({})", R"({"type":3})", R"({"type":"yaml"})",
+                          R"({"type":"json_schema","json_schema":{"name":"x","schema":{}}})"}) {
+    ApiError e = Error(std::string(R"({"prompt":"a","response_format":)") + bad + "}");
+    EXPECT_EQ(e.status, 400) << bad;
+    EXPECT_NE(e.param.find("response_format"), std::string::npos) << bad;
+    EXPECT_NE(e.message.find("response_format"), std::string::npos) << bad << ": " << e.message;
+  }
+  EXPECT_NE(Error(R"({"prompt":"a","response_format":{"type":"yaml"}})").message.find("yaml"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace tern
