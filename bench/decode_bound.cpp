@@ -24,6 +24,7 @@
 #include "backend/bf16.h"
 #include "backend/cpu/dnnl_matmul.h"
 #include "backend/cpu/fast_ops.h"
+#include "backend/peak_probe.h"
 #include "infer/inference_model.h"
 #include "model/init.h"
 
@@ -33,42 +34,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Best of 5 passes summing `mb` MB of floats, in GB/s: the most this machine reads on these threads. The
-// buffer comes from the backend's allocator (2 MiB aligned, transparent huge pages: as the weights are),
-// and each thread keeps 8 independent vector sums. Both matter: a std::vector on 4 KiB pages with a sum
-// the compiler vectorised on its own read 18 GB/s on an Intel Xeon VM where this reads 30 (and where the
-// bf16 decode read 25), and one running sum is a chain of dependent adds that a fast core's memory
-// outruns (5.3 GB/s on an AVX-512 Zen 5 VM).
-double StreamRead(tern::Backend& be, size_t mb) {
-  constexpr int kLanes = 16, kAcc = 8;  // 16 floats: a zmm with AVX-512, two ymm or four xmm without
-  typedef float V __attribute__((vector_size(kLanes * 4)));
-  const size_t n = mb * 1048576 / sizeof(V) / kAcc * kAcc;
-  V* buf = static_cast<V*>(be.Alloc(n * sizeof(V)));
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) buf[i] = V{} + static_cast<float>(i & 7);
-  double best = 0, sink = 0;
-  for (int rep = 0; rep < 5; rep++) {
-    const auto t0 = Clock::now();
-    double sum = 0;
-#pragma omp parallel reduction(+ : sum)
-    {
-      V acc[kAcc] = {};
-#pragma omp for schedule(static)
-      for (size_t i = 0; i < n; i += kAcc) {
-#pragma GCC unroll 8
-        for (int j = 0; j < kAcc; j++) acc[j] += buf[i + j];
-      }
-      for (int j = 0; j < kAcc; j++)
-        for (int l = 0; l < kLanes; l++) sum += acc[j][l];
-    }
-    sink += sum;
-    best = std::max(best, n * sizeof(V) / Seconds(t0) / 1e9);
-  }
-  be.Free(buf);
-  if (sink < 0) std::printf("%f", sink);  // keep the sums
-  return best;
 }
 
 template <typename F>
@@ -224,7 +189,7 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it is measured
 
   tern::CpuFastBackend be;
-  const double bound = StreamRead(be, stream_mb);
+  const double bound = tern::MeasureHostReadGbps(&be, stream_mb);
   std::printf("# decode_bound, %d threads\n\nread bandwidth (STREAM-like sum of %zu MB): %.1f GB/s\n",
               omp_get_max_threads(), stream_mb, bound);
   MatmulCompare(be);

@@ -9,4 +9,9 @@ namespace tern {
 // Returns GFLOP/s. Takes about `seconds` of wall time.
 double MeasurePeakGflops(Backend* backend, Compute compute, double seconds = 1.0, int size = 1024);
 
+// The memory read bandwidth in GB/s of a backend whose buffers are host memory (the CPU backends): the best
+// of 5 passes summing `mb` MB of floats, far larger than the caches, on the OpenMP threads. The most decode
+// can read its weights at (bench/decode_bound.cpp, `tern bench --serve`). About a second for 1024 MB.
+double MeasureHostReadGbps(Backend* backend, size_t mb = 1024);
+
 }  // namespace tern

@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "cli/bench_dist.h"
+#include "cli/bench_serve.h"
 #include "cli/command.h"
 #include "data/tokenizer.h"
 #include "plan/gpu_specs.h"
@@ -24,8 +25,9 @@ struct BenchCliOptions {
   std::string model = "gpt2-124m", config_path, io_dir;
   std::vector<std::string> overrides;
   BenchOptions bench;
-  bool json = false, run = false, no_run = false, dist = false;
+  bool json = false, run = false, no_run = false, dist = false, serve = false, steps_given = false;
   DistBenchFlags dist_flags;
+  ServeBenchFlags serve_flags;
   int n_layer = 0, n_head = 0, n_embd = 0, vocab_size = 0;  // overrides of the preset's shape
   // Which of the shape flags were given: with --config, the others come from the config.
   bool batch_given = false, seq_given = false, accum_given = false, precision_given = false,
@@ -139,6 +141,28 @@ int RunBenchCommand(BenchCliOptions o) {
     if (o.device_given) d.device = DeviceName(o.bench.device);
     return RunDistBench(d);
   }
+  if (o.serve) {
+    if (!o.config_path.empty() || !o.overrides.empty()) {
+      std::fprintf(stderr,
+                   "tern bench: --serve times tern serve's forward of a --model; drop --config/--set\n");
+      return 2;
+    }
+    auto preset = GptPreset(o.model);
+    if (!preset.ok()) {
+      std::fprintf(stderr, "tern bench: %s\n", preset.status().message().c_str());
+      return 2;
+    }
+    GptConfig cfg = *preset;
+    if (o.n_layer) cfg.n_layer = o.n_layer;
+    if (o.n_head) cfg.n_head = o.n_head;
+    if (o.n_embd) cfg.n_embd = o.n_embd;
+    if (o.vocab_size) cfg.vocab_size = o.vocab_size;
+    ServeBenchFlags f = o.serve_flags;
+    f.json = o.json;
+    if (o.steps_given) f.steps = o.bench.steps;
+    if (o.device_given) f.device = DeviceName(o.bench.device);
+    return RunServeBench(f, cfg);
+  }
   if (!o.config_path.empty()) {
     Status st = ApplyConfig(&o);
     if (!st.ok()) {
@@ -247,7 +271,15 @@ void AddBenchCommand(CLI::App& root, CommandTable& table) {
       "--dist-min-kb to --dist-max-mb, doubling, --steps times after --warmup: time, algorithm bandwidth\n"
       "(bytes/time) and bus bandwidth (2(W-1)/W x algbw, as nccl-tests); latency is the smallest size's "
       "time.\n"
-      "Only rank 0 prints. --device cuda (auto: where there is a GPU) reduces GPU buffers over NCCL.");
+      "Only rank 0 prints. --device cuda (auto: where there is a GPU) reduces GPU buffers over NCCL.\n\n"
+      "--serve times tern serve's own forward with random weights of --model's shape: one prompt of "
+      "--context\n"
+      "tokens, then decode steps of each --batches count of sequences over a cache of --context tokens each\n"
+      "(the median of --steps). The JSON calibrates `tern plan --serve --calibrate serve.json` "
+      "(docs/planning.md\n"
+      "\"Serving\"); the text output prints the fit:\n"
+      "  tern bench --serve --model gpt2-124m --weights bf16 --batches 1,4,16,64 --context 512 --json > "
+      "serve.json");
   sub->add_option("--model", o->model, "preset: " + GptPresetList());
   sub->add_option("--n-layer", o->n_layer, "override the preset's layers");
   sub->add_option("--n-head", o->n_head, "override the preset's heads");
@@ -285,8 +317,9 @@ void AddBenchCommand(CLI::App& root, CommandTable& table) {
         o->bench.train.attention = *o->attention;
       },
       "naive | flash | cudnn (train.attention: the attention kernels)");
-  sub->add_option("--steps", o->bench.steps, "timed steps (the median is reported)")
-      ->capture_default_str()
+  sub->add_option_function<int>(
+         "--steps", [o](int v) { o->bench.steps = v, o->steps_given = true; },
+         "timed steps (the median is reported; default 20, --serve 8 per batch)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--warmup", o->bench.warmup, "untimed steps first")
       ->capture_default_str()
@@ -310,6 +343,25 @@ void AddBenchCommand(CLI::App& root, CommandTable& table) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("--dist-max-mb", o->dist_flags.max_mb, "--dist: largest message, MiB")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  auto* serve =
+      sub->add_option_group("Serving", "tern bench --serve: tern serve's forward, for tern plan --serve");
+  serve->add_flag(
+      "--serve", o->serve,
+      "time tern serve's forward (random weights): a prompt's prefill and decode steps of --batches "
+      "sequences over --context cached tokens each");
+  serve->add_option("--weights", o->serve_flags.weights, "--serve: fp32 | bf16 | int8 (tern serve --weights)")
+      ->capture_default_str();
+  serve
+      ->add_option("--kv-dtype", o->serve_flags.kv_dtype,
+                   "--serve: auto | fp32 | bf16 | int8 (tern serve --kv-dtype)")
+      ->capture_default_str();
+  serve->add_option("--batches", o->serve_flags.batches, "--serve: sequences per decode step (1 and larger)")
+      ->delimiter(',')
+      ->capture_default_str();
+  serve
+      ->add_option("--context", o->serve_flags.context, "--serve: cached tokens per sequence, and the prompt")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_flag("--json", o->json, "print one JSON object (the format tern plan --calibrate reads)");

@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli/command.h"
@@ -16,6 +17,7 @@
 #include "plan/model_spec.h"
 #include "plan/planner.h"
 #include "plan/report.h"
+#include "plan/serve_calibration.h"
 #include "plan/serve_plan.h"
 #include "plan/units.h"
 
@@ -40,7 +42,7 @@ struct PlanFlags {
   bool serve = false;
   double requests_per_s = 0, max_tpot_ms = 100, max_ttft_s = 0, burst = -1;
   int prompt_tokens = 512, completion_tokens = 256;
-  std::string weights = "bf16", kv_dtype = "bf16";
+  std::string weights, kv_dtype;  // empty: the --calibrate serving bench's, else bf16
 };
 
 Result<Toggle> ParseToggle(const std::string& s, const char* flag) {
@@ -183,23 +185,44 @@ Result<Catalog> LoadPlanCatalog(const PlanFlags& f, const PlanDefaults& defaults
 
 // tern plan --serve: the model, the load and the targets in, the cheapest way to serve it out.
 Result<int> RunServePlan(const PlanFlags& f, const PlanDefaults& defaults) {
-  if (!f.tokens.empty() || !f.config.empty() || !f.calibrate.empty() || !f.deadline.empty())
+  if (!f.tokens.empty() || !f.config.empty() || !f.deadline.empty())
     return Status::InvalidArgument(
-        "--serve plans serving, not a training job: drop --tokens, --config, --calibrate and --deadline");
+        "--serve plans serving, not a training job: drop --tokens, --config and --deadline");
+  if (f.calibrate.size() > 1)
+    return Status::InvalidArgument("--serve takes one --calibrate: a `tern bench --serve --json` file");
   if (f.requests_per_s <= 0)
     return Status::InvalidArgument("--serve needs the load: --requests-per-s N (mean requests per second)");
   ServeRequest req;
-  TERN_ASSIGN_OR_RETURN(ModelChoice m, ResolveModel(f.model, f.params));
-  req.model = m.cfg;
-  req.model_label = m.label;
+  std::optional<ServeBenchProfile> bench;
+  if (!f.calibrate.empty()) {
+    TERN_ASSIGN_OR_RETURN(bench, LoadServeBenchJson(f.calibrate.front()));
+  }
+  if (bench && f.model.empty() && f.params.empty()) {  // the measured model
+    req.model = bench->model;
+    req.model_label = "the bench's model";
+  } else {
+    TERN_ASSIGN_OR_RETURN(ModelChoice m, ResolveModel(f.model, f.params));
+    req.model = m.cfg;
+    req.model_label = m.label;
+  }
   req.load.requests_per_s = f.requests_per_s;
   req.load.prompt_tokens = f.prompt_tokens;
   req.load.completion_tokens = f.completion_tokens;
   req.load.max_tpot_ms = f.max_tpot_ms;
   req.load.max_ttft_s = f.max_ttft_s;
   if (f.burst > 0) req.load.burst = f.burst;
-  req.weights = f.weights;
-  req.kv_dtype = f.kv_dtype;
+  if (bench) {
+    // The fitted constants are those of the measured formats: planning others from them would be a guess.
+    for (const auto& [flag, given, measured] :
+         {std::tuple<const char*, std::string, std::string>{"--weights", f.weights, bench->weights},
+          {"--kv-dtype", f.kv_dtype, bench->kv_dtype}})
+      if (!given.empty() && given != measured)
+        return Status::InvalidArgument(
+            fmt::format("{} {}, but {} measured {}: drop {} or bench again with tern bench --serve {} {}",
+                        flag, given, f.calibrate.front(), measured, flag, flag, given));
+  }
+  req.weights = !f.weights.empty() ? f.weights : bench ? bench->weights : "bf16";
+  req.kv_dtype = !f.kv_dtype.empty() ? f.kv_dtype : bench ? bench->kv_dtype : "bf16";
   req.providers = SplitList(f.providers);
   req.regions = SplitList(f.regions);
   req.gpus = SplitList(f.gpus);
@@ -212,7 +235,23 @@ Result<int> RunServePlan(const PlanFlags& f, const PlanDefaults& defaults) {
   }
   req.max_instances = std::max(1, f.max_gpus);
   TERN_ASSIGN_OR_RETURN(Catalog cat, LoadPlanCatalog(f, defaults));
+  if (!req.instances.empty() && req.instances.front() == "local") {
+    if (!bench)
+      return Status::InvalidArgument(
+          "--serve --instance local needs --calibrate serve.json (from `tern bench --serve --json` on this "
+          "machine)");
+    const double mem = f.local_mem_gib > 0 ? f.local_mem_gib : bench->device == "cpu" ? HostMemoryGib() : 0;
+    TERN_RETURN_IF_ERROR(AddLocalServeInstance(*bench, f.price_per_hour, mem, &cat));
+  }
+  if (bench) {
+    TERN_ASSIGN_OR_RETURN(req.calibration, CalibrateServe(*bench, cat));
+  }
   TERN_ASSIGN_OR_RETURN(ServePlan plan, MakeServePlan(cat, req, defaults));
+  if (bench && bench->model.ToString() != req.model.ToString())
+    plan.notes.push_back(fmt::format(
+        "{} measured {}, not the planned {}: its efficiencies are carried over, an extrapolation (bench the "
+        "planned model for a measurement)",
+        bench->file, bench->model.ToString(), req.model.ToString()));
   if (f.json)
     std::puts(ServePlanJson(plan, cat, f.top).dump(2).c_str());
   else
@@ -353,7 +392,8 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
   sub->add_option(
       "--calibrate", flags->calibrate,
       "bench.json from `tern bench --json`: use its measured MFU (and run times); or dist.json from "
-      "`tern bench --dist --json`: its measured link for the all-reduce (repeatable)");
+      "`tern bench --dist --json`: its measured link for the all-reduce (repeatable); with --serve: "
+      "serve.json from `tern bench --serve --json`, the measured replica");
   sub->add_option("--price-per-hour", flags->price_per_hour,
                   "price of --instance local per hour (default 0)");
   sub->add_option("--local-mem-gib", flags->local_mem_gib,
@@ -388,10 +428,10 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
   serve->add_option("--max-ttft", flags->max_ttft_s, "longest time to the first token, in s (0 = no target)");
   serve->add_option("--burst", flags->burst,
                     "plan for the mean rate times this (default 1.3, `tern plan --show-defaults`)");
-  serve->add_option("--weights", flags->weights, "tern serve --weights: fp32 | bf16 | int8")
-      ->capture_default_str();
-  serve->add_option("--kv-dtype", flags->kv_dtype, "tern serve --kv-dtype: fp32 | bf16")
-      ->capture_default_str();
+  serve->add_option("--weights", flags->weights,
+                    "tern serve --weights: fp32 | bf16 | int8 (default bf16, or the --calibrate bench's)");
+  serve->add_option("--kv-dtype", flags->kv_dtype,
+                    "tern serve --kv-dtype: fp32 | bf16 (default bf16, or the --calibrate bench's)");
   table.Add(sub, [flags] { return RunPlan(*flags); });
 }
 

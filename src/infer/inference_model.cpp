@@ -314,4 +314,10 @@ const float* InferenceModel::Forward(const ForwardBatch& batch) {
   return host_logits_.data();
 }
 
+void InferenceModel::ZeroKvCache() {
+  backend_->Zero(k_cache_.data(), k_cache_.bytes());
+  backend_->Zero(v_cache_.data(), v_cache_.bytes());
+  backend_->Synchronize();
+}
+
 }  // namespace tern

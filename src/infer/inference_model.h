@@ -78,6 +78,10 @@ class InferenceModel {
   // followed by Backend::Synchronize, so set it only to measure. nullptr (the default) turns it off.
   void set_profile(std::map<std::string, double>* seconds_by_op) { profile_ = seconds_by_op; }
 
+  // Zeroes every KV block (`tern bench --serve`: decode steps timed over a cache of a chosen length without
+  // prefilling it; attention over zero keys and values costs what it costs over real ones).
+  void ZeroKvCache();
+
   const GptConfig& config() const { return cfg_; }
   const InferenceModelOptions& options() const { return opt_; }
   int max_blocks_per_seq() const { return max_blocks_; }  // block_size(config) / block_size, rounded up

@@ -14,55 +14,12 @@
 
 #include "core/file_util.h"
 #include "metrics/run_record.h"
+#include "plan/json_read.h"
 
 namespace tern::plan {
 namespace {
 
 using nlohmann::json;
-
-Status Need(const json& j, const char* key, const std::string& file) {
-  if (!j.contains(key) || j[key].is_null())
-    return Status::InvalidArgument(fmt::format("{}: missing key '{}'", file, key));
-  return Status::Ok();
-}
-
-template <typename T>
-Status Read(const json& j, const char* key, const std::string& file, T* out) {
-  TERN_RETURN_IF_ERROR(Need(j, key, file));
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    // A count too large for T (or a fraction) is an error, not a conversion with undefined behaviour
-    // (nlohmann reads 59223372036854775807 as a double; found by fuzz/bench_json).
-    const json& v = j[key];
-    const double lo = static_cast<double>(std::numeric_limits<T>::min());
-    const double hi = static_cast<double>(std::numeric_limits<T>::max());
-    const bool fits = v.is_number_unsigned()  ? v.get<uint64_t>() <= std::numeric_limits<T>::max()
-                      : v.is_number_integer() ? v.get<int64_t>() >= std::numeric_limits<T>::min() &&
-                                                    v.get<int64_t>() <= std::numeric_limits<T>::max()
-                      : v.is_number_float() ? v.get<double>() >= lo && v.get<double>() <= hi &&
-                                                  v.get<double>() == std::floor(v.get<double>())
-                                            : true;  // not a number: the type error below
-    if (!fits)
-      return Status::InvalidArgument(fmt::format("{}: key '{}' is {}, not a whole number in [{}, {}]", file,
-                                                 key, v.dump(), std::numeric_limits<T>::min(),
-                                                 std::numeric_limits<T>::max()));
-  }
-  try {
-    *out = j[key].get<T>();
-  } catch (const json::exception&) {
-    return Status::InvalidArgument(
-        fmt::format("{}: key '{}' has the wrong type ({})", file, key, j[key].dump()));
-  }
-  return Status::Ok();
-}
-
-// An optional number: absent or null -> `fallback`; present with the wrong type -> an error.
-Status ReadOptional(const json& j, const char* key, const std::string& file, double fallback, double* out) {
-  if (!j.contains(key) || j[key].is_null()) {
-    *out = fallback;
-    return Status::Ok();
-  }
-  return Read(j, key, file, out);
-}
 
 Status ParseRunTimes(const json& j, const std::string& file, BenchRunTimes* r) {
   const std::string where = file + " run";

@@ -69,6 +69,20 @@ std::optional<ReplicaModel> MakeReplicaModel(const GpuSpec& gpu, const ServeRequ
   return r;
 }
 
+double ReplicaModel::StepSeconds(double b) const {
+  return overhead_s + std::max((weight_bytes + b * kv_bytes_per_token * ctx_mean) / bandwidth,
+                               b * decode_flops / (peak_flops * decode_mfu));
+}
+
+PlanDefaults ServeCalibration::Apply(const PlanDefaults& d) const {
+  PlanDefaults c = d;
+  c.serve_bw_efficiency = bw_efficiency;
+  c.serve_decode_mfu = decode_mfu;
+  c.serve_prefill_mfu = prefill_mfu;
+  c.serve_step_overhead_ms = overhead_ms;
+  return c;
+}
+
 ReplicaState ReplicaModel::At(double lambda, const ServeLoad& load) const {
   ReplicaState s;
   s.rho = lambda * prefill_s;
@@ -88,7 +102,7 @@ ReplicaState ReplicaModel::At(double lambda, const ServeLoad& load) const {
   }
   s.batch = std::max(b_mem, b_flop);
   s.memory_bound = b_mem >= b_flop;
-  s.step_s = std::max(a_mem + s_mem * s.batch, overhead_s + s_flop * s.batch);
+  s.step_s = StepSeconds(s.batch);
   s.tpot_s = s.step_s / (1 - s.rho);
   s.ttft_s = prefill_s / (1 - s.rho) + s.step_s;
   if (s.batch > max_batch) {
@@ -132,9 +146,11 @@ Result<ServePlan> MakeServePlan(const Catalog& cat, const ServeRequest& req, con
   if (!(load.max_tpot_ms > 0)) return Status::InvalidArgument("--max-tpot-ms must be positive, e.g. 50");
   if (req.weights != "fp32" && req.weights != "bf16" && req.weights != "int8")
     return Status::InvalidArgument("--weights must be fp32, bf16 or int8 (tern serve --weights)");
-  if (req.kv_dtype != "fp32" && req.kv_dtype != "bf16")
+  const bool cpu_calibrated = req.calibration && req.calibration->device == "cpu";
+  if (req.kv_dtype != "fp32" && req.kv_dtype != "bf16" && !(cpu_calibrated && req.kv_dtype == "int8"))
     return Status::InvalidArgument(
-        "--kv-dtype must be fp32 or bf16 (tern serve's int8 KV cache runs on the CPU only)");
+        "--kv-dtype must be fp32 or bf16 (tern serve's int8 KV cache runs on the CPU only: a CPU's "
+        "--calibrate with --instance local)");
   if (load.prompt_tokens + load.completion_tokens > req.model.block_size)
     return Status::InvalidArgument(
         fmt::format("a request of {} prompt + {} completion tokens exceeds the model's context of {} tokens",
@@ -153,8 +169,14 @@ Result<ServePlan> MakeServePlan(const Catalog& cat, const ServeRequest& req, con
     std::string why;
     GpuSpec sized = gpu;
     sized.mem_gib = o.gpu_mem_gib > 0 ? o.gpu_mem_gib : gpu.mem_gib;
-    const std::optional<ReplicaModel> rm = MakeReplicaModel(sized, req, d, &why);
+    // The local instance is the benchmarked device itself.
+    const bool calibrated = req.calibration && (gpu.name == req.calibration->device ||
+                                                (o.provider == "local" && gpu.vendor == "local"));
+    const std::optional<ReplicaModel> rm =
+        MakeReplicaModel(sized, req, calibrated ? req.calibration->Apply(d) : d, &why);
     for (Billing b : req.billing) {
+      if (o.provider == "local" && b != Billing::kOnDemand)
+        continue;  // the machine at hand: --price-per-hour
       const std::optional<double> listed = b == Billing::kSpot ? o.price_spot_hr : o.price_ondemand_hr;
       if (!rm) {
         plan.excluded.push_back({i, BillingName(b), why});
@@ -183,6 +205,7 @@ Result<ServePlan> MakeServePlan(const Catalog& cat, const ServeRequest& req, con
         continue;
       }
       row.replicas = row.instances * g;
+      row.calibrated = calibrated;
       row.capacity_rps = ReplicaCapacity(*rm, load) * row.replicas;
       row.price_hr = b == Billing::kReserved ? *listed * (1 - discount) : *listed;
       row.hourly_usd = row.price_hr * row.instances;
@@ -214,14 +237,38 @@ Result<ServePlan> MakeServePlan(const Catalog& cat, const ServeRequest& req, con
     if (a.state.tpot_s != b.state.tpot_s) return a.state.tpot_s < b.state.tpot_s;
     return cat.offers[a.offer].Key() < cat.offers[b.offer].Key();
   });
-  plan.notes.push_back(fmt::format(
-      "one tern serve replica per GPU; sized for {:g} req/s x burst {:g}; decode at {:.0f}% of the memory "
-      "bandwidth, prefill at {:.0f}% MFU, {:g} ms per step (tern assumptions, docs/planning.md \"Serving\")",
-      load.requests_per_s, burst, d.serve_bw_efficiency * 100, d.serve_prefill_mfu * 100,
-      d.serve_step_overhead_ms));
-  plan.notes.push_back(
-      "tern serve's CUDA path has not yet been measured on a GPU (issue 19): these rows are the model above, "
-      "not a measurement");
+  const bool all_calibrated =
+      !plan.rows.empty() &&
+      std::all_of(plan.rows.begin(), plan.rows.end(), [](const ServeRow& r) { return r.calibrated; });
+  plan.notes.push_back(fmt::format("one tern serve replica per GPU; sized for {:g} req/s x burst {:g}",
+                                   load.requests_per_s, burst));
+  if (const ServeCalibration* c = req.calibration ? &*req.calibration : nullptr) {
+    std::string errors;
+    for (const auto& p : c->points)
+      errors += fmt::format("{}{} {:.2f}/{:.2f} ms", errors.empty() ? "" : ", ", p.batch, p.model_ms,
+                            p.measured_ms);
+    plan.notes.push_back(fmt::format(
+        "{} rows calibrated from {}: decode at {:.0f}% of {:.0f} GB/s, compute-bound decode at {:.0f}% and "
+        "prefill at {:.0f}% of {:.3g} TFLOP/s, {:.2f} ms per step; the fitted step is within {:.0f}% of the "
+        "measured one (batch model/measured: {})",
+        c->device, c->file, c->bw_efficiency * 100, c->bandwidth_gbps, c->decode_mfu * 100,
+        c->prefill_mfu * 100, c->peak_tflops, c->overhead_ms, c->max_error * 100, errors));
+    if (!c->compute_bound_seen)
+      plan.notes.push_back(fmt::format(
+          "the measured decode stayed memory-bound up to batch {}: its compute-bound MFU is a lower bound "
+          "(larger batches read conservatively slow; bench larger --batches to measure it)",
+          c->points.empty() ? 0 : c->points.back().batch));
+  }
+  if (!all_calibrated) {
+    plan.notes.push_back(fmt::format(
+        "{}decode at {:.0f}% of the memory bandwidth, prefill at {:.0f}% MFU, {:g} ms per step (tern "
+        "assumptions, docs/planning.md \"Serving\"; `tern bench --serve --json` on the GPU measures them)",
+        req.calibration ? "other rows: " : "", d.serve_bw_efficiency * 100, d.serve_prefill_mfu * 100,
+        d.serve_step_overhead_ms));
+    plan.notes.push_back(
+        "tern serve's CUDA path has not yet been measured on a GPU (issue 19): the uncalibrated rows are the "
+        "model above, not a measurement");
+  }
   return plan;
 }
 
@@ -263,9 +310,10 @@ std::string RenderServePlan(const ServePlan& p, const Catalog& cat, int top, boo
     const ServeRow& best = p.rows[0];
     out += fmt::format(
         "\nBest: {} {} {} ({}): {} replica(s) at {:.0f}% of their capacity for the mean load; run each with\n"
-        "  tern serve MODEL --device cuda --weights {} --kv-dtype {} --max-batch {} --kv-cache-mb {:.0f}\n",
+        "  tern serve MODEL --device {} --weights {} --kv-dtype {} --max-batch {} --kv-cache-mb {:.0f}\n",
         cat.offers[best.offer].provider, cat.offers[best.offer].region, cat.offers[best.offer].instance_type,
-        BillingName(best.billing), best.replicas, 100 * r.load.requests_per_s / best.capacity_rps, r.weights,
+        BillingName(best.billing), best.replicas, 100 * r.load.requests_per_s / best.capacity_rps,
+        cat.GpuOf(cat.offers[best.offer]).generation == GpuGeneration::kCpu ? "cpu" : "cuda", r.weights,
         r.kv_dtype, best.serve_max_batch, std::ceil(best.kv_cache_mb));
     if (best.billing == Billing::kSpot)
       out += "  spot: a preemption drops the requests in flight; keep on-demand replicas for the base load\n";
@@ -316,8 +364,25 @@ nlohmann::json ServePlanJson(const ServePlan& p, const Catalog& cat, int top) {
                          {"kv_cache_mb", std::ceil(row.kv_cache_mb)},
                          {"risk", row.risk},
                          {"runs", row.runs},
+                         {"calibrated", row.calibrated},
                          {"runs_why", row.runs_why},
                          {"warnings", row.warnings}});
+  }
+  if (const ServeCalibration* c = r.calibration ? &*r.calibration : nullptr) {
+    nlohmann::json points = nlohmann::json::array();
+    for (const auto& pt : c->points)
+      points.push_back({{"batch", pt.batch}, {"measured_ms", pt.measured_ms}, {"model_ms", pt.model_ms}});
+    j["calibration"] = {{"file", c->file},
+                        {"device", c->device},
+                        {"bw_efficiency", c->bw_efficiency},
+                        {"bandwidth_gbps", c->bandwidth_gbps},
+                        {"decode_mfu", c->decode_mfu},
+                        {"prefill_mfu", c->prefill_mfu},
+                        {"peak_tflops", c->peak_tflops},
+                        {"overhead_ms", c->overhead_ms},
+                        {"compute_bound_seen", c->compute_bound_seen},
+                        {"max_error", c->max_error},
+                        {"points", points}};
   }
   j["excluded_count"] = p.excluded.size();
   return j;

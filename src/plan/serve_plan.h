@@ -38,6 +38,31 @@ struct ServeLoad {
   std::optional<double> burst;  // plan for the mean rate times this (default: PlanDefaults)
 };
 
+// The replica model's constants fitted to a measurement of tern serve's forward on one device
+// (`tern bench --serve --json`, serve_calibration.h). They replace PlanDefaults' serve_* assumptions for the
+// offers whose GPU is the measured one (`device`: a catalog GPU name, or "cpu" for the local machine).
+struct ServeCalibration {
+  std::string device;
+  std::string file;           // the bench file, for the notes
+  double bw_efficiency = 0;   // of bandwidth_gbps
+  double decode_mfu = 0;      // of peak_tflops
+  double prefill_mfu = 0;     // of peak_tflops
+  double overhead_ms = 0;     // per decode step
+  double bandwidth_gbps = 0;  // what bw_efficiency is a fraction of (the datasheet's, or a measured read)
+  double peak_tflops = 0;     // what the MFUs are fractions of
+  struct Point {
+    int batch = 0;
+    double measured_ms = 0, model_ms = 0;
+  };
+  std::vector<Point> points;  // the measured decode steps and the fitted model's at the same batch
+  double max_error = 0;       // max |model / measured - 1| over points
+  // The largest measured batch was compute-bound in the fit; if not, decode_mfu is only a lower bound (the
+  // compute line passes under every measured step): conservative, the plan's large batches read slow.
+  bool compute_bound_seen = false;
+  // PlanDefaults with the serve_* constants replaced by these.
+  PlanDefaults Apply(const PlanDefaults& d) const;
+};
+
 struct ServeRequest {
   GptConfig model;
   std::string model_label;
@@ -49,6 +74,7 @@ struct ServeRequest {
   std::optional<double> reserved_discount;
   std::optional<double> budget_usd_per_hour;
   int max_instances = 64;
+  std::optional<ServeCalibration> calibration;  // --calibrate serve-bench.json
 };
 
 // One replica (one GPU) at a request rate: what continuous batching settles to.
@@ -75,6 +101,8 @@ struct ReplicaModel {
   double ctx_mean = 0;            // prompt + completion / 2
   int max_batch = 0;              // sequences whose full context fits the memory beside the weights
   double decode_mfu = 0;
+  // One decode step of b sequences at the mean context: overhead + max(memory line, compute line).
+  double StepSeconds(double b) const;
   ReplicaState At(double lambda, const ServeLoad& load) const;  // lambda: requests/s to this replica
 };
 
@@ -95,8 +123,9 @@ struct ServeRow {
   int serve_max_batch = 0;  // and --max-batch
   std::vector<std::string> warnings;
   std::string risk = "-";
-  bool runs = true;      // tern serve's CUDA backend runs on this GPU (compute capability 8.0+); ranked first
-  std::string runs_why;  // when not
+  bool runs = true;  // tern serve's CUDA backend runs on this GPU (compute capability 8.0+); ranked first
+  bool calibrated = false;  // the replica model's constants come from --calibrate
+  std::string runs_why;     // when not
 };
 
 struct ServeExclusion {
