@@ -56,6 +56,8 @@ struct Options {
   std::string url = "http://127.0.0.1:8080", api_key, model;
   std::vector<int> streams = {1, 4, 16, 32};
   int prompt_tokens = 32, max_tokens = 64, requests_per_stream = 3, vocab = 256;
+  std::vector<double> rates;  // open loop: Poisson arrivals at each mean rate (requests/s) instead of streams
+  int requests = 24;          // open loop: requests sent per rate
   bool json_out = false;
 };
 
@@ -158,26 +160,52 @@ int RunLoad(const Options& o) {
         "| steps/s | batch | engine ms/step: schedule / forward / sample / emit |\n"
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
   json rows = json::array();
-  for (int n : o.streams) {
+  // Closed loop: a level is a number of streams. Open loop (--rate): a level is a mean arrival rate, the
+  // requests arriving as a Poisson process (exponential gaps), each on its own connection, whatever the
+  // server's progress: the load `tern plan --serve` models (bench/serve_plan_accuracy.sh).
+  const bool open_loop = !o.rates.empty();
+  const size_t levels = open_loop ? o.rates.size() : o.streams.size();
+  for (size_t level = 0; level < levels; level++) {
+    const int n = open_loop ? 0 : o.streams[level];
     std::vector<RequestResult> results;
     std::mutex mu;
     std::atomic<int> failures{0};
     EngineCounters before = Scrape(o);
     const auto t0 = Clock::now();
     std::vector<std::thread> clients;
-    for (int c = 0; c < n; c++) {
-      clients.emplace_back([&, c] {
-        httplib::Client cli(o.url);
-        cli.set_read_timeout(600, 0);
-        cli.set_write_timeout(60, 0);
-        std::mt19937_64 rng(1000 * n + c);
-        for (int i = 0; i < o.requests_per_stream; i++) {
+    if (open_loop) {
+      std::mt19937_64 arrivals(7 + level);
+      std::exponential_distribution<double> gap(o.rates[level]);
+      auto next = Clock::now();
+      for (int i = 0; i < o.requests; i++) {
+        std::this_thread::sleep_until(next);
+        clients.emplace_back([&, i] {
+          httplib::Client cli(o.url);
+          cli.set_read_timeout(600, 0);
+          cli.set_write_timeout(60, 0);
+          std::mt19937_64 rng(100000 + i);
           RequestResult r = OneRequest(o, cli, rng);
           if (!r.ok) failures++;
           std::lock_guard<std::mutex> lock(mu);
           results.push_back(r);
-        }
-      });
+        });
+        next += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(arrivals)));
+      }
+    } else {
+      for (int c = 0; c < n; c++) {
+        clients.emplace_back([&, c] {
+          httplib::Client cli(o.url);
+          cli.set_read_timeout(600, 0);
+          cli.set_write_timeout(60, 0);
+          std::mt19937_64 rng(1000 * n + c);
+          for (int i = 0; i < o.requests_per_stream; i++) {
+            RequestResult r = OneRequest(o, cli, rng);
+            if (!r.ok) failures++;
+            std::lock_guard<std::mutex> lock(mu);
+            results.push_back(r);
+          }
+        });
+      }
     }
     for (auto& t : clients) t.join();
     const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -202,7 +230,15 @@ int RunLoad(const Options& o) {
     }
     double per_stream = 0;
     for (double d : decode_rates) per_stream += d / decode_rates.size();
+    std::vector<double> tpot;  // each request's decode time per token after its first, ms
+    for (const auto& r : results)
+      if (r.ok && r.total > r.ttft && r.tokens > 1)
+        tpot.push_back(1000 * (r.total - r.ttft) / (r.tokens - 1));
+    double tpot_mean = 0;
+    for (double t : tpot) tpot_mean += t / tpot.size();
     json row = {{"streams", n},
+                {"rate", open_loop ? o.rates[level] : 0.0},
+                {"tpot_mean_ms", tpot_mean},
                 {"requests", results.size()},
                 {"failed", failures.load()},
                 {"tokens", tokens},
@@ -216,7 +252,8 @@ int RunLoad(const Options& o) {
                 {"engine_ms_per_step", phases}};
     rows.push_back(row);
     if (!o.json_out)
-      std::printf("| %d | %zu | %lld | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %.1f | %s |\n", n,
+      std::printf("| %s | %zu | %lld | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %.1f | %s |\n",
+                  open_loop ? fmt::format("{:g}/s", o.rates[level]).c_str() : fmt::format("{}", n).c_str(),
                   results.size(), static_cast<long long>(tokens), wall, tokens / wall, per_stream,
                   1000 * Percentile(ttft, 0.5), 1000 * Percentile(ttft, 0.99), steps / wall, batch,
                   phase_text.c_str());
@@ -462,6 +499,11 @@ int main(int argc, char** argv) {
   app.add_option("--requests-per-stream", o.requests_per_stream, "requests each client sends")
       ->capture_default_str();
   app.add_option("--vocab", o.vocab, "prompt token ids are drawn from [3, vocab)")->capture_default_str();
+  app.add_option("--rate", o.rates,
+                 "open loop instead of --streams: Poisson arrivals at these mean requests/s (one level each)")
+      ->delimiter(',');
+  app.add_option("--requests", o.requests, "open loop: requests sent per --rate level")
+      ->capture_default_str();
   app.add_flag("--json", o.json_out, "JSON {levels: rows, summary: median per level} instead of markdown");
   std::string shape, tokenizer, out;
   auto* make = app.add_subcommand("make-run", "write a run directory with random weights (for speed tests)");
