@@ -7,7 +7,7 @@
 # 1. A run of random weights of GPT-2 124M's shape (speed does not depend on the weights) and a small tokenizer.
 # 2. `tern bench --serve` at the load's mean context (PROMPT_TOKENS + MAX_TOKENS / 2): the calibration, and
 #    `tern plan --serve --calibrate --instance local` for the replica's capacity (its saturation rate).
-# 3. For each FRACTIONS of that capacity, lambda: `tern serve`, and bench/serve_load's open loop (Poisson
+# 3. For each FRACTIONS of that capacity, lambda: `tern serve`, and bench/serve_load.cpp's open loop (Poisson
 #    arrivals at lambda, ignore_eos: every request generates MAX_TOKENS): the mean batch, time per output
 #    token and time to the first token measured, beside what `tern plan --serve --burst 1` predicts at lambda.
 #
