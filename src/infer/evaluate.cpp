@@ -14,25 +14,31 @@ namespace {
 constexpr int kBlock = 16;        // tokens per KV block
 constexpr int kRowBudget = 2048;  // rows (tokens) per forward: the windows of one forward share it
 
-// Appends one sequence of n tokens to a forward's inputs, in its own run of KV blocks after the ones already
-// taken, and asks for the logits of its rows from `first_logit` on.
-void AppendSeq(const int32_t* tokens, int n, int first_logit, int max_blocks, ForwardBatch* b) {
-  const int row = b->N(), block = b->S() == 0 ? 0 : (b->slots.back() / kBlock) + 1;
-  const int nb = (n + kBlock - 1) / kBlock;
-  b->seqs.insert(b->seqs.end(), {row, n, n});
-  for (int j = 0; j < max_blocks; j++) b->block_tables.push_back(j < nb ? block + j : 0);
-  for (int p = 0; p < n; p++) {
+// Rows [start, n) of a sequence's tokens into a forward, positions start.., their keys and values into new
+// blocks from *next_block; `prefix` are the blocks that already hold positions [0, start) (start is a whole
+// number of blocks). Rows at positions >= first_logit have their logits wanted.
+void AppendRows(const int32_t* tokens, int start, int n, int first_logit, const std::vector<int32_t>& prefix,
+                int* next_block, int max_blocks, ForwardBatch* b) {
+  const int row = b->N(), own = (n - start + kBlock - 1) / kBlock;
+  b->seqs.insert(b->seqs.end(), {row, n - start, n});
+  std::vector<int32_t> table = prefix;
+  for (int j = 0; j < own; j++) table.push_back(*next_block + j);
+  table.resize(max_blocks, 0);
+  b->block_tables.insert(b->block_tables.end(), table.begin(), table.end());
+  for (int p = start; p < n; p++) {
     b->tokens.push_back(tokens[p]);
     b->positions.push_back(p);
-    b->slots.push_back((block + p / kBlock) * kBlock + p % kBlock);
-    if (p >= first_logit) b->logit_rows.push_back(row + p);
+    b->slots.push_back((*next_block + (p - start) / kBlock) * kBlock + (p - start) % kBlock);
+    if (p >= first_logit) b->logit_rows.push_back(b->N() - 1);
   }
+  *next_block += own;
 }
 
 // One forward's inputs: `count` sequences of T tokens each, every row's logits wanted.
 void BuildBatch(const int32_t* tokens, int count, int T, int max_blocks, ForwardBatch* b) {
   b->Clear();
-  for (int s = 0; s < count; s++) AppendSeq(tokens + s * T, T, 0, max_blocks, b);
+  int next_block = 0;
+  for (int s = 0; s < count; s++) AppendRows(tokens + s * T, 0, T, 0, {}, &next_block, max_blocks, b);
 }
 
 // log softmax(row)[target], in double.
@@ -160,26 +166,6 @@ bool EndsWithSpace(const std::string& s) {
 }
 bool StartsWithSpace(const std::string& s) {
   return !s.empty() && std::isspace(static_cast<unsigned char>(s.front()));
-}
-
-// Rows [start, n) of a sequence's tokens into a forward, positions start.., their keys and values into new
-// blocks from *next_block; `prefix` are the blocks that already hold positions [0, start) (start is a whole
-// number of blocks). Rows at positions >= first_logit have their logits wanted.
-void AppendRows(const int32_t* tokens, int start, int n, int first_logit, const std::vector<int32_t>& prefix,
-                int* next_block, int max_blocks, ForwardBatch* b) {
-  const int row = b->N(), own = (n - start + kBlock - 1) / kBlock;
-  b->seqs.insert(b->seqs.end(), {row, n - start, n});
-  std::vector<int32_t> table = prefix;
-  for (int j = 0; j < own; j++) table.push_back(*next_block + j);
-  table.resize(max_blocks, 0);
-  b->block_tables.insert(b->block_tables.end(), table.begin(), table.end());
-  for (int p = start; p < n; p++) {
-    b->tokens.push_back(tokens[p]);
-    b->positions.push_back(p);
-    b->slots.push_back((*next_block + (p - start) / kBlock) * kBlock + (p - start) % kBlock);
-    if (p >= first_logit) b->logit_rows.push_back(b->N() - 1);
-  }
-  *next_block += own;
 }
 
 // The items of one group of forwards: the contexts' shared blocks first (forward 1, no logits), then every
