@@ -1,5 +1,6 @@
 #include "sweep/runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -256,7 +257,15 @@ Result<std::vector<std::string>> CheckTrialConfigs(const SweepSpec& spec) {
           ApplyOverride(k + "=" + v, &cfg).WithContext(fmt::format("space.{} (trial {})", k, i)));
     cfg.steps = spec.asha.max_steps;
     TERN_RETURN_IF_ERROR(cfg.Validate().WithContext(fmt::format("trial {}", i)));
-    if (spec.objective != Objective::kValLoss && cfg.eval_choices.empty())
+    const bool mix_objective =
+        spec.objective == Objective::kValLossMean || spec.objective == Objective::kValLossMax;
+    if (mix_objective && cfg.data_mix.empty())
+      return Status::InvalidArgument(
+          fmt::format("objective: {} ranks trials by the validation losses of data.dir and the datasets of "
+                      "data.mix, but trial {} mixes none: set data.mix (DIR:SHARE,...) in the base config or "
+                      "the sweep's set: section, or use objective: val_loss",
+                      ObjectiveName(spec.objective), i));
+    if (!mix_objective && spec.objective != Objective::kValLoss && cfg.eval_choices.empty())
       return Status::InvalidArgument(
           fmt::format("objective: {} ranks trials by their eval.choices accuracy, but trial {} has no "
                       "eval.choices: set it "
@@ -302,6 +311,17 @@ std::optional<double> ObjectiveOf(const EvalRecord& e, Objective objective) {
     case Objective::kChoiceErrorNorm:
       if (e.choice_acc_norm) return 1 - *e.choice_acc_norm;
       break;
+    case Objective::kValLossMean:
+    case Objective::kValLossMax: {
+      if (e.val_loss_mix.empty()) break;
+      double sum = e.val_loss, worst = e.val_loss;
+      for (const auto& [dir, loss] : e.val_loss_mix) {
+        sum += loss;
+        worst = std::max(worst, loss);
+      }
+      return objective == Objective::kValLossMax ? worst
+                                                 : sum / static_cast<double>(e.val_loss_mix.size() + 1);
+    }
   }
   return std::nullopt;
 }
@@ -316,9 +336,13 @@ Result<double> ObjectiveAt(const std::string& run_dir, int step, Objective objec
   const std::optional<double> v = ObjectiveOf(*at, objective);
   if (!v)
     return Status::NotFound(fmt::format(
-        "{}/metrics.jsonl: the evaluation at step {} has no choice accuracy for objective {}: the trial ran "
-        "without eval.choices",
-        run_dir, step, ObjectiveName(objective)));
+        "{}/metrics.jsonl: the evaluation at step {} has no {} for objective {}: the trial ran without {}",
+        run_dir, step,
+        objective == Objective::kValLossMean || objective == Objective::kValLossMax ? "val_loss_mix"
+                                                                                    : "choice accuracy",
+        ObjectiveName(objective),
+        objective == Objective::kValLossMean || objective == Objective::kValLossMax ? "data.mix"
+                                                                                    : "eval.choices"));
   return *v;
 }
 

@@ -150,11 +150,13 @@ std::string FormatNumber(double v) {
 }
 
 Result<Objective> ParseObjective(const std::string& name, const std::string& at) {
-  for (Objective o : {Objective::kValLoss, Objective::kChoiceError, Objective::kChoiceErrorNorm})
+  for (Objective o : {Objective::kValLoss, Objective::kChoiceError, Objective::kChoiceErrorNorm,
+                      Objective::kValLossMean, Objective::kValLossMax})
     if (name == ObjectiveName(o)) return o;
   return Status::InvalidArgument(fmt::format(
-      "{}: '{}' is not one of val_loss, choice_error, choice_error_norm (the last two need eval.choices)", at,
-      name));
+      "{}: '{}' is not one of val_loss, choice_error, choice_error_norm (these two need eval.choices), "
+      "val_loss_mean, val_loss_max (these two need data.mix)",
+      at, name));
 }
 
 Result<SweepSpec> ParseRoot(const YAML::Node& root, const std::string& path) {
@@ -254,6 +256,10 @@ const char* ObjectiveName(Objective o) {
       return "choice_error";
     case Objective::kChoiceErrorNorm:
       return "choice_error_norm";
+    case Objective::kValLossMean:
+      return "val_loss_mean";
+    case Objective::kValLossMax:
+      return "val_loss_max";
   }
   return "?";
 }
@@ -266,6 +272,10 @@ const char* ObjectiveLabel(Objective o) {
       return "choice error (1 - acc)";
     case Objective::kChoiceErrorNorm:
       return "choice error (1 - acc_norm)";
+    case Objective::kValLossMean:
+      return "mean val loss over the datasets";
+    case Objective::kValLossMax:
+      return "worst val loss over the datasets";
   }
   return "?";
 }

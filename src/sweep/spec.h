@@ -22,10 +22,13 @@ struct Param {
   double lo = 0, hi = 0;             // kUniform, kLogUniform, kInt (inclusive)
 };
 
-// What ASHA ranks trials by, lower is better: the validation loss, or the error on the training config's
-// eval.choices multiple-choice set (1 - choice_acc, or 1 - choice_acc_norm) at the rung's last evaluation.
-enum class Objective { kValLoss, kChoiceError, kChoiceErrorNorm };
-const char* ObjectiveName(Objective o);  // as SWEEP.yaml writes it: val_loss, choice_error, choice_error_norm
+// What ASHA ranks trials by, lower is better, at the rung's last evaluation: the validation loss; the error
+// on the training config's eval.choices multiple-choice set (1 - choice_acc, or 1 - choice_acc_norm); or,
+// with data.mix, the mean or the worst of the validation losses of data.dir and every mixed-in dataset (a
+// sweep of the shares that does not trade one dataset away for another).
+enum class Objective { kValLoss, kChoiceError, kChoiceErrorNorm, kValLossMean, kValLossMax };
+// As SWEEP.yaml writes it: val_loss, choice_error, choice_error_norm, val_loss_mean, val_loss_max.
+const char* ObjectiveName(Objective o);
 const char* ObjectiveLabel(Objective o);  // for people: "val loss", "choice error (1 - acc)", ...
 
 struct AshaSettings {

@@ -264,6 +264,37 @@ TEST(SweepCheckTest, AChoiceObjectiveReadsTheAccuracyAndNeedsEvalChoices) {
   EXPECT_TRUE(CheckTrialConfigs(*with).ok());
 }
 
+// objective: val_loss_mean / val_loss_max rank by the mean / the worst of data.dir's and every mixed-in
+// dataset's validation loss; a trial without data.mix is refused before anything runs, naming the fix.
+TEST(SweepCheckTest, AMixObjectiveReadsEveryDatasetsLossAndNeedsDataMix) {
+  testing::TempDir dir;
+  EvalRecord e{4, 3.0, 1};
+  e.val_loss_mix = {{"/d/a", 4.0}, {"/d/b", 2.0}};
+  testing::WriteFile(dir / "metrics.jsonl",
+                     ToJson(e).dump() + "\n" + ToJson(EvalRecord{8, 2.5, 1}).dump() + "\n");
+  EXPECT_DOUBLE_EQ(ObjectiveAt(dir.path(), 4, Objective::kValLoss).value(), 3.0);
+  EXPECT_DOUBLE_EQ(ObjectiveAt(dir.path(), 4, Objective::kValLossMean).value(), 3.0);
+  EXPECT_DOUBLE_EQ(ObjectiveAt(dir.path(), 4, Objective::kValLossMax).value(), 4.0);
+  auto missing = ObjectiveAt(dir.path(), 8, Objective::kValLossMax);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("without data.mix"), std::string::npos)
+      << missing.status().message();
+
+  testing::WriteFile(dir / "tiny.yaml", "data: {dir: /tmp/data}\ntrain: {schedule: constant}\n");
+  const std::string head =
+      "base: tiny.yaml\ntrials: 2\nobjective: val_loss_max\nasha: {min_steps: 2, max_steps: 8}\n"
+      "space: {train.lr: {choice: [0.001, 0.002]}}\n";
+  auto spec = ParseSweepSpec(head, dir / "sweep.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->objective, Objective::kValLossMax);
+  auto refused = CheckTrialConfigs(*spec);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("set data.mix"), std::string::npos) << refused.status().message();
+  auto with = ParseSweepSpec(head + "set: {data.mix: '/tmp/other:0.3'}\n", dir / "sweep.yaml");
+  ASSERT_TRUE(with.ok()) << with.status().ToString();
+  EXPECT_TRUE(CheckTrialConfigs(*with).ok()) << CheckTrialConfigs(*with).status().ToString();
+}
+
 // A base config with a shared durable tier (configs/demo.yaml has one) gives each trial its own folder in it,
 // and in any other tier it names; tiers left to their defaults are already in the trial's run directory.
 TEST(SweepCheckTest, EachTrialCheckpointsIntoItsOwnFolderOfASharedTier) {
