@@ -188,21 +188,35 @@ Result<BenchProfile> LoadBenchJson(const std::string& path) {
   return ParseBenchJson(text.value(), path);
 }
 
-Status AddLocalInstance(const BenchProfile& b, double price_per_hour, double mem_gib, Catalog* cat) {
+Status AddLocalDevice(GpuSpec spec, const std::string& file, double price_per_hour, double mem_gib,
+                      Catalog* cat) {
+  if (mem_gib <= 0)
+    return Status::InvalidArgument("--instance local: cannot tell the device memory; pass --local-mem-gib");
   InstanceOffer o;
   o.provider = "local";
   o.region = "-";
   o.instance_type = "local";
   o.gpu_count = 1;
-  o.where = b.file + ": ";
+  o.where = file + ": ";
   o.price_ondemand_hr = std::max(0.0, price_per_hour);
+  spec.vendor = "local";
+  spec.source = file;
+  spec.mem_gib = mem_gib;
+  spec.where = o.where;
+  o.gpu = spec.name;
+  o.gpu_mem_gib = mem_gib;
+  cat->gpus.push_back(spec);
+  o.gpu_index = static_cast<int>(cat->gpus.size() - 1);
+  cat->offers.push_back(o);
+  return Status::Ok();
+}
+
+Status AddLocalInstance(const BenchProfile& b, double price_per_hour, double mem_gib, Catalog* cat) {
   // The local device is what the bench measured: its own spec, so that the peak is the bench's
   // (e.g. the CPU's, or a GPU the catalog does not sell).
   GpuSpec spec;
   spec.name = b.device == "cpu" ? "cpu" : b.gpu.empty() ? "local-cuda" : "local-" + b.gpu;
-  spec.vendor = "local";
   spec.form_factor = b.device;
-  spec.source = b.file;
   spec.generation = b.device == "cpu" ? GpuGeneration::kCpu : GenerationOf(b.gpu);
   if (b.precision == Precision::kBf16) {
     spec.bf16_tflops = b.peak_tflops;
@@ -213,16 +227,7 @@ Status AddLocalInstance(const BenchProfile& b, double price_per_hour, double mem
   if (mem_gib <= 0 && b.device == "cuda") {
     if (const GpuSpec* g = cat->FindGpu(b.gpu)) mem_gib = g->mem_gib;
   }
-  if (mem_gib <= 0)
-    return Status::InvalidArgument("--instance local: cannot tell the device memory; pass --local-mem-gib");
-  spec.mem_gib = mem_gib;
-  spec.where = o.where;
-  o.gpu = spec.name;
-  o.gpu_mem_gib = mem_gib;
-  cat->gpus.push_back(spec);
-  o.gpu_index = static_cast<int>(cat->gpus.size() - 1);
-  cat->offers.push_back(o);
-  return Status::Ok();
+  return AddLocalDevice(spec, b.file, price_per_hour, mem_gib, cat);
 }
 
 double HostMemoryGib() {

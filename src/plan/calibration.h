@@ -75,6 +75,11 @@ RestartOverhead RestartFor(const BenchProfile* bench, bool applies, const GptCon
 Result<BenchProfile> ParseBenchJson(const std::string& text, const std::string& file);
 Result<BenchProfile> LoadBenchJson(const std::string& path);
 
+// Adds the pseudo-instance "local/-/local" with one device of `spec` (its name and figures; vendor, source
+// and memory are set here), priced `price_per_hour` on demand. Refused without the device memory.
+Status AddLocalDevice(GpuSpec spec, const std::string& file, double price_per_hour, double mem_gib,
+                      Catalog* cat);
+
 // Adds the pseudo-instance "local/-/local" (and, for a CPU bench, a GPU spec "cpu" with the bench's
 // peak for its precision) to the catalog. `mem_gib` is the device memory (host RAM for a CPU).
 Status AddLocalInstance(const BenchProfile& b, double price_per_hour, double mem_gib, Catalog* cat);

@@ -8,6 +8,7 @@
 
 #include "core/file_util.h"
 #include "metrics/run_record.h"
+#include "plan/calibration.h"
 #include "plan/json_read.h"
 
 namespace tern::plan {
@@ -178,36 +179,18 @@ Result<ServeCalibration> CalibrateServe(const ServeBenchProfile& b, const Catalo
 
 Status AddLocalServeInstance(const ServeBenchProfile& b, double price_per_hour, double mem_gib,
                              Catalog* cat) {
-  InstanceOffer o;
-  o.provider = "local";
-  o.region = "-";
-  o.instance_type = "local";
-  o.gpu_count = 1;
-  o.where = b.file + ": ";
-  o.price_ondemand_hr = std::max(0.0, price_per_hour);
   GpuSpec spec;
   const GpuSpec* known = b.device == "cuda" && !b.gpu.empty() ? cat->FindGpu(b.gpu) : nullptr;
   if (known) spec = *known;  // the datasheet the calibration is relative to
   spec.name = LocalGpuName(b);
-  spec.vendor = "local";
   spec.form_factor = b.device;
-  spec.source = b.file;
   spec.generation = b.device == "cpu" ? GpuGeneration::kCpu : known ? known->generation : GenerationOf(b.gpu);
   if (!known) {
     spec.mem_bw_gbps = b.read_gbps;
     spec.fp32_tflops = spec.bf16_tflops = spec.tf32_tflops = b.peak_tflops;
   }
   if (mem_gib <= 0 && known) mem_gib = known->mem_gib;
-  if (mem_gib <= 0)
-    return Status::InvalidArgument("--instance local: cannot tell the device memory; pass --local-mem-gib");
-  spec.mem_gib = mem_gib;
-  spec.where = o.where;
-  o.gpu = spec.name;
-  o.gpu_mem_gib = mem_gib;
-  cat->gpus.push_back(spec);
-  o.gpu_index = static_cast<int>(cat->gpus.size() - 1);
-  cat->offers.push_back(o);
-  return Status::Ok();
+  return AddLocalDevice(spec, b.file, price_per_hour, mem_gib, cat);
 }
 
 }  // namespace tern::plan
