@@ -53,6 +53,10 @@ struct GenerationRequest {
   // that cannot extend it get -inf after the logit adjustments, and once it is complete only the
   // end-of-text token is left (finish "stop", ignore_eos or not). Logprobs stay the model's.
   bool json_object = false;
+  // response_format json_schema: the same, for one document the schema accepts (SchemaRecognizer in
+  // json_constraint.h); compiled once per request and shared by its choices.
+  std::shared_ptr<const JsonSchema> json_schema;
+  bool JsonConstrained() const { return json_object || json_schema != nullptr; }
   int n = 1;                     // choices sampled from the prompt, 1..kMaxChoices
   int logprobs = -1;             // -1 = off; k in 0..kMaxTopLogprobs: each token's logprob and the k best
   bool prompt_logprobs = false;  // also score prompt tokens 1..P-1 (echo); needs logprobs >= 0
@@ -164,7 +168,7 @@ class Engine {
   std::vector<std::unique_ptr<Sequence>> running_;
   ForwardBatch batch_;
   std::thread thread_;
-  std::unique_ptr<const TokenTrie> json_vocab_;  // built at the first json_object request
+  std::unique_ptr<const TokenTrie> json_vocab_;  // built at the first json_object or json_schema request
 };
 
 }  // namespace tern

@@ -159,5 +159,53 @@ TEST_F(EngineJsonTest, LogprobsStayTheModels) {
   EXPECT_LT(raw.logprob, std::log(0.5f));  // far from certain before the mask
 }
 
+// response_format json_schema: every choice that stops is a document of the schema (checked by walking the
+// parsed JSON), with the properties in the schema's order; unconstrained, none is.
+TEST_F(EngineJsonTest, EveryStoppedChoiceFollowsTheSchema) {
+  const std::string schema_text =
+      R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},)"
+      R"("ok":{"type":"boolean"},"tags":{"type":"array","items":{"enum":["a","b"]}}},)"
+      R"("required":["name","age","ok","tags"]})";
+  auto compiled = CompileJsonSchema(nlohmann::ordered_json::parse(schema_text), "schema");
+  ASSERT_TRUE(std::holds_alternative<std::shared_ptr<const JsonSchema>>(compiled));
+  const auto schema = std::get<std::shared_ptr<const JsonSchema>>(compiled);
+  auto valid = [](const std::string& text) {
+    if (!nlohmann::json::accept(text)) return false;
+    const nlohmann::ordered_json v = nlohmann::ordered_json::parse(text);
+    if (!v.is_object() || v.size() != 4 || !v.contains("name") || !v["name"].is_string() ||
+        !v.contains("age") || !v["age"].is_number_integer() || !v.contains("ok") || !v["ok"].is_boolean() ||
+        !v.contains("tags") || !v["tags"].is_array())
+      return false;
+    for (const auto& t : v["tags"])
+      if (t != "a" && t != "b") return false;
+    return v.begin().key() == "name";  // the schema's order
+  };
+  constexpr int kSeeds = 32;
+  std::vector<GenerationRequest> constrained, free;
+  for (int seed = 0; seed < kSeeds; seed++) {
+    GenerationRequest r = Request(seed, false);
+    free.push_back(r);
+    r.json_schema = schema;
+    constrained.push_back(r);
+  }
+  const std::vector<Outcome> got = Generate(constrained), unconstrained = Generate(free);
+  int stopped = 0, free_valid = 0;
+  for (int i = 0; i < kSeeds; i++) {
+    if (got[i].finish == FinishReason::kStop) {
+      stopped++;
+      EXPECT_TRUE(valid(got[i].text)) << "seed " << i << ": " << got[i].text;
+      EXPECT_EQ(got[i].tokens.back(), run_->tok->eos_id());
+    } else {
+      EXPECT_EQ(got[i].finish, FinishReason::kLength) << "seed " << i;
+      SchemaRecognizer r(schema.get());  // cut off by max_tokens: a prefix of a document
+      EXPECT_TRUE(r.Feed(got[i].text)) << "seed " << i << ": " << got[i].text;
+    }
+    free_valid += valid(unconstrained[i].text);
+  }
+  std::printf("%d of %d choices stopped; e.g. %s\n", stopped, kSeeds, got[0].text.c_str());
+  EXPECT_GE(stopped, kSeeds / 2) << "too few choices finished: the test proves little";
+  EXPECT_EQ(free_valid, 0) << "unconstrained, the untrained model should not write the document";
+}
+
 }  // namespace
 }  // namespace tern

@@ -35,7 +35,7 @@ void Engine::AfterForward(const std::vector<Sequence*>& in_batch, const float* l
   }
   const int n = static_cast<int>(sampling.size()), np = static_cast<int>(prompt_rows.size());
   for (Sequence* s : sampling)
-    if (s->req.json_object && !json_vocab_)
+    if (s->req.JsonConstrained() && !json_vocab_)
       json_vocab_ = std::make_unique<const TokenTrie>(TokenTrie::FromTokenizer(*tokenizer_));
   std::vector<int32_t> next(n);
   std::vector<TokenLogprob> lps(n);
@@ -45,20 +45,32 @@ void Engine::AfterForward(const std::vector<Sequence*>& in_batch, const float* l
     next[i] = -1;
     if (s->req.max_tokens == 0) continue;  // the prompt only: nothing to draw
     const float* l = row(s->logit_begin + s->logit_rows - 1);
-    if (s->req.AdjustsLogits() || s->req.json_object) {
+    if (s->req.AdjustsLogits() || s->req.JsonConstrained()) {
       thread_local std::vector<float> adjusted;  // reused: a fresh 200 KB per sequence and step was mmap'd
       adjusted.assign(l, l + V);
       if (s->req.AdjustsLogits())
         AdjustLogits(s->req, s->tokens.data() + s->prompt_len,
                      static_cast<int>(s->tokens.size()) - s->prompt_len, adjusted.data());
-      if (s->req.json_object) MaskLogits(*json_vocab_, s->json, tokenizer_->eos_id(), adjusted.data(), V);
+      if (s->req.json_schema && !s->schema_started) {
+        s->schema = SchemaRecognizer(s->req.json_schema.get());
+        s->schema_started = true;
+      }
+      if (s->req.json_schema)
+        MaskLogits(*json_vocab_, s->schema, tokenizer_->eos_id(), adjusted.data(), V);
+      else if (s->req.json_object)
+        MaskLogits(*json_vocab_, s->json, tokenizer_->eos_id(), adjusted.data(), V);
       next[i] = SampleToken(adjusted.data(), V, s->req.sampling, s->rng);
-      if (s->req.json_object) {
+      if (s->req.JsonConstrained()) {
         // A masked token has no weight; the sampler's last-candidate fallback could still return one.
         if (std::isinf(adjusted[next[i]]))
           next[i] =
               static_cast<int32_t>(std::max_element(adjusted.begin(), adjusted.end()) - adjusted.begin());
-        if (next[i] < json_vocab_->vocab_size()) s->json.Feed(json_vocab_->bytes(next[i]));
+        if (next[i] < json_vocab_->vocab_size()) {
+          if (s->req.json_schema)
+            s->schema.Feed(json_vocab_->bytes(next[i]));
+          else
+            s->json.Feed(json_vocab_->bytes(next[i]));
+        }
       }
     } else {
       next[i] = SampleToken(l, V, s->req.sampling, s->rng);
@@ -120,7 +132,7 @@ void Engine::Emit(Sequence* s, int32_t tok, TokenLogprob* logprob) {
   if (logprob) e.logprobs.push_back(std::move(*logprob));
   if (completion == 1) e.prompt_logprobs = s->prompt_lp;
   FinishReason finish = FinishReason::kNone;
-  if ((!s->req.ignore_eos || s->req.json_object) && tok == tokenizer_->eos_id()) {
+  if ((!s->req.ignore_eos || s->req.JsonConstrained()) && tok == tokenizer_->eos_id()) {
     finish = FinishReason::kStop;
     e.text = s->text->Flush();
   } else {

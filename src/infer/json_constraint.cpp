@@ -78,6 +78,7 @@ bool JsonRecognizer::StartValue(uint8_t c) {
 // A byte that cannot continue the number ends it (when it may end there) and is read after it.
 bool JsonRecognizer::EndNumber(uint8_t c) {
   if (mode_ == kNumMinus || mode_ == kNumDot || mode_ == kNumE || mode_ == kNumESign) return Fail();
+  if (depth_ == 0) return Fail();  // Value(): nothing follows the value
   mode_ = kAfter;
   ws_ = 0;
   return Feed(c);
@@ -86,7 +87,7 @@ bool JsonRecognizer::EndNumber(uint8_t c) {
 bool JsonRecognizer::InString(uint8_t c) {
   if (want_low_ && c != '\\') return Fail();
   if (c == '"') {
-    mode_ = key_ ? kColon : kAfter;
+    mode_ = key_ ? kColon : depth_ == 0 ? kDone : kAfter;
     ws_ = 0;
     return true;
   }
@@ -243,7 +244,7 @@ bool JsonRecognizer::Feed(uint8_t c) {
       const char* lit = kLiterals[lit_];
       if (c != static_cast<uint8_t>(lit[count_])) return Fail();
       if (lit[++count_] == '\0') {
-        mode_ = kAfter;
+        mode_ = depth_ == 0 ? kDone : kAfter;
         ws_ = 0;
       }
       return true;
@@ -311,15 +312,16 @@ TokenTrie TokenTrie::FromTokenizer(const Tokenizer& tok) {
   return TokenTrie(bytes);
 }
 
-int TokenTrie::Allowed(const JsonRecognizer& state, uint8_t* allowed) const {
-  thread_local std::vector<JsonRecognizer> st;  // st[d]: the state after the current node's first d bytes
+template <class State>
+int TokenTrie::Allowed(const State& state, uint8_t* allowed) const {
+  thread_local std::vector<State> st;  // st[d]: the state after the current node's first d bytes
   st.resize(max_len_ + 1);
   st[0] = state;
   int count = 0;
   const int32_t N = static_cast<int32_t>(nodes_.size());
   for (int32_t i = 0; i < N;) {
     const Node& n = nodes_[i];
-    JsonRecognizer s = st[n.depth - 1];
+    State s = st[n.depth - 1];
     if (!s.Feed(n.byte)) {
       i = n.end;  // no token below extends the prefix either
       continue;
@@ -332,7 +334,13 @@ int TokenTrie::Allowed(const JsonRecognizer& state, uint8_t* allowed) const {
   return count;
 }
 
-void MaskLogits(const TokenTrie& trie, const JsonRecognizer& state, int32_t eos, float* logits, int V) {
+template int TokenTrie::Allowed(const JsonRecognizer&, uint8_t*) const;
+template int TokenTrie::Allowed(const SchemaRecognizer&, uint8_t*) const;
+
+namespace {
+
+template <class State>
+void Mask(const TokenTrie& trie, const State& state, int32_t eos, float* logits, int V) {
   thread_local std::vector<uint8_t> allowed;
   // Allowed() writes ids < trie.vocab_size(); ids of a model vocabulary padded past it have no text.
   allowed.assign(std::max(V, trie.vocab_size()), 0);
@@ -343,6 +351,125 @@ void MaskLogits(const TokenTrie& trie, const JsonRecognizer& state, int32_t eos,
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (int i = 0; i < V; i++)
     if (!allowed[i]) logits[i] = kNegInf;
+}
+
+}  // namespace
+
+void MaskLogits(const TokenTrie& trie, const JsonRecognizer& state, int32_t eos, float* logits, int V) {
+  Mask(trie, state, eos, logits, V);
+}
+void MaskLogits(const TokenTrie& trie, const SchemaRecognizer& state, int32_t eos, float* logits, int V) {
+  Mask(trie, state, eos, logits, V);
+}
+
+bool SchemaRecognizer::Feed(uint8_t c) {
+  if (in_string_) {  // most bytes of a document, and nearly every trie node inside a string
+    if (!lex_.Feed(c)) return Fail();
+    if (lex_.complete()) {
+      in_string_ = false;
+      Pop();
+    }
+    return true;
+  }
+  while (true) {  // a byte that ends a number or enum is read again by the frame below
+    if (depth_ == 0 || done_) return Fail();
+    Frame& f = frames_[depth_ - 1];
+    const JsonSchema::Node& n = schema_->nodes[f.node];
+    switch (n.kind) {
+      case JsonSchema::kObject: {
+        const std::string& seg = n.segments[f.i];
+        if (c != static_cast<uint8_t>(seg[f.pos])) return Fail();
+        if (++f.pos < seg.size()) return true;
+        if (f.i == n.children.size()) {
+          Pop();
+          return true;
+        }
+        const int child = n.children[f.i];
+        f.i++;
+        f.pos = 0;
+        return Push(child);
+      }
+      case JsonSchema::kArray:
+        switch (f.pos) {
+          case 0:  // before '['
+            if (c != '[') return Fail();
+            f.pos = 1;
+            return true;
+          case 1:  // after '['
+            if (c == ']' && n.min_items == 0) {
+              Pop();
+              return true;
+            }
+            if (n.max_items == 0) return Fail();
+            break;
+          case 2:  // after an item
+            if (c == ',' && f.i < n.max_items) {
+              f.pos = 3;
+              return true;
+            }
+            if (c == ']' && f.i >= n.min_items) {
+              Pop();
+              return true;
+            }
+            return Fail();
+          default:  // after ','
+            break;
+        }
+        f.i++;
+        f.pos = 2;
+        if (!Push(n.items)) return false;
+        continue;  // the item's first byte
+      case JsonSchema::kString:
+        if (c != '"') return Fail();  // the rest of the string: the fast path above
+        lex_ = JsonRecognizer::Value();
+        in_string_ = true;
+        return lex_.Feed(c);
+      case JsonSchema::kNumber:
+      case JsonSchema::kInteger: {
+        const bool integer = n.kind == JsonSchema::kInteger;
+        JsonRecognizer next = f.pos == 0 ? JsonRecognizer::Value() : lex_;
+        const bool digit = c >= '0' && c <= '9';
+        const bool continues =
+            c == '-' || digit || (!integer && (c == '.' || c == 'e' || c == 'E' || c == '+'));
+        if (f.pos == 0 && c != '-' && !digit) return Fail();
+        if (continues && next.Feed(c) && !(integer && digit && f.i >= JsonSchema::kMaxIntDigits)) {
+          lex_ = next;
+          f.pos = 1;
+          if (integer && digit) f.i++;
+          return true;
+        }
+        if (f.pos == 0 || !lex_.number_may_end()) return Fail();
+        Pop();
+        if (done_) return Fail();
+        continue;
+      }
+      case JsonSchema::kEnum: {
+        if (f.pos == 0) enum_ = n.values.size() >= 64 ? ~uint64_t{0} : (uint64_t{1} << n.values.size()) - 1;
+        uint64_t next = 0;
+        bool may_end = false, longer = false;
+        for (size_t v = 0; v < n.values.size(); v++) {
+          if (!((enum_ >> v) & 1)) continue;
+          const std::string& text = n.values[v];
+          if (text.size() == f.pos) may_end = true;
+          if (text.size() > f.pos && static_cast<uint8_t>(text[f.pos]) == c) {
+            next |= uint64_t{1} << v;
+            longer |= text.size() > f.pos + 1u;
+          }
+        }
+        if (next != 0) {
+          enum_ = next;
+          f.pos++;
+          if (!longer) Pop();  // every value still matching is complete
+          return true;
+        }
+        if (!may_end) return Fail();
+        Pop();
+        if (done_) return Fail();
+        continue;
+      }
+    }
+    return Fail();
+  }
 }
 
 }  // namespace tern

@@ -1,5 +1,6 @@
 // The JSON recognizer against a table and against nlohmann::json (an independent parser), the token trie
-// against feeding every token by hand, and the mask's cost per decode step (printed; docs/serving.md).
+// against feeding every token by hand, and the mask's cost per decode step (printed;
+// docs/structured-output.md).
 #include "infer/json_constraint.h"
 
 #include <gtest/gtest.h>
@@ -258,7 +259,7 @@ TEST(TokenTrie, MaskLeavesOnlyEosOnceComplete) {
   for (int i = 0; i < static_cast<int>(logits.size()); i++) EXPECT_EQ(std::isinf(logits[i]), i != 2) << i;
 }
 
-// The cost of one sequence's mask per decode step (the figure in docs/serving.md).
+// The cost of one sequence's mask per decode step (the figure in docs/structured-output.md).
 TEST(TokenTrie, MaskCostPerStep) {
   for (int V : {4096, 50257}) {
     const TokenTrie trie(SyntheticVocab(V, 4));

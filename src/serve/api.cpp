@@ -112,25 +112,55 @@ std::optional<ApiError> ParseLogitAdjustments(const json& body, int vocab, Gener
   return std::nullopt;
 }
 
-// response_format: {"type": "text"} (the default) or {"type": "json_object"} (the completion is one JSON
-// object: infer/json_constraint.h). json_schema is refused, naming what to send instead.
-std::optional<ApiError> ParseResponseFormat(const json& body, GenerationRequest* g) {
+// response_format: {"type": "text"} (the default), {"type": "json_object"} (the completion is one JSON
+// object: infer/json_constraint.h) or {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}
+// (one JSON document the schema accepts: the subset of infer/json_schema.h). The schema is read again from
+// the body's text as an ordered_json: its properties are emitted in the order the client listed them.
+std::optional<ApiError> ParseResponseFormat(const json& body, std::string_view body_text,
+                                            GenerationRequest* g) {
   if (!body.contains("response_format") || body["response_format"].is_null()) return std::nullopt;
   const json& rf = body["response_format"];
   if (!rf.is_object())
     return WrongType("response_format", R"(an object such as {"type": "json_object"})", rf);
   if (!rf.contains("type") || !rf["type"].is_string())
-    return Bad("response_format.type", R"('response_format.type' is required: "text" or "json_object")");
+    return Bad("response_format.type",
+               R"('response_format.type' is required: "text", "json_object" or "json_schema")");
   const std::string type = rf["type"].get<std::string>();
   if (type == "json_object") {
     g->json_object = true;
   } else if (type == "json_schema") {
-    return Bad("response_format.type",
-               R"('response_format.type' "json_schema" is not supported; use "json_object" (any JSON )"
-               "object) and describe the schema in the prompt");
+    if (!rf.contains("json_schema") || !rf["json_schema"].is_object())
+      return Bad("response_format.json_schema",
+                 R"('response_format.json_schema' is required: {"name": "...", "schema": {...}})");
+    const json& js = rf["json_schema"];
+    for (const auto& [k, v] : js.items())
+      if (k != "name" && k != "schema" && k != "strict" && k != "description")
+        return Bad("response_format.json_schema." + k,
+                   fmt::format("'response_format.json_schema.{}' is not supported (name, schema, strict, "
+                               "description)",
+                               k));
+    if (js.contains("name") && !js["name"].is_string())
+      return WrongType("response_format.json_schema.name", "a string", js["name"]);
+    if (js.contains("strict") && !js["strict"].is_boolean() && !js["strict"].is_null())
+      return WrongType("response_format.json_schema.strict", "a boolean", js["strict"]);
+    if (!js.contains("schema"))
+      return Bad(
+          "response_format.json_schema.schema",
+          R"('response_format.json_schema.schema' is required, e.g. {"type": "object", "properties": {...}})");
+    nlohmann::ordered_json ordered;
+    try {  // the text parsed as json already; .at() for safety
+      ordered = nlohmann::ordered_json::parse(body_text).at("response_format").at("json_schema").at("schema");
+    } catch (const nlohmann::ordered_json::exception& e) {
+      return Bad("response_format.json_schema.schema", std::string("cannot read the schema: ") + e.what());
+    }
+    auto compiled = CompileJsonSchema(ordered, "response_format.json_schema.schema");
+    if (auto* e = std::get_if<JsonSchemaError>(&compiled)) return Bad(e->path, e->message);
+    g->json_schema = std::get<std::shared_ptr<const JsonSchema>>(std::move(compiled));
   } else if (type != "text") {
-    return Bad("response_format.type",
-               fmt::format(R"('response_format.type' must be "text" or "json_object", got '{}')", type));
+    return Bad(
+        "response_format.type",
+        fmt::format(R"('response_format.type' must be "text", "json_object" or "json_schema", got '{}')",
+                    type));
   }
   return std::nullopt;
 }
@@ -302,7 +332,7 @@ std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body_text, b
     }
   }
   if (auto e = GetBool(body, "ignore_eos", &g.ignore_eos)) return *e;
-  if (auto e = ParseResponseFormat(body, &g)) return *e;
+  if (auto e = ParseResponseFormat(body, body_text, &g)) return *e;
   if (auto e = ParseChoicesAndLogprobs(body, chat, &r)) return *e;
   if (r.echo) {
     const json& p = body["prompt"];

@@ -447,5 +447,26 @@ TEST_F(ApiTest, ResponseFormat) {
             std::string::npos);
 }
 
+// response_format json_schema: compiled into the request (properties in the listed order, not sorted);
+// an unsupported keyword is refused with its path.
+TEST_F(ApiTest, JsonSchemaIsCompiledInTheListedOrder) {
+  const ParsedRequest r =
+      Ok(R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,)"
+         R"("schema":{"type":"object","properties":{"z":{"type":"string"},"a":{"type":"integer"}}}}}})");
+  ASSERT_TRUE(r.gen.json_schema);
+  EXPECT_FALSE(r.gen.json_object);
+  EXPECT_EQ(r.gen.json_schema->nodes[0].segments[0], "{\"z\":");
+  SchemaRecognizer rec(r.gen.json_schema.get());
+  EXPECT_TRUE(rec.Feed(R"({"z":"q","a":3})") && rec.complete());
+  const ApiError e =
+      Error(R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"p",)"
+            R"("schema":{"type":"object","properties":{"s":{"type":"string","format":"date"}}}}}})");
+  EXPECT_EQ(e.param, "response_format.json_schema.schema.properties.s.format");
+  EXPECT_NE(e.message.find("is not supported"), std::string::npos) << e.message;
+  EXPECT_EQ(
+      Error(R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"p"}}})").param,
+      "response_format.json_schema.schema");
+}
+
 }  // namespace
 }  // namespace tern

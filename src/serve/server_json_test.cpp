@@ -1,6 +1,6 @@
 // response_format over HTTP (the fixture of server_test.cpp): with json_object the untrained test model's
-// content is a JSON object (or, cut by max_tokens, a prefix of one), streamed or not; a bad response_format
-// is a 400 that names the field.
+// content is a JSON object (or, cut by max_tokens, a prefix of one), streamed or not; with json_schema a
+// document of the schema; a bad response_format or an unsupported schema keyword is a 400 that names it.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -80,8 +80,59 @@ TEST_F(ServerTest, JsonObjectContentParses) {
   EXPECT_TRUE(IsPrefixOfObject(Json(comp)["choices"][0]["text"])) << comp.body;
 }
 
+// json_schema: the content follows the schema, the properties in its order (not nlohmann's sorted order).
+TEST_F(ServerTest, JsonSchemaContentFollowsTheSchema) {
+  const std::string schema =
+      R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},)"
+      R"("ok":{"type":"boolean"},"tags":{"type":"array","items":{"enum":["a","b"]},"maxItems":3}},)"
+      R"("required":["name","age","ok","tags"]})";
+  int stopped = 0;
+  for (uint64_t seed = 1; seed <= 4; seed++) {
+    json req = JsonRequest(seed);
+    req["max_tokens"] = 96;
+    req["response_format"] = {
+        {"type", "json_schema"},
+        {"json_schema", {{"name", "person"}, {"strict", true}, {"schema", json::parse(schema)}}}};
+    // the body's own text keeps the listed order: splice the schema in as written
+    std::string body = req.dump();
+    const std::string sorted = json::parse(schema).dump();
+    body.replace(body.find(sorted), sorted.size(), schema);
+    HttpResult r = Curl("/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json c = Json(r)["choices"][0];
+    const std::string content = c["message"]["content"];
+    if (c["finish_reason"] != "stop") continue;
+    stopped++;
+    ASSERT_TRUE(json::accept(content)) << content;
+    const nlohmann::ordered_json v = nlohmann::ordered_json::parse(content);
+    ASSERT_TRUE(v.is_object() && v.size() == 4) << content;
+    EXPECT_EQ(v.begin().key(), "name") << content;
+    EXPECT_TRUE(v["name"].is_string() && v["age"].is_number_integer() && v["ok"].is_boolean()) << content;
+    EXPECT_TRUE(v["tags"].is_array() && v["tags"].size() <= 3) << content;
+    for (const auto& t : v["tags"]) EXPECT_TRUE(t == "a" || t == "b") << content;
+  }
+  EXPECT_GE(stopped, 2);
+}
+
+TEST_F(ServerTest, UnsupportedSchemaKeywordIsA400WithItsPath) {
+  HttpResult r = Curl(
+      "/v1/chat/completions",
+      R"({"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":)"
+      R"({"name":"p","schema":{"type":"object","properties":{"age":{"type":"integer","minimum":0}}}}}})");
+  ASSERT_EQ(r.status, 400) << r.body;
+  const json err = Json(r)["error"];
+  EXPECT_EQ(err["param"], "response_format.json_schema.schema.properties.age.minimum") << r.body;
+  EXPECT_NE(err["message"].get<std::string>().find(
+                "response_format.json_schema.schema.properties.age.minimum is not supported"),
+            std::string::npos)
+      << r.body;
+}
+
 TEST_F(ServerTest, BadResponseFormatIsA400NamingTheField) {
-  for (const char* rf : {R"("json")", R"({"type":"xml"})", R"({"type":"json_schema","json_schema":{}})"}) {
+  for (const char* rf :
+       {R"("json")", R"({"type":"xml"})", R"({"type":"json_schema","json_schema":{}})",
+        R"({"type":"json_schema"})", R"({"type":"json_schema","json_schema":{"schema":{"type":"string"}}})",
+        R"({"type":"json_schema","json_schema":{"schema":{"type":"object"},"extra":1}})"}) {
     HttpResult r =
         Curl("/v1/chat/completions",
              std::string(R"({"messages":[{"role":"user","content":"hi"}],"response_format":)") + rf + "}");
