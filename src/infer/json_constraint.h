@@ -22,6 +22,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "data/tokenizer.h"
@@ -168,6 +169,10 @@ class SchemaRecognizer {
   bool in_string_ = false;  // the top frame is a string being read (the fast path)
   Frame frames_[JsonSchema::kMaxDepth];
 };
+// CopyFrom's memcpy up to offsetof(frames_) needs both: a member that is not trivially copyable, or a layout
+// that is not standard, would be copied wrongly without a word.
+static_assert(std::is_standard_layout_v<SchemaRecognizer>, "SchemaRecognizer::CopyFrom copies by offsetof");
+static_assert(std::is_trivially_copyable_v<JsonRecognizer>, "SchemaRecognizer::CopyFrom memcpys its lex_");
 
 class TokenTrie {
  public:
