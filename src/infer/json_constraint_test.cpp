@@ -2,6 +2,7 @@
 // against feeding every token by hand, and the mask's cost per decode step (printed;
 // docs/structured-output.md).
 #include "infer/json_constraint.h"
+#include "infer/json_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -196,28 +197,6 @@ TEST(JsonRecognizer, AgreesWithNlohmannOnMutations) {
   EXPECT_GT(agreed_invalid, 15000);
 }
 
-// A synthetic BPE-like vocabulary: the 256 bytes, then words, JSON punctuation runs, numbers and spaces.
-std::vector<std::string> SyntheticVocab(int V, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::string> v(3);  // control tokens: no bytes
-  for (int b = 0; b < 256; b++) v.push_back(std::string(1, static_cast<char>(b)));
-  const std::string letters = "etaoinshrdlucmfwypvbgkqjxz", punct = "{}[]\":,.- _0123456789\n";
-  while (static_cast<int>(v.size()) < V) {
-    std::string t;
-    const int kind = static_cast<int>(rng() % 10);
-    if (kind < 7) {
-      if (rng() % 2) t = " ";
-      for (int n = 2 + static_cast<int>(rng() % 7); n > 0; n--) t += letters[rng() % (rng() % 3 ? 10 : 26)];
-    } else if (kind < 9) {
-      for (int n = 1 + static_cast<int>(rng() % 3); n > 0; n--) t += punct[rng() % punct.size()];
-    } else {
-      t = std::string(1 + rng() % 8, ' ');
-    }
-    v.push_back(t);
-  }
-  return v;
-}
-
 // States met while generating: prefixes of corpus documents.
 std::vector<JsonRecognizer> SomeStates(int n) {
   std::mt19937_64 rng(3);
@@ -233,25 +212,13 @@ std::vector<JsonRecognizer> SomeStates(int n) {
 }
 
 TEST(TokenTrie, AllowsExactlyTheTokensThatExtendThePrefix) {
-  const std::vector<std::string> vocab = SyntheticVocab(3000, 1);
+  const std::vector<std::string> vocab = json_test::SyntheticVocab(3000, 1);
   const TokenTrie trie(vocab);
-  for (const JsonRecognizer& state : SomeStates(300)) {
-    std::vector<uint8_t> got(vocab.size(), 0);
-    const int count = trie.Allowed(state, got.data());
-    int want_count = 0;
-    for (size_t id = 0; id < vocab.size(); id++) {
-      JsonRecognizer r = state;
-      const bool want = !vocab[id].empty() && r.Feed(vocab[id]);
-      want_count += want;
-      ASSERT_EQ(got[id], want) << "token " << id << " '" << vocab[id] << "'";
-    }
-    EXPECT_EQ(count, want_count);
-    EXPECT_GT(count, 0);  // the byte tokens always leave a way on
-  }
+  json_test::ExpectTrieAllowsWhatFeedingAccepts(trie, vocab, SomeStates(300));
 }
 
 TEST(TokenTrie, MaskLeavesOnlyEosOnceComplete) {
-  const TokenTrie trie(SyntheticVocab(500, 2));
+  const TokenTrie trie(json_test::SyntheticVocab(500, 2));
   JsonRecognizer r;
   ASSERT_TRUE(r.Feed("{\"a\":1}"));
   std::vector<float> logits(510, 0.0f);  // a model vocabulary padded past the tokenizer's
@@ -262,7 +229,7 @@ TEST(TokenTrie, MaskLeavesOnlyEosOnceComplete) {
 // The cost of one sequence's mask per decode step (the figure in docs/structured-output.md).
 TEST(TokenTrie, MaskCostPerStep) {
   for (int V : {4096, 50257}) {
-    const TokenTrie trie(SyntheticVocab(V, 4));
+    const TokenTrie trie(json_test::SyntheticVocab(V, 4));
     const std::vector<JsonRecognizer> states = SomeStates(200);
     std::vector<float> logits(V, 0.0f);
     const auto t0 = std::chrono::steady_clock::now();

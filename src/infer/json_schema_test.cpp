@@ -10,6 +10,7 @@
 #include <random>
 
 #include "infer/json_constraint.h"
+#include "infer/json_test_util.h"
 
 namespace tern {
 namespace {
@@ -288,27 +289,6 @@ TEST(SchemaRecognizer, AcceptsRandomValidDocumentsAndOnlyValidOnes) {
   EXPECT_GT(mutants_complete, 100);
 }
 
-std::vector<std::string> SyntheticVocab(int V, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::string> v(3);  // control tokens: no bytes
-  for (int b = 0; b < 256; b++) v.push_back(std::string(1, static_cast<char>(b)));
-  const std::string letters = "etaoinshrdlucmfwypvbgkqjxz", punct = "{}[]\":,.- _0123456789\n";
-  while (static_cast<int>(v.size()) < V) {
-    std::string t;
-    const int kind = static_cast<int>(rng() % 10);
-    if (kind < 7) {
-      if (rng() % 2) t = " ";
-      for (int n = 2 + static_cast<int>(rng() % 7); n > 0; n--) t += letters[rng() % (rng() % 3 ? 10 : 26)];
-    } else if (kind < 9) {
-      for (int n = 1 + static_cast<int>(rng() % 3); n > 0; n--) t += punct[rng() % punct.size()];
-    } else {
-      t = std::string(1 + rng() % 8, ' ');
-    }
-    v.push_back(t);
-  }
-  return v;
-}
-
 constexpr const char* kPersonSchema =
     R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},"ok":{"type":"boolean"},)"
     R"("tags":{"type":"array","items":{"enum":["a","b"]}}},"required":["name","age","ok","tags"]})";
@@ -329,21 +309,9 @@ std::vector<SchemaRecognizer> SomeStates(const JsonSchema* s, int n) {
 
 TEST(SchemaRecognizer, TrieAllowsExactlyTheTokensThatExtendThePrefix) {
   auto s = Compile(kPersonSchema);
-  const std::vector<std::string> vocab = SyntheticVocab(3000, 1);
+  const std::vector<std::string> vocab = json_test::SyntheticVocab(3000, 1);
   const TokenTrie trie(vocab);
-  for (const SchemaRecognizer& state : SomeStates(s.get(), 200)) {
-    std::vector<uint8_t> got(vocab.size(), 0);
-    const int count = trie.Allowed(state, got.data());
-    int want_count = 0;
-    for (size_t id = 0; id < vocab.size(); id++) {
-      SchemaRecognizer r = state;
-      const bool want = !vocab[id].empty() && r.Feed(vocab[id]);
-      want_count += want;
-      ASSERT_EQ(got[id], want) << "token " << id << " '" << vocab[id] << "'";
-    }
-    EXPECT_EQ(count, want_count);
-    EXPECT_GT(count, 0);
-  }
+  json_test::ExpectTrieAllowsWhatFeedingAccepts(trie, vocab, SomeStates(s.get(), 200));
   SchemaRecognizer done(s.get());
   ASSERT_TRUE(done.Feed(R"({"name":"x","age":1,"ok":true,"tags":[]})"));
   std::vector<float> logits(3010, 0.0f);
@@ -355,7 +323,7 @@ TEST(SchemaRecognizer, TrieAllowsExactlyTheTokensThatExtendThePrefix) {
 TEST(SchemaRecognizer, MaskCostPerStep) {
   auto s = Compile(kPersonSchema);
   for (int V : {4096, 50257}) {
-    const TokenTrie trie(SyntheticVocab(V, 4));
+    const TokenTrie trie(json_test::SyntheticVocab(V, 4));
     const std::vector<SchemaRecognizer> states = SomeStates(s.get(), 200);
     std::vector<float> logits(V, 0.0f);
     const auto t0 = std::chrono::steady_clock::now();
