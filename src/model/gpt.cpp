@@ -151,7 +151,7 @@ struct BackwardScratch {
 };
 
 GptMemory Gpt::Allocation(const GptConfig& config, int max_B, int max_T, Compute compute, Recompute recompute,
-                          AttentionKind attention, int logits_chunk) {
+                          AttentionKind attention, int logits_chunk, const LoraSpec& lora) {
   const size_t P = GptParamCount(config);
   GptMemory m;
   m.params = P * sizeof(float);
@@ -162,6 +162,14 @@ GptMemory Gpt::Allocation(const GptConfig& config, int max_B, int max_T, Compute
       Acts(nullptr, config, max_B, max_T, recompute, attention, compute, logits_chunk).total * sizeof(float) +
       2 * static_cast<size_t>(max_B) * max_T * sizeof(int32_t) + kGptLossSumBytes;  // tokens_, loss sum
   m.scratch = BackwardScratch(nullptr, config, max_B, max_T, attention, compute).total * sizeof(float);
+  if (lora.enabled()) {
+    const size_t A = LoraParamCount(config, lora);
+    m.params += A * sizeof(float);
+    m.params_bf16 += compute == Compute::kBF16 ? A * sizeof(uint16_t) : 0;
+    m.grads = A * sizeof(float);
+    m.adam_state = 2 * A * sizeof(float);
+    m.scratch += LoraScratchFloats(config, lora, compute == Compute::kBF16) * sizeof(float);
+  }
   return m;
 }
 
@@ -172,12 +180,12 @@ GptMemory Gpt::memory() const {
   m.grads = grads_.bytes();
   m.adam_state = adam_m_.bytes() + adam_v_.bytes();
   m.activations = acts_.bytes() + tokens_.bytes();
-  m.scratch = scratch_.bytes();
+  m.scratch = scratch_.bytes() + lora_scratch_.bytes();
   return m;
 }
 
 Gpt::Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Compute compute,
-         Recompute recompute, int logits_chunk)
+         Recompute recompute, int logits_chunk, const LoraSpec& lora)
     : backend_(backend),
       config_(config),
       max_B_(max_B),
@@ -185,18 +193,34 @@ Gpt::Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Comput
       compute_(compute),
       recompute_(recompute),
       logits_chunk_(logits_chunk),
-      attention_(backend->attention_kind()) {
+      attention_(backend->attention_kind()),
+      lora_(lora) {
   assert(config.Validate().ok());
+  assert(lora.Validate(config).ok());
   assert(max_T <= config.block_size);
   assert(logits_chunk >= 0);
   layout_ = GptParamLayout(config_);
-  num_params_ = GptParamCount(config_);
-  shard_ = {0, num_params_};
+  num_params_ = num_base_params_ = GptParamCount(config_);
+  trainable_ = {0, num_params_};
+  if (lora_.enabled()) {
+    const auto adapters = LoraParamLayout(config_, lora_, num_base_params_);
+    layout_.insert(layout_.end(), adapters.begin(), adapters.end());
+    num_params_ += LoraParamCount(config_, lora_);
+    trainable_ = {num_base_params_, num_params_ - num_base_params_};
+    lora_matrices_ = LoraMatrices(config_, lora_);
+    lora_scratch_ =
+        DeviceBuffer(backend_, LoraScratchFloats(config_, lora_, compute_ == Compute::kBF16) * sizeof(float));
+    const int r = lora_.rank;
+    std::vector<float> eye(static_cast<size_t>(r) * r, 0.0f);
+    for (int i = 0; i < r; i++) eye[static_cast<size_t>(i) * r + i] = lora_.scale();
+    backend_->Upload(Parts().s_eye, eye.data(), eye.size() * sizeof(float));
+  }
+  shard_ = trainable_;
   params_ = DeviceBuffer(backend_, num_params_ * sizeof(float));
   if (compute_ == Compute::kBF16) params_bf16_ = DeviceBuffer(backend_, num_params_ * sizeof(uint16_t));
-  grads_ = DeviceBuffer(backend_, num_params_ * sizeof(float));
-  adam_m_ = DeviceBuffer(backend_, num_params_ * sizeof(float));
-  adam_v_ = DeviceBuffer(backend_, num_params_ * sizeof(float));
+  grads_ = DeviceBuffer(backend_, trainable_.count * sizeof(float));
+  adam_m_ = DeviceBuffer(backend_, trainable_.count * sizeof(float));
+  adam_v_ = DeviceBuffer(backend_, trainable_.count * sizeof(float));
   acts_ = DeviceBuffer(
       backend_, Acts(nullptr, config_, max_B, max_T, recompute_, attention_, compute_, logits_chunk_).total *
                     sizeof(float));
@@ -215,7 +239,8 @@ float* Gpt::P(const char* name) const {
 
 float* Gpt::G(const char* name) const {
   for (const auto& t : layout_)
-    if (t.name == name) return grads_.as<float>() + t.offset;
+    if (t.name == name)
+      return t.offset < trainable_.offset ? nullptr : grads_.as<float>() + (t.offset - trainable_.offset);
   assert(false && "unknown parameter");
   return nullptr;
 }
@@ -252,13 +277,24 @@ void Gpt::SyncBf16Copy() {
 }
 
 void Gpt::InitWeights(uint64_t seed) {
-  SetParameters(GptInitialWeights(config_, seed));
+  std::vector<float> w = GptInitialWeights(config_, seed);
+  if (lora_.enabled()) {
+    const std::vector<float> adapters = LoraInitialWeights(config_, lora_, seed);
+    w.insert(w.end(), adapters.begin(), adapters.end());
+  }
+  SetParameters(w);
 }
 
 void Gpt::SetParameters(const std::vector<float>& host) {
   assert(host.size() == num_params_);
   backend_->Upload(params(), host.data(), num_params_ * sizeof(float));
-  SyncBf16Copy();
+  WeightsChanged();
+}
+
+void Gpt::SetBaseParameters(const std::vector<float>& host) {
+  assert(host.size() == num_base_params_);
+  backend_->Upload(params(), host.data(), num_base_params_ * sizeof(float));
+  WeightsChanged();
 }
 
 std::vector<float> Gpt::GetParameters() const {
@@ -270,14 +306,14 @@ std::vector<float> Gpt::GetParameters() const {
 std::vector<float> Gpt::GetGradients() const {
   assert(!overwrite_head_grad_ && !overwrite_block_grads_ &&
          "GetGradients after ZeroGrad without a Backward");
-  std::vector<float> host(num_params_);
-  backend_->Download(host.data(), grads(), num_params_ * sizeof(float));
+  std::vector<float> host(trainable_.count);
+  backend_->Download(host.data(), grads(), trainable_.count * sizeof(float));
   return host;
 }
 
 void Gpt::SetGradients(const std::vector<float>& host) {
-  assert(host.size() == num_params_);
-  backend_->Upload(grads(), host.data(), num_params_ * sizeof(float));
+  assert(host.size() == trainable_.count);
+  backend_->Upload(grads(), host.data(), trainable_.count * sizeof(float));
   overwrite_head_grad_ = overwrite_block_grads_ = false;
 }
 
@@ -297,7 +333,7 @@ void Gpt::SetAdamState(const std::vector<float>& host) {
 }
 
 void Gpt::SetOptimizerShard(GradRange shard) {
-  assert(shard.offset + shard.count <= num_params_);
+  assert(shard.offset >= trainable_.offset && shard.offset + shard.count <= num_params_);
   shard_ = shard;
   // At least one element, so that the pointers stay valid for a rank whose shard is empty.
   const size_t n = std::max<size_t>(shard.count, 1);
@@ -354,32 +390,34 @@ void Gpt::ForwardLayer(const Acts& a, int l, int B, int T, bool recompute) {
   float* fcproj = a.fcproj + k * nc;
   float* residual3 = a.residual3 + l * nc;
 
+  const size_t CC = static_cast<size_t>(C) * C;
+  MergeLayer(l);  // LoRA: this layer's adapted matrices (nothing without)
   if (recompute)
     LayerNorm(ln1, a.ln1_mean + k * N, a.ln1_rstd + k * N, residual, P("ln1w") + lc, P("ln1b") + lc, N, C);
   if (a.bf16) {
-    backend_->MatmulToBF16(Mutable<uint16_t>(qkv), ln1, W("qkvw", lc * 3 * C), P("qkvb") + 3 * lc, N, 3 * C,
+    backend_->MatmulToBF16(Mutable<uint16_t>(qkv), ln1, LW("qkvw", l, 3 * CC), P("qkvb") + 3 * lc, N, 3 * C,
                            C, false, true, compute_);
     backend_->AttentionForwardBF16(Mutable<uint16_t>(atty), a.att + k * a.att_stride,
                                    static_cast<const uint16_t*>(qkv.ptr), B, T, C, NH, compute_);
   } else {
-    backend_->Matmul(Mutable<float>(qkv), ln1, W("qkvw", lc * 3 * C), P("qkvb") + 3 * lc, N, 3 * C, C, false,
+    backend_->Matmul(Mutable<float>(qkv), ln1, LW("qkvw", l, 3 * CC), P("qkvb") + 3 * lc, N, 3 * C, C, false,
                      true, 0.0f, compute_);
     backend_->AttentionForward(Mutable<float>(atty), a.att + k * a.att_stride,
                                static_cast<const float*>(qkv.ptr), B, T, C, NH, compute_);
   }
-  backend_->Matmul(attproj, atty, W("attprojw", lc * C), P("attprojb") + lc, N, C, C, false, true, 0.0f,
+  backend_->Matmul(attproj, atty, LW("attprojw", l, CC), P("attprojb") + lc, N, C, C, false, true, 0.0f,
                    compute_);
   LayerNorm(ln2, a.ln2_mean + k * N, a.ln2_rstd + k * N, residual, P("ln2w") + lc, P("ln2b") + lc, N, C,
             attproj, residual2);
   if (a.bf16) {
-    backend_->MatmulGeluBF16(Mutable<uint16_t>(fch_gelu), fch, ln2, W("fcw", lc * 4 * C), P("fcb") + 4 * lc,
+    backend_->MatmulGeluBF16(Mutable<uint16_t>(fch_gelu), fch, ln2, LW("fcw", l, 4 * CC), P("fcb") + 4 * lc,
                              N, 4 * C, C, false, true, compute_);
   } else {
-    backend_->MatmulGelu(Mutable<float>(fch_gelu), fch, ln2, W("fcw", lc * 4 * C), P("fcb") + 4 * lc, N,
+    backend_->MatmulGelu(Mutable<float>(fch_gelu), fch, ln2, LW("fcw", l, 4 * CC), P("fcb") + 4 * lc, N,
                          4 * C, C, false, true, compute_);
   }
   if (recompute) return;
-  backend_->Matmul(fcproj, fch_gelu, W("fcprojw", lc * 4 * C), P("fcprojb") + lc, N, C, 4 * C, false, true,
+  backend_->Matmul(fcproj, fch_gelu, LW("fcprojw", l, 4 * CC), P("fcprojb") + lc, N, C, 4 * C, false, true,
                    0.0f, compute_);
   if (l + 1 < L) {
     const size_t next = static_cast<size_t>(l + 1), nk = a.slot(l + 1);
@@ -447,9 +485,11 @@ float Gpt::Run(const int32_t* inputs, const int32_t* targets, int B, int T, floa
     }
     if (dloss == 0.0f) continue;
     backend_->Matmul(s.dln + r0 * C, dlogits, W("wte", 0), nullptr, n, C, V, false, false, 0.0f, compute_);
-    backend_->Matmul(G("wte"), dlogits, lnf, nullptr, V, C, n, true, false,
-                     overwrite_head_grad_ ? 0.0f : 1.0f, compute_);
-    overwrite_head_grad_ = false;
+    if (float* dwte = G("wte")) {  // frozen under LoRA
+      backend_->Matmul(dwte, dlogits, lnf, nullptr, V, C, n, true, false, overwrite_head_grad_ ? 0.0f : 1.0f,
+                       compute_);
+      overwrite_head_grad_ = false;
+    }
   }
   have_head_grads_ = dloss != 0.0f;
   if (!read_loss) {
@@ -472,37 +512,49 @@ void Gpt::Backward(const GradsReady& on_ready) {
   // The first backward after ZeroGrad writes the weight matrices' gradients (beta 0) instead of adding.
   const float dw_beta = overwrite_block_grads_ ? 0.0f : 1.0f;
   overwrite_block_grads_ = false;
+  // LoRA: the layer norms' and biases' gradients are not kept (frozen); the layer norms write theirs to a
+  // sink.
+  const bool frozen = lora_.enabled();
+  float* sink = frozen ? Parts().ln_sink : nullptr;
+  auto dweight = [&](const char* name, size_t off) { return frozen ? sink : G(name) + off; };
+  auto dbias = [&](const char* name, size_t off) { return frozen ? sink + C : G(name) + off; };
+  auto bias_backward = [&](const char* name, size_t off, const float* dout, int OC) {
+    if (!frozen) backend_->BiasBackward(G(name) + off, dout, static_cast<int>(N), OC);
+  };
 
   backend_->Zero(s.dresidual, nc * sizeof(float));
   // Head: Forward's fused classifier left the final layer norm's output gradient in s.dln (and added the
   // head's share of wte's gradient).
   const float* last = a.residual3 + (L - 1) * nc;
-  backend_->LayerNormBackward(s.dresidual, G("lnfw"), G("lnfb"), s.dln, last, P("lnfw"), a.lnf_mean,
-                              a.lnf_rstd, N, C);
-  // The ranges of one tensor (all of it, or layer l's slice of a stacked one), in the buffer's order.
+  backend_->LayerNormBackward(s.dresidual, dweight("lnfw", 0), dbias("lnfb", 0), s.dln, last, P("lnfw"),
+                              a.lnf_mean, a.lnf_rstd, N, C);
+  // The gradient ranges of one tensor (all of it, or layer l's slice of a stacked one), in the buffer's order
+  // (offsets into grads()).
   std::vector<GradRange> ready;
-  auto whole = [&](const char* name) {
+  auto whole = [&](const std::string& name) {
     for (const auto& t : layout_)
-      if (t.name == name) ready.push_back({t.offset, t.numel});
+      if (t.name == name) ready.push_back({t.offset - trainable_.offset, t.numel});
   };
-  auto slice = [&](const char* name, int l) {
+  auto slice = [&](const std::string& name, int l) {
     for (const auto& t : layout_)
-      if (t.name == name) ready.push_back({t.offset + l * (t.numel / L), t.numel / L});
+      if (t.name == name) ready.push_back({t.offset - trainable_.offset + l * (t.numel / L), t.numel / L});
   };
   auto announce = [&] {
     if (on_ready) on_ready(ready);
     ready.clear();
   };
-  if (on_ready) {
+  if (on_ready && !frozen) {
     whole("lnfw");
     whole("lnfb");
     announce();
   }
 
   for (int l = L - 1; l >= 0; l--) {
-    const size_t lc = static_cast<size_t>(l) * C, k = a.slot(l);
+    const size_t lc = static_cast<size_t>(l) * C, k = a.slot(l), CC = static_cast<size_t>(C) * C;
+    const int n = static_cast<int>(N);
     // Recompute::kBlocks: the layer's activations again, from its input; the last layer's are still there.
     if (a.blocks && l != L - 1) ForwardLayer(a, l, B, T, /*recompute=*/true);
+    MergeLayer(l);  // LoRA: the layer's merged matrices again (the forward's last layer's are still there)
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * nc;
     const Operand ln1 = a.At(a.ln1, k * nc);
     const Operand qkv = a.At(a.qkv, k * 3 * nc);
@@ -515,7 +567,7 @@ void Gpt::Backward(const GradsReady& on_ready) {
 
     // residual3 = residual2 + fcproj: the gradient of fcproj is dresidual itself. Its input gradient goes
     // straight through GELU's gradient (the epilogue) to dfch, the fc output's gradient.
-    backend_->MatmulDGelu(s.dfch, fch, F32(s.dresidual), W("fcprojw", lc * 4 * C), N, 4 * C, C, false, false,
+    backend_->MatmulDGelu(s.dfch, fch, F32(s.dresidual), LW("fcprojw", l, 4 * CC), N, 4 * C, C, false, false,
                           compute_);
     // Recompute: the shared buffer still holds the last layer's GELU output from the forward; every other
     // layer's is recomputed from fch by the same op, so the values (and the gradients) are the forward's.
@@ -526,23 +578,20 @@ void Gpt::Backward(const GradsReady& on_ready) {
         backend_->GeluForward(Mutable<float>(fch_gelu), fch, 4 * nc);
       }
     }
-    backend_->Matmul(G("fcprojw") + lc * 4 * C, F32(s.dresidual), fch_gelu, nullptr, C, 4 * C, N, true, false,
-                     dw_beta, compute_);
-    backend_->BiasBackward(G("fcprojb") + lc, s.dresidual, N, C);
-    backend_->Matmul(s.dln, F32(s.dfch), W("fcw", lc * 4 * C), nullptr, N, C, 4 * C, false, false, 0.0f,
+    WeightGrad("fcprojw", l, F32(s.dresidual), fch_gelu, C, 4 * C, n, dw_beta);
+    bias_backward("fcprojb", lc, s.dresidual, C);
+    backend_->Matmul(s.dln, F32(s.dfch), LW("fcw", l, 4 * CC), nullptr, N, C, 4 * C, false, false, 0.0f,
                      compute_);
-    backend_->Matmul(G("fcw") + lc * 4 * C, F32(s.dfch), ln2, nullptr, 4 * C, C, N, true, false, dw_beta,
-                     compute_);
-    backend_->BiasBackward(G("fcb") + 4 * lc, s.dfch, N, 4 * C);
-    backend_->LayerNormBackward(s.dresidual, G("ln2w") + lc, G("ln2b") + lc, s.dln, residual2, P("ln2w") + lc,
-                                a.ln2_mean + k * N, a.ln2_rstd + k * N, N, C);
+    WeightGrad("fcw", l, F32(s.dfch), ln2, 4 * C, C, n, dw_beta);
+    bias_backward("fcb", 4 * lc, s.dfch, 4 * C);
+    backend_->LayerNormBackward(s.dresidual, dweight("ln2w", lc), dbias("ln2b", lc), s.dln, residual2,
+                                P("ln2w") + lc, a.ln2_mean + k * N, a.ln2_rstd + k * N, N, C);
 
     // residual2 = residual + attproj
-    backend_->Matmul(s.datty, F32(s.dresidual), W("attprojw", lc * C), nullptr, N, C, C, false, false, 0.0f,
+    backend_->Matmul(s.datty, F32(s.dresidual), LW("attprojw", l, CC), nullptr, N, C, C, false, false, 0.0f,
                      compute_);
-    backend_->Matmul(G("attprojw") + lc * C, F32(s.dresidual), atty, nullptr, C, C, N, true, false, dw_beta,
-                     compute_);
-    backend_->BiasBackward(G("attprojb") + lc, s.dresidual, N, C);
+    WeightGrad("attprojw", l, F32(s.dresidual), atty, C, C, n, dw_beta);
+    bias_backward("attprojb", lc, s.dresidual, C);
     if (a.bf16) {
       backend_->AttentionBackwardBF16(s.dqkv, s.att, s.datty, static_cast<const uint16_t*>(qkv.ptr),
                                       static_cast<const uint16_t*>(atty.ptr), att, B, T, C, NH, compute_);
@@ -550,20 +599,26 @@ void Gpt::Backward(const GradsReady& on_ready) {
       backend_->AttentionBackward(s.dqkv, s.att, s.datty, static_cast<const float*>(qkv.ptr),
                                   static_cast<const float*>(atty.ptr), att, B, T, C, NH, compute_);
     }
-    backend_->Matmul(s.dln, F32(s.dqkv), W("qkvw", lc * 3 * C), nullptr, N, C, 3 * C, false, false, 0.0f,
+    backend_->Matmul(s.dln, F32(s.dqkv), LW("qkvw", l, 3 * CC), nullptr, N, C, 3 * C, false, false, 0.0f,
                      compute_);
-    backend_->Matmul(G("qkvw") + lc * 3 * C, F32(s.dqkv), ln1, nullptr, 3 * C, C, N, true, false, dw_beta,
-                     compute_);
-    backend_->BiasBackward(G("qkvb") + 3 * lc, s.dqkv, N, 3 * C);
-    backend_->LayerNormBackward(s.dresidual, G("ln1w") + lc, G("ln1b") + lc, s.dln, residual, P("ln1w") + lc,
-                                a.ln1_mean + k * N, a.ln1_rstd + k * N, N, C);
-    if (on_ready) {
+    WeightGrad("qkvw", l, F32(s.dqkv), ln1, 3 * C, C, n, dw_beta);
+    bias_backward("qkvb", 3 * lc, s.dqkv, 3 * C);
+    backend_->LayerNormBackward(s.dresidual, dweight("ln1w", lc), dbias("ln1b", lc), s.dln, residual,
+                                P("ln1w") + lc, a.ln1_mean + k * N, a.ln1_rstd + k * N, N, C);
+    if (on_ready && frozen) {
+      for (const auto& m : lora_matrices_) {
+        slice("lora_a." + m.base, l);
+        slice("lora_b." + m.base, l);
+      }
+      announce();
+    } else if (on_ready) {
       for (const char* name : {"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b", "fcw",
                                "fcb", "fcprojw", "fcprojb"})
         slice(name, l);
       announce();
     }
   }
+  if (frozen) return;
   backend_->EncoderBackward(G("wte"), G("wpe"), s.dresidual, d_inputs, host_inputs_.data(), B, T, C);
   if (on_ready) {
     whole("wte");
@@ -573,6 +628,11 @@ void Gpt::Backward(const GradsReady& on_ready) {
 }
 
 void Gpt::ZeroGrad() {
+  if (lora_.enabled()) {  // the adapters' gradients only: small, and every product adds to them
+    backend_->Zero(grads(), trainable_.count * sizeof(float));
+    overwrite_head_grad_ = overwrite_block_grads_ = false;
+    return;
+  }
   // Zero every tensor but the weight matrices, adjacent tensors in one call.
   auto matrix = [](const std::string& name) {
     return name == "wte" || name == "qkvw" || name == "attprojw" || name == "fcw" || name == "fcprojw";
@@ -604,7 +664,7 @@ void Gpt::GetLogits(int b, int t, float* host_out) const {
 
 double Gpt::GradNorm() {
   assert(!overwrite_head_grad_ && !overwrite_block_grads_ && "GradNorm after ZeroGrad without a Backward");
-  return std::sqrt(backend_->SumSquares(grads(), num_params_));
+  return std::sqrt(backend_->SumSquares(grads(), trainable_.count));
 }
 
 void Gpt::AdamWStep(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
@@ -616,10 +676,11 @@ void Gpt::AdamWStep(float lr, float beta1, float beta2, float eps, float weight_
     // The part of this tensor inside the shard (all of it without ZeRO).
     const size_t begin = std::max(lo, p.offset), end = std::min(hi, p.offset + p.numel);
     if (begin >= end) continue;
-    backend_->AdamW(params() + begin, bf16 ? bf16 + begin : nullptr, grads() + begin,
+    backend_->AdamW(params() + begin, bf16 ? bf16 + begin : nullptr, grads() + (begin - trainable_.offset),
                     adam_m_.as<float>() + (begin - lo), adam_v_.as<float>() + (begin - lo), end - begin, lr,
                     beta1, beta2, eps, p.decay ? weight_decay : 0.0f, grad_scale, t);
   }
+  merged_layer_ = -1;  // LoRA: the adapters moved
 }
 
 }  // namespace tern

@@ -11,27 +11,38 @@
 
 #include "backend/backend.h"
 #include "model/gpt_config.h"
+#include "model/lora.h"
 
 namespace tern {
 
-// A range of the flat parameter (and gradient) buffer, in elements.
+// A range of the flat parameter buffer, or of the gradient buffer (GradsReady), in elements.
 struct GradRange {
   size_t offset = 0, count = 0;
 };
 // Called by Backward each time some gradients are final (no later op of this backward writes them): after the
 // head (lnfw, lnfb), after each layer from the last to the first (that layer's slice of the 12 stacked
 // tensors), and at the end (wte, wpe). Data parallel starts their all-reduce at once (train/grad_sync.h).
+// The ranges are offsets into grads() (the same as the parameters' without LoRA; with LoRA only the
+// adapters have gradients: each layer's slice of them).
 using GradsReady = std::function<void(std::span<const GradRange>)>;
 
 class Gpt {
  public:
   // logits_chunk: rows of the LM head's logits held at once (the fused classifier, gpt_config.h; 0 = all).
+  // lora: train low-rank adapters of the block matrices and freeze every base weight (model/lora.h).
   Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Compute compute,
-      Recompute recompute = Recompute::kNone, int logits_chunk = kDefaultLogitsChunk);
+      Recompute recompute = Recompute::kNone, int logits_chunk = kDefaultLogitsChunk,
+      const LoraSpec& lora = {});
 
   const GptConfig& config() const { return config_; }
+  // The flat parameter buffer: the base model's tensors (GptParamLayout), then with LoRA the adapters'.
   const std::vector<ParamTensor>& layout() const { return layout_; }
   size_t num_params() const { return num_params_; }
+  size_t num_base_params() const { return num_base_params_; }
+  const LoraSpec& lora() const { return lora_; }
+  // The parameters that have gradients and AdamW moments: all of them, or with LoRA the adapters (the
+  // buffer's tail). grads() holds trainable().count gradients.
+  GradRange trainable() const { return trainable_; }
   Compute compute() const { return compute_; }
   Backend* backend() const { return backend_; }
   Recompute recompute() const { return recompute_; }
@@ -48,15 +59,22 @@ class Gpt {
   // `attention` is the backend's attention_kind() (the model sizes attention's state for it).
   static GptMemory Allocation(const GptConfig& config, int max_B, int max_T, Compute compute,
                               Recompute recompute, AttentionKind attention = AttentionKind::kNaive,
-                              int logits_chunk = kDefaultLogitsChunk);
+                              int logits_chunk = kDefaultLogitsChunk, const LoraSpec& lora = {});
 
   // GPT-2 initialisation from a seed: N(0, 0.02) for matrices and embeddings, residual projections
-  // (attprojw, fcprojw) scaled by 1/sqrt(2L), biases 0, layernorm weights 1. Deterministic per seed.
+  // (attprojw, fcprojw) scaled by 1/sqrt(2L), biases 0, layernorm weights 1; with LoRA the adapters' start
+  // too (LoraInitialWeights). Deterministic per seed.
   void InitWeights(uint64_t seed);
+  // The base model's weights (num_base_params(): a trained model to adapt); the adapters are left as they
+  // are.
+  void SetBaseParameters(const std::vector<float>& host);
+  // The base model's weights as every other command reads them (num_base_params()): with LoRA each adapted
+  // matrix merged, W + B (s A), by the same product the forward multiplies; without, GetParameters().
+  std::vector<float> ExportParameters();
   // Host <-> device copies of the whole flat fp32 parameter buffer (layout() order).
   void SetParameters(const std::vector<float>& host);
   std::vector<float> GetParameters() const;
-  std::vector<float> GetGradients() const;
+  std::vector<float> GetGradients() const;            // trainable().count
   void SetGradients(const std::vector<float>& host);  // for tests and optimizer restores
 
   // Forward pass over host tokens inputs[B*T]. With targets (host, [B*T], -1 = ignore) returns the mean
@@ -91,7 +109,7 @@ class Gpt {
   // compute the bf16 logits widened).
   void GetLogits(int b, int t, float* host_out) const;
 
-  // Global L2 norm of the gradient buffer.
+  // Global L2 norm of the gradient buffer (the trainable parameters').
   double GradNorm();
   // One AdamW step over every tensor of the optimizer shard (weight decay only where ParamTensor::decay),
   // gradients scaled by grad_scale first (gradient clipping folds into it). t is the 1-based step. Updates
@@ -100,16 +118,20 @@ class Gpt {
   // ZeRO-1: this model keeps AdamW moments for parameters [shard.offset, shard.offset + shard.count) only,
   // and AdamWStep updates only those; the data-parallel caller all-gathers the weights afterwards and calls
   // WeightsChanged(). Reallocates (zeroes) the moments; call before training. The default shard is
-  // everything.
+  // whole of trainable(); a shard lies within it.
   void SetOptimizerShard(GradRange shard);
   GradRange optimizer_shard() const { return shard_; }
   // The fp32 weights were written behind the model's back (an all-gather): refresh what derives from them.
-  void WeightsChanged() { SyncBf16Copy(); }
+  void WeightsChanged() {
+    SyncBf16Copy();
+    merged_layer_ = -1;
+  }
   // Optimizer moments of the shard, for checkpoints and tests.
   std::vector<float> GetAdamState() const;  // m then v, each optimizer_shard().count
   void SetAdamState(const std::vector<float>& host);
 
-  // Device buffers (for data-parallel all-reduce and checkpoint snapshots).
+  // Device buffers (for data-parallel all-reduce and checkpoint snapshots). grads()[i] is the gradient of
+  // parameter trainable().offset + i.
   float* params() const { return params_.as<float>(); }
   float* grads() const { return grads_.as<float>(); }
   // AdamW moments (optimizer_shard().count each), so a checkpoint snapshot copies them without a host
@@ -118,14 +140,35 @@ class Gpt {
   float* adam_v() const { return adam_v_.as<float>(); }
 
  private:
-  struct Acts;                                             // activation pointers for one micro-batch shape
-  float* P(const char* name) const;                        // device pointer of a parameter tensor
-  float* G(const char* name) const;                        // device pointer of its gradient
+  struct Acts;                       // activation pointers for one micro-batch shape
+  float* P(const char* name) const;  // device pointer of a parameter tensor
+  float* G(const char* name) const;  // device pointer of its gradient (null: frozen, LoRA's base tensors)
   Operand W(const char* name, size_t offset_elems) const;  // matmul operand for a weight (bf16 copy if bf16)
   // LayerNormForward into out, a layer norm output (fp32, or bf16 under bf16 compute: LayerNormForwardBF16);
   // with `add`, of residual = inp + add, written too (ResidualLayerNormForward).
   void LayerNorm(Operand out, float* mean, float* rstd, const float* inp, const float* weight,
                  const float* bias, size_t N, int C, const float* add = nullptr, float* residual = nullptr);
+  // Layer l's block matrix `name` ([out, in] = per_layer elements) as a matmul operand: with LoRA adapting
+  // it, the merged matrix of MergeLayer(l) (which must have run for l); else W(name, l * per_layer).
+  Operand LW(const char* name, int l, size_t per_layer) const;
+  // LoRA (gpt_lora.cpp): merges layer l's adapted matrices into the scratch (nothing if they are there).
+  void MergeLayer(int l);
+  // The weight gradient of layer l's block matrix `name` from dout[rows, out] and inp[rows, in]: into its
+  // gradient (beta: 0 writes, 1 adds) without LoRA; with LoRA, into the scratch, then projected onto the
+  // adapters (+=), or nothing when the matrix is frozen and not adapted.
+  void WeightGrad(const char* name, int l, Operand dout, Operand inp, int out, int in, int rows, float beta);
+  // The LoRA scratch's parts (LoraScratchFloats), carved from lora_scratch_ (gpt_lora.cpp).
+  struct LoraParts {
+    float* merged[4] = {};          // per adapted matrix, one layer's W + B (s A), [out, in]
+    uint16_t* merged_bf16[4] = {};  // its bf16 copy (bf16 compute)
+    float* dw = nullptr;            // one matrix's gradient dW' [out, in] (room for the largest adapted)
+    float* sa[4] = {};              // s A of the merged layer, [r, in]
+    float* sb[4] = {};              // B s of the merged layer, [out, r]
+    float* s_eye = nullptr;         // s I, [r, r]
+    float* ln_sink = nullptr;       // [2C]: the frozen layer norms' parameter gradients, discarded
+  };
+  LoraParts Parts() const;
+  int LoraIndex(const char* name) const;  // into lora_matrices_, or -1
   void SyncBf16Copy();
   float Run(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss, bool read_loss);
   // Layer l's forward (gpt.cpp): the whole layer, or (recompute) again in the backward for
@@ -143,8 +186,13 @@ class Gpt {
   int logits_chunk_;
   AttentionKind attention_;
   std::vector<ParamTensor> layout_;
-  size_t num_params_ = 0;
+  size_t num_params_ = 0, num_base_params_ = 0;
   GradRange shard_;  // of the AdamW moments
+  GradRange trainable_;
+  LoraSpec lora_;
+  std::vector<LoraMatrix> lora_matrices_;
+  DeviceBuffer lora_scratch_;
+  int merged_layer_ = -1;  // the layer whose merged matrices the LoRA scratch holds (-1: none, or stale)
 
   DeviceBuffer params_, params_bf16_, grads_, adam_m_, adam_v_;
   DeviceBuffer acts_, scratch_, tokens_;

@@ -1,0 +1,82 @@
+// LoRA (Hu et al., 2021): fine-tuning that freezes the model's weights and trains, for each chosen block
+// matrix W[out, in] of every layer, two small ones A[r, in] and B[out, r], the layer computing
+//   y = x (W + s B A)^T + b,   s = alpha / r   (PEFT's lora_alpha / r).
+// A starts as PEFT's (kaiming_uniform with a = sqrt(5): U(-1/sqrt(in), 1/sqrt(in))), B at zero, so step 0
+// is the base model exactly. The adapters are appended to the flat parameter buffer after the base tensors
+// (LoraParamLayout); the model keeps gradients and AdamW moments for them only (`train.lora`,
+// docs/finetune.md).
+//
+// How tern computes it (model/gpt.cpp): each layer's adapted matrices are merged, W' = W + B (s A), into a
+// one-layer scratch just before the layer runs (forward) and again before its backward; every kernel then
+// runs as without LoRA (fused GELU, bf16 operands, flash attention). The backward computes the merged
+// matrix's gradient dW' = dy^T x into a one-matrix scratch and projects it: dB += dW' (s A)^T,
+// dA += (B s)^T dW'. Against PyTorch/PEFT's two extra low-rank products this spends the weight-gradient
+// GEMM full fine-tuning spends (LoRA's compute saving is not taken) but keeps its memory saving: no
+// gradients and no optimizer state for the frozen weights (12 of full fine-tuning's 16 bytes per
+// parameter), and the exported model is the merged one every other command reads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/gpt_config.h"
+
+namespace tern {
+
+// The block matrices LoRA may adapt (a bit each), in layout order.
+enum LoraTarget : uint8_t { kLoraQkv = 1, kLoraAttproj = 2, kLoraFc = 4, kLoraFcproj = 8 };
+inline constexpr uint8_t kLoraAllTargets = kLoraQkv | kLoraAttproj | kLoraFc | kLoraFcproj;
+
+struct LoraSpec {
+  int rank = 0;         // r; 0 = LoRA off (full fine-tuning or pre-training)
+  float alpha = 16.0f;  // the scale is alpha / rank
+  uint8_t targets = kLoraAllTargets;
+
+  bool enabled() const { return rank > 0; }
+  float scale() const { return enabled() ? alpha / static_cast<float>(rank) : 0.0f; }
+  // rank within [1, min(in, out)] of every target, alpha positive, at least one target.
+  Status Validate(const GptConfig& cfg) const;
+  std::string ToString() const;  // "r8 alpha16 qkv,attproj,fc,fcproj", or "off"
+};
+
+// "qkv,attproj,fc,fcproj" (any subset, any order; "all") -> bits; an unknown name lists the known ones.
+Result<uint8_t> ParseLoraTargets(const std::string& csv);
+std::string LoraTargetNames(uint8_t targets);  // in layout order, comma-separated
+
+// One adapted matrix per layer: the base tensor's name and its per-layer shape [out, in].
+struct LoraMatrix {
+  std::string base;  // "qkvw", "attprojw", "fcw", "fcprojw"
+  int out = 0, in = 0;
+  size_t per_layer() const { return static_cast<size_t>(out) * in; }
+};
+std::vector<LoraMatrix> LoraMatrices(const GptConfig& cfg, const LoraSpec& spec);
+
+// The adapters' tensors, two per adapted matrix: "lora_a.<base>" [L, r, in] and "lora_b.<base>" [L, out, r],
+// offsets from `offset` on (the base model's parameter count). Weight decay applies to both (PEFT trains
+// them with the optimizer's weight decay).
+std::vector<ParamTensor> LoraParamLayout(const GptConfig& cfg, const LoraSpec& spec, size_t offset);
+size_t LoraParamCount(const GptConfig& cfg, const LoraSpec& spec);
+// Initial adapters (A uniform, B zero), deterministic for a seed; LoraParamCount elements.
+std::vector<float> LoraInitialWeights(const GptConfig& cfg, const LoraSpec& spec, uint64_t seed);
+
+// Floats of the model's LoRA scratch: one layer's merged matrices (fp32, and their bf16 copy under bf16
+// compute), one matrix's gradient, s*A and B*s of one layer, s*I [r, r], and a [2C] sink for the frozen layer
+// norms' parameter gradients.
+size_t LoraScratchFloats(const GptConfig& cfg, const LoraSpec& spec, bool bf16);
+
+// The memory of training with LoRA from the estimate without it (GptMemoryEstimate, any world and ZeRO
+// stage): the adapters join the weights (and their bf16 copy), gradients and AdamW moments are the adapters'
+// only (ZeRO-1 shards those), and the LoRA scratch joins the backward scratch.
+GptMemory WithLora(GptMemory m, const GptConfig& cfg, const LoraSpec& spec, bool bf16, int world = 1,
+                   ZeroStage zero = ZeroStage::kNone, int rank = 0);
+
+// Host merge of a parameter buffer with adapters (GptParamCount + LoraParamCount elements) into the base
+// model's (GptParamCount): W + B (s A), in double. The trainer exports the device's merge (the very matrices
+// its forward multiplied); this one is for checkpoints read without a model (`tern ckpt export`).
+std::vector<float> MergeLoraOnHost(const GptConfig& cfg, const LoraSpec& spec,
+                                   const std::vector<float>& params);
+
+}  // namespace tern
