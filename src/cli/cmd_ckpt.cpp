@@ -13,6 +13,7 @@
 #include "ckpt/retention.h"
 #include "cli/command.h"
 #include "core/progress.h"
+#include "infer/weights.h"
 #include "model/safetensors.h"
 #include "registry/model_uri.h"
 #include "train/train_checkpoint.h"
@@ -192,22 +193,11 @@ int RunExport(const CkptOptions& o) {
   if (!loaded.ok()) return Fail("export", loaded.status());
   auto tensors = ckpt::ParseSafetensors(loaded->files["tensors.safetensors"]);
   if (!tensors.ok()) return Fail("export", tensors.status());
-  GptConfig cfg;
-  try {
-    cfg = {std::stoi(tensors->metadata.at("tern.n_layer")), std::stoi(tensors->metadata.at("tern.n_head")),
-           std::stoi(tensors->metadata.at("tern.n_embd")), std::stoi(tensors->metadata.at("tern.vocab_size")),
-           std::stoi(tensors->metadata.at("tern.block_size"))};
-  } catch (const std::exception&) {
-    return Fail("export", Status::Corruption("tensors.safetensors lacks the tern.* model shape metadata"));
-  }
-  std::vector<float> params(GptParamCount(cfg));
-  for (const auto& t : GptParamLayout(cfg)) {
-    auto it = tensors->tensors.find(t.name);
-    if (it == tensors->tensors.end() || it->second.data.size() != t.numel * 4)
-      return Fail("export",
-                  Status::Corruption("tensors.safetensors: tensor " + t.name + " missing or mis-sized"));
-    std::memcpy(params.data() + t.offset, it->second.data.data(), t.numel * 4);
-  }
+  // The model's shape from the tern.* metadata; a LoRA checkpoint's adapters merged into the weights.
+  auto weights = WeightsFromCheckpointTensors(*tensors, loaded->location + "/tensors.safetensors");
+  if (!weights.ok()) return Fail("export", weights.status());
+  const GptConfig cfg = weights->config;
+  const std::vector<float>& params = weights->params;
   Status st = WriteGptSafetensors(
       o.out, cfg, params,
       {{"tern.tokenizer", loaded->manifest.tokenizer}, {"tern.step", std::to_string(loaded->manifest.step)}});

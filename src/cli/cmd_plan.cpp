@@ -33,7 +33,7 @@ struct PlanFlags {
   std::string config;
   std::vector<std::string> calibrate, catalogs, overrides, spot_traces;
   std::string polarity = "available-if-nonzero";
-  int seq = 0, max_gpus = 64, top = 10, explain = 0;
+  int seq = 0, max_gpus = 64, top = 10, explain = 0, lora_rank = -1;  // -1: --config's train.lora (or off)
   double price_per_hour = 0, local_mem_gib = 0, reserved_discount = -1, reserved_utilization = 0;
   double dataset_gb = -1, data_egress = -1;
   bool json = false, csv = false, show_excluded = false, show_defaults = false, strict = false,
@@ -126,6 +126,11 @@ Result<PlanRequest> BuildRequest(const PlanFlags& f) {
     if (!f.batch_tokens.empty()) {
       TERN_ASSIGN_OR_RETURN(req.workload.global_batch_tokens, ParseCount(f.batch_tokens, "--batch-tokens"));
     }
+  }
+  if (f.lora_rank >= 0) {  // the adapters of every block matrix (train.lora.targets=all) at this rank
+    req.workload.lora.rank = f.lora_rank;
+    req.workload.lora.targets = kLoraAllTargets;
+    TERN_RETURN_IF_ERROR(req.workload.lora.Validate(req.workload.cfg).WithContext("--lora-rank"));
   }
   TERN_ASSIGN_OR_RETURN(req.workload.zero1, ParseToggle(f.zero, "--zero"));
   TERN_ASSIGN_OR_RETURN(std::optional<ActRecompute> recompute, ParseRecomputeFlag(f.recompute));
@@ -367,6 +372,9 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
          "train's train.recompute=gelu) | blocks (train.recompute=blocks: whole blocks re-run in the "
          "backward)")
       ->capture_default_str();
+  sub->add_option("--lora-rank", flags->lora_rank,
+                  "plan LoRA fine-tuning (train.lora) of every block matrix at this rank: gradients, AdamW "
+                  "moments and the all-reduce are the adapters' (0 = full training; default: --config's)");
   sub->add_option("--spot-mtbf", flags->spot_mtbf,
                   "mean time between spot preemptions per instance, e.g. 6h (default 6h)");
   sub->add_option(

@@ -32,6 +32,7 @@ Status ApplyTrainConfig(const std::string& config, const std::vector<std::string
   w.recompute = PlanRecompute(cfg.recompute);  // --recompute may override
   w.attention = cfg.attention;
   w.logits_chunk = cfg.logits_chunk;
+  w.lora = cfg.lora;
   const double step_tokens = static_cast<double>(cfg.batch_size) * cfg.seq_len * cfg.grad_accum_steps();
   w.global_batch_tokens = step_tokens;
   if (tokens.empty()) {

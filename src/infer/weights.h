@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/safetensors_image.h"
 #include "core/status.h"
 #include "model/gpt_config.h"
 
@@ -26,5 +27,12 @@ struct ModelWeights {
 // tokenizer_path stays empty (train.init_from checks the tokenizer only when there is one).
 Result<ModelWeights> LoadModelWeights(const std::string& path, const std::string& tokenizer = "",
                                       bool need_tokenizer = true);
+
+// A checkpoint's tensors.safetensors (parsed) -> its model shape (tern.* metadata) and base weights
+// (GptParamLayout). A LoRA run's checkpoint (tern.lora_* metadata) also holds the adapters: they are merged
+// into the weights (MergeLoraOnHost), so every reader gets the adapted model. `where` names the file in
+// errors.
+Result<ModelWeights> WeightsFromCheckpointTensors(const ckpt::ParsedSafetensors& st,
+                                                  const std::string& where);
 
 }  // namespace tern

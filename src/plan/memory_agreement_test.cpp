@@ -244,5 +244,60 @@ TEST(MemoryAgreement, AShardedModelAllocatesTheEstimateOnEveryRank) {
   }
 }
 
+// LoRA (train.lora): the planner's per-GPU memory is the model's allocation with adapters, on one GPU and per
+// rank under ZeRO-1 (the adapters' moments sharded); gradients and moments are the adapters' only, and the
+// all-reduced bytes are their gradients'.
+TEST(MemoryAgreement, LoraPlanIsTheModelsAllocation) {
+  auto backend = MakeCpuReferenceBackend();
+  const Shape shapes[] = {{"odd L3 H2 C20 V31 B=3 T=7", {3, 2, 20, 31, 9}, 3, 7},
+                          {"gpt2-124m B=4 T=64", {12, 12, 768, 50257, 1024}, 4, 64}};
+  for (const Shape& s : shapes)
+    for (uint8_t targets : {uint8_t{kLoraAllTargets}, uint8_t{kLoraQkv | kLoraFc}})
+      for (const Compute c : {Compute::kF32, Compute::kBF16})
+        for (ActRecompute ar : {ActRecompute::kNone, ActRecompute::kBlocks}) {
+          const LoraSpec lora{4, 8.0f, targets};
+          const Precision p = c == Compute::kBF16 ? Precision::kBf16 : Precision::kFp32;
+          const Recompute r = ModelRecompute(ar);
+          SCOPED_TRACE(fmt::format("{}, {}, {}, recompute {}", s.what, lora.ToString(), PrecisionName(p),
+                                   RecomputeName(r)));
+          WorkloadSpec spec;
+          spec.cfg = s.cfg;
+          spec.seq = s.T;
+          spec.tokens = 1e9;
+          spec.micro_batch = s.B;
+          spec.lora = lora;
+          Result<Workload> w = Workload::Make(spec, PlanDefaults());
+          ASSERT_TRUE(w.ok()) << w.status().message();
+          EXPECT_EQ(w->trainable_params(), static_cast<double>(LoraParamCount(s.cfg, lora)));
+          EXPECT_EQ(w->grad_bytes(), 4 * w->trainable_params());
+          const GptMemory a =
+              Gpt::Allocation(s.cfg, s.B, s.T, c, r, AttentionKind::kNaive, kDefaultLogitsChunk, lora);
+          const MemoryBreakdown planned = w->Memory(p, s.B, false, ar, 1);
+          ExpectSameBytes("weights", planned.weights, static_cast<double>(a.params + a.params_bf16));
+          ExpectSameBytes("grads", planned.grads, static_cast<double>(a.grads));
+          ExpectSameBytes("optimizer", planned.optimizer, static_cast<double>(a.adam_state));
+          ExpectSameBytes("activations + scratch", planned.activations,
+                          static_cast<double>(a.activations + a.scratch));
+          // At B = 1 too: LoRA's scratch is one layer's, not per sequence.
+          const GptMemory a1 =
+              Gpt::Allocation(s.cfg, 1, s.T, c, r, AttentionKind::kNaive, kDefaultLogitsChunk, lora);
+          ExpectSameBytes("activations + scratch at B=1", w->Memory(p, 1, false, ar, 1).activations,
+                          static_cast<double>(a1.activations + a1.scratch));
+          if (s.cfg.n_layer > 3) continue;  // a model per world below: the small shape only
+          for (int world : {2, 3, 7}) {
+            const dist::Shard sh = dist::ShardOf(LoraParamCount(s.cfg, lora), world, 0);
+            Gpt m(backend.get(), s.cfg, s.B, s.T, c, r, kDefaultLogitsChunk, lora);
+            m.SetOptimizerShard({m.trainable().offset + sh.offset, sh.count});
+            const MemoryBreakdown z = w->Memory(p, s.B, true, ar, world);
+            ExpectSameBytes("ZeRO-1 optimizer", z.optimizer, static_cast<double>(m.memory().adam_state));
+            ExpectSameBytes("ZeRO-1 total", z.total(), static_cast<double>(m.memory().total()));
+            EXPECT_EQ(m.memory().total(),
+                      WithLora(GptMemoryEstimate(s.cfg, s.B, s.T, c == Compute::kBF16, r), s.cfg, lora,
+                               c == Compute::kBF16, world, ZeroStage::kOptimizer, 0)
+                          .total());
+          }
+        }
+}
+
 }  // namespace
 }  // namespace tern::plan

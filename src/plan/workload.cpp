@@ -67,12 +67,22 @@ Result<Workload> Workload::Make(const WorkloadSpec& spec_in, const PlanDefaults&
   if (!(w.spec_.tokens > 0)) return Status::InvalidArgument("--tokens must be positive (e.g. --tokens 10B)");
   if (w.spec_.global_batch_tokens <= 0) w.spec_.global_batch_tokens = d.global_batch_tokens;
   const int T = w.spec_.seq;
+  TERN_RETURN_IF_ERROR(w.spec_.lora.Validate(w.spec_.cfg));
   w.params_ = static_cast<double>(GptParamCount(w.spec_.cfg));
+  w.trainable_ =
+      w.spec_.lora.enabled() ? static_cast<double>(LoraParamCount(w.spec_.cfg, w.spec_.lora)) : w.params_;
   w.flops_per_token_ = GptFlopsPerToken(w.spec_.cfg, T);
   for (int bf16 : {0, 1}) {
     for (ActRecompute r : {ActRecompute::kNone, ActRecompute::kGelu, ActRecompute::kBlocks}) {
-      w.base_[bf16][static_cast<int>(r)] = GptMemoryEstimate(w.spec_.cfg, 1, T, bf16 == 1, ModelRecompute(r),
-                                                             w.spec_.attention, w.spec_.logits_chunk);
+      GptMemory m = GptMemoryEstimate(w.spec_.cfg, 1, T, bf16 == 1, ModelRecompute(r), w.spec_.attention,
+                                      w.spec_.logits_chunk);
+      // LoRA: the adapters' weights, gradients and moments; its scratch does not grow with the micro-batch,
+      // so it is kept apart from the per-sequence scratch.
+      m = WithLora(m, w.spec_.cfg, w.spec_.lora, bf16 == 1);
+      w.lora_scratch_[bf16] =
+          static_cast<double>(LoraScratchFloats(w.spec_.cfg, w.spec_.lora, bf16 == 1) * 4);
+      m.scratch -= static_cast<size_t>(w.lora_scratch_[bf16]);
+      w.base_[bf16][static_cast<int>(r)] = m;
     }
   }
   return w;
@@ -91,13 +101,19 @@ MemoryBreakdown Workload::Memory(Precision p, int micro_batch, ZeroStage zero, A
   const bool sharded = zero != ZeroStage::kNone && dp_ranks > 1;
   const double shard =
       sharded ? static_cast<double>(ShardElements(static_cast<size_t>(params_), dp_ranks, 0)) : params_;
+  // Gradients and moments are the trainable parameters' (all, or LoRA's adapters).
+  const double train_shard =
+      sharded
+          ? static_cast<double>(std::max<size_t>(ShardElements(static_cast<size_t>(trainable_), dp_ranks, 0),
+                                                 spec_.lora.enabled() ? 1 : 0))
+          : trainable_;
   const double master = static_cast<double>(m.params), working = static_cast<double>(m.params_bf16);
   MemoryBreakdown out;
   const bool bf16_copy = working > 0;
   out.weights =
       zero >= ZeroStage::kWeights && sharded ? 4 * shard + (bf16_copy ? 2 * shard : 0) : master + working;
-  out.grads = zero >= ZeroStage::kGradients && sharded ? 4 * shard : static_cast<double>(m.grads);
-  out.optimizer = sharded ? 8 * shard : static_cast<double>(m.adam_state);
+  out.grads = zero >= ZeroStage::kGradients && sharded ? 4 * train_shard : static_cast<double>(m.grads);
+  out.optimizer = sharded ? 8 * train_shard : static_cast<double>(m.adam_state);
   double act = static_cast<double>(m.activations);  // the model's own layout for each recompute mode
   // The logits are one chunk of rows, not B's: take micro-batch 1's out and add this micro-batch's; the
   // loss sum is one double at any B.
@@ -106,7 +122,8 @@ MemoryBreakdown Workload::Memory(Precision p, int micro_batch, ZeroStage zero, A
   act -= static_cast<double>(GptLogitsBytes(spec_.cfg, 1, T, chunk, bf16) + kGptLossSumBytes);
   out.activations =
       B * (act + static_cast<double>(m.scratch)) +
-      static_cast<double>(GptLogitsBytes(spec_.cfg, micro_batch, T, chunk, bf16) + kGptLossSumBytes);
+      static_cast<double>(GptLogitsBytes(spec_.cfg, micro_batch, T, chunk, bf16) + kGptLossSumBytes) +
+      lora_scratch_[bf16 ? 1 : 0];
   return out;
 }
 

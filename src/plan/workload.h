@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/gpt_config.h"
+#include "model/lora.h"
 #include "plan/defaults.h"
 #include "plan/gpu_specs.h"
 
@@ -42,6 +43,10 @@ struct WorkloadSpec {
   AttentionKind attention = AttentionKind::kNaive;
   // The fused classifier's rows of logits (train.logits_chunk; GptLogitsBytes).
   int logits_chunk = kDefaultLogitsChunk;
+  // LoRA fine-tuning (train.lora, model/lora.h): gradients, AdamW moments and the all-reduced bytes are the
+  // adapters'; the compute is planned as full training's (tern's LoRA runs the same matmuls, less the frozen
+  // head's and embeddings' gradients).
+  LoraSpec lora;
 };
 
 // Memory per GPU in bytes, split the way GptMemory splits it, after sharding/recomputation.
@@ -77,6 +82,8 @@ class Workload {
   const WorkloadSpec& spec() const { return spec_; }
   int seq() const { return spec_.seq; }
   double params() const { return params_; }
+  // Parameters with gradients and optimizer state: params(), or with LoRA the adapters'.
+  double trainable_params() const { return trainable_; }
   double flops_per_token() const { return flops_per_token_; }
   double total_flops() const { return flops_per_token_ * spec_.tokens; }
   double global_batch_tokens() const { return spec_.global_batch_tokens; }
@@ -98,7 +105,8 @@ class Workload {
 
  private:
   WorkloadSpec spec_;
-  double params_ = 0, flops_per_token_ = 0;
+  double params_ = 0, trainable_ = 0, flops_per_token_ = 0;
+  double lora_scratch_[2] = {0, 0};  // LoRA's scratch [fp32, bf16]: one layer's, whatever the micro-batch
   // GptMemoryEstimate at micro-batch 1 for fp32 [0] and bf16 [1], without [0] and with [1] GELU recompute;
   // its activation terms but the logits are linear in B*T, so other micro-batches scale them (checked by a
   // test) and add GptLogitsBytes, instead of re-running it per option.

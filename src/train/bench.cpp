@@ -119,7 +119,7 @@ Status TimeSaveAndLoad(Gpt* model, const TrainConfig& cfg, const BenchOptions& o
       const auto t0 = Clock::now();
       std::vector<std::string> skipped;
       auto loaded =
-          (*mgr)->LoadNewestValid(&skipped, ResumeFiles(model->num_params(), model->optimizer_shard()));
+          (*mgr)->LoadNewestValid(&skipped, ResumeFiles(model->trainable(), model->optimizer_shard()));
       if (!loaded.ok()) {
         st = loaded.status().WithContext("loading it back");
       } else {

@@ -224,6 +224,32 @@ TEST_F(DistTrainTest, ZeroOneAndUnbucketedMatchTheDefaultPath) {
   EXPECT_EQ(Weights("plain"), Weights("whole"));
 }
 
+// LoRA (train.lora) over 2 ranks with ZeRO-1: only the adapters' gradients are reduced and only their moments
+// sharded; the losses and the merged model are the one process's, and the shard files resume on one rank.
+TEST_F(DistTrainTest, LoraTwoRanksZeroOneMatchOneProcessAndResumeOnOne) {
+  auto base = Train(1, "base");
+  ASSERT_EQ(base.code, 0) << base.output;
+  const std::string lora = "--set train.init_from=" + (root() / "base").string() +
+                           " --set train.lora.rank=4 --set train.lora.alpha=8 --set train.lr=0.01"
+                           " --set train.schedule=constant --set eval.every=0 ";  // a cut at 4 = the same lr
+  auto one = Train(1, "lora_one", lora);
+  ASSERT_EQ(one.code, 0) << one.output;
+  auto cut = Train(2, "lora_two", lora + "--set dist.zero=1 --set ckpt.every=4 --set train.steps=4");
+  ASSERT_EQ(cut.code, 0) << cut.output;
+  EXPECT_TRUE(fs::exists(root() / "lora_two/checkpoints" / ckpt::StepDirName(4) /
+                         "optimizer-00001-of-00002.safetensors"));
+  fs::copy(root() / "lora_two", root() / "lora_two_to_1", fs::copy_options::recursive);
+  auto two = Train(2, "lora_two", lora + "--set dist.zero=1 --resume auto");
+  ASSERT_EQ(two.code, 0) << two.output;
+  EXPECT_LT(MaxRel(Rows("lora_one", "loss"), Rows("lora_two", "loss")), 1e-6);
+  EXPECT_LT(MaxAbs(Weights("lora_one"), Weights("lora_two")), 1e-5) << "the merged models";
+  EXPECT_GT(MaxAbs(Weights("base"), Weights("lora_two")), 1e-3) << "the adapters changed the model";
+  auto to_one = Train(1, "lora_two_to_1", lora + "--resume auto");
+  ASSERT_EQ(to_one.code, 0) << to_one.output;
+  EXPECT_LT(MaxRel(Rows("lora_one", "loss"), Rows("lora_two_to_1", "loss")), 1e-6) << "2 -> 1";
+  EXPECT_LT(MaxAbs(Weights("lora_one"), Weights("lora_two_to_1")), 1e-5);
+}
+
 // The process of `rank` of the training into run dir `run`, found through /proc (its command line names the
 // run dir, its environment Open MPI's rank); -1 while it has not started.
 pid_t FindRank(const std::string& run_dir, int rank) {

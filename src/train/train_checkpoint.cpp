@@ -63,8 +63,13 @@ void EnsureImages(const Gpt& model, ckpt::Snapshot* snap, const std::string& mom
   snap->images.clear();
   std::vector<ckpt::TensorSpec> params;
   for (const auto& t : model.layout()) params.push_back({t.name, t.shape});
-  snap->images.emplace_back(kTensors,
-                            std::make_unique<ckpt::SafetensorsImage>(params, ShapeMetadata(model.config())));
+  std::map<std::string, std::string> meta = ShapeMetadata(model.config());
+  if (model.lora().enabled()) {  // the adapters follow the base tensors; readers merge them (infer/weights.h)
+    meta["tern.lora_rank"] = std::to_string(model.lora().rank);
+    meta["tern.lora_alpha"] = fmt::format("{}", model.lora().alpha);
+    meta["tern.lora_targets"] = LoraTargetNames(model.lora().targets);
+  }
+  snap->images.emplace_back(kTensors, std::make_unique<ckpt::SafetensorsImage>(params, meta));
   snap->images.emplace_back(moments_name, MomentsImage(model, moments_name != kOptimizer));
 }
 
@@ -96,17 +101,16 @@ Result<size_t> CopyOverlap(const ckpt::ParsedSafetensors& file, const std::strin
 // The moments of the model's shard from optimizer.safetensors (whole) or from the shard files loaded.
 Status RestoreMoments(const ckpt::LoadedCheckpoint& ck, Gpt* model) {
   const GradRange mine = model->optimizer_shard();  // all of it without ZeRO-1
-  const size_t n = model->num_params();
+  const GradRange trainable = model->trainable();
   std::vector<float> m(mine.count), v(mine.count);
   size_t covered = 0;
   std::vector<std::string> used;
   for (const auto& [name, bytes] : ck.files) {
     GradRange from;
     if (name == kOptimizer) {
-      from = {0, n};
+      from = trainable;
     } else if (auto rw = ParseOptimizerShardName(name)) {
-      const dist::Shard sh = dist::ShardOf(n, rw->second, rw->first);
-      from = {sh.offset, sh.count};
+      from = TrainableShard(trainable, rw->second, rw->first);
     } else {
       continue;
     }
@@ -146,7 +150,7 @@ std::string ResumeFingerprint(const TrainConfig& cfg, const DataIdentity& data) 
 
 Status CopyModelState(const Gpt& model, ckpt::Snapshot* snap, int rank, int world) {
   const size_t n = model.num_params();
-  if (world == 1 && model.optimizer_shard().count != n)
+  if (world == 1 && model.optimizer_shard().count != model.trainable().count)
     return Status::Internal("the model holds a shard of the AdamW moments but saves as a world of one");
   EnsureImages(model, snap, world > 1 ? OptimizerShardName(rank, world) : kOptimizer);
   model.backend()->Download(snap->images[0].second->data(), model.params(), n * 4);
@@ -173,11 +177,16 @@ void FillOptimizerShard(const Gpt& model, std::unique_ptr<ckpt::SafetensorsImage
   DownloadMoments(model, image->get());
 }
 
-ckpt::FileFilter ResumeFiles(size_t num_params, GradRange mine) {
-  return [num_params, mine](const std::string& name) {
+GradRange TrainableShard(GradRange trainable, int world, int rank) {
+  const dist::Shard sh = dist::ShardOf(trainable.count, world, rank);
+  return {trainable.offset + sh.offset, sh.count};
+}
+
+ckpt::FileFilter ResumeFiles(GradRange trainable, GradRange mine) {
+  return [trainable, mine](const std::string& name) {
     auto rw = ParseOptimizerShardName(name);
     if (!rw) return true;
-    const dist::Shard sh = dist::ShardOf(num_params, rw->second, rw->first);
+    const GradRange sh = TrainableShard(trainable, rw->second, rw->first);
     return sh.offset < mine.offset + mine.count && mine.offset < sh.offset + sh.count;
   };
 }
@@ -251,13 +260,26 @@ Result<RestoredTrain> RestoreTrainState(const ckpt::LoadedCheckpoint& ck, const 
     // Not configuration: where to resume from, and what `tern run` sets for each attempt.
     auto saved = state.config.find(k);
     if (saved == state.config.end() || k == "ckpt.resume" || k == "run.cost_offset_usd" ||
-        k == "run.billing_start_unix")
+        k == "run.billing_start_unix" || k == "train.lora.rank" || k == "train.lora.targets")
       continue;
     const std::string& then = saved->second;
     if (then == now) continue;
     const bool must = std::find(std::begin(kMustMatch), std::end(kMustMatch), k) != std::end(kMustMatch);
     (must ? refused : out.changes).push_back(fmt::format("{}: {} -> {}", k, then, now));
   }
+  // LoRA or not, and which adapters, is the saved tensors' layout (a checkpoint from before LoRA has none).
+  auto saved_or = [&](const char* key, const std::string& dflt) {
+    auto it = state.config.find(key);
+    return it == state.config.end() ? dflt : it->second;
+  };
+  const std::string rank_then = saved_or("train.lora.rank", "0"), rank_now = std::to_string(cfg.lora.rank);
+  const std::string targets_then = saved_or("train.lora.targets", LoraTargetNames(kLoraAllTargets)),
+                    targets_now = LoraTargetNames(cfg.lora.targets);
+  if (rank_then != rank_now)
+    refused.push_back(fmt::format("train.lora.rank: {} -> {} (the checkpoint holds {})", rank_then, rank_now,
+                                  rank_then == "0" ? "no adapters" : "adapters of rank " + rank_then));
+  else if (cfg.lora.enabled() && targets_then != targets_now)
+    refused.push_back(fmt::format("train.lora.targets: {} -> {}", targets_then, targets_now));
   if (state.tokenizer != data.tokenizer)
     refused.push_back(fmt::format("tokenizer: {} -> {}", state.tokenizer, data.tokenizer));
   if (state.train_tokens != data.train_tokens || state.train_windows != data.train_windows) {

@@ -3,10 +3,12 @@
 //   tensors.safetensors    fp32 weights, one tensor per entry of GptParamLayout (tern names and shapes,
 //                          e.g. "qkvw" [L, 3C, C]); __metadata__ carries the model shape. `tern ckpt export`
 //                          converts it to Hugging Face names.
-//   optimizer.safetensors  "adam.m" and "adam.v" [num_params], flat in the same parameter order.
+//   optimizer.safetensors  "adam.m" and "adam.v" [trainable], flat in the same parameter order: every
+//                          parameter, or with LoRA (train.lora) the adapters (the tail of
+//                          tensors.safetensors).
 //   optimizer-00001-of-00002.safetensors
 //                          ZeRO-1 at W > 1, instead of optimizer.safetensors: rank r's shard of the moments,
-//                          "adam.m" and "adam.v" [ShardOf(num_params, W, r).count], its place in __metadata__
+//                          "adam.m" and "adam.v" [ShardOf(trainable, W, r).count], its place in __metadata__
 //                          (tern.shard_offset, tern.shard_count, tern.num_params); written by rank r itself,
 //                          listed (with its checksum) in rank 0's manifest.
 //   trainer.json           step, adam_t (AdamW's t: applied updates, = step unless fp16 skipped some), tokens
@@ -58,7 +60,9 @@ std::optional<std::pair<int, int>> ParseOptimizerShardName(const std::string& na
 void FillOptimizerShard(const Gpt& model, std::unique_ptr<ckpt::SafetensorsImage>* image);
 // The files of a checkpoint that a model with optimizer shard `mine` reads on resume: all but the optimizer
 // shard files that do not overlap `mine` (ZeRO-1: at the same world size only its own).
-ckpt::FileFilter ResumeFiles(size_t num_params, GradRange mine);
+ckpt::FileFilter ResumeFiles(GradRange trainable, GradRange mine);
+// Rank `rank`'s ZeRO-1 shard of the trainable parameters (Gpt::trainable()), in parameter offsets.
+GradRange TrainableShard(GradRange trainable, int world, int rank);
 
 struct RestoredTrain {
   TrainProgress progress;

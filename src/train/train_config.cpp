@@ -252,6 +252,26 @@ const std::vector<Key>& Registry() {
       String("train.init_from", &C::init_from,
              "fine-tune: start from these weights instead of random ones: a run directory, a checkpoint "
              "(step_N), models:/NAME@REF; empty = random (docs/finetune.md)"),
+      {"train.lora.rank",
+       "LoRA: the adapters' rank r; > 0 freezes the model of train.init_from and trains r x (in + out) "
+       "parameters per adapted matrix and layer instead (docs/finetune.md); 0 = off",
+       {},
+       [](C& c, const std::string& s) { return ParseNumber("train.lora.rank", s, &c.lora.rank, 0); },
+       [](const C& c) { return fmt::format("{}", c.lora.rank); }},
+      {"train.lora.alpha",
+       "LoRA: the adapters' output is scaled by alpha / rank (PEFT's lora_alpha)",
+       {},
+       [](C& c, const std::string& s) { return ParseNumber("train.lora.alpha", s, &c.lora.alpha, 0.0f); },
+       [](const C& c) { return fmt::format("{}", c.lora.alpha); }},
+      {"train.lora.targets",
+       "LoRA: the block matrices adapted in every layer, comma-separated: qkv (attention's input "
+       "projection), attproj (its output projection), fc, fcproj (the MLP's), or all",
+       {},
+       [](C& c, const std::string& s) -> Status {
+         TERN_ASSIGN_OR_RETURN(c.lora.targets, ParseLoraTargets(s));
+         return Status::Ok();
+       },
+       [](const C& c) { return LoraTargetNames(c.lora.targets); }},
       Enum(
           "train.precision", &C::precision, kPrecisions,
           "fp32, or bf16/fp16 mixed precision (16-bit matmul operands, fp32 master weights and accumulation; "
@@ -467,6 +487,11 @@ Status WalkYaml(const YAML::Node& node, const std::string& prefix, TrainConfig* 
     return Status::Ok();
   }
   if (node.IsScalar()) return SetKey(cfg, prefix, node.Scalar());
+  if (node.IsSequence() && prefix == "train.lora.targets") {  // [qkv, fc] as well as "qkv,fc"
+    std::string joined;
+    for (const auto& item : node) joined += (joined.empty() ? "" : ",") + item.as<std::string>();
+    return SetKey(cfg, prefix, joined);
+  }
   if (node.IsNull()) return SetKey(cfg, prefix, "");
   return Status::InvalidArgument(fmt::format("{}: expected a single value, got a list", prefix));
 }
@@ -603,6 +628,7 @@ Status TrainConfig::Validate() const {
         "ckpt.durable_every is set but ckpt.durable is empty: give a directory or "
         "s3://bucket/prefix");
   }
+  TERN_RETURN_IF_ERROR(lora.Validate(model));
   if (ckpt.resume.mode == ResumeFrom::Mode::kPath && ckpt.resume.path.empty()) {
     return Status::InvalidArgument("ckpt.resume is empty: use auto, none or a path");
   }

@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "model/gpt_config.h"
+#include "model/lora.h"
 #include "train/lr_schedule.h"
 
 namespace tern {
@@ -144,6 +145,10 @@ struct TrainConfig {
   // table is cropped), and data.dir must use its tokenizer. A run that resumes from its own checkpoint
   // ignores it. Empty = random initialisation.
   std::string init_from;
+  // LoRA (model/lora.h, docs/finetune.md): train low-rank adapters of the block matrices of the model that
+  // train.init_from names, every base weight frozen; the run exports the merged model. Keys train.lora.rank
+  // (0 = off), train.lora.alpha, train.lora.targets.
+  LoraSpec lora;
   TrainPrecision precision = TrainPrecision::kFp32;
   TrainDevice device = TrainDevice::kCpu;
   Recompute recompute = Recompute::kNone;  // recompute the GELU outputs in the backward (gpt_config.h)

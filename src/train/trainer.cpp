@@ -141,15 +141,14 @@ Status Trainer::OpenDevice() {
 
 void Trainer::BuildModel() {
   model_ = std::make_unique<Gpt>(setup_.backend.get(), cfg_.model, cfg_.batch_size, cfg_.seq_len,
-                                 setup_.compute, cfg_.recompute, cfg_.logits_chunk);
+                                 setup_.compute, cfg_.recompute, cfg_.logits_chunk, cfg_.lora);
   // Any real communicator (even a world of one: `mpirun -np 1`, the GPU check's one-GPU NCCL run) takes the
   // data-parallel path; only the single-process one skips it.
   if (comm_ && comm_->name() != "single") {
     if (cfg_.dist.zero > 0) {
-      const dist::Shard sh = dist::ShardOf(model_->num_params(), world(), rank());
-      model_->SetOptimizerShard({sh.offset, sh.count});
+      model_->SetOptimizerShard(TrainableShard(model_->trainable(), world(), rank()));
     }
-    grad_sync_ = std::make_unique<GradSync>(comm_.get(), model_->grads(), model_->num_params(),
+    grad_sync_ = std::make_unique<GradSync>(comm_.get(), model_->grads(), model_->trainable().count,
                                             static_cast<size_t>(cfg_.dist.bucket_mb * (1 << 20)),
                                             /*sharded=*/cfg_.dist.zero > 0);
   }
@@ -178,6 +177,13 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   }
   TERN_RETURN_IF_ERROR(cfg.model.Validate());
   TERN_RETURN_IF_ERROR(cfg.Validate());
+  // (`tern bench` times a LoRA step on random weights; a training run adapts a trained model.)
+  if (cfg.lora.enabled() && cfg.init_from.empty())
+    return Status::InvalidArgument(
+        "train.lora.rank is set but train.init_from is empty: LoRA adapts a trained model; set "
+        "train.init_from "
+        "to it (a run directory, a checkpoint, or models:/NAME@REF), or set train.lora.rank=0 to train every "
+        "weight");
   // The launcher (mpirun, srun) says which rank this is; on GPUs each rank of a machine takes its own GPU.
   TERN_ASSIGN_OR_RETURN(t->launch_, dist::DetectLaunch());
   if (t->launch_.world != 1 && !std::getenv("TERN_CUDA_DEVICE"))
@@ -230,7 +236,12 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   // The model's shape is already the source's (the earlier attempt's), so the load checks, not changes, it.
   if (t->resumed_from_ < 0 && init_deferred) TERN_RETURN_IF_ERROR(t->LoadInitFrom(/*vocab_unset=*/false));
   if (t->resumed_from_ < 0 && !t->init_.params.empty()) {
-    t->model_->SetParameters(t->init_.params);
+    if (cfg.lora.enabled()) {
+      t->model_->InitWeights(cfg.seed);  // the adapters' start (B = 0: step 0 is the source model)
+      t->model_->SetBaseParameters(t->init_.params);
+    } else {
+      t->model_->SetParameters(t->init_.params);
+    }
     t->init_from_ = t->init_.source;
     if (!t->quiet_)
       std::fprintf(stderr, "tern train: weights from %s (train.init_from)%s%s\n", t->init_from_.c_str(),
@@ -357,9 +368,9 @@ Result<StepStats> Trainer::Step() {
                       grad_scale, adam_t_);
     if (grad_sync_ && cfg_.dist.zero > 0) {  // each rank updated its shard: gather the whole weights
       const auto t0 = std::chrono::steady_clock::now();
-      const GradRange sh = model_->optimizer_shard();
+      const GradRange sh = model_->optimizer_shard(), all = model_->trainable();
       TERN_RETURN_IF_ERROR(
-          comm_->AllGather(model_->params() + sh.offset, model_->params(), model_->num_params())
+          comm_->AllGather(model_->params() + sh.offset, model_->params() + all.offset, all.count)
               .WithContext("gathering the updated weights (ZeRO-1)"));
       model_->WeightsChanged();
       s.comm_s += Seconds(t0);
@@ -423,7 +434,7 @@ Result<std::optional<std::pair<double, double>>> Trainer::EvaluateChoices() {
   int64_t right[2] = {0, 0};  // acc, acc_norm
   if (!choices_.empty()) {
     std::unique_ptr<Backend> cpu = MakeCpuFastBackend();
-    TERN_ASSIGN_OR_RETURN(ChoiceResult c, ScoreChoices(cpu.get(), cfg_.model, model_->GetParameters(),
+    TERN_ASSIGN_OR_RETURN(ChoiceResult c, ScoreChoices(cpu.get(), cfg_.model, model_->ExportParameters(),
                                                        *tokenizer_, choices_, Quantize::kNone));
     right[0] = c.correct;
     right[1] = c.correct_norm;
@@ -459,7 +470,8 @@ Result<std::vector<std::string>> Trainer::Samples(int count, int tokens, bool fu
   if (count <= 0 || tokens <= 0) return out;
   const GenerationRequest r = SampleRequest(count, tokens, full_length);
   const int context = std::min(cfg_.seq_len, cfg_.model.block_size);
-  TERN_ASSIGN_OR_RETURN(auto gen, GenerateOnce(cfg_.model, model_->GetParameters(), *tokenizer_, r, context));
+  TERN_ASSIGN_OR_RETURN(auto gen,
+                        GenerateOnce(cfg_.model, model_->ExportParameters(), *tokenizer_, r, context));
   for (const Generated& g : gen) {
     std::vector<int32_t> ids = r.prompt;
     ids.insert(ids.end(), g.tokens.begin(), g.tokens.end());
@@ -486,6 +498,12 @@ Result<TrainSummary> Trainer::Run() {
         cfg_.grad_accum_steps(), static_cast<unsigned long long>(tokens_per_step), cfg_.steps, peak_gflops_,
         PrecisionName(cfg_.precision), flops_per_token_ / 1e6, cfg_.run_dir.c_str());
     if (train_loader_->num_sources() > 1) std::fprintf(stderr, "%s", DescribeMix().c_str());
+    if (cfg_.lora.enabled())
+      std::fprintf(
+          stderr,
+          "  LoRA %s (scale %.3g): %.3fM trainable parameters (%.2f%%), the %.2fM of the model frozen\n",
+          cfg_.lora.ToString().c_str(), cfg_.lora.scale(), model_->trainable().count / 1e6,
+          100.0 * model_->trainable().count / model_->num_base_params(), model_->num_base_params() / 1e6);
   }
   sum.resumed_from = resumed_from_;
   ProgressBar bar("train", cfg_.steps, "step", quiet_ ? nullptr : stderr);
@@ -583,7 +601,7 @@ Result<TrainSummary> Trainer::Run() {
 
 Status Trainer::WriteRunFiles(const TrainSummary& s) {
   TERN_RETURN_IF_ERROR(WriteGptSafetensors(
-      cfg_.run_dir + "/model.safetensors", cfg_.model, model_->GetParameters(),
+      cfg_.run_dir + "/model.safetensors", cfg_.model, model_->ExportParameters(),
       {{"tern.tokenizer", tokenizer_->fingerprint()}, {"tern.step", std::to_string(step_)}}));
   const nlohmann::json summary = ToJson(EndRow(s));
   TERN_RETURN_IF_ERROR(log_.Write(summary));

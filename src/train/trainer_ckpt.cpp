@@ -92,7 +92,7 @@ Status Trainer::OpenCheckpoints(nlohmann::json* resume_row) {
   std::vector<std::string> unfinished;
   Result<ckpt::LoadedCheckpoint> loaded = Status::NotFound("");
   // ZeRO-1: this rank reads only the optimizer shard files that cover its own shard.
-  const ckpt::FileFilter want = ResumeFiles(model_->num_params(), model_->optimizer_shard());
+  const ckpt::FileFilter want = ResumeFiles(model_->trainable(), model_->optimizer_shard());
   if (from.mode == ResumeFrom::Mode::kAuto) {
     loaded = ckpt_->LoadNewestValid(&skipped, want, &unfinished);
   } else {
