@@ -168,7 +168,9 @@ GptMemory Gpt::Allocation(const GptConfig& config, int max_B, int max_T, Compute
     m.params_bf16 += compute == Compute::kBF16 ? A * sizeof(uint16_t) : 0;
     m.grads = A * sizeof(float);
     m.adam_state = 2 * A * sizeof(float);
-    m.scratch += LoraScratchFloats(config, lora, compute == Compute::kBF16) * sizeof(float);
+    m.scratch +=
+        LoraScratchFloats(config, lora, compute == Compute::kBF16, static_cast<size_t>(max_B) * max_T) *
+        sizeof(float);
   }
   return m;
 }
@@ -208,8 +210,9 @@ Gpt::Gpt(Backend* backend, const GptConfig& config, int max_B, int max_T, Comput
     num_params_ += LoraParamCount(config_, lora_);
     trainable_ = {num_base_params_, num_params_ - num_base_params_};
     lora_matrices_ = LoraMatrices(config_, lora_);
-    lora_scratch_ =
-        DeviceBuffer(backend_, LoraScratchFloats(config_, lora_, compute_ == Compute::kBF16) * sizeof(float));
+    lora_scratch_ = DeviceBuffer(backend_, LoraScratchFloats(config_, lora_, compute_ == Compute::kBF16,
+                                                             static_cast<size_t>(max_B) * max_T) *
+                                               sizeof(float));
     const int r = lora_.rank;
     std::vector<float> eye(static_cast<size_t>(r) * r, 0.0f);
     for (int i = 0; i < r; i++) eye[static_cast<size_t>(i) * r + i] = lora_.scale();

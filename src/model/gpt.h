@@ -154,18 +154,19 @@ class Gpt {
   // LoRA (gpt_lora.cpp): merges layer l's adapted matrices into the scratch (nothing if they are there).
   void MergeLayer(int l);
   // The weight gradient of layer l's block matrix `name` from dout[rows, out] and inp[rows, in]: into its
-  // gradient (beta: 0 writes, 1 adds) without LoRA; with LoRA, into the scratch, then projected onto the
-  // adapters (+=), or nothing when the matrix is frozen and not adapted.
+  // gradient (beta: 0 writes, 1 adds) without LoRA; with LoRA, the adapters' gradients (+=) through rank-r
+  // products (model/lora.h), or nothing when the matrix is frozen and not adapted.
   void WeightGrad(const char* name, int l, Operand dout, Operand inp, int out, int in, int rows, float beta);
   // The LoRA scratch's parts (LoraScratchFloats), carved from lora_scratch_ (gpt_lora.cpp).
   struct LoraParts {
     float* merged[4] = {};          // per adapted matrix, one layer's W + B (s A), [out, in]
     uint16_t* merged_bf16[4] = {};  // its bf16 copy (bf16 compute)
-    float* dw = nullptr;            // one matrix's gradient dW' [out, in] (room for the largest adapted)
     float* sa[4] = {};              // s A of the merged layer, [r, in]
     float* sb[4] = {};              // B s of the merged layer, [out, r]
     float* s_eye = nullptr;         // s I, [r, r]
     float* ln_sink = nullptr;       // [2C]: the frozen layer norms' parameter gradients, discarded
+    float* xa = nullptr;            // the backward's x (s A)^T, [rows, r]
+    float* gb = nullptr;            // the backward's dy (B s), [rows, r]
   };
   LoraParts Parts() const;
   int LoraIndex(const char* name) const;  // into lora_matrices_, or -1

@@ -12,11 +12,10 @@ Gpt::LoraParts Gpt::Parts() const {
   if (!lora_.enabled()) return p;
   // The order and sizes of LoraScratchFloats.
   float* base = lora_scratch_.as<float>();
-  size_t merged = 0, largest = 0;
+  size_t merged = 0;
   for (size_t i = 0; i < lora_matrices_.size(); i++) {
     p.merged[i] = base + merged;
     merged += lora_matrices_[i].per_layer();
-    largest = std::max(largest, lora_matrices_[i].per_layer());
   }
   size_t off = merged;
   if (compute_ == Compute::kBF16) {
@@ -28,8 +27,6 @@ Gpt::LoraParts Gpt::Parts() const {
     }
     off += (merged + 1) / 2;
   }
-  p.dw = base + off;
-  off += largest;
   const size_t r = lora_.rank;
   for (size_t i = 0; i < lora_matrices_.size(); i++) {
     p.sa[i] = base + off;
@@ -40,6 +37,10 @@ Gpt::LoraParts Gpt::Parts() const {
   p.s_eye = base + off;
   off += r * r;
   p.ln_sink = base + off;
+  off += 2 * static_cast<size_t>(config_.n_embd);
+  p.xa = base + off;
+  off += r * static_cast<size_t>(max_B_) * max_T_;
+  p.gb = base + off;
   return p;
 }
 
@@ -80,8 +81,9 @@ void Gpt::MergeLayer(int l) {
   merged_layer_ = l;
 }
 
-// dW' = dout^T inp (the weight-gradient GEMM at the training precision, as without LoRA), then
-// dB += dW' (s A)^T and dA += (B s)^T dW' in fp32.
+// dB += dout^T (inp (sA)^T) and dA += (dout (Bs))^T inp: four products with r as one dimension, at the
+// training precision (bf16 operands under bf16 compute, as the weight-gradient GEMM they replace), fp32
+// accumulation.
 void Gpt::WeightGrad(const char* name, int l, Operand dout, Operand inp, int out, int in, int rows,
                      float beta) {
   const size_t per_layer = static_cast<size_t>(out) * in;
@@ -96,11 +98,12 @@ void Gpt::WeightGrad(const char* name, int l, Operand dout, Operand inp, int out
   const LoraParts p = Parts();
   const int r = lora_.rank;
   const LoraMatrix& m = lora_matrices_[i];
-  backend_->Matmul(p.dw, dout, inp, nullptr, out, in, rows, true, false, 0.0f, compute_);
   float* dA = G(("lora_a." + m.base).c_str()) + static_cast<size_t>(l) * r * m.in;
   float* dB = G(("lora_b." + m.base).c_str()) + static_cast<size_t>(l) * m.out * r;
-  backend_->Matmul(dB, F32(p.dw), F32(p.sa[i]), nullptr, out, r, in, false, true, 1.0f, Compute::kF32);
-  backend_->Matmul(dA, F32(p.sb[i]), F32(p.dw), nullptr, r, in, out, true, false, 1.0f, Compute::kF32);
+  backend_->Matmul(p.xa, inp, F32(p.sa[i]), nullptr, rows, r, in, false, true, 0.0f, compute_);
+  backend_->Matmul(dB, dout, F32(p.xa), nullptr, out, r, rows, true, false, 1.0f, compute_);
+  backend_->Matmul(p.gb, dout, F32(p.sb[i]), nullptr, rows, r, out, false, false, 0.0f, compute_);
+  backend_->Matmul(dA, F32(p.gb), inp, nullptr, r, in, rows, true, false, 1.0f, compute_);
 }
 
 std::vector<float> Gpt::ExportParameters() {

@@ -143,19 +143,18 @@ std::vector<float> LoraInitialWeights(const GptConfig& cfg, const LoraSpec& spec
   return w;
 }
 
-size_t LoraScratchFloats(const GptConfig& cfg, const LoraSpec& spec, bool bf16) {
+size_t LoraScratchFloats(const GptConfig& cfg, const LoraSpec& spec, bool bf16, size_t rows) {
   if (!spec.enabled()) return 0;
-  size_t merged = 0, largest = 0, low_rank = 0;
+  size_t merged = 0, low_rank = 0;
   for (const auto& m : LoraMatrices(cfg, spec)) {
     merged += m.per_layer();
-    largest = std::max(largest, m.per_layer());
     low_rank += static_cast<size_t>(spec.rank) * (m.in + m.out);
   }
   const size_t r = spec.rank;
-  return merged + (bf16 ? (merged + 1) / 2 : 0) + largest + low_rank + r * r + 2 * cfg.n_embd;
+  return merged + (bf16 ? (merged + 1) / 2 : 0) + low_rank + r * r + 2 * cfg.n_embd + 2 * r * rows;
 }
 
-GptMemory WithLora(GptMemory m, const GptConfig& cfg, const LoraSpec& spec, bool bf16, int world,
+GptMemory WithLora(GptMemory m, const GptConfig& cfg, const LoraSpec& spec, bool bf16, size_t rows, int world,
                    ZeroStage zero, int rank) {
   if (!spec.enabled()) return m;
   const size_t P = GptParamCount(cfg), A = LoraParamCount(cfg, spec);
@@ -164,7 +163,7 @@ GptMemory WithLora(GptMemory m, const GptConfig& cfg, const LoraSpec& spec, bool
   m.grads = A * 4;
   const bool sharded = world > 1 && zero != ZeroStage::kNone;
   m.adam_state = (sharded ? std::max<size_t>(ShardElements(A, world, rank), 1) : A) * 8;
-  m.scratch += LoraScratchFloats(cfg, spec, bf16) * 4;
+  m.scratch += LoraScratchFloats(cfg, spec, bf16, rows) * 4;
   return m;
 }
 

@@ -8,12 +8,12 @@
 //
 // How tern computes it (model/gpt.cpp): each layer's adapted matrices are merged, W' = W + B (s A), into a
 // one-layer scratch just before the layer runs (forward) and again before its backward; every kernel then
-// runs as without LoRA (fused GELU, bf16 operands, flash attention). The backward computes the merged
-// matrix's gradient dW' = dy^T x into a one-matrix scratch and projects it: dB += dW' (s A)^T,
-// dA += (B s)^T dW'. Against PyTorch/PEFT's two extra low-rank products this spends the weight-gradient
-// GEMM full fine-tuning spends (LoRA's compute saving is not taken) but keeps its memory saving: no
-// gradients and no optimizer state for the frozen weights (12 of full fine-tuning's 16 bytes per
-// parameter), and the exported model is the merged one every other command reads.
+// runs as without LoRA (fused GELU, bf16 operands, flash attention), and the exported model is the merged
+// one every other command reads. The backward takes the adapters' gradients through rank-r products, as
+// PEFT does, never forming the matrix's gradient: with dy [N, out] and x [N, in],
+//   dB += dy^T (x (s A)^T)     dA += (dy (B s))^T x
+// so the frozen matrices cost no weight-gradient GEMM (LoRA's compute saving: about a third of a block's
+// matmul work) and no gradients or optimizer state (12 of full training's 16 bytes per parameter).
 #pragma once
 
 #include <cstddef>
@@ -62,16 +62,16 @@ size_t LoraParamCount(const GptConfig& cfg, const LoraSpec& spec);
 // Initial adapters (A uniform, B zero), deterministic for a seed; LoraParamCount elements.
 std::vector<float> LoraInitialWeights(const GptConfig& cfg, const LoraSpec& spec, uint64_t seed);
 
-// Floats of the model's LoRA scratch: one layer's merged matrices (fp32, and their bf16 copy under bf16
-// compute), one matrix's gradient, s*A and B*s of one layer, s*I [r, r], and a [2C] sink for the frozen layer
-// norms' parameter gradients.
-size_t LoraScratchFloats(const GptConfig& cfg, const LoraSpec& spec, bool bf16);
+// Floats of the model's LoRA scratch for micro-batches of up to `rows` = B*T rows: one layer's merged
+// matrices (fp32, and their bf16 copy under bf16 compute), s*A and B*s of one layer, s*I [r, r], a [2C] sink
+// for the frozen layer norms' parameter gradients, and the backward's x (sA)^T and dy (Bs) [rows, r] each.
+size_t LoraScratchFloats(const GptConfig& cfg, const LoraSpec& spec, bool bf16, size_t rows);
 
 // The memory of training with LoRA from the estimate without it (GptMemoryEstimate, any world and ZeRO
 // stage): the adapters join the weights (and their bf16 copy), gradients and AdamW moments are the adapters'
-// only (ZeRO-1 shards those), and the LoRA scratch joins the backward scratch.
-GptMemory WithLora(GptMemory m, const GptConfig& cfg, const LoraSpec& spec, bool bf16, int world = 1,
-                   ZeroStage zero = ZeroStage::kNone, int rank = 0);
+// only (ZeRO-1 shards those), and the LoRA scratch (for `rows` = B*T) joins the backward scratch.
+GptMemory WithLora(GptMemory m, const GptConfig& cfg, const LoraSpec& spec, bool bf16, size_t rows,
+                   int world = 1, ZeroStage zero = ZeroStage::kNone, int rank = 0);
 
 // Host merge of a parameter buffer with adapters (GptParamCount + LoraParamCount elements) into the base
 // model's (GptParamCount): W + B (s A), in double. The trainer exports the device's merge (the very matrices

@@ -14,107 +14,21 @@
 #include "model/gpt.h"
 #include "model/lora.h"
 #include "testing/golden.h"
+#include "testing/lora_golden.h"
 
 namespace tern {
 namespace {
 
 using testing::RelMaxError;
 
-struct LoraGolden {
-  GptConfig cfg;
-  LoraSpec spec;
-  int B = 0, T = 0, steps = 0;
-  float lr = 0, beta1 = 0, beta2 = 0, eps = 0, wd = 0, loss = 0;
-  std::vector<float> base, lora, grads, losses, lora_final;
-  std::vector<int32_t> inputs, targets;
-};
-
-LoraGolden ReadLoraGolden() {
-  const char* dir = std::getenv("TERN_SOURCE_DIR");
-  const std::string path = std::string(dir ? dir : TERN_TEST_SOURCE_DIR) + "/tests/golden/gpt_tiny_lora.bin";
-  std::ifstream in(path, std::ios::binary);
-  LoraGolden g;
-  int32_t h[11] = {};
-  float f[6] = {};
-  in.read(reinterpret_cast<char*>(h), sizeof h);
-  in.read(reinterpret_cast<char*>(f), sizeof f);
-  EXPECT_TRUE(in && h[0] == 0x746c7261 && h[1] == 1)
-      << path << " (tests/golden/make_golden_lora.py writes it)";
-  g.cfg = {h[2], h[3], h[4], h[5], h[6]};
-  g.B = h[7], g.T = h[8], g.steps = h[9];
-  g.spec.rank = h[10];
-  g.spec.alpha = f[0];
-  g.lr = f[1], g.beta1 = f[2], g.beta2 = f[3], g.eps = f[4], g.wd = f[5];
-  const size_t P = GptParamCount(g.cfg), A = LoraParamCount(g.cfg, g.spec),
-               N = static_cast<size_t>(g.B) * g.T;
-  auto read = [&](auto& v, size_t n) {
-    v.resize(n);
-    in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(v[0])));
-  };
-  read(g.base, P);
-  read(g.lora, A);
-  read(g.inputs, N);
-  read(g.targets, N);
-  in.read(reinterpret_cast<char*>(&g.loss), 4);
-  read(g.grads, A);
-  read(g.losses, g.steps);
-  read(g.lora_final, A);
-  EXPECT_TRUE(in && in.peek() == EOF) << path << ": not the size its header implies";
-  return g;
-}
-
-std::vector<float> Joined(const std::vector<float>& a, const std::vector<float>& b) {
-  std::vector<float> out = a;
-  out.insert(out.end(), b.begin(), b.end());
-  return out;
-}
-
-struct Bounds {
-  double loss, grads, step_loss, weights;
-};
-
-void CheckAgainstGolden(Backend* backend, Compute compute, Bounds bounds) {
-  const LoraGolden g = ReadLoraGolden();
-  ASSERT_FALSE(::testing::Test::HasFailure());
-  Gpt model(backend, g.cfg, g.B, g.T, compute, Recompute::kNone, kDefaultLogitsChunk, g.spec);
-  ASSERT_EQ(model.trainable().offset, g.base.size());
-  ASSERT_EQ(model.trainable().count, g.lora.size());
-  model.SetParameters(Joined(g.base, g.lora));
-  const size_t N = static_cast<size_t>(g.B) * g.T;
-  model.ZeroGrad();
-  const float loss = model.Forward(g.inputs.data(), g.targets.data(), g.B, g.T, 1.0f / N);
-  EXPECT_NEAR(loss, g.loss, bounds.loss);
-  model.Backward();
-  const std::vector<float> grads = model.GetGradients();
-  for (const auto& t : model.layout()) {
-    if (t.offset < model.trainable().offset) continue;
-    const size_t at = t.offset - model.trainable().offset;
-    EXPECT_LT(RelMaxError(grads.data() + at, g.grads.data() + at, t.numel), bounds.grads)
-        << "gradient of " << t.name;
-  }
-  for (int step = 1; step <= g.steps; step++) {
-    model.ZeroGrad();
-    const float l = model.Forward(g.inputs.data(), g.targets.data(), g.B, g.T, 1.0f / N);
-    EXPECT_NEAR(l, g.losses[step - 1], bounds.step_loss * std::max(1.0f, g.losses[step - 1]))
-        << "step " << step;
-    model.Backward();
-    model.AdamWStep(g.lr, g.beta1, g.beta2, g.eps, g.wd, 1.0f, step);
-  }
-  const std::vector<float> after = model.GetParameters();
-  EXPECT_EQ(0, std::memcmp(after.data(), g.base.data(), g.base.size() * sizeof(float)))
-      << "a frozen weight moved";
-  EXPECT_LT(RelMaxError(after.data() + g.base.size(), g.lora_final.data(), g.lora_final.size()),
-            bounds.weights);
-}
-
 TEST(LoraGolden, ReferenceBackendFp32) {
   auto backend = MakeCpuReferenceBackend();
-  CheckAgainstGolden(backend.get(), Compute::kF32, {1e-5, 1e-4, 1e-4, 1e-4});
+  testing::CheckAgainstLoraGolden(backend.get(), Compute::kF32, {1e-5, 1e-4, 1e-4, 1e-4});
 }
 
 TEST(LoraGolden, FastBackendFp32) {
   auto backend = MakeCpuFastBackend();
-  CheckAgainstGolden(backend.get(), Compute::kF32, {1e-5, 1e-4, 1e-4, 1e-4});
+  testing::CheckAgainstLoraGolden(backend.get(), Compute::kF32, {1e-5, 1e-4, 1e-4, 1e-4});
 }
 
 // bf16 operands: the bounds of the plain golden test (gpt_golden_test.cpp); the adapters after ten AdamW
@@ -122,7 +36,7 @@ TEST(LoraGolden, FastBackendFp32) {
 // rounding into whole steps of lr; 3.2% measured on an AVX2 CPU).
 TEST(LoraGolden, FastBackendBf16) {
   auto backend = MakeCpuFastBackend();
-  CheckAgainstGolden(backend.get(), Compute::kBF16, {2e-2, 6e-2, 2e-2, 8e-2});
+  testing::CheckAgainstLoraGolden(backend.get(), Compute::kBF16, {2e-2, 6e-2, 2e-2, 8e-2});
 }
 
 constexpr int kB = 3, kT = 7;
@@ -236,7 +150,7 @@ TEST(Lora, MemoryIsWhatThePlannerCounts) {
         const GptMemory alloc = Gpt::Allocation(kCfg, kB, kT, compute, r, AttentionKind::kNaive, 16, spec);
         const GptMemory est =
             WithLora(GptMemoryEstimate(kCfg, kB, kT, compute == Compute::kBF16, r, AttentionKind::kNaive, 16),
-                     kCfg, spec, compute == Compute::kBF16);
+                     kCfg, spec, compute == Compute::kBF16, kB * kT);
         for (const GptMemory& want : {alloc, est}) {
           EXPECT_EQ(got.params, want.params);
           EXPECT_EQ(got.params_bf16, want.params_bf16);

@@ -89,6 +89,31 @@ TEST(PlanCli, TableJsonAndExplain) {
   EXPECT_NE(e.text.find("1. FLOPs"), std::string::npos) << e.text;
 }
 
+// --lora-rank: GPT-2 1.5B's full training fits no single 24 GB GPU (weights, gradients and moments alone are
+// 16 bytes x 1.56B = 23 GiB); with LoRA adapters (gradients and moments for 20M parameters) it fits an L4.
+TEST(PlanCli, LoraFitsWhereFullTrainingDoesNot) {
+  const std::string args = "plan --model gpt2-1558m --tokens 20M --max-gpus 1 --gpus L4 --json";
+  Output full = Tern(args);
+  ASSERT_RAN(full);
+  auto f = nlohmann::json::parse(full.text, nullptr, false);
+  ASSERT_TRUE(f.is_object()) << full.text.substr(0, 500);
+  EXPECT_TRUE(f["plans"].empty()) << full.text.substr(0, 800);
+  Output lora = Tern(args + " --lora-rank 16");
+  ASSERT_RAN(lora);
+  EXPECT_EQ(lora.code, 0) << lora.text.substr(0, 800);
+  auto l = nlohmann::json::parse(lora.text, nullptr, false);
+  ASSERT_TRUE(l.is_object()) << lora.text.substr(0, 500);
+  ASSERT_FALSE(l["plans"].empty());
+  EXPECT_EQ(l["workload"]["lora_rank"], 16);
+  // 16 r C per layer (qkv 4rC, attproj 2rC, fc 5rC, fcproj 5rC): 16 x 16 x 1600 x 48.
+  EXPECT_EQ(l["workload"]["trainable_params"], 16.0 * 16 * 1600 * 48);
+  Output text = Tern("plan --model gpt2-1558m --tokens 20M --max-gpus 1 --gpus L4 --lora-rank 16");
+  EXPECT_NE(text.text.find("LoRA  r16"), std::string::npos) << text.text.substr(0, 800);
+  Output bad = Tern("plan --model gpt2-124m --tokens 1B --lora-rank 100000");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.text.find("--lora-rank"), std::string::npos) << bad.text;
+}
+
 // --calibrate takes a `tern bench --dist --json` file beside (or instead of) a `tern bench --json` one: the
 // measured link sets the comm term of the H100 single-instance rows, and the explanation says so; --csv
 // prints the rows with their runs column.

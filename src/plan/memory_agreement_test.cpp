@@ -291,10 +291,11 @@ TEST(MemoryAgreement, LoraPlanIsTheModelsAllocation) {
             const MemoryBreakdown z = w->Memory(p, s.B, true, ar, world);
             ExpectSameBytes("ZeRO-1 optimizer", z.optimizer, static_cast<double>(m.memory().adam_state));
             ExpectSameBytes("ZeRO-1 total", z.total(), static_cast<double>(m.memory().total()));
-            EXPECT_EQ(m.memory().total(),
-                      WithLora(GptMemoryEstimate(s.cfg, s.B, s.T, c == Compute::kBF16, r), s.cfg, lora,
-                               c == Compute::kBF16, world, ZeroStage::kOptimizer, 0)
-                          .total());
+            EXPECT_EQ(
+                m.memory().total(),
+                WithLora(GptMemoryEstimate(s.cfg, s.B, s.T, c == Compute::kBF16, r), s.cfg, lora,
+                         c == Compute::kBF16, static_cast<size_t>(s.B) * s.T, world, ZeroStage::kOptimizer, 0)
+                    .total());
           }
         }
 }

@@ -61,6 +61,11 @@ std::string RenderHeader(const PlanResult& r, const Catalog& cat, bool ascii) {
       w.spec().model_label, c.ToString(), FormatCount(w.params()), w.flops_per_token() / 1e6,
       ascii ? "^2" : "²", w.seq(), FormatCount(w.spec().tokens), w.total_flops(),
       FormatCount(w.global_batch_tokens()), cat.offers.size());
+  if (w.spec().lora.enabled())
+    out += fmt::format(
+        "LoRA  {}: {} trainable parameters (gradients, AdamW moments and the all-reduce); the model frozen "
+        "(weights only); compute planned as full training's\n",
+        w.spec().lora.ToString(), FormatCount(w.trainable_params()));
   for (const auto& n : r.notes) out += "Note  " + n + "\n";
   return out;
 }
@@ -188,6 +193,8 @@ json ReportJson(const PlanResult& r, const Catalog& cat, const PlanDefaults& d, 
                      {"vocab_size", c.vocab_size},
                      {"block_size", c.block_size}}},
                    {"params", w.params()},
+                   {"trainable_params", w.trainable_params()},
+                   {"lora_rank", w.spec().lora.rank},
                    {"seq", w.seq()},
                    {"tokens", w.spec().tokens},
                    {"flops_per_token", w.flops_per_token()},

@@ -78,9 +78,9 @@ Result<Workload> Workload::Make(const WorkloadSpec& spec_in, const PlanDefaults&
                                       w.spec_.logits_chunk);
       // LoRA: the adapters' weights, gradients and moments; its scratch does not grow with the micro-batch,
       // so it is kept apart from the per-sequence scratch.
-      m = WithLora(m, w.spec_.cfg, w.spec_.lora, bf16 == 1);
+      m = WithLora(m, w.spec_.cfg, w.spec_.lora, bf16 == 1, static_cast<size_t>(T));
       w.lora_scratch_[bf16] =
-          static_cast<double>(LoraScratchFloats(w.spec_.cfg, w.spec_.lora, bf16 == 1) * 4);
+          static_cast<double>(LoraScratchFloats(w.spec_.cfg, w.spec_.lora, bf16 == 1, /*rows=*/0) * 4);
       m.scratch -= static_cast<size_t>(w.lora_scratch_[bf16]);
       w.base_[bf16][static_cast<int>(r)] = m;
     }

@@ -106,7 +106,7 @@ class Workload {
  private:
   WorkloadSpec spec_;
   double params_ = 0, trainable_ = 0, flops_per_token_ = 0;
-  double lora_scratch_[2] = {0, 0};  // LoRA's scratch [fp32, bf16]: one layer's, whatever the micro-batch
+  double lora_scratch_[2] = {0, 0};  // LoRA's scratch [fp32, bf16] but its per-row part (micro-batch 1's)
   // GptMemoryEstimate at micro-batch 1 for fp32 [0] and bf16 [1], without [0] and with [1] GELU recompute;
   // its activation terms but the logits are linear in B*T, so other micro-batches scale them (checked by a
   // test) and add GptLogitsBytes, instead of re-running it per option.

@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_api.h"
 #include "model/gpt.h"
 #include "testing/golden.h"
+#include "testing/lora_golden.h"
 
 namespace tern {
 namespace {
@@ -111,6 +112,17 @@ TEST_F(CudaGolden, FlashAttentionFp32) {
 }
 TEST_F(CudaGolden, FlashAttentionBf16) {
   CheckAgainstGolden(Compute::kBF16, {3e-2, 3e-2, 1e-1, 3e-2}, 1.0f, "flash");
+}
+
+// LoRA adapters (train.lora) against the PEFT-style PyTorch golden file, the CPU test's bounds: not run on a
+// GPU yet.
+TEST_F(CudaGolden, LoraFp32) {
+  auto backend = MakeCudaBackend();
+  testing::CheckAgainstLoraGolden(backend.get(), Compute::kF32, {1e-4, 1e-3, 1e-3, 1e-3});
+}
+TEST_F(CudaGolden, LoraBf16) {
+  auto backend = MakeCudaBackend();
+  testing::CheckAgainstLoraGolden(backend.get(), Compute::kBF16, {3e-2, 1e-1, 3e-2, 1e-1});
 }
 
 // Two identical steps from the same state give bitwise identical gradients and parameters.
