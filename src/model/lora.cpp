@@ -167,6 +167,14 @@ GptMemory WithLora(GptMemory m, const GptConfig& cfg, const LoraSpec& spec, bool
   return m;
 }
 
+double LoraFlopsPerToken(const GptConfig& cfg, const LoraSpec& spec, int T) {
+  if (!spec.enabled()) return GptFlopsPerToken(cfg, T);
+  const double L = cfg.n_layer, C = cfg.n_embd, V = cfg.vocab_size;
+  double adapters = 0;
+  for (const auto& m : LoraMatrices(cfg, spec)) adapters += 4.0 * spec.rank * (m.in + m.out);
+  return 4.0 * (12.0 * L * C * C + C * V) + 12.0 * L * T * C + L * adapters;
+}
+
 std::vector<float> MergeLoraOnHost(const GptConfig& cfg, const LoraSpec& spec,
                                    const std::vector<float>& params) {
   const auto base = GptParamLayout(cfg);

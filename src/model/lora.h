@@ -73,6 +73,12 @@ size_t LoraScratchFloats(const GptConfig& cfg, const LoraSpec& spec, bool bf16, 
 GptMemory WithLora(GptMemory m, const GptConfig& cfg, const LoraSpec& spec, bool bf16, size_t rows,
                    int world = 1, ZeroStage zero = ZeroStage::kNone, int rank = 0);
 
+// Training FLOPs per token with LoRA (GptFlopsPerToken without): the forward and the input gradients of every
+// matmul, 4 (12 L C^2 + C V), attention's 12 L T C, and the adapters' gradient products, 4 r (in + out) per
+// adapted matrix and layer; no weight gradient of a frozen matrix. The trainer's MFU, `tern bench` and the
+// planner use it alike.
+double LoraFlopsPerToken(const GptConfig& cfg, const LoraSpec& spec, int T);
+
 // Host merge of a parameter buffer with adapters (GptParamCount + LoraParamCount elements) into the base
 // model's (GptParamCount): W + B (s A), in double. The trainer exports the device's merge (the very matrices
 // its forward multiplied); this one is for checkpoints read without a model (`tern ckpt export`).

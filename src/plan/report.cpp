@@ -58,14 +58,16 @@ std::string RenderHeader(const PlanResult& r, const Catalog& cat, bool ascii) {
   std::string out = fmt::format(
       "Model {} ({}): {} parameters, {:.1f} MFLOP/token = 6(12LC{}+CV)+12LTC at T={}\n"
       "Job   {} tokens = {:.3g} FLOP; global batch {} tokens; catalog {} offers\n",
-      w.spec().model_label, c.ToString(), FormatCount(w.params()), w.flops_per_token() / 1e6,
+      w.spec().model_label, c.ToString(), FormatCount(w.params()), GptFlopsPerToken(c, w.seq()) / 1e6,
       ascii ? "^2" : "²", w.seq(), FormatCount(w.spec().tokens), w.total_flops(),
       FormatCount(w.global_batch_tokens()), cat.offers.size());
   if (w.spec().lora.enabled())
     out += fmt::format(
         "LoRA  {}: {} trainable parameters (gradients, AdamW moments and the all-reduce); the model frozen "
-        "(weights only); compute planned as full training's\n",
-        w.spec().lora.ToString(), FormatCount(w.trainable_params()));
+        "(weights only); {:.1f} MFLOP/token = 4(12LC{}+CV)+12LTC + the adapters' 4r(in+out) (no frozen "
+        "weight gradients)\n",
+        w.spec().lora.ToString(), FormatCount(w.trainable_params()), w.flops_per_token() / 1e6,
+        ascii ? "^2" : "²");
   for (const auto& n : r.notes) out += "Note  " + n + "\n";
   return out;
 }

@@ -71,7 +71,7 @@ Result<Workload> Workload::Make(const WorkloadSpec& spec_in, const PlanDefaults&
   w.params_ = static_cast<double>(GptParamCount(w.spec_.cfg));
   w.trainable_ =
       w.spec_.lora.enabled() ? static_cast<double>(LoraParamCount(w.spec_.cfg, w.spec_.lora)) : w.params_;
-  w.flops_per_token_ = GptFlopsPerToken(w.spec_.cfg, T);
+  w.flops_per_token_ = LoraFlopsPerToken(w.spec_.cfg, w.spec_.lora, T);  // GptFlopsPerToken without LoRA
   for (int bf16 : {0, 1}) {
     for (ActRecompute r : {ActRecompute::kNone, ActRecompute::kGelu, ActRecompute::kBlocks}) {
       GptMemory m = GptMemoryEstimate(w.spec_.cfg, 1, T, bf16 == 1, ModelRecompute(r), w.spec_.attention,

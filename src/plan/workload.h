@@ -44,8 +44,7 @@ struct WorkloadSpec {
   // The fused classifier's rows of logits (train.logits_chunk; GptLogitsBytes).
   int logits_chunk = kDefaultLogitsChunk;
   // LoRA fine-tuning (train.lora, model/lora.h): gradients, AdamW moments and the all-reduced bytes are the
-  // adapters'; the compute is planned as full training's (tern's LoRA runs the same matmuls, less the frozen
-  // head's and embeddings' gradients).
+  // adapters'; the FLOPs per token are LoraFlopsPerToken (no frozen weight's gradient).
   LoraSpec lora;
 };
 

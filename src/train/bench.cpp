@@ -320,7 +320,7 @@ Result<BenchResult> RunBench(const BenchOptions& o) {
   }
   r.step_ms = Median(r.steps_ms);
   r.tokens_per_s = static_cast<double>(o.batch) * o.seq * o.grad_accum / (r.step_ms / 1e3);
-  r.flops_per_token = GptFlopsPerToken(o.model, o.seq);
+  r.flops_per_token = LoraFlopsPerToken(o.model, cfg.lora, o.seq);  // GptFlopsPerToken without LoRA
   r.achieved_gflops = r.flops_per_token * r.tokens_per_s / 1e9;
   r.mfu = r.peak_gflops > 0 ? r.achieved_gflops / r.peak_gflops : 0;
   if (!o.measure_run) return r;

@@ -153,7 +153,7 @@ void Trainer::BuildModel() {
                                             /*sharded=*/cfg_.dist.zero > 0);
   }
   schedule_ = cfg_.lr_schedule();
-  flops_per_token_ = GptFlopsPerToken(cfg_.model, cfg_.seq_len);
+  flops_per_token_ = LoraFlopsPerToken(cfg_.model, cfg_.lora, cfg_.seq_len);  // GptFlopsPerToken without LoRA
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool quiet, TrainerEnv env) {
