@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "testing/metrics_rows.h"
 #include "testing/processes.h"
 #include "testing/skip.h"
 #include "testing/tiny_config.h"
@@ -64,14 +65,7 @@ class E2eTest : public ::testing::Test {
                       " --quiet --set run.dir=" + (root_ / run).string() + " " + args);
   }
   static std::map<int, double> Losses(const std::string& run) {
-    std::map<int, double> out;
-    std::ifstream in(root_ / run / "metrics.jsonl");
-    std::string line;
-    while (std::getline(in, line)) {
-      auto j = nlohmann::json::parse(line);
-      if (!j.contains("event") && j.contains("loss")) out[j["step"].get<int>()] = j["loss"].get<double>();
-    }
-    return out;
+    return testing::StepLosses((root_ / run).string());
   }
   static nlohmann::json Event(const std::string& run, const std::string& event) {
     std::ifstream in(root_ / run / "metrics.jsonl");

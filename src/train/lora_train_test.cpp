@@ -18,6 +18,7 @@
 #include "model/safetensors.h"
 #include "testing/files.h"
 #include "testing/golden.h"
+#include "testing/metrics_rows.h"
 #include "testing/prepared_data.h"
 #include "train/trainer.h"
 
@@ -59,23 +60,13 @@ class LoraTrainTest : public ::testing::Test {
     c.lr = 1e-2;
     return c;
   }
-  // The source model: 8 steps.
+  // The source model: 40 steps.
   std::vector<float> Base() {
     TrainConfig c = Config("base", 40);
     auto t = Trainer::Create(c, true);
     EXPECT_TRUE(t.ok()) << t.status().ToString();
     EXPECT_TRUE((*t)->Run().ok());
     return (*t)->model().GetParameters();
-  }
-  static std::map<int, double> Losses(const std::string& run_dir) {
-    std::map<int, double> out;
-    std::ifstream in(run_dir + "/metrics.jsonl");
-    std::string line;
-    while (std::getline(in, line)) {
-      auto j = nlohmann::json::parse(line);
-      if (!j.contains("event") && j.contains("loss")) out[j["step"].get<int>()] = j["loss"].get<double>();
-    }
-    return out;
   }
 
   std::string data_;
@@ -138,7 +129,7 @@ TEST_F(LoraTrainTest, ResumesBitExactAndCheckpointsReadBackMerged) {
   ASSERT_TRUE(tb.ok()) << tb.status().ToString();
   EXPECT_EQ((*tb)->resumed_from(), 4);
   ASSERT_TRUE((*tb)->Run().ok());
-  const auto la = Losses(a.run_dir), lb = Losses(b.run_dir);
+  const auto la = testing::StepLosses(a.run_dir), lb = testing::StepLosses(b.run_dir);
   ASSERT_EQ(lb.size(), 4u);
   for (const auto& [step, loss] : lb) EXPECT_EQ(loss, la.at(step)) << "step " << step;
   EXPECT_TRUE((*tb)->model().GetParameters() == reference) << "final weights identical";

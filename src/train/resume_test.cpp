@@ -15,6 +15,7 @@
 #include "ckpt/local_storage.h"
 #include "data/prepare.h"
 #include "data/shard.h"
+#include "testing/metrics_rows.h"
 #include "testing/prepared_data.h"
 #include "testing/processes.h"
 #include "train/trainer.h"
@@ -64,17 +65,7 @@ class ResumeTest : public ::testing::Test {
     return c;
   }
 
-  // step -> loss from metrics.jsonl; a step logged twice (replayed after a resume) keeps its last row.
-  static std::map<int, double> Losses(const std::string& run_dir) {
-    std::map<int, double> out;
-    std::ifstream in(run_dir + "/metrics.jsonl");
-    std::string line;
-    while (std::getline(in, line)) {
-      auto j = nlohmann::json::parse(line);
-      if (!j.contains("event") && j.contains("loss")) out[j["step"].get<int>()] = j["loss"].get<double>();
-    }
-    return out;
-  }
+  static std::map<int, double> Losses(const std::string& run_dir) { return testing::StepLosses(run_dir); }
   static std::vector<nlohmann::json> Events(const std::string& run_dir, const std::string& event) {
     std::vector<nlohmann::json> out;
     std::ifstream in(run_dir + "/metrics.jsonl");
