@@ -162,17 +162,8 @@ GptMemory Gpt::Allocation(const GptConfig& config, int max_B, int max_T, Compute
       Acts(nullptr, config, max_B, max_T, recompute, attention, compute, logits_chunk).total * sizeof(float) +
       2 * static_cast<size_t>(max_B) * max_T * sizeof(int32_t) + kGptLossSumBytes;  // tokens_, loss sum
   m.scratch = BackwardScratch(nullptr, config, max_B, max_T, attention, compute).total * sizeof(float);
-  if (lora.enabled()) {
-    const size_t A = LoraParamCount(config, lora);
-    m.params += A * sizeof(float);
-    m.params_bf16 += compute == Compute::kBF16 ? A * sizeof(uint16_t) : 0;
-    m.grads = A * sizeof(float);
-    m.adam_state = 2 * A * sizeof(float);
-    m.scratch +=
-        LoraScratchFloats(config, lora, compute == Compute::kBF16, static_cast<size_t>(max_B) * max_T) *
-        sizeof(float);
-  }
-  return m;
+  // LoRA: the adapters join the weights; gradients and moments are theirs only; its scratch.
+  return WithLora(m, config, lora, compute == Compute::kBF16, static_cast<size_t>(max_B) * max_T);
 }
 
 GptMemory Gpt::memory() const {

@@ -11,13 +11,6 @@ namespace {
 // GPT-2 124M initialises in well under a second instead of several seconds on one core.
 constexpr size_t kBlock = size_t{1} << 16;
 
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // N(0, std) by Box-Muller, both outputs of each pair used.
 void FillNormal(float* p, size_t n, double std, uint64_t stream_seed) {
   std::mt19937_64 rng(stream_seed);

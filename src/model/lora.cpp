@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "model/init.h"
+
 namespace tern {
 namespace {
 
@@ -21,13 +23,6 @@ constexpr TargetName kTargets[] = {
     {kLoraFc, "fc", "fcw"},
     {kLoraFcproj, "fcproj", "fcprojw"},
 };
-
-uint64_t Mix(uint64_t x) {  // SplitMix64's finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 }  // namespace
 
@@ -134,7 +129,7 @@ std::vector<float> LoraInitialWeights(const GptConfig& cfg, const LoraSpec& spec
     const auto& t = layout[ti];
     if (t.name.rfind("lora_a.", 0) != 0) continue;  // B starts at zero
     const double bound = 1.0 / std::sqrt(static_cast<double>(t.shape[2]));
-    std::mt19937_64 rng(Mix(seed ^ Mix(0x4c6f5241ull + ti)));
+    std::mt19937_64 rng(SplitMix64(seed ^ SplitMix64(0x4c6f5241ull + ti)));
     for (size_t i = 0; i < t.numel; i++) {
       const double u = (static_cast<double>(rng() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
       w[t.offset + i] = static_cast<float>((2.0 * u - 1.0) * bound);
