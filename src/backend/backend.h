@@ -201,7 +201,7 @@ class Backend {
   // dinp[N] = gelu'(inp) * dout; dinp may be dout (in place)
   virtual void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
 
-  // out[n] = a[n] + b[n]
+  // out[n] = a[n] + b[n], element by element: out may be a or b (an accumulation, out += b)
   virtual void Add(float* out, const float* a, const float* b, size_t n) = 0;
 
   // Causal self-attention with the kernel family attention_kind(). qkv[B,T,3C] packs q,k,v; out[B,T,C];

@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -12,6 +13,7 @@
 
 #include "backend/registry.h"
 #include "cli/command.h"
+#include "infer/adapter.h"
 #include "infer/setup.h"
 #include "infer/weights.h"
 #include "registry/model_uri.h"
@@ -25,6 +27,7 @@ struct ServeCliOptions {
                           device = "cpu", kv_dtype = "auto";
   std::string model_name, tokenizer;
   std::string api_keys_file, usage_log, usage_file;  // usage and cost per project (serve/usage.h)
+  std::vector<std::string> lora;                     // LoRA adapters served beside the model: NAME=PATH
   int port = 8080, max_batch = 32, max_batch_tokens = 256, max_queue = 64, max_seq_len = 0, threads = 0;
   int http_threads = 0, max_body_kb = 1024, timeout_s = 600;
   double kv_cache_mb = 1024, price_per_hour = 0;
@@ -51,6 +54,28 @@ Result<std::string> ApiKey(const ServeCliOptions& o) {
 int Fail(const Status& st) {
   std::fprintf(stderr, "tern serve: %s\n", st.message().c_str());
   return 1;
+}
+
+// The adapters of --lora, each checked against the served weights (the very base it was trained on), their
+// names distinct and not the base model's.
+Result<std::vector<LoraAdapter>> LoadAdapters(const ServeCliOptions& o, const ModelWeights& w,
+                                              const std::string& model_name,
+                                              std::vector<std::string>* names) {
+  std::vector<LoraAdapter> adapters;
+  if (o.lora.empty()) return adapters;
+  const std::string base = BaseFingerprint(w.config, w.params);
+  for (const std::string& arg : o.lora) {
+    TERN_ASSIGN_OR_RETURN(LoraModule m, ParseLoraModule(arg));
+    if (m.name == model_name || std::find(names->begin(), names->end(), m.name) != names->end())
+      return Status::InvalidArgument(fmt::format(
+          "--lora {}: the name '{}' is taken (the model's, or another adapter's); name it: --lora NAME={}",
+          arg, m.name, m.path));
+    TERN_ASSIGN_OR_RETURN(LoraAdapter a, LoadLoraAdapter(m.path));
+    TERN_RETURN_IF_ERROR(CheckAdapterBase(a, m.path, w.config, base, o.model_path));
+    names->push_back(m.name);
+    adapters.push_back(std::move(a));
+  }
+  return adapters;
 }
 
 // How long idle OpenMP workers spin before they sleep. libgomp's default (300k spins, ~1 ms) lets them hold
@@ -126,6 +151,8 @@ int RunServe(const ServeCliOptions& o) {
   auto weights = LoadModelWeights(*model_path, o.tokenizer);  // cheap to fail early on a wrong path
   if (!weights.ok()) return Fail(weights.status());
   so.model_name = o.model_name.empty() ? weights->name : o.model_name;
+  auto adapters = LoadAdapters(o, *weights, so.model_name, &so.adapters);
+  if (!adapters.ok()) return Fail(adapters.status());
   Server server(so, &metrics);
   if (Status st = server.Bind(); !st.ok()) return Fail(st);
   std::thread http([&] { server.Serve(); });
@@ -151,6 +178,7 @@ int RunServe(const ServeCliOptions& o) {
   setup.engine.max_queue = o.max_queue;
   setup.engine.max_seq_len = o.max_seq_len;
   setup.engine.threads = o.threads;
+  setup.adapters = std::move(*adapters);
   auto engine = MakeEngine(backend->get(), weights->config, weights->params, &tok.value(), setup, &metrics);
   if (!engine.ok()) return fail_running(engine.status());
   weights->params = {};  // the model holds its own copy
@@ -166,8 +194,14 @@ int RunServe(const ServeCliOptions& o) {
       m.options().num_blocks *
           InferenceModel::KvBytesPerBlock(weights->config, m.options().block_size, *kv_dtype) / 1048576.0,
       o.max_batch, e.max_seq_len());
+  for (size_t i = 0; i < so.adapters.size(); i++) {
+    const LoraAdapter& a = setup.adapters[i];
+    std::fprintf(stderr, "tern serve: LoRA adapter %s (%s, %.1f MB): \"model\": \"%s\"\n",
+                 so.adapters[i].c_str(), a.spec.ToString().c_str(), a.params.size() * 4 / 1048576.0,
+                 so.adapters[i].c_str());
+  }
   e.Start();
-  server.SetEngine(&e, {so.model_name, &tok.value(), e.max_seq_len()});
+  server.SetEngine(&e, {so.model_name, &tok.value(), e.max_seq_len(), so.adapters});
   std::fprintf(
       stderr, "tern serve: ready: POST http://%s:%d/v1/completions%s\n", o.host.c_str(), server.port(),
       so.api_key.empty() && so.api_keys.empty() ? " (no API key: anyone who can reach the port can use it)"
@@ -281,6 +315,11 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("--model-name", o->model_name, "model id in the API (default: the run directory's name)");
+  sub->add_option("--lora", o->lora,
+                  "serve a LoRA adapter beside the model, as API model NAME (repeatable): NAME=PATH, PATH a "
+                  "LoRA run directory (train.lora.rank, train.init_from = this model), its "
+                  "adapter.safetensors or a checkpoint; requests pick it with \"model\": \"NAME\"")
+      ->allow_extra_args(false);
   sub->add_option("--tokenizer", o->tokenizer,
                   "tokenizer.model to use (default: the one next to the weights)");
   sub->add_option("--device", o->device, "cpu | cpu-ref | cuda | auto")->capture_default_str();

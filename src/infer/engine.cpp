@@ -61,6 +61,12 @@ uint64_t ChoiceSeed(uint64_t seed, int index) {
   return z ^ (z >> 31);
 }
 
+// The root of a request's prefix-cache hash chain: 0 for the base model, a distinct value per adapter, so
+// a prompt's blocks computed under one adapter are never found by a request for another.
+uint64_t PrefixRoot(int adapter) {
+  return adapter == 0 ? 0 : ChoiceSeed(0x6c6f7261ull, adapter);
+}
+
 // Tokens whose keys and values a request ever computes: the prompt and every generated token but the last.
 // max_tokens = 0 still computes the whole prompt (its last row ends the prefill).
 int KvTokens(const GenerationRequest& r) {
@@ -138,6 +144,9 @@ Result<std::shared_ptr<RequestHandle>> Engine::Submit(GenerationRequest request)
     if (t < 0 || t >= V)
       return Status::InvalidArgument(fmt::format("logit_bias token {} is outside [0, {})", t, V));
   if (request.max_tokens < 0) return Status::InvalidArgument("max_tokens must not be negative");
+  if (request.adapter < 0 || request.adapter > model_->num_adapters())
+    return Status::InvalidArgument(fmt::format("adapter {} is not served (this engine has {})",
+                                               request.adapter, model_->num_adapters()));
   if (P + request.max_tokens > max_seq_len_)
     return Status::InvalidArgument(
         fmt::format("this model's maximum context length is {} tokens, but {} were requested ({} in the "
@@ -213,7 +222,8 @@ bool Engine::Admit(Sequence* seq) {
   const int max_prefix = seq->req.prompt_logprobs ? 0 : (P - 1) / bs;
   std::vector<uint64_t> hashes;
   const uint64_t q0 = blocks_.prefix_queries(), h0 = blocks_.prefix_hits();
-  std::vector<int32_t> prefix = blocks_.AcquirePrefix(seq->tokens.data(), P, max_prefix, &hashes);
+  const uint64_t root = PrefixRoot(seq->req.adapter);
+  std::vector<int32_t> prefix = blocks_.AcquirePrefix(seq->tokens.data(), P, max_prefix, &hashes, root);
   const int n = static_cast<int>(prefix.size());
   if (!blocks_.Reserve(total - n)) {
     for (int32_t b : prefix) blocks_.Release(b);
@@ -225,7 +235,7 @@ bool Engine::Admit(Sequence* seq) {
   seq->reserved = total - n;
   seq->computed = seq->cached = n * bs;
   seq->published = n;
-  seq->last_hash = n ? hashes.back() : 0;
+  seq->last_hash = n ? hashes.back() : root;
   if (seq->index == 0) metrics_->prompt_tokens += P;  // the choices of a request share one prompt
   metrics_->prefix_cache_hit_tokens += seq->cached;
   return true;
@@ -259,6 +269,7 @@ void Engine::AddRows(Sequence* seq, int n) {
   if (seq->computed < seq->prompt_len)
     metrics_->prefill_tokens += std::min(n, seq->prompt_len - seq->computed);
   batch_.seqs.insert(batch_.seqs.end(), {row0, n, seq->computed + n});
+  if (model_->num_adapters() > 0) batch_.adapters.push_back(seq->req.adapter);
   const size_t table0 = batch_.block_tables.size();
   batch_.block_tables.resize(table0 + model_->max_blocks_per_seq(), 0);
   std::copy(seq->blocks.begin(), seq->blocks.end(), batch_.block_tables.begin() + table0);

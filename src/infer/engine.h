@@ -57,6 +57,9 @@ struct GenerationRequest {
   // json_constraint.h); compiled once per request and shared by its choices.
   std::shared_ptr<const JsonSchema> json_schema;
   bool JsonConstrained() const { return json_object || json_schema != nullptr; }
+  // The LoRA adapter that runs it (InferenceModel::AddAdapter's number), 0 = the base model. Its keys and
+  // values differ from the base model's, so the prefix cache keeps each adapter's blocks apart.
+  int adapter = 0;
   int n = 1;                     // choices sampled from the prompt, 1..kMaxChoices
   int logprobs = -1;             // -1 = off; k in 0..kMaxTopLogprobs: each token's logprob and the k best
   bool prompt_logprobs = false;  // also score prompt tokens 1..P-1 (echo); needs logprobs >= 0

@@ -52,6 +52,7 @@ void ForwardBatch::Clear() {
   seqs.clear();
   block_tables.clear();
   logit_rows.clear();
+  adapters.clear();
 }
 
 // Activation buffers for R rows (S sequences for the head), shapes in the comments.
@@ -209,7 +210,79 @@ void InferenceModel::Init(const std::vector<float>& params) {
 size_t InferenceModel::param_bytes() const {
   size_t n = params_.bytes();
   for (const auto& b : weight_buffers_) n += b.bytes();
+  for (const auto& a : adapters_) n += a.weights.bytes();
   return n;
+}
+
+Result<int> InferenceModel::AddAdapter(const LoraAdapter& adapter) {
+  if (adapter.config.ToString() != cfg_.ToString())
+    return Status::InvalidArgument(fmt::format("the adapter is for a {} model; this one is {}",
+                                               adapter.config.ToString(), cfg_.ToString()));
+  TERN_RETURN_IF_ERROR(adapter.spec.Validate(cfg_));
+  if (!adapter.spec.enabled() || adapter.params.size() != LoraParamCount(cfg_, adapter.spec))
+    return Status::InvalidArgument(fmt::format("the adapter needs {} parameters, it has {}",
+                                               LoraParamCount(cfg_, adapter.spec), adapter.params.size()));
+  const int L = cfg_.n_layer, r = adapter.spec.rank;
+  // B scaled by s on the host, so the forward's second product adds the term as it is.
+  std::vector<float> host = adapter.params;
+  const std::vector<ParamTensor> layout = LoraParamLayout(cfg_, adapter.spec, 0);
+  for (const ParamTensor& t : layout)
+    if (t.name.rfind("lora_b.", 0) == 0)
+      for (size_t i = 0; i < t.numel; i++) host[t.offset + i] *= adapter.spec.scale();
+  Adapter a;
+  a.rank = r;
+  a.weights = DeviceBuffer(backend_, host.size() * sizeof(float));
+  backend_->Upload(a.weights.data(), host.data(), host.size() * sizeof(float));
+  a.a.assign(4 * static_cast<size_t>(L), nullptr);
+  a.b.assign(4 * static_cast<size_t>(L), nullptr);
+  static const char* const kTargets[4] = {"qkvw", "attprojw", "fcw", "fcprojw"};
+  for (const ParamTensor& t : layout)
+    for (int target = 0; target < 4; target++) {
+      const bool is_a = t.name == std::string("lora_a.") + kTargets[target];
+      const bool is_b = t.name == std::string("lora_b.") + kTargets[target];
+      if (!is_a && !is_b) continue;
+      for (int l = 0; l < L; l++) {
+        const float* p = a.weights.as<float>() + t.offset + l * (t.numel / L);
+        (is_a ? a.a : a.b)[static_cast<size_t>(l) * 4 + target] = p;
+      }
+    }
+  int max_rank = r;
+  for (const Adapter& other : adapters_) max_rank = std::max(max_rank, other.rank);
+  const size_t mid = static_cast<size_t>(opt_.max_rows) * max_rank;
+  if (lora_mid_.bytes() < mid * sizeof(float)) lora_mid_ = DeviceBuffer(backend_, mid * sizeof(float));
+  if (lora_out_.bytes() == 0)
+    lora_out_ = DeviceBuffer(backend_, static_cast<size_t>(opt_.max_rows) * 4 * cfg_.n_embd * sizeof(float));
+  adapters_.push_back(std::move(a));
+  return static_cast<int>(adapters_.size());
+}
+
+void InferenceModel::ApplyAdapters(float* out, const float* inp, int target, int l, const ForwardBatch& batch,
+                                   int OC, int K) {
+  if (batch.adapters.empty()) return;
+  const int S = batch.S();
+  assert(static_cast<int>(batch.adapters.size()) == S);
+  for (int s = 0; s < S;) {
+    const int id = batch.adapters[s];
+    int e = s + 1;
+    while (e < S && batch.adapters[e] == id) e++;
+    if (id > 0) {
+      assert(id <= num_adapters());
+      const Adapter& ad = adapters_[id - 1];
+      const size_t m = static_cast<size_t>(l) * 4 + target;
+      if (ad.a[m]) {
+        // The sequences' rows are consecutive (the engine appends each sequence's rows in order).
+        const int row0 = batch.seqs[3 * s];
+        const int rows = batch.seqs[3 * (e - 1)] + batch.seqs[3 * (e - 1) + 1] - row0;
+        float* o = out + static_cast<size_t>(row0) * OC;
+        backend_->MatmulF32Weights(lora_mid_.as<float>(), inp + static_cast<size_t>(row0) * K, ad.a[m],
+                                   nullptr, rows, ad.rank, K);
+        backend_->MatmulF32Weights(lora_out_.as<float>(), lora_mid_.as<float>(), ad.b[m], nullptr, rows, OC,
+                                   ad.rank);
+        backend_->Add(o, o, lora_out_.as<float>(), static_cast<size_t>(rows) * OC);
+      }
+    }
+    s = e;
+  }
 }
 
 const float* InferenceModel::P(const char* name, int layer) const {
@@ -276,6 +349,7 @@ const float* InferenceModel::Forward(const ForwardBatch& batch) {
     backend_->LayerNormForward(a.ln, a.mean, a.rstd, a.x, p.ln1w, p.ln1b, N, C);
     lap("layernorm");
     RunLinear(a.qkv, a.ln, qkvw_[l], p.qkvb, N, 3 * C, C);
+    ApplyAdapters(a.qkv, a.ln, 0, l, batch, 3 * C, C);
     lap("matmul qkv");
     backend_->KvCacheWrite(k_cache, v_cache, opt_.kv_dtype, a.qkv, d_slots, N, C, NH, bs);
     lap("kv write");
@@ -283,16 +357,19 @@ const float* InferenceModel::Forward(const ForwardBatch& batch) {
                                     max_blocks_, N, C, NH, bs);
     lap("attention");
     RunLinear(a.proj, a.atty, attprojw_[l], p.attprojb, N, C, C);
+    ApplyAdapters(a.proj, a.atty, 1, l, batch, C, C);
     lap("matmul attproj");
     backend_->Add(a.x2, a.x, a.proj, static_cast<size_t>(N) * C);
     lap("residual");
     backend_->LayerNormForward(a.ln, a.mean, a.rstd, a.x2, p.ln2w, p.ln2b, N, C);
     lap("layernorm");
     RunLinear(a.fch, a.ln, fcw_[l], p.fcb, N, 4 * C, C);
+    ApplyAdapters(a.fch, a.ln, 2, l, batch, 4 * C, C);
     lap("matmul fc");
     backend_->GeluForward(a.fcg, a.fch, static_cast<size_t>(N) * 4 * C);
     lap("gelu");
     RunLinear(a.proj, a.fcg, fcprojw_[l], p.fcprojb, N, C, 4 * C);
+    ApplyAdapters(a.proj, a.fcg, 3, l, batch, C, 4 * C);
     lap("matmul fcproj");
     backend_->Add(a.x, a.x2, a.proj, static_cast<size_t>(N) * C);
     lap("residual");

@@ -22,6 +22,7 @@
 
 #include "backend/backend.h"
 #include "core/status.h"
+#include "infer/adapter.h"
 #include "model/gpt_config.h"
 
 namespace tern {
@@ -55,6 +56,7 @@ struct ForwardBatch {
   std::vector<int32_t> seqs;                      // [S,3]: q_start, q_len, ctx_len (backend.h)
   std::vector<int32_t> block_tables;              // [S, max_blocks], unused entries 0
   std::vector<int32_t> logit_rows;                // rows whose next-token logits are wanted, in output order
+  std::vector<int32_t> adapters;  // [S] each sequence's LoRA adapter (0 = the base model); empty = all base
   int N() const { return static_cast<int>(tokens.size()); }
   int S() const { return static_cast<int>(seqs.size() / 3); }
   void Clear();
@@ -68,6 +70,14 @@ class InferenceModel {
                                                         const InferenceModelOptions& options);
   // KV bytes per block over all layers (keys and values): 2 * L * KvBlockBytes (backend.h).
   static size_t KvBytesPerBlock(const GptConfig& cfg, int block_size, DType kv_dtype);
+
+  // Serves a LoRA adapter beside the base weights (multi-LoRA, infer/adapter.h): a sequence of the batch
+  // with adapter i (ForwardBatch::adapters) computes each adapted matrix as x W^T + b + (x A^T)(s B)^T, the
+  // adapters in fp32 whatever the base weights' format (vLLM's punica path does the same in the model's
+  // dtype); sequences with other adapters, or none, are unaffected. The shape must be the model's (the
+  // caller checks the base fingerprint: CheckAdapterBase). Returns i: 1 for the first, 2 for the next...
+  Result<int> AddAdapter(const LoraAdapter& adapter);
+  int num_adapters() const { return static_cast<int>(adapters_.size()); }
 
   // Runs the batch: writes its keys and values into the cache and returns the logits of logit_rows,
   // [logit_rows.size(), V] in host memory, valid until the next Forward. A CPU backend's buffer is returned
@@ -102,7 +112,11 @@ class InferenceModel {
   void Init(const std::vector<float>& params);
   void RunLinear(float* out, const float* inp, const Linear& w, const float* bias, int N, int OC, int K);
   const float* P(const char* name, int layer = 0) const;  // device pointer of a fp32 tensor (of a layer)
-  struct LayerParams {                                    // the fp32 vectors of one layer, looked up once
+  // out[rows, OC] += the adapters' term for matrix `target` (0 qkv, 1 attproj, 2 fc, 3 fcproj) of layer l,
+  // for each run of consecutive sequences that share an adapter.
+  void ApplyAdapters(float* out, const float* inp, int target, int l, const ForwardBatch& batch, int OC,
+                     int K);
+  struct LayerParams {  // the fp32 vectors of one layer, looked up once
     const float *ln1w, *ln1b, *qkvb, *attprojb, *ln2w, *ln2b, *fcb, *fcprojb;
   };
 
@@ -118,10 +132,17 @@ class InferenceModel {
   std::vector<LayerParams> layer_params_;
   std::map<std::string, double>* profile_ = nullptr;
   std::unique_ptr<Linear> head_;
-  DeviceBuffer k_cache_, v_cache_;  // [L, num_blocks, NH, hs, bs] keys, [L, num_blocks, NH, bs, hs] values
-  DeviceBuffer acts_;               // activations for max_rows rows
-  DeviceBuffer ints_;               // uploaded batch metadata
-  std::vector<float> host_logits_;  // GPU backends: the logits downloaded for the sampler
+  struct Adapter {  // one served LoRA adapter: A and s*B of each adapted matrix, [L * 4] (null: not adapted)
+    int rank = 0;
+    DeviceBuffer weights;
+    std::vector<const float*> a, b;
+  };
+  std::vector<Adapter> adapters_;
+  DeviceBuffer lora_mid_, lora_out_;  // [max_rows, max rank] and [max_rows, 4C]
+  DeviceBuffer k_cache_, v_cache_;    // [L, num_blocks, NH, hs, bs] keys, [L, num_blocks, NH, bs, hs] values
+  DeviceBuffer acts_;                 // activations for max_rows rows
+  DeviceBuffer ints_;                 // uploaded batch metadata
+  std::vector<float> host_logits_;    // GPU backends: the logits downloaded for the sampler
 };
 
 }  // namespace tern

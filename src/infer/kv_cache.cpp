@@ -17,10 +17,10 @@ uint64_t BlockManager::ChainHash(uint64_t parent_hash, const int32_t* tokens) co
 }
 
 std::vector<int32_t> BlockManager::AcquirePrefix(const int32_t* tokens, int n, int max_blocks,
-                                                 std::vector<uint64_t>* hashes) {
+                                                 std::vector<uint64_t>* hashes, uint64_t root) {
   std::vector<int32_t> found;
   hashes->clear();
-  uint64_t parent = 0;
+  uint64_t parent = root;
   const int full = std::min(n / block_size_, max_blocks);
   for (int i = 0; i < full; i++) {
     const int32_t* t = tokens + static_cast<size_t>(i) * block_size_;

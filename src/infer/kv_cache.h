@@ -35,9 +35,11 @@ class BlockManager {
   int available() const { return free() + cached_free() - reserved_; }
 
   // The longest published prefix of tokens[0..n), in whole blocks and at most max_blocks of them. The blocks
-  // found are acquired (their holders count +1). *hashes receives each block's chain hash.
+  // found are acquired (their holders count +1). *hashes receives each block's chain hash. root: the chain's
+  // parent hash before the first block (0; a namespace, such as a LoRA adapter's, whose blocks must not mix
+  // with others: publish its first block with the same parent).
   std::vector<int32_t> AcquirePrefix(const int32_t* tokens, int n, int max_blocks,
-                                     std::vector<uint64_t>* hashes);
+                                     std::vector<uint64_t>* hashes, uint64_t root = 0);
 
   // Promises n blocks to a sequence; false (and nothing promised) when fewer are available.
   bool Reserve(int n);
@@ -48,8 +50,9 @@ class BlockManager {
   void Release(int32_t block);
 
   // Publishes full block `block` holding tokens[0..block_size) after the prefix whose chain hash is
-  // parent_hash (0 for the first block). Returns the block's chain hash. If an identical block is already
-  // published, this one stays private (it is freed normally) and the hash is returned all the same.
+  // parent_hash (the chain's root, 0 by default, for the first block). Returns the block's chain hash. If an
+  // identical block is already published, this one stays private (it is freed normally) and the hash is
+  // returned all the same.
   uint64_t Publish(int32_t block, uint64_t parent_hash, const int32_t* tokens);
 
   // Prefix-cache counters since construction: blocks looked up, blocks found.

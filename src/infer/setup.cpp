@@ -30,6 +30,7 @@ Result<std::unique_ptr<Engine>> MakeEngine(Backend* backend, const GptConfig& cf
   mo.max_rows = eo.max_batch_tokens;
   mo.max_seqs = eo.max_batch;
   TERN_ASSIGN_OR_RETURN(auto model, InferenceModel::Create(backend, cfg, params, mo));
+  for (const LoraAdapter& a : setup.adapters) TERN_RETURN_IF_ERROR(model->AddAdapter(a).status());
   return std::make_unique<Engine>(std::move(model), tokenizer, eo, metrics);
 }
 

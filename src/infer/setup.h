@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "infer/adapter.h"
 #include "infer/engine.h"
 #include "model/gpt_config.h"
 
@@ -18,6 +19,9 @@ struct EngineSetup {
   double kv_cache_mb = 1024;
   int block_size = 16;
   EngineOptions engine;
+  // LoRA adapters served beside the weights (`tern serve --lora`), numbered 1, 2, ... in this order; the
+  // caller has checked that they were trained on these weights (CheckAdapterBase).
+  std::vector<LoraAdapter> adapters;
 };
 Result<std::unique_ptr<Engine>> MakeEngine(Backend* backend, const GptConfig& cfg,
                                            const std::vector<float>& params, const Tokenizer* tokenizer,

@@ -19,8 +19,30 @@ std::string BaseName(const std::string& path) {
   return p.filename().string();
 }
 
-// tensors.safetensors of a checkpoint: one fp32 tensor per GptParamLayout entry, the shape in __metadata__.
-Result<ModelWeights> FromCheckpoint(const std::string& path) {
+}  // namespace
+
+Result<CheckpointModel> ModelFromCheckpointTensors(const ckpt::ParsedSafetensors& st,
+                                                   const std::string& where) {
+  CheckpointModel m;
+  TERN_ASSIGN_OR_RETURN(m.config, ShapeFromMetadata(st.metadata, where + " (tensors.safetensors)"));
+  TERN_ASSIGN_OR_RETURN(m.lora, LoraFromMetadata(st.metadata, m.config, where + " (tensors.safetensors)"));
+  std::vector<ParamTensor> layout = GptParamLayout(m.config);
+  const size_t base = GptParamCount(m.config);
+  const std::vector<ParamTensor> adapters = LoraParamLayout(m.config, m.lora, base);
+  layout.insert(layout.end(), adapters.begin(), adapters.end());
+  m.params.resize(base + LoraParamCount(m.config, m.lora));
+  for (const ParamTensor& t : layout) {
+    auto tv = st.tensors.find(t.name);
+    if (tv == st.tensors.end() || tv->second.dtype != "F32" ||
+        tv->second.data.size() != t.numel * sizeof(float))
+      return Status::Corruption(
+          fmt::format("{}: tensor '{}' is missing or has the wrong size", where, t.name));
+    std::memcpy(m.params.data() + t.offset, tv->second.data.data(), tv->second.data.size());
+  }
+  return m;
+}
+
+Result<CheckpointModel> LoadCheckpointModel(const std::string& path, std::string* location) {
   std::vector<std::string> skipped;
   auto ck = ckpt::LoadCheckpointAt(
       path, [](const std::string& uri) { return ckpt::OpenStorage(uri); }, &skipped);
@@ -28,8 +50,29 @@ Result<ModelWeights> FromCheckpoint(const std::string& path) {
   auto it = ck->files.find("tensors.safetensors");
   if (it == ck->files.end()) return Status::Corruption(path + ": the checkpoint has no tensors.safetensors");
   TERN_ASSIGN_OR_RETURN(ckpt::ParsedSafetensors st, ckpt::ParseSafetensors(it->second));
-  TERN_ASSIGN_OR_RETURN(ModelWeights w, WeightsFromCheckpointTensors(st, path));
-  w.name = BaseName(ck->location.empty() ? path : ck->location);
+  if (location) *location = ck->location.empty() ? path : ck->location;
+  return ModelFromCheckpointTensors(st, path);
+}
+
+Result<ModelWeights> WeightsFromCheckpointTensors(const ckpt::ParsedSafetensors& st,
+                                                  const std::string& where) {
+  TERN_ASSIGN_OR_RETURN(CheckpointModel m, ModelFromCheckpointTensors(st, where));
+  ModelWeights w;
+  w.config = m.config;
+  w.params = m.lora.enabled() ? MergeLoraOnHost(m.config, m.lora, m.params) : std::move(m.params);
+  return w;
+}
+
+namespace {
+
+// A checkpoint (local or s3://) as a model: its adapters merged, its run directory's tokenizer and name.
+Result<ModelWeights> FromCheckpoint(const std::string& path) {
+  std::string location;
+  TERN_ASSIGN_OR_RETURN(CheckpointModel m, LoadCheckpointModel(path, &location));
+  ModelWeights w;
+  w.config = m.config;
+  w.params = m.lora.enabled() ? MergeLoraOnHost(m.config, m.lora, m.params) : std::move(m.params);
+  w.name = BaseName(location);
   // RUN/checkpoints/step_N -> RUN/tokenizer.model (local checkpoints only; at most two levels up)
   fs::path dir = fs::absolute(fs::path(path).lexically_normal());
   if (dir.filename().empty()) dir = dir.parent_path();
@@ -44,49 +87,6 @@ Result<ModelWeights> FromCheckpoint(const std::string& path) {
 }
 
 }  // namespace
-
-Result<ModelWeights> WeightsFromCheckpointTensors(const ckpt::ParsedSafetensors& st,
-                                                  const std::string& where) {
-  ModelWeights w;
-  auto meta = [&](const char* key) -> int {
-    auto m = st.metadata.find(std::string("tern.") + key);
-    return m == st.metadata.end() ? 0 : std::atoi(m->second.c_str());
-  };
-  w.config =
-      GptConfig{meta("n_layer"), meta("n_head"), meta("n_embd"), meta("vocab_size"), meta("block_size")};
-  TERN_RETURN_IF_ERROR(w.config.Validate().WithContext(where + ": model shape in tensors.safetensors"));
-  LoraSpec lora;
-  if (auto r = st.metadata.find("tern.lora_rank"); r != st.metadata.end()) {
-    lora.rank = std::atoi(r->second.c_str());
-    auto a = st.metadata.find("tern.lora_alpha");
-    auto t = st.metadata.find("tern.lora_targets");
-    Result<uint8_t> targets = t == st.metadata.end() ? Result<uint8_t>(Status::Corruption("no targets"))
-                                                     : ParseLoraTargets(t->second);
-    if (a == st.metadata.end() || !targets.ok())
-      return Status::Corruption(
-          fmt::format("{}: tensors.safetensors has tern.lora_rank but no valid tern.lora_alpha and "
-                      "tern.lora_targets",
-                      where));
-    lora.alpha = std::strtof(a->second.c_str(), nullptr);
-    lora.targets = *targets;
-    TERN_RETURN_IF_ERROR(lora.Validate(w.config).WithContext(where + ": the LoRA metadata"));
-  }
-  std::vector<ParamTensor> layout = GptParamLayout(w.config);
-  const size_t base = GptParamCount(w.config);
-  const std::vector<ParamTensor> adapters = LoraParamLayout(w.config, lora, base);
-  layout.insert(layout.end(), adapters.begin(), adapters.end());
-  w.params.resize(base + LoraParamCount(w.config, lora));
-  for (const ParamTensor& t : layout) {
-    auto tv = st.tensors.find(t.name);
-    if (tv == st.tensors.end() || tv->second.dtype != "F32" ||
-        tv->second.data.size() != t.numel * sizeof(float))
-      return Status::Corruption(
-          fmt::format("{}: tensor '{}' is missing or has the wrong size", where, t.name));
-    std::memcpy(w.params.data() + t.offset, tv->second.data.data(), tv->second.data.size());
-  }
-  if (lora.enabled()) w.params = MergeLoraOnHost(w.config, lora, w.params);
-  return w;
-}
 
 Result<ModelWeights> LoadModelWeights(const std::string& path, const std::string& tokenizer,
                                       bool need_tokenizer) {

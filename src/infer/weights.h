@@ -12,6 +12,7 @@
 #include "ckpt/safetensors_image.h"
 #include "core/status.h"
 #include "model/gpt_config.h"
+#include "model/lora.h"
 
 namespace tern {
 
@@ -27,6 +28,19 @@ struct ModelWeights {
 // tokenizer_path stays empty (train.init_from checks the tokenizer only when there is one).
 Result<ModelWeights> LoadModelWeights(const std::string& path, const std::string& tokenizer = "",
                                       bool need_tokenizer = true);
+
+// A checkpoint's model as saved: shape, LoRA spec (rank 0 without) and the parameters, base then adapters
+// (GptParamLayout + LoraParamLayout), not merged.
+struct CheckpointModel {
+  GptConfig config;
+  LoraSpec lora;
+  std::vector<float> params;
+};
+Result<CheckpointModel> ModelFromCheckpointTensors(const ckpt::ParsedSafetensors& st,
+                                                   const std::string& where);
+// Loads the checkpoint at `path` (a step directory, local or s3://); *location (if given) gets where it was
+// found.
+Result<CheckpointModel> LoadCheckpointModel(const std::string& path, std::string* location = nullptr);
 
 // A checkpoint's tensors.safetensors (parsed) -> its model shape (tern.* metadata) and base weights
 // (GptParamLayout). A LoRA run's checkpoint (tern.lora_* metadata) also holds the adapters: they are merged

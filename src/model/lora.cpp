@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
 #include <fmt/format.h>
@@ -46,6 +47,33 @@ Status LoraSpec::Validate(const GptConfig& cfg) const {
                     "matrix; use a rank of 4 to 64",
                     rank, cfg.n_embd));
   return Status::Ok();
+}
+
+std::map<std::string, std::string> LoraMetadata(const LoraSpec& spec) {
+  if (!spec.enabled()) return {};
+  return {{"tern.lora_rank", std::to_string(spec.rank)},
+          {"tern.lora_alpha", fmt::format("{}", spec.alpha)},
+          {"tern.lora_targets", LoraTargetNames(spec.targets)}};
+}
+
+Result<LoraSpec> LoraFromMetadata(const std::map<std::string, std::string>& metadata, const GptConfig& cfg,
+                                  const std::string& where) {
+  LoraSpec lora;
+  auto r = metadata.find("tern.lora_rank");
+  if (r == metadata.end()) return lora;
+  lora.rank = std::atoi(r->second.c_str());
+  auto a = metadata.find("tern.lora_alpha");
+  auto t = metadata.find("tern.lora_targets");
+  Result<uint8_t> targets =
+      t == metadata.end() ? Result<uint8_t>(Status::Corruption("no targets")) : ParseLoraTargets(t->second);
+  if (a == metadata.end() || !targets.ok())
+    return Status::Corruption(
+        fmt::format("{}: tern.lora_rank is there but no valid tern.lora_alpha and tern.lora_targets", where));
+  lora.alpha = std::strtof(a->second.c_str(), nullptr);
+  lora.targets = *targets;
+  Status valid = lora.Validate(cfg);
+  if (!valid.ok()) return Status::Corruption(where + ": the LoRA metadata: " + valid.message());
+  return lora;
 }
 
 std::string LoraSpec::ToString() const {

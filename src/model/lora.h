@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,14 @@ struct LoraSpec {
   Status Validate(const GptConfig& cfg) const;
   std::string ToString() const;  // "r8 alpha16 qkv,attproj,fc,fcproj", or "off"
 };
+
+// The spec as safetensors metadata (tern.lora_rank, tern.lora_alpha, tern.lora_targets), as checkpoints and
+// adapter files carry it; nothing when LoRA is off.
+std::map<std::string, std::string> LoraMetadata(const LoraSpec& spec);
+// The reverse: rank 0 (off) when the metadata has no tern.lora_rank; Corruption naming `where` when it is
+// there but incomplete or invalid for cfg.
+Result<LoraSpec> LoraFromMetadata(const std::map<std::string, std::string>& metadata, const GptConfig& cfg,
+                                  const std::string& where);
 
 // "qkv,attproj,fc,fcproj" (any subset, any order; "all") -> bits; an unknown name lists the known ones.
 Result<uint8_t> ParseLoraTargets(const std::string& csv);

@@ -53,16 +53,38 @@ std::vector<Mapping> HfMappings(const GptConfig& cfg) {
 
 }  // namespace
 
+std::map<std::string, std::string> ShapeMetadata(const GptConfig& cfg) {
+  return {{"format", "pt"},
+          {"tern.n_layer", std::to_string(cfg.n_layer)},
+          {"tern.n_head", std::to_string(cfg.n_head)},
+          {"tern.n_embd", std::to_string(cfg.n_embd)},
+          {"tern.vocab_size", std::to_string(cfg.vocab_size)},
+          {"tern.block_size", std::to_string(cfg.block_size)}};
+}
+
+Result<GptConfig> ShapeFromMetadata(const std::map<std::string, std::string>& metadata,
+                                    const std::string& where) {
+  GptConfig cfg;
+  try {
+    cfg.n_layer = std::stoi(metadata.at("tern.n_layer"));
+    cfg.n_head = std::stoi(metadata.at("tern.n_head"));
+    cfg.n_embd = std::stoi(metadata.at("tern.n_embd"));
+    cfg.vocab_size = std::stoi(metadata.at("tern.vocab_size"));
+    cfg.block_size = std::stoi(metadata.at("tern.block_size"));
+  } catch (const std::exception&) {
+    return Status::Corruption(where + ": missing or unreadable tern.* model shape in __metadata__");
+  }
+  Status valid = cfg.Validate();
+  if (!valid.ok()) return Status::Corruption(where + ": model shape: " + valid.message());
+  return cfg;
+}
+
 Status WriteGptSafetensors(const std::string& path, const GptConfig& cfg, const std::vector<float>& params,
                            const std::map<std::string, std::string>& extra_metadata) {
   auto maps = HfMappings(cfg);
   nlohmann::ordered_json header;
-  nlohmann::json meta = {{"format", "pt"},
-                         {"tern.n_layer", std::to_string(cfg.n_layer)},
-                         {"tern.n_head", std::to_string(cfg.n_head)},
-                         {"tern.n_embd", std::to_string(cfg.n_embd)},
-                         {"tern.vocab_size", std::to_string(cfg.vocab_size)},
-                         {"tern.block_size", std::to_string(cfg.block_size)}};
+  nlohmann::json meta = nlohmann::json::object();
+  for (const auto& [k, v] : ShapeMetadata(cfg)) meta[k] = v;
   for (const auto& [k, v] : extra_metadata) meta[k] = v;
   header["__metadata__"] = meta;
   size_t offset = 0;
@@ -114,16 +136,7 @@ Result<LoadedWeights> ParseGptSafetensors(std::string_view bytes, const std::str
   if (!meta.is_object()) return corrupt("__metadata__ is not an object");
   for (auto it = meta.begin(); it != meta.end(); ++it)
     if (it.value().is_string()) w.metadata[it.key()] = it.value().get<std::string>();
-  try {
-    w.config.n_layer = std::stoi(w.metadata.at("tern.n_layer"));
-    w.config.n_head = std::stoi(w.metadata.at("tern.n_head"));
-    w.config.n_embd = std::stoi(w.metadata.at("tern.n_embd"));
-    w.config.vocab_size = std::stoi(w.metadata.at("tern.vocab_size"));
-    w.config.block_size = std::stoi(w.metadata.at("tern.block_size"));
-  } catch (const std::exception&) {
-    return corrupt("missing tern.* model shape in __metadata__");
-  }
-  TERN_RETURN_IF_ERROR(w.config.Validate().WithContext(path));
+  TERN_ASSIGN_OR_RETURN(w.config, ShapeFromMetadata(w.metadata, path));
   const char* data = bytes.data() + 8 + hlen;
   const size_t data_bytes = bytes.size() - 8 - hlen;
   // The shape must fit the data before anything is sized from it (a forged shape would ask for terabytes).

@@ -15,6 +15,13 @@
 
 namespace tern {
 
+// The model's shape as __metadata__ strings (format "pt", tern.n_layer ... tern.block_size): every
+// safetensors file tern writes carries it, so each one rebuilds its model without a config.
+std::map<std::string, std::string> ShapeMetadata(const GptConfig& cfg);
+// The reverse, validated; Corruption naming `where` when a key is missing or the shape is invalid.
+Result<GptConfig> ShapeFromMetadata(const std::map<std::string, std::string>& metadata,
+                                    const std::string& where);
+
 Status WriteGptSafetensors(const std::string& path, const GptConfig& cfg, const std::vector<float>& params,
                            const std::map<std::string, std::string>& extra_metadata = {});
 

@@ -1,5 +1,6 @@
 #include "serve/api.h"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -238,18 +239,27 @@ std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body_text, b
                "the request body is not valid JSON: " + (at == std::string::npos ? what : what.substr(at)));
   }
   if (!body.is_object()) return Bad("", "the request body must be a JSON object");
+  int adapter = 0;
+  std::string model = ctx.model_name;
   if (body.contains("model") && !body["model"].is_null()) {
     if (!body["model"].is_string()) return WrongType("model", "a string", body["model"]);
-    const std::string model = body["model"].get<std::string>();
-    if (model != ctx.model_name)
-      return ApiError{
-          404, fmt::format("The model '{}' does not exist; this server serves '{}'", model, ctx.model_name),
-          "invalid_request_error", "model", "model_not_found"};
+    model = body["model"].get<std::string>();
+    const auto it = std::find(ctx.adapters.begin(), ctx.adapters.end(), model);
+    if (it != ctx.adapters.end()) {
+      adapter = static_cast<int>(it - ctx.adapters.begin()) + 1;
+    } else if (model != ctx.model_name) {
+      std::string served = "'" + ctx.model_name + "'";
+      for (const std::string& a : ctx.adapters) served += ", '" + a + "'";
+      return ApiError{404, fmt::format("The model '{}' does not exist; this server serves {}", model, served),
+                      "invalid_request_error", "model", "model_not_found"};
+    }
   }
   if (auto e = CheckUnsupported(body)) return *e;
 
   ParsedRequest r;
   r.chat = chat;
+  r.model = model;
+  r.gen.adapter = adapter;
   GenerationRequest& g = r.gen;
   std::string prompt_field = "prompt";
   if (chat) {

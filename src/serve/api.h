@@ -32,7 +32,8 @@ std::string ErrorJson(const ApiError& e);
 struct ApiContext {
   std::string model_name;
   const Tokenizer* tokenizer = nullptr;
-  int max_seq_len = 0;  // prompt + completion tokens
+  int max_seq_len = 0;                // prompt + completion tokens
+  std::vector<std::string> adapters;  // LoRA adapters served beside it (`--lora NAME=PATH`): adapter i + 1
 };
 
 inline constexpr int kMaxCompletionLogprobs = 5;  // /v1/completions `logprobs`, as OpenAI
@@ -46,6 +47,8 @@ struct ParsedRequest {
   std::string echo_text;       // the prompt as text
   int n = 1;                   // choices in the response
   bool logprobs = false;       // the response shows logprobs
+  std::string model;           // the served model the request named (the base model when it named none);
+                               // a LoRA adapter's name sets gen.adapter
   GenerationRequest gen;       // prompt tokenized, max_tokens resolved (0 only with echo), seed drawn if none
                                // was given; n (best_of when larger: candidates, ranked by the response),
                                // logprobs (-1 = off; at least 0 when candidates are ranked) and
@@ -92,7 +95,8 @@ int TokenChars(const Tokenizer& tok, int32_t id);
 // The prompt's logprob entries for an echo: the first token has none (NaN), entry i + 1 is prompt_lp[i].
 std::vector<TokenLogprob> EchoLogprobs(const std::vector<int32_t>& prompt,
                                        const std::vector<TokenLogprob>& prompt_lp);
-std::string ModelsJson(const std::string& model, int64_t created);
-std::string ModelJson(const std::string& model, int64_t created);
+// The model list: the base model, then each adapter with "parent": the base (as vLLM lists LoRA modules).
+std::string ModelsJson(const std::string& model, const std::vector<std::string>& adapters, int64_t created);
+std::string ModelJson(const std::string& model, int64_t created, const std::string& parent = "");
 
 }  // namespace tern

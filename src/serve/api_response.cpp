@@ -202,12 +202,16 @@ std::string UsageChunkJson(const ResponseMeta& m, const Usage& u) {
   return Dump(j);
 }
 
-std::string ModelJson(const std::string& model, int64_t created) {
-  return Dump({{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "tern"}});
+std::string ModelJson(const std::string& model, int64_t created, const std::string& parent) {
+  json j = {{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "tern"}};
+  if (!parent.empty()) j["parent"] = parent;
+  return Dump(j);
 }
 
-std::string ModelsJson(const std::string& model, int64_t created) {
-  return Dump({{"object", "list"}, {"data", json::array({json::parse(ModelJson(model, created))})}});
+std::string ModelsJson(const std::string& model, const std::vector<std::string>& adapters, int64_t created) {
+  json data = json::array({json::parse(ModelJson(model, created))});
+  for (const std::string& a : adapters) data.push_back(json::parse(ModelJson(a, created, model)));
+  return Dump({{"object", "list"}, {"data", data}});
 }
 
 }  // namespace tern

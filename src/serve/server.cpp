@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -224,14 +225,17 @@ void Server::Impl::Routes() {
                              "text/plain; version=0.0.4; charset=utf-8");
            }));
   http.Get("/v1/models", Handler([this](const httplib::Request&, httplib::Response& res) {
-             res.set_content(ModelsJson(opt.model_name, created), "application/json");
+             res.set_content(ModelsJson(opt.model_name, opt.adapters, created), "application/json");
            }));
   http.Get(R"(/v1/models/(.+))", Handler([this](const httplib::Request& req, httplib::Response& res) {
-             if (req.matches[1] != opt.model_name) {
-               return Reply(res, {404, fmt::format("The model '{}' does not exist", req.matches[1].str()),
+             const std::string id = req.matches[1].str();
+             const bool adapter =
+                 std::find(opt.adapters.begin(), opt.adapters.end(), id) != opt.adapters.end();
+             if (id != opt.model_name && !adapter) {
+               return Reply(res, {404, fmt::format("The model '{}' does not exist", id),
                                   "invalid_request_error", "model", "model_not_found"});
              }
-             res.set_content(ModelJson(opt.model_name, created), "application/json");
+             res.set_content(ModelJson(id, created, adapter ? opt.model_name : ""), "application/json");
            }));
   http.Post("/v1/completions", Handler([this](const httplib::Request& req, httplib::Response& res) {
               Generate(req, res, false);
@@ -263,6 +267,7 @@ void Server::Impl::GenerateFor(const httplib::Request& req, httplib::Response& r
   auto parsed = ParseRequest(req.body, chat, ctx);
   if (auto* err = std::get_if<ApiError>(&parsed)) return Reply(res, *err);
   ParsedRequest r = std::move(std::get<ParsedRequest>(parsed));
+  rec->model = r.model;
   if (auto refused = usage.Admit(rec->key)) {
     res.set_header("Retry-After", std::to_string(refused->retry_after_s));
     return Reply(res, {429, refused->message, refused->limit, "", "rate_limit_exceeded"});
@@ -291,7 +296,7 @@ void Server::Impl::GenerateFor(const httplib::Request& req, httplib::Response& r
 // gives no signal without writing); max_tokens and the request timeout bound the waste.
 void Server::Impl::Respond(httplib::Response& res, ParsedRequest r, std::shared_ptr<RequestHandle> handle,
                            UsageRecord* rec) {
-  ResponseBuilder builder(r, NewResponseMeta(opt.model_name, r.chat, ctx.tokenizer));
+  ResponseBuilder builder(r, NewResponseMeta(r.model, r.chat, ctx.tokenizer));
   const auto deadline = Clock::now() + std::chrono::seconds(opt.request_timeout_s);
   while (!builder.finished()) {
     std::vector<GenerationEvent> events;
@@ -319,7 +324,7 @@ void Server::Impl::StreamResponse(httplib::Response& res, ParsedRequest r,
   st->rec = rec;
   st->start = Clock::now();
   st->handle = std::move(handle);
-  st->builder = std::make_unique<ResponseBuilder>(r, NewResponseMeta(opt.model_name, r.chat, ctx.tokenizer));
+  st->builder = std::make_unique<ResponseBuilder>(r, NewResponseMeta(r.model, r.chat, ctx.tokenizer));
   st->deadline = Clock::now() + std::chrono::seconds(opt.request_timeout_s);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");

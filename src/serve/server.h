@@ -35,7 +35,8 @@ struct ServerOptions {
                                     // request's headers, then its body (connection_deadlines.h)
   int request_timeout_s = 600;      // a request running longer is cancelled
   std::string model_name = "tern";
-  bool log_requests = false;  // one line per request on stderr (method, path, status, seconds)
+  std::vector<std::string> adapters;  // LoRA adapters' names (`--lora NAME=PATH`), listed by /v1/models
+  bool log_requests = false;          // one line per request on stderr (method, path, status, seconds)
 };
 
 class Server {

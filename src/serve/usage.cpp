@@ -137,6 +137,10 @@ void UsageTracker::Record(const UsageRecord& r) {
   u.requests++;
   u.prompt_tokens += r.prompt_tokens;
   u.generation_tokens += r.generation_tokens;
+  ModelUsage& m = by_model_[r.model.empty() ? opt_.model : r.model];
+  m.requests++;
+  m.prompt_tokens += r.prompt_tokens;
+  m.generation_tokens += r.generation_tokens;
   if (r.key >= 0 && r.key < static_cast<int>(opt_.keys.size()) && opt_.keys[r.key].tokens_per_min > 0) {
     Refill(&u.tpm, opt_.keys[r.key].tokens_per_min, opt_.clock());
     u.tpm.level -= static_cast<double>(r.prompt_tokens + r.generation_tokens);
@@ -146,6 +150,7 @@ void UsageTracker::Record(const UsageRecord& r) {
                      {"project", Project(r.key)},
                      {"key_id", KeyId(r.key)},
                      {"route", r.route},
+                     {"model", r.model.empty() ? opt_.model : r.model},
                      {"status", r.status},
                      {"prompt_tokens", r.prompt_tokens},
                      {"generation_tokens", r.generation_tokens},
@@ -186,6 +191,17 @@ std::string UsageTracker::RenderMetrics() const {
           [](const KeyUsage& u) { return u.prompt_tokens; });
   per_key("tern_usage_generation_tokens_total", "Tokens generated, by project and key id.",
           [](const KeyUsage& u) { return u.generation_tokens; });
+  // Per served model: the base model and each LoRA adapter (`tern serve --lora`), whose fine-tune's
+  // owner the tokens can be billed to.
+  family("tern_usage_model_requests_total", "counter",
+         "Generation requests answered (any status), by the model or LoRA adapter they named.");
+  for (const auto& [name, m] : by_model_)
+    out += fmt::format("tern_usage_model_requests_total{{model=\"{}\"}} {}\n", name, m.requests);
+  family("tern_usage_model_generation_tokens_total", "counter",
+         "Tokens generated, by the model or LoRA adapter the requests named.");
+  for (const auto& [name, m] : by_model_)
+    out += fmt::format("tern_usage_model_generation_tokens_total{{model=\"{}\"}} {}\n", name,
+                       m.generation_tokens);
   family("tern_usage_rate_limited_total", "counter",
          "Requests refused with 429 by a key's per-minute limit, by project, key id and limit.");
   for (size_t i = 0; i < opt_.keys.size(); i++)
@@ -256,6 +272,13 @@ json UsageTracker::UsageJson() const {
                           {"generation_tokens", p[2]},
                           {"rate_limited", p[3]},
                           {"usd", share(p[2])}});
+  json by_model = json::array();
+  for (const auto& [name, m] : by_model_)
+    by_model.push_back({{"model", name},
+                        {"requests", m.requests},
+                        {"prompt_tokens", m.prompt_tokens},
+                        {"generation_tokens", m.generation_tokens},
+                        {"usd", share(m.generation_tokens)}});
   const bool priced = opt_.price_per_hour > 0;
   return {{"kind", "tern-serve-usage"},
           {"version", 1},
@@ -274,7 +297,8 @@ json UsageTracker::UsageJson() const {
           {"usd_per_million_generated_tokens",
            priced && generated > 0 ? json(usd / static_cast<double>(generated) * 1e6) : json(nullptr)},
           {"keys", keys},
-          {"by_project", by_project}};
+          {"by_project", by_project},
+          {"by_model", by_model}};
 }
 
 Status UsageTracker::WriteUsageFile() const {

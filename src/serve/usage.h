@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -31,6 +32,7 @@ struct UsageRecord {
   int status = 0;
   int64_t prompt_tokens = 0, generation_tokens = 0;
   double latency_s = 0;
+  std::string model;  // the served model or LoRA adapter the request named ("" = the base model)
 };
 
 struct UsageOptions {
@@ -91,6 +93,10 @@ class UsageTracker {
   double start_ = 0, start_unix_ = 0;
   mutable std::mutex mu_;
   std::vector<KeyUsage> usage_;  // per key; the last slot is "no key"
+  struct ModelUsage {
+    uint64_t requests = 0, prompt_tokens = 0, generation_tokens = 0;
+  };
+  std::map<std::string, ModelUsage> by_model_;  // per served model and LoRA adapter
   int in_flight_ = 0;
   double busy_acc_ = 0, busy_since_ = 0;
   FILE* log_ = nullptr;

@@ -167,7 +167,7 @@ TEST_F(UsageTest, BusyIdleAndCostPerMillionTokensFollowTheClock) {
     u.End();  // busy 5 + 10
     clock.t += 10;
     u.Record({1.7e9, 0, "/v1/completions", 200, 100, 600, 2.0});
-    u.Record({1.7e9, 1, "/v1/chat/completions", 200, 50, 400, 1.0});
+    u.Record({1.7e9, 1, "/v1/chat/completions", 200, 50, 400, 1.0, "law"});  // a LoRA adapter's request
     u.Record({1.7e9, 1, "/v1/completions", 429, 0, 0, 0.001});
     EXPECT_DOUBLE_EQ(u.busy_s(), 15);
     EXPECT_DOUBLE_EQ(u.idle_s(), 25);
@@ -189,6 +189,15 @@ TEST_F(UsageTest, BusyIdleAndCostPerMillionTokensFollowTheClock) {
     EXPECT_EQ(j["by_project"][0]["project"], "ads");
     EXPECT_NEAR(j["by_project"][0]["usd"].get<double>(), 0.016, 1e-12);  // 400 of 1000 tokens
     EXPECT_EQ(j["by_project"][0]["requests"], 2);
+    // Per served model: the LoRA adapter's tokens apart from the base model's ("tiny"), with their $ share.
+    ASSERT_EQ(j["by_model"].size(), 2u) << j["by_model"].dump();
+    EXPECT_EQ(j["by_model"][0]["model"], "law");
+    EXPECT_EQ(j["by_model"][0]["generation_tokens"], 400);
+    EXPECT_NEAR(j["by_model"][0]["usd"].get<double>(), 0.016, 1e-12);
+    EXPECT_EQ(j["by_model"][1]["model"], "tiny");
+    EXPECT_EQ(j["by_model"][1]["requests"], 2);
+    EXPECT_NE(m.find("tern_usage_model_generation_tokens_total{model=\"law\"} 400\n"), std::string::npos)
+        << m;
   }  // destroyed: the usage file is written
   const json file = json::parse(ReadAll(dir_ / "usage.json"), nullptr, false);
   ASSERT_FALSE(file.is_discarded());
@@ -205,6 +214,8 @@ TEST_F(UsageTest, BusyIdleAndCostPerMillionTokensFollowTheClock) {
   EXPECT_EQ(lines[0]["project"], "search");
   EXPECT_EQ(lines[0]["generation_tokens"], 600);
   EXPECT_EQ(lines[2]["status"], 429);
+  EXPECT_EQ(lines[1]["model"], "law");
+  EXPECT_EQ(lines[0]["model"], "tiny");
   for (const std::string f : {"usage.json", "usage.jsonl"})
     for (const char* key : {"sk-aaaaaaaaaaaa", "sk-bbbbbbbbbbbb"})
       EXPECT_EQ(ReadAll(dir_ / f).find(key), std::string::npos) << key << " in " << f;

@@ -61,6 +61,8 @@ class ServerTest : public ::testing::Test {
   }
   static void SetUpTestSuite() { StartServer(DefaultOptions()); }
   // A suite with other server options (API keys, usage files) defines its own SetUpTestSuite calling this.
+  // so.adapters names LoRA adapters to serve: random ones (RandomLoraAdapter, seeds 1, 2, ..., rank 4 of
+  // every matrix, alpha 8), kept in adapters_.
   static void StartServer(const ServerOptions& so) {
     if (system("curl --version >/dev/null 2>&1") != 0) return;
     run_ = testing::MakeTestRun().release();
@@ -75,13 +77,18 @@ class ServerTest : public ::testing::Test {
     eo.max_batch_tokens = 64;
     eo.max_queue = 64;
     eo.debug_step_delay_s = 0.004;  // streams last long enough for clients to leave mid-way
-    engine_ = new Engine(InferenceModel::Create(be_, run_->cfg, run_->params, mo).value(), run_->tok.get(),
-                         eo, metrics_);
+    auto model = InferenceModel::Create(be_, run_->cfg, run_->params, mo).value();
+    adapters_.clear();
+    for (size_t i = 0; i < so.adapters.size(); i++) {
+      adapters_.push_back(RandomLoraAdapter(*run_, 4, kLoraAllTargets, 8.0f, static_cast<uint32_t>(i + 1)));
+      ASSERT_TRUE(model->AddAdapter(adapters_.back()).ok());
+    }
+    engine_ = new Engine(std::move(model), run_->tok.get(), eo, metrics_);
     server_ = new Server(so, metrics_);
     ASSERT_TRUE(server_->Bind().ok());
     serve_thread_ = new std::thread([] { server_->Serve(); });
     engine_->Start();
-    server_->SetEngine(engine_, {"tiny", run_->tok.get(), engine_->max_seq_len()});
+    server_->SetEngine(engine_, {"tiny", run_->tok.get(), engine_->max_seq_len(), so.adapters});
   }
   static void TearDownTestSuite() {
     if (!server_) return;
@@ -146,6 +153,7 @@ class ServerTest : public ::testing::Test {
   inline static Engine* engine_ = nullptr;
   inline static Server* server_ = nullptr;
   inline static std::thread* serve_thread_ = nullptr;
+  inline static std::vector<LoraAdapter> adapters_;  // served as ServerOptions::adapters names them
 };
 
 // Parses /metrics strictly as Prometheus text: every sample belongs to a declared family, names and labels

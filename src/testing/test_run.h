@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "infer/adapter.h"
 #include "infer/engine.h"
 #include "model/init.h"
 #include "model/safetensors.h"
@@ -38,6 +40,30 @@ inline std::unique_ptr<TestRun> MakeTestRun(int n_layer = 2, int n_embd = 64, in
   st = WriteGptSafetensors(run->dir / "model.safetensors", run->cfg, run->params);
   EXPECT_TRUE(st.ok()) << st.ToString();
   return run;
+}
+
+// A LoRA adapter of run's model with random A and B (B not zero, as after training: it changes greedy
+// decoding), trained (as far as its fingerprint says) on run's weights.
+inline LoraAdapter RandomLoraAdapter(const TestRun& run, int rank, uint8_t targets, float alpha,
+                                     uint32_t seed) {
+  LoraAdapter a;
+  a.config = run.cfg;
+  a.spec.rank = rank;
+  a.spec.alpha = alpha;
+  a.spec.targets = targets;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-0.3f, 0.3f);
+  a.params.resize(LoraParamCount(a.config, a.spec));
+  for (float& x : a.params) x = u(rng);
+  a.base_fingerprint = BaseFingerprint(run.cfg, run.params);
+  return a;
+}
+
+// The base weights with the adapter merged in (model/lora.h's host merge): what serving it must compute.
+inline std::vector<float> MergedLoraParams(const TestRun& run, const LoraAdapter& a) {
+  std::vector<float> all = run.params;
+  all.insert(all.end(), a.params.begin(), a.params.end());
+  return MergeLoraOnHost(run.cfg, a.spec, all);
 }
 
 // What one request produced.

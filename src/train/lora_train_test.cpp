@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "infer/adapter.h"
 #include "infer/weights.h"
 #include "model/safetensors.h"
 #include "testing/files.h"
@@ -142,6 +143,26 @@ TEST_F(LoraTrainTest, ResumesBitExactAndCheckpointsReadBackMerged) {
   ASSERT_EQ(loaded->params.size(), merged.size());
   EXPECT_LT(testing::RelMaxError(loaded->params.data(), merged.data(), merged.size()), 1e-6);
   EXPECT_FALSE(loaded->params == (*ta)->model().GetParameters()) << "read as the unmerged base";
+
+  // The adapters alone (tern serve BASE --lora NAME=RUN): adapter.safetensors in the run directory, and
+  // any checkpoint of the run, hold the trained adapters and name the source model's weights.
+  auto base_model = LoadModelWeights(tmp_ / "base");
+  ASSERT_TRUE(base_model.ok()) << base_model.status().ToString();
+  const std::string base_print = BaseFingerprint(base_model->config, base_model->params);
+  const std::vector<float> adapters(
+      reference.begin() + static_cast<std::ptrdiff_t>(base_model->params.size()), reference.end());
+  for (const std::string& from :
+       {a.run_dir, a.run_dir + "/adapter.safetensors", a.run_dir + "/checkpoints/step_00000008"}) {
+    auto adapter = LoadLoraAdapter(from);
+    ASSERT_TRUE(adapter.ok()) << from << ": " << adapter.status().ToString();
+    EXPECT_EQ(adapter->base_fingerprint, base_print) << from;
+    EXPECT_EQ(adapter->spec.ToString(), a.lora.ToString()) << from;
+    EXPECT_TRUE(adapter->params == adapters) << from;
+    EXPECT_TRUE(CheckAdapterBase(*adapter, from, base_model->config, base_print, "base").ok()) << from;
+  }
+  auto no_adapters = LoadLoraAdapter(tmp_ / "base");
+  EXPECT_NE(no_adapters.status().message().find("not trained with LoRA"), std::string::npos)
+      << no_adapters.status().ToString();
 
   // Changing the adapters on resume is refused, naming the change.
   TrainConfig c = Lora("lora_a", 8);

@@ -11,7 +11,9 @@
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
+
 #include "dist/communicator.h"
+#include "model/safetensors.h"
 #include "train/lr_schedule.h"
 
 namespace tern {
@@ -26,14 +28,11 @@ constexpr char kTrainer[] = "trainer.json";
 const char* const kMustMatch[] = {"model.n_layer",    "model.n_head",     "model.n_embd",  "model.vocab_size",
                                   "model.block_size", "train.batch_size", "train.seq_len", "train.seed"};
 
-std::map<std::string, std::string> ShapeMetadata(const GptConfig& m) {
-  return {{"format", "pt"},
-          {"tern.layout", "tern"},  // tern's [out, in] matrices; `tern ckpt export` gives HF names
-          {"tern.n_layer", std::to_string(m.n_layer)},
-          {"tern.n_head", std::to_string(m.n_head)},
-          {"tern.n_embd", std::to_string(m.n_embd)},
-          {"tern.vocab_size", std::to_string(m.vocab_size)},
-          {"tern.block_size", std::to_string(m.block_size)}};
+// The shape (model/safetensors.h) and tern's [out, in] matrices (`tern ckpt export` gives HF names).
+std::map<std::string, std::string> TensorsMetadata(const GptConfig& m) {
+  std::map<std::string, std::string> meta = ShapeMetadata(m);
+  meta["tern.layout"] = "tern";
+  return meta;
 }
 
 // adam.m and adam.v of the model's optimizer shard (the whole of it without ZeRO-1).
@@ -63,12 +62,9 @@ void EnsureImages(const Gpt& model, ckpt::Snapshot* snap, const std::string& mom
   snap->images.clear();
   std::vector<ckpt::TensorSpec> params;
   for (const auto& t : model.layout()) params.push_back({t.name, t.shape});
-  std::map<std::string, std::string> meta = ShapeMetadata(model.config());
-  if (model.lora().enabled()) {  // the adapters follow the base tensors; readers merge them (infer/weights.h)
-    meta["tern.lora_rank"] = std::to_string(model.lora().rank);
-    meta["tern.lora_alpha"] = fmt::format("{}", model.lora().alpha);
-    meta["tern.lora_targets"] = LoraTargetNames(model.lora().targets);
-  }
+  std::map<std::string, std::string> meta = TensorsMetadata(model.config());
+  // With LoRA the adapters follow the base tensors; readers merge them (infer/weights.h).
+  for (auto& [k, v] : LoraMetadata(model.lora())) meta[k] = v;
   snap->images.emplace_back(kTensors, std::make_unique<ckpt::SafetensorsImage>(params, meta));
   snap->images.emplace_back(moments_name, MomentsImage(model, moments_name != kOptimizer));
 }

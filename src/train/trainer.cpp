@@ -10,6 +10,7 @@
 #include "core/file_util.h"
 #include "core/progress.h"
 #include "dist/setup.h"
+#include "infer/adapter.h"
 #include "infer/generate.h"
 #include "metrics/gpu_sampler_thread.h"
 #include "model/safetensors.h"
@@ -603,6 +604,14 @@ Status Trainer::WriteRunFiles(const TrainSummary& s) {
   TERN_RETURN_IF_ERROR(WriteGptSafetensors(
       cfg_.run_dir + "/model.safetensors", cfg_.model, model_->ExportParameters(),
       {{"tern.tokenizer", tokenizer_->fingerprint()}, {"tern.step", std::to_string(step_)}}));
+  if (model_->lora().enabled()) {  // the adapters alone too, for `tern serve BASE --lora NAME=RUN`
+    std::vector<float> all = model_->GetParameters();
+    LoraAdapter a{cfg_.model, model_->lora(), {}, BaseFingerprint(cfg_.model, all)};
+    a.params.assign(all.begin() + static_cast<std::ptrdiff_t>(model_->num_base_params()), all.end());
+    TERN_RETURN_IF_ERROR(WriteLoraAdapter(
+        cfg_.run_dir + "/" + kAdapterFile, a,
+        {{"tern.tokenizer", tokenizer_->fingerprint()}, {"tern.step", std::to_string(step_)}}));
+  }
   const nlohmann::json summary = ToJson(EndRow(s));
   TERN_RETURN_IF_ERROR(log_.Write(summary));
   return WriteFileAtomic(cfg_.run_dir + "/summary.json", summary.dump(2) + "\n");

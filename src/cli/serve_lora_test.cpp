@@ -1,0 +1,138 @@
+// `tern serve BASE --lora NAME=PATH`, end to end through the binary: an adapter directory beside a base run
+// (adapter.safetensors as a LoRA run writes it), the server's /v1/models and a completion by the adapter
+// (what an engine over the merged weights answers, computed here), and the refusals at start: an adapter
+// of other weights, a name taken twice.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "testing/processes.h"
+#include "testing/tern_binary.h"
+#include "testing/test_run.h"
+
+namespace tern {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class ServeLoraCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tern_ = testing::FindTernBinary();
+    ASSERT_FALSE(tern_.empty()) << "build the tern binary first (cmake --build build --target tern)";
+    run_ = testing::MakeTestRun();
+    base_ = fs::path(run_->dir.path()) / "base";
+    fs::create_directories(base_);
+    fs::copy_file(run_->dir / "model.safetensors", base_ / "model.safetensors");
+    fs::copy_file(run_->dir / "tokenizer.model", base_ / "tokenizer.model");
+    adapter_ = testing::RandomLoraAdapter(*run_, 4, kLoraQkv | kLoraFc, 8.0f, 11);
+    fs::create_directories(fs::path(run_->dir.path()) / "law");
+    ASSERT_TRUE(WriteLoraAdapter(run_->dir / "law/adapter.safetensors", adapter_).ok());
+  }
+  // Runs `tern serve` to its exit (a refusal at start): the exit code and what it printed.
+  std::pair<int, std::string> Refused(std::vector<std::string> args) {
+    const std::string log = run_->dir / "refused.log";
+    args.insert(args.begin(), {tern_.string(), "serve"});
+    args.insert(args.end(), {"--port", std::to_string(testing::FreePort())});
+    testing::Child c(args, {}, log);
+    const int code = c.Wait();
+    return {code, ReadAll(log)};
+  }
+
+  fs::path tern_, base_;
+  std::unique_ptr<testing::TestRun> run_;
+  LoraAdapter adapter_;
+};
+
+TEST_F(ServeLoraCliTest, ServesTheAdapterBesideTheBaseModel) {
+  const int port = testing::FreePort();
+  const std::string log = run_->dir / "serve.log";
+  // --lora before the positional model: it takes one value per occurrence.
+  testing::Child serve({tern_.string(), "serve", "--lora", "law=" + (run_->dir / "law"), base_.string(),
+                        "--port", std::to_string(port), "--threads", "1", "--kv-cache-mb", "16"},
+                       {}, log);
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(1, 0);
+  bool up = false;
+  for (int i = 0; i < 600 && !up && serve.Running(); i++) {
+    auto r = client.Get("/health");
+    up = r && r->status == 200;
+    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(up) << ReadAll(log);
+  auto models = client.Get("/v1/models");
+  ASSERT_TRUE(models);
+  const json list = json::parse(models->body);
+  ASSERT_EQ(list["data"].size(), 2u) << models->body;
+  EXPECT_EQ(list["data"][1]["id"], "law");
+  EXPECT_EQ(list["data"][1]["parent"], "base");
+
+  const std::string body = R"({"model":"law","prompt":"And God said","max_tokens":6,"temperature":0,)"
+                           R"("ignore_eos":true})";
+  auto r = client.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["model"], "law");
+
+  // The same request to an engine over the merged weights.
+  auto be = MakeCpuFastBackend();
+  InferenceModelOptions mo;
+  mo.num_blocks = 16;
+  mo.max_rows = 64;
+  mo.max_seqs = 2;
+  ServeMetrics metrics;
+  EngineOptions eo;
+  eo.max_batch = 2;
+  eo.max_batch_tokens = 64;
+  Engine e(
+      InferenceModel::Create(be.get(), run_->cfg, testing::MergedLoraParams(*run_, adapter_), mo).value(),
+      run_->tok.get(), eo, &metrics);
+  GenerationRequest g;
+  g.prompt = run_->tok->Encode("And God said");
+  g.max_tokens = 6;
+  g.sampling.temperature = 0.0f;
+  g.ignore_eos = true;
+  EXPECT_EQ(j["choices"][0]["text"], testing::RunToEnd(e, {e.Submit(g).value()})[0].text);
+  serve.Signal(SIGTERM);
+  EXPECT_EQ(serve.Wait(), 0) << ReadAll(log);
+  EXPECT_NE(ReadAll(log).find("LoRA adapter law (r4 alpha8 qkv,fc"), std::string::npos) << ReadAll(log);
+}
+
+TEST_F(ServeLoraCliTest, RefusesAnAdapterOfOtherWeightsAndATakenName) {
+  LoraAdapter other = adapter_;
+  other.base_fingerprint = "0123456789abcdef";
+  ASSERT_TRUE(WriteLoraAdapter(run_->dir / "other.safetensors", other).ok());
+  auto [code, out] = Refused({base_.string(), "--lora", "x=" + (run_->dir / "other.safetensors")});
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(out.find("was trained on other weights"), std::string::npos) << out;
+  EXPECT_NE(out.find("train.init_from"), std::string::npos) << out;
+
+  std::tie(code, out) = Refused({base_.string(), "--lora", "base=" + (run_->dir / "law")});
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(out.find("the name 'base' is taken"), std::string::npos) << out;
+  std::tie(code, out) = Refused({base_.string(), "--lora", run_->dir / "law", "--lora", run_->dir / "law"});
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(out.find("the name 'law' is taken"), std::string::npos) << out;
+  std::tie(code, out) = Refused({base_.string(), "--lora", "x=" + base_.string()});
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(out.find("not trained with LoRA"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace tern
