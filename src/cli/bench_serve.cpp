@@ -39,7 +39,8 @@ struct Measured {
   std::string backend, gpu_name, gpu;
   bool cuda = false;
   double read_gbps = 0, peak_tflops = 0, prefill_ms = 0, weight_bytes = 0;
-  std::vector<std::pair<int, double>> decode;  // batch, median ms per step
+  std::vector<std::pair<int, double>> decode;       // batch, median ms per step
+  std::vector<std::pair<int, double>> lora_decode;  // the same with every sequence on a LoRA adapter
 };
 
 Result<Measured> Measure(const ServeBenchFlags& f, const GptConfig& cfg, Quantize q, DType kv) {
@@ -58,8 +59,17 @@ Result<Measured> Measure(const ServeBenchFlags& f, const GptConfig& cfg, Quantiz
   mo.num_blocks = max_b * per_seq;
   mo.max_rows = std::max(max_b, f.context);
   mo.max_seqs = max_b;
+  const std::vector<float> weights = GptInitialWeights(cfg, 1);
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<InferenceModel> model,
-                        InferenceModel::Create(be.get(), cfg, GptInitialWeights(cfg, 1), mo));
+                        InferenceModel::Create(be.get(), cfg, weights, mo));
+  for (int i = 0; f.lora_rank > 0 && i < f.lora_adapters; i++) {  // random adapters: B not zero
+    LoraAdapter a{cfg, LoraSpec{f.lora_rank, 2.0f * f.lora_rank, kLoraAllTargets}, {}, ""};
+    std::mt19937 arng(100 + i);
+    std::uniform_real_distribution<float> u(-0.02f, 0.02f);
+    a.params.resize(LoraParamCount(cfg, a.spec));
+    for (float& x : a.params) x = u(arng);
+    TERN_RETURN_IF_ERROR(model->AddAdapter(a).status());
+  }
   m.weight_bytes = static_cast<double>(model->weight_bytes());
   // The device's own figures: its memory read (a CPU: a GPU's comes from gpus.csv) and matmul peak.
   if (!m.cuda) m.read_gbps = MeasureHostReadGbps(be.get());
@@ -89,7 +99,8 @@ Result<Measured> Measure(const ServeBenchFlags& f, const GptConfig& cfg, Quantiz
     m.prefill_ms = std::min(m.prefill_ms, Ms(t0));
   }
   model->ZeroKvCache();
-  for (int S : f.batches) {
+  // Decode steps of S sequences; adapters > 0: sequence s on adapter s % adapters + 1.
+  auto decode = [&](int S, int adapters) {
     std::vector<double> times;
     for (int step = 0; step <= f.steps; step++) {
       ForwardBatch b;
@@ -102,12 +113,17 @@ Result<Measured> Measure(const ServeBenchFlags& f, const GptConfig& cfg, Quantiz
         b.seqs.insert(b.seqs.end(), {s, 1, p + 1});
         b.block_tables.insert(b.block_tables.end(), t.begin(), t.end());
         b.logit_rows.push_back(s);
+        if (model->num_adapters() > 0) b.adapters.push_back(adapters > 0 ? s % adapters + 1 : 0);
       }
       const auto t0 = Clock::now();
       model->Forward(b);
       if (step > 0) times.push_back(Ms(t0));  // the first is untimed
     }
-    m.decode.emplace_back(S, Median(times));
+    return Median(times);
+  };
+  for (int S : f.batches) {
+    m.decode.emplace_back(S, decode(S, 0));
+    if (model->num_adapters() > 0) m.lora_decode.emplace_back(S, decode(S, model->num_adapters()));
   }
   return m;
 }
@@ -127,6 +143,12 @@ int RunServeBench(const ServeBenchFlags& f, const GptConfig& cfg) {
     return fail("--batches lists sequence counts of at least 1, e.g. 1,4,16,64");
   if (std::find(f.batches.begin(), f.batches.end(), 1) == f.batches.end() || f.batches.size() < 2)
     return fail("--batches needs 1 and at least one larger count (the fit's two ends), e.g. 1,4,16,64");
+  if (f.lora_rank < 0 || f.lora_adapters < 1)
+    return fail("--lora-rank must be 0 (off) or more, --lora-adapters at least 1");
+  if (f.lora_rank > 0) {
+    if (Status st = LoraSpec{f.lora_rank, 1.0f, kLoraAllTargets}.Validate(cfg); !st.ok())
+      return fail("--lora-rank: " + st.message());
+  }
   if (f.context < 1 || f.context + f.steps + 2 > cfg.block_size)
     return fail(fmt::format("--context {} + --steps {} must fit the model's {} positions", f.context, f.steps,
                             cfg.block_size));
@@ -164,6 +186,11 @@ int RunServeBench(const ServeBenchFlags& f, const GptConfig& cfg) {
       {"prefill_ms", m->prefill_ms},
       {"decode", nlohmann::json::array()}};
   for (const auto& [b, ms] : m->decode) j["decode"].push_back({{"batch", b}, {"ms", ms}});
+  if (f.lora_rank > 0) {
+    j["lora"] = {{"rank", f.lora_rank}, {"adapters", f.lora_adapters}, {"targets", "qkv,attproj,fc,fcproj"}};
+    j["lora_decode"] = nlohmann::json::array();
+    for (const auto& [b, ms] : m->lora_decode) j["lora_decode"].push_back({{"batch", b}, {"ms", ms}});
+  }
   StampRecordVersion(&j);
   if (f.json) {
     std::printf("%s\n", j.dump(2).c_str());
@@ -176,8 +203,14 @@ int RunServeBench(const ServeBenchFlags& f, const GptConfig& cfg) {
   std::printf("prefill    %d tokens in %.1f ms (%.0f tokens/s)\n", f.context, m->prefill_ms,
               f.context / m->prefill_ms * 1e3);
   std::printf("decode     over %d cached tokens per sequence (median of %d steps):\n", f.context, f.steps);
-  for (const auto& [b, ms] : m->decode)
-    std::printf("  %4d sequences  %8.2f ms/step  %8.0f tokens/s\n", b, ms, b / ms * 1e3);
+  for (size_t i = 0; i < m->decode.size(); i++) {
+    const auto [b, ms] = m->decode[i];
+    std::printf("  %4d sequences  %8.2f ms/step  %8.0f tokens/s", b, ms, b / ms * 1e3);
+    if (i < m->lora_decode.size())  // timed right after the base steps: the ratio is of one run
+      std::printf("  | LoRA r%d x%d adapters %8.2f ms/step (%.2fx)", f.lora_rank, f.lora_adapters,
+                  m->lora_decode[i].second, m->lora_decode[i].second / ms);
+    std::printf("\n");
+  }
   // The fit tern plan --serve --calibrate makes of it (against this device's own figures; on a catalog GPU
   // the plan fits against the datasheet instead).
   auto profile = plan::ParseServeBenchJson(j.dump(), "this bench");

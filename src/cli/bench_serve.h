@@ -1,7 +1,8 @@
 // `tern bench --serve`: tern serve's forward (infer/inference_model.h, the model the server runs) timed on
 // this device with random weights: one prompt's prefill, then decode steps of each --batches count of
 // sequences over a KV cache of --context tokens each. Its JSON is what `tern plan --serve --calibrate` fits
-// the replica model to (plan/serve_calibration.h); the text output prints that fit.
+// the replica model to (plan/serve_calibration.h); the text output prints that fit. With --lora-rank the
+// decode steps are timed a second time with LoRA adapters ("lora_decode"; the fit reads "decode" only).
 #pragma once
 
 #include <string>
@@ -18,6 +19,11 @@ struct ServeBenchFlags {
   std::vector<int> batches = {1, 4, 16, 64};
   int context = 512;  // tokens in each sequence's cache while decoding, and the prompt's length
   int steps = 8;      // timed decode steps per batch (the median is reported), after one untimed
+  // Multi-LoRA (tern serve --lora): with a rank, every decode step is timed again with each sequence on one
+  // of lora_adapters random adapters of that rank (every block matrix), round robin: the cost of serving
+  // fine-tunes beside the base model, as a ratio to the same step without them.
+  int lora_rank = 0;
+  int lora_adapters = 4;
   bool json = false;
 };
 

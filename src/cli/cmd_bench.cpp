@@ -364,6 +364,14 @@ void AddBenchCommand(CLI::App& root, CommandTable& table) {
       ->add_option("--context", o->serve_flags.context, "--serve: cached tokens per sequence, and the prompt")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--lora-rank", o->serve_flags.lora_rank,
+                   "--serve: also time each decode step with every sequence on a LoRA adapter of this rank "
+                   "(tern serve --lora), printed as a ratio to the step without")
+      ->check(CLI::NonNegativeNumber);
+  serve->add_option("--lora-adapters", o->serve_flags.lora_adapters, "--serve --lora-rank: distinct adapters")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   sub->add_flag("--json", o->json, "print one JSON object (the format tern plan --calibrate reads)");
   table.Add(sub, [o] { return RunBenchCommand(*o); });
 }

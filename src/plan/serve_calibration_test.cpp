@@ -184,8 +184,10 @@ TEST(ServeCalibration, TheLocalCpuIsAnInstanceWithItsMeasuredSteps) {
   EXPECT_FALSE(MakeServePlan(cat, req, PlanDefaults()).ok()) << "an int8 KV cache without a CPU calibration";
 }
 
-// The whole loop on this machine: tern bench --serve measures a small model, tern plan --serve fits it and
-// plans the local CPU with it, and the plan's decode steps are the measured ones within the fit's error.
+// The whole loop on this machine: tern bench --serve measures a small model (with LoRA adapters too), tern
+// plan
+// --serve fits it and plans the local CPU with it, and the plan's decode steps are the measured ones within
+// the fit's error.
 TEST(ServeCalibrationCli, BenchThenPlanTheLocalMachine) {
   const auto tern = testing::FindTernBinary();
   ASSERT_FALSE(tern.empty());
@@ -200,7 +202,7 @@ TEST(ServeCalibrationCli, BenchThenPlanTheLocalMachine) {
   const std::string shape = "--model gpt2-124m --n-layer 2 --n-embd 128 --n-head 4 --vocab-size 512";
   auto [bcode, bench] = run("bench --serve " + shape +
                                 " --device cpu --weights fp32 --batches 1,8 --context 64 "
-                                "--steps 3 --json",
+                                "--steps 3 --lora-rank 2 --lora-adapters 2 --json",
                             false);
   ASSERT_EQ(bcode, 0) << bench;
   const auto path = std::filesystem::path(::testing::TempDir()) / "serve_bench.json";
@@ -214,6 +216,11 @@ TEST(ServeCalibrationCli, BenchThenPlanTheLocalMachine) {
   EXPECT_EQ(b["kind"], "serve");
   EXPECT_EQ(b["weights"], "fp32");
   EXPECT_EQ(b["decode"].size(), 2u);
+  // --lora-rank: each batch timed again with LoRA adapters (tern serve --lora); the fit reads "decode" only.
+  EXPECT_EQ(b["lora"]["rank"], 2);
+  ASSERT_EQ(b["lora_decode"].size(), 2u);
+  EXPECT_EQ(b["lora_decode"][1]["batch"], 8);
+  EXPECT_GT(b["lora_decode"][1]["ms"].get<double>(), 0);
   EXPECT_GT(b["read_gbps"].get<double>(), 0);
   auto [pcode, plan] =
       run("plan --serve --calibrate " + path.string() +
