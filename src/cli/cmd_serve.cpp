@@ -70,7 +70,10 @@ Result<std::vector<LoraAdapter>> LoadAdapters(const ServeCliOptions& o, const Mo
       return Status::InvalidArgument(fmt::format(
           "--lora {}: the name '{}' is taken (the model's, or another adapter's); name it: --lora NAME={}",
           arg, m.name, m.path));
-    TERN_ASSIGN_OR_RETURN(LoraAdapter a, LoadLoraAdapter(m.path));
+    TERN_ASSIGN_OR_RETURN(std::string path, registry::ResolveModelUri(m.path));  // models:/NAME@REF
+    auto loaded = LoadLoraAdapter(path);
+    if (!loaded.ok()) return loaded.status().WithContext("--lora " + arg);
+    LoraAdapter a = std::move(loaded).value();
     TERN_RETURN_IF_ERROR(CheckAdapterBase(a, m.path, w.config, base, o.model_path));
     names->push_back(m.name);
     adapters.push_back(std::move(a));

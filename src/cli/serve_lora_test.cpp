@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -112,6 +113,38 @@ TEST_F(ServeLoraCliTest, ServesTheAdapterBesideTheBaseModel) {
   serve.Signal(SIGTERM);
   EXPECT_EQ(serve.Wait(), 0) << ReadAll(log);
   EXPECT_NE(ReadAll(log).find("LoRA adapter law (r4 alpha8 qkv,fc"), std::string::npos) << ReadAll(log);
+}
+
+// Through the model registry: `tern models register` of the LoRA run stores its adapters, and `tern serve
+// --lora models:/law@production` (named "law" after the registered name) serves them over the base.
+TEST_F(ServeLoraCliTest, ServesAnAdapterFromTheRegistry) {
+  const fs::path law = fs::path(run_->dir.path()) / "law";
+  fs::copy_file(base_ / "model.safetensors", law / "model.safetensors");  // a run directory: registrable
+  fs::copy_file(base_ / "tokenizer.model", law / "tokenizer.model");
+  const std::map<std::string, std::string> env = {{"TERN_REGISTRY", run_->dir / "registry"}};
+  testing::Child reg(
+      {tern_.string(), "models", "register", law.string(), "--name", "law", "--alias", "production"}, env,
+      run_->dir / "register.log");
+  ASSERT_EQ(reg.Wait(), 0) << ReadAll(run_->dir / "register.log");
+  const int port = testing::FreePort();
+  const std::string log = run_->dir / "serve.log";
+  testing::Child serve({tern_.string(), "serve", base_.string(), "--lora", "models:/law@production", "--port",
+                        std::to_string(port), "--threads", "1", "--kv-cache-mb", "16"},
+                       env, log);
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(1, 0);
+  bool up = false;
+  for (int i = 0; i < 600 && !up && serve.Running(); i++) {
+    auto r = client.Get("/health");
+    up = r && r->status == 200;
+    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(up) << ReadAll(log);
+  auto one = client.Get("/v1/models/law");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->status, 200) << one->body;
+  serve.Signal(SIGTERM);
+  EXPECT_EQ(serve.Wait(), 0) << ReadAll(log);
 }
 
 TEST_F(ServeLoraCliTest, RefusesAnAdapterOfOtherWeightsAndATakenName) {

@@ -21,10 +21,10 @@ std::string BaseFingerprint(const GptConfig& cfg, const std::vector<float>& para
   return fmt::format("{:016x}", XXH3_64bits(params.data(), n * sizeof(float)));
 }
 
-Status WriteLoraAdapter(const std::string& path, const LoraAdapter& a,
-                        const std::map<std::string, std::string>& extra_metadata) {
+Result<std::string> LoraAdapterBytes(const LoraAdapter& a,
+                                     const std::map<std::string, std::string>& extra_metadata) {
   if (!a.spec.enabled() || a.params.size() != LoraParamCount(a.config, a.spec))
-    return Status::InvalidArgument(fmt::format("{}: an adapter needs LoRA on and {} parameters, got {}", path,
+    return Status::InvalidArgument(fmt::format("an adapter needs LoRA on and {} parameters, got {}",
                                                LoraParamCount(a.config, a.spec), a.params.size()));
   std::map<std::string, std::string> meta = ShapeMetadata(a.config);
   for (const auto& [k, v] : LoraMetadata(a.spec)) meta[k] = v;
@@ -35,13 +35,17 @@ Status WriteLoraAdapter(const std::string& path, const LoraAdapter& a,
   for (const ParamTensor& t : LoraParamLayout(a.config, a.spec, 0)) specs.push_back({t.name, t.shape});
   ckpt::SafetensorsImage image(specs, meta);
   std::memcpy(image.data(), a.params.data(), a.params.size() * sizeof(float));
-  return WriteFileAtomic(path, image.bytes());
+  return std::string(image.bytes());
 }
 
-namespace {
+Status WriteLoraAdapter(const std::string& path, const LoraAdapter& a,
+                        const std::map<std::string, std::string>& extra_metadata) {
+  auto bytes = LoraAdapterBytes(a, extra_metadata);
+  if (!bytes.ok()) return bytes.status().WithContext(path);
+  return WriteFileAtomic(path, *bytes);
+}
 
-Result<LoraAdapter> FromAdapterFile(const std::string& file) {
-  TERN_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(file));
+Result<LoraAdapter> ParseLoraAdapter(std::string_view bytes, const std::string& file) {
   auto st = ckpt::ParseSafetensors(bytes);
   if (!st.ok()) return st.status().WithContext(file);
   LoraAdapter a;
@@ -62,6 +66,13 @@ Result<LoraAdapter> FromAdapterFile(const std::string& file) {
     std::memcpy(a.params.data() + t.offset, tv->second.data.data(), tv->second.data.size());
   }
   return a;
+}
+
+namespace {
+
+Result<LoraAdapter> FromAdapterFile(const std::string& file) {
+  TERN_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(file));
+  return ParseLoraAdapter(bytes, file);
 }
 
 }  // namespace
@@ -100,7 +111,10 @@ Result<LoraAdapter> LoadLoraAdapter(const std::string& path) {
 Result<LoraModule> ParseLoraModule(const std::string& arg) {
   LoraModule m;
   const size_t eq = arg.find('=');
-  if (eq == std::string::npos) {
+  if (eq == std::string::npos && arg.rfind("models:/", 0) == 0) {  // the registry's models:/NAME@REF
+    m.name = arg.substr(8, arg.find('@') == std::string::npos ? std::string::npos : arg.find('@') - 8);
+    m.path = arg;
+  } else if (eq == std::string::npos) {
     fs::path p = fs::path(arg).lexically_normal();
     if (p.filename().empty()) p = p.parent_path();
     m.name = p.filename().string();

@@ -11,6 +11,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -32,9 +33,14 @@ struct LoraAdapter {
 // ones of `params`; a buffer with adapters after them is fingerprinted by its base).
 std::string BaseFingerprint(const GptConfig& cfg, const std::vector<float>& params);
 
-// Writes the adapter file atomically (temp file + rename); extra metadata joins the file's.
+// The adapter file's bytes; extra metadata joins the file's.
+Result<std::string> LoraAdapterBytes(const LoraAdapter& adapter,
+                                     const std::map<std::string, std::string>& extra_metadata = {});
+// Writes them atomically (temp file + rename).
 Status WriteLoraAdapter(const std::string& path, const LoraAdapter& adapter,
                         const std::map<std::string, std::string>& extra_metadata = {});
+// An adapter file's bytes (`where` names it in errors).
+Result<LoraAdapter> ParseLoraAdapter(std::string_view bytes, const std::string& where);
 
 // Reads an adapter from a LoRA run directory (its adapter.safetensors), an adapter file, or a LoRA run's
 // checkpoint (a step directory, local or s3://; the fingerprint of its frozen base). A source without
@@ -42,8 +48,8 @@ Status WriteLoraAdapter(const std::string& path, const LoraAdapter& adapter,
 Result<LoraAdapter> LoadLoraAdapter(const std::string& path);
 
 // `--lora NAME=PATH` (vLLM's --lora-modules): the API model name and where the adapter is. Without "NAME=",
-// the name is PATH's last component (a run directory's name). Names are letters, digits and . _ - : / (an
-// API model id and a Prometheus label value as they are).
+// the name is PATH's last component (a run directory's name), or NAME of a registry's models:/NAME@REF. Names
+// are letters, digits and . _ - : / (an API model id and a Prometheus label value as they are).
 struct LoraModule {
   std::string name, path;
 };

@@ -223,6 +223,9 @@ Result<Entry> Registry::Register(const ModelSource& src, const RegisterOptions& 
   const std::string weights_sha = Sha256Hex(src.weights), tok_sha = Sha256Hex(src.tokenizer);
   TERN_RETURN_IF_ERROR(PutBlob(src.weights, weights_sha).WithContext("storing the weights"));
   TERN_RETURN_IF_ERROR(PutBlob(src.tokenizer, tok_sha).WithContext("storing the tokenizer"));
+  const std::string adapter_sha = src.adapter.empty() ? "" : Sha256Hex(src.adapter);
+  if (!src.adapter.empty())
+    TERN_RETURN_IF_ERROR(PutBlob(src.adapter, adapter_sha).WithContext("storing the LoRA adapter"));
   TERN_RETURN_IF_ERROR(store_->SyncDir("blobs/sha256"));
 
   // 2. The version: manifest published, then the row committed, inside one index transaction.
@@ -252,6 +255,8 @@ Result<Entry> Registry::Register(const ModelSource& src, const RegisterOptions& 
       {"metrics", src.metrics.is_null() ? nlohmann::json::object() : src.metrics},
       {"parent", parent.empty() ? nlohmann::json(nullptr) : nlohmann::json(parent)},
       {"note", o.note}};
+  if (!src.adapter.empty())  // a LoRA run: `tern serve BASE --lora models:/NAME@REF` serves it over its base
+    m["files"]["adapter.safetensors"] = {{"sha256", adapter_sha}, {"bytes", src.adapter.size()}};
   if (!key_.empty()) SignManifest(&m, key_);
   const std::string text = m.dump(2) + "\n";
   const std::string mkey = ManifestKey(o.name, version);
@@ -351,7 +356,8 @@ Result<std::string> Registry::Materialize(const ModelRef& ref) {
   TERN_ASSIGN_OR_RETURN(Entry e, Get(ref));
   const fs::path dir = fs::path(resolved_dir_) / fmt::format("{}-v{}", e.name, e.version) / e.name;
   TERN_RETURN_IF_ERROR(MakeDirs(dir.string()));
-  for (const char* file : {"model.safetensors", "tokenizer.model"}) {
+  for (const char* file : {"model.safetensors", "tokenizer.model", "adapter.safetensors"}) {
+    if (!e.manifest["files"].contains(file)) continue;  // the adapters of LoRA runs only
     const std::string sha = e.manifest["files"][file].value("sha256", "");
     TERN_ASSIGN_OR_RETURN(std::string bytes, ReadBlob(sha));
     const fs::path out = dir / file;

@@ -86,6 +86,38 @@ TEST(Registry, RegisterStoresTheWeightsByHashAndServesThemBack) {
 
 // The version's metrics are the run's summary.json: the losses, tokens and $, and with eval.choices the
 // accuracy on that set.
+// A LoRA run registers its adapters beside the merged model; a version resolved for serving holds them, so
+// `tern serve BASE --lora NAME=models:/NAME@REF` serves them over the base. A run without has none.
+TEST(Registry, ALoraRunsAdaptersAreStoredAndMaterialized) {
+  TempDir dir;
+  fs::copy(TinyRun().dir.path(), dir / "run", fs::copy_options::recursive);
+  const LoraAdapter a = testing::RandomLoraAdapter(TinyRun(), 2, kLoraQkv, 4.0f, 9);
+  ASSERT_TRUE(WriteLoraAdapter(dir / "run/adapter.safetensors", a).ok());
+  Fixture f;
+  auto src = ReadModelSource(dir / "run");
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  auto e = f.reg->Register(*src, {"ft", "production", "", ""});
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  const std::string bytes = testing::ReadFile(dir / "run/adapter.safetensors");
+  EXPECT_EQ(e->manifest["files"]["adapter.safetensors"]["sha256"], Sha256Hex(bytes));
+  auto path = f.reg->Materialize(Ref("ft@production"));
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  auto back = LoadLoraAdapter(*path);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->params, a.params);
+  EXPECT_EQ(back->base_fingerprint, a.base_fingerprint);
+
+  Entry plain = f.Register("plain");
+  EXPECT_FALSE(plain.manifest["files"].contains("adapter.safetensors"));
+  auto plain_dir = f.reg->Materialize(Ref("plain"));
+  ASSERT_TRUE(plain_dir.ok());
+  EXPECT_FALSE(fs::exists(fs::path(*plain_dir) / "adapter.safetensors"));
+
+  // A damaged adapter file is refused at registration, not found later by the server.
+  testing::WriteFile(dir / "run/adapter.safetensors", bytes.substr(0, bytes.size() / 2));
+  EXPECT_FALSE(ReadModelSource(dir / "run").ok());
+}
+
 TEST(Registry, TheMetricsAreTheRunsSummaryWithItsChoiceAccuracy) {
   TempDir dir;
   fs::copy(TinyRun().dir.path(), dir / "run", fs::copy_options::recursive);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "core/file_util.h"
+#include "infer/adapter.h"
 #include "infer/weights.h"
 #include "metrics/run_record.h"
 #include "model/safetensors.h"
@@ -151,6 +152,10 @@ Result<ModelSource> ReadModelSource(const std::string& path) {
     s.kind = "run_dir";
     s.run_dir = s.path;
     TERN_ASSIGN_OR_RETURN(s.weights, ReadFileToString(s.path + "/model.safetensors"));
+    if (fs::is_regular_file(fs::path(s.path) / kAdapterFile, ec)) {  // a LoRA run: its adapters alone too
+      TERN_ASSIGN_OR_RETURN(s.adapter, ReadFileToString(s.path + "/" + kAdapterFile));
+      TERN_RETURN_IF_ERROR(ParseLoraAdapter(s.adapter, s.path + "/" + kAdapterFile).status());
+    }
   } else {
     s.kind = "checkpoint";
     if (path.rfind("s3://", 0) != 0) s.run_dir = RunDirOf(fs::path(s.path).parent_path());
@@ -161,6 +166,13 @@ Result<ModelSource> ReadModelSource(const std::string& path) {
     auto bytes = ReadFileToString(tmp.string());
     fs::remove(tmp, ec);
     TERN_ASSIGN_OR_RETURN(s.weights, std::move(bytes));
+    TERN_ASSIGN_OR_RETURN(CheckpointModel ck, LoadCheckpointModel(s.path));
+    if (ck.lora.enabled()) {  // a LoRA run's checkpoint: its adapters as the run would have written them
+      LoraAdapter a{ck.config, ck.lora, {}, BaseFingerprint(ck.config, ck.params)};
+      a.params.assign(ck.params.begin() + static_cast<std::ptrdiff_t>(GptParamCount(ck.config)),
+                      ck.params.end());
+      TERN_ASSIGN_OR_RETURN(s.adapter, LoraAdapterBytes(a));
+    }
   }
   TERN_RETURN_IF_ERROR(ReadRunFacts(&s).WithContext("reading the run directory " + s.run_dir));
   return s;

@@ -17,6 +17,7 @@ struct ModelSource {
   std::string kind;        // run_dir | checkpoint
   std::string weights;     // model.safetensors bytes (a checkpoint's tensors are rewritten in this format)
   std::string tokenizer;   // tokenizer.model bytes
+  std::string adapter;     // adapter.safetensors bytes of a LoRA run ("" for any other; infer/adapter.h)
   nlohmann::json model;    // n_layer, n_head, n_embd, vocab_size, block_size
   nlohmann::json config;   // config.yaml flattened to dotted keys ({} when absent)
   nlohmann::json data;     // {"dir", "prepare_sha256", "prepare", "content" (when recorded)} or null

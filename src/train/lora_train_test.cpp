@@ -17,6 +17,7 @@
 #include "infer/adapter.h"
 #include "infer/weights.h"
 #include "model/safetensors.h"
+#include "registry/source.h"
 #include "testing/files.h"
 #include "testing/golden.h"
 #include "testing/metrics_rows.h"
@@ -159,6 +160,15 @@ TEST_F(LoraTrainTest, ResumesBitExactAndCheckpointsReadBackMerged) {
     EXPECT_EQ(adapter->spec.ToString(), a.lora.ToString()) << from;
     EXPECT_TRUE(adapter->params == adapters) << from;
     EXPECT_TRUE(CheckAdapterBase(*adapter, from, base_model->config, base_print, "base").ok()) << from;
+  }
+  // `tern models register` of the run or of a checkpoint stores the same adapters (docs/registry.md).
+  for (const std::string& from : {a.run_dir, a.run_dir + "/checkpoints/step_00000008"}) {
+    auto src = registry::ReadModelSource(from);
+    ASSERT_TRUE(src.ok()) << from << ": " << src.status().ToString();
+    auto registered = ParseLoraAdapter(src->adapter, from);
+    ASSERT_TRUE(registered.ok()) << from << ": " << registered.status().ToString();
+    EXPECT_TRUE(registered->params == adapters) << from;
+    EXPECT_EQ(registered->base_fingerprint, base_print) << from;
   }
   auto no_adapters = LoadLoraAdapter(tmp_ / "base");
   EXPECT_NE(no_adapters.status().message().find("not trained with LoRA"), std::string::npos)
