@@ -55,6 +55,17 @@ class ServeLoraCliTest : public ::testing::Test {
     return {code, ReadAll(log)};
   }
 
+  // Waits (up to a minute) until the server answers /health with 200; false if it exited first.
+  static bool Up(testing::Child& serve, httplib::Client& client) {
+    client.set_connection_timeout(1, 0);
+    for (int i = 0; i < 600 && serve.Running(); i++) {
+      auto r = client.Get("/health");
+      if (r && r->status == 200) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+
   fs::path tern_, base_;
   std::unique_ptr<testing::TestRun> run_;
   LoraAdapter adapter_;
@@ -68,14 +79,7 @@ TEST_F(ServeLoraCliTest, ServesTheAdapterBesideTheBaseModel) {
                         "--port", std::to_string(port), "--threads", "1", "--kv-cache-mb", "16"},
                        {}, log);
   httplib::Client client("127.0.0.1", port);
-  client.set_connection_timeout(1, 0);
-  bool up = false;
-  for (int i = 0; i < 600 && !up && serve.Running(); i++) {
-    auto r = client.Get("/health");
-    up = r && r->status == 200;
-    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_TRUE(up) << ReadAll(log);
+  ASSERT_TRUE(Up(serve, client)) << ReadAll(log);
   auto models = client.Get("/v1/models");
   ASSERT_TRUE(models);
   const json list = json::parse(models->body);
@@ -92,24 +96,8 @@ TEST_F(ServeLoraCliTest, ServesTheAdapterBesideTheBaseModel) {
   EXPECT_EQ(j["model"], "law");
 
   // The same request to an engine over the merged weights.
-  auto be = MakeCpuFastBackend();
-  InferenceModelOptions mo;
-  mo.num_blocks = 16;
-  mo.max_rows = 64;
-  mo.max_seqs = 2;
-  ServeMetrics metrics;
-  EngineOptions eo;
-  eo.max_batch = 2;
-  eo.max_batch_tokens = 64;
-  Engine e(
-      InferenceModel::Create(be.get(), run_->cfg, testing::MergedLoraParams(*run_, adapter_), mo).value(),
-      run_->tok.get(), eo, &metrics);
-  GenerationRequest g;
-  g.prompt = run_->tok->Encode("And God said");
-  g.max_tokens = 6;
-  g.sampling.temperature = 0.0f;
-  g.ignore_eos = true;
-  EXPECT_EQ(j["choices"][0]["text"], testing::RunToEnd(e, {e.Submit(g).value()})[0].text);
+  EXPECT_EQ(j["choices"][0]["text"],
+            testing::GreedyText(*run_, testing::MergedLoraParams(*run_, adapter_), "And God said", 6));
   serve.Signal(SIGTERM);
   EXPECT_EQ(serve.Wait(), 0) << ReadAll(log);
   EXPECT_NE(ReadAll(log).find("LoRA adapter law (r4 alpha8 qkv,fc"), std::string::npos) << ReadAll(log);
@@ -132,14 +120,7 @@ TEST_F(ServeLoraCliTest, ServesAnAdapterFromTheRegistry) {
                         std::to_string(port), "--threads", "1", "--kv-cache-mb", "16"},
                        env, log);
   httplib::Client client("127.0.0.1", port);
-  client.set_connection_timeout(1, 0);
-  bool up = false;
-  for (int i = 0; i < 600 && !up && serve.Running(); i++) {
-    auto r = client.Get("/health");
-    up = r && r->status == 200;
-    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_TRUE(up) << ReadAll(log);
+  ASSERT_TRUE(Up(serve, client)) << ReadAll(log);
   auto one = client.Get("/v1/models/law");
   ASSERT_TRUE(one);
   EXPECT_EQ(one->status, 200) << one->body;

@@ -21,22 +21,7 @@ class LoraServerTest : public ServerTest {
   }
   // The greedy completion of Body() by an engine of its own over `params` (no server, no adapters).
   static std::string Direct(const std::vector<float>& params) {
-    auto be = MakeCpuFastBackend();
-    InferenceModelOptions mo;
-    mo.num_blocks = 32;
-    mo.max_rows = 64;
-    mo.max_seqs = 4;
-    ServeMetrics metrics;
-    EngineOptions eo;
-    eo.max_batch = 4;
-    eo.max_batch_tokens = 64;
-    Engine e(InferenceModel::Create(be.get(), run_->cfg, params, mo).value(), run_->tok.get(), eo, &metrics);
-    GenerationRequest r;
-    r.prompt = run_->tok->Encode("And God said");
-    r.max_tokens = 8;
-    r.sampling.temperature = 0.0f;
-    r.ignore_eos = true;
-    return RunToEnd(e, {e.Submit(r).value()})[0].text;
+    return GreedyText(*run_, params, "And God said", 8);
   }
 };
 

@@ -195,12 +195,18 @@ std::string UsageTracker::RenderMetrics() const {
   // owner the tokens can be billed to.
   family("tern_usage_model_requests_total", "counter",
          "Generation requests answered (any status), by the model or LoRA adapter they named.");
+  // A label value as Prometheus text escapes it: the model's name (--model-name, a directory's) is free text.
+  auto label = [](const std::string& v) {
+    std::string e;
+    for (char c : v) e += c == '\\' ? "\\\\" : c == '"' ? "\\\"" : c == '\n' ? "\\n" : std::string(1, c);
+    return e;
+  };
   for (const auto& [name, m] : by_model_)
-    out += fmt::format("tern_usage_model_requests_total{{model=\"{}\"}} {}\n", name, m.requests);
+    out += fmt::format("tern_usage_model_requests_total{{model=\"{}\"}} {}\n", label(name), m.requests);
   family("tern_usage_model_generation_tokens_total", "counter",
          "Tokens generated, by the model or LoRA adapter the requests named.");
   for (const auto& [name, m] : by_model_)
-    out += fmt::format("tern_usage_model_generation_tokens_total{{model=\"{}\"}} {}\n", name,
+    out += fmt::format("tern_usage_model_generation_tokens_total{{model=\"{}\"}} {}\n", label(name),
                        m.generation_tokens);
   family("tern_usage_rate_limited_total", "counter",
          "Requests refused with 429 by a key's per-minute limit, by project, key id and limit.");

@@ -143,6 +143,19 @@ TEST_F(UsageTest, TokensPerMinuteRefusesOnceOverdrawn) {
   EXPECT_FALSE(u.Admit(1));
 }
 
+// A model's name is free text (--model-name): in /metrics it is escaped as Prometheus label values are.
+TEST_F(UsageTest, ModelLabelsAreEscaped) {
+  FakeClock clock;
+  UsageOptions o = TwoKeys(&clock);
+  o.model = "my \"best\" \\ model";
+  UsageTracker u(o);
+  u.Record({1.7e9, 0, "/v1/completions", 200, 1, 2, 0.1});
+  const std::string m = u.RenderMetrics();
+  EXPECT_NE(m.find("tern_usage_model_requests_total{model=\"my \\\"best\\\" \\\\ model\"} 1\n"),
+            std::string::npos)
+      << m;
+}
+
 TEST_F(UsageTest, BusyIdleAndCostPerMillionTokensFollowTheClock) {
   FakeClock clock;
   UsageOptions o = TwoKeys(&clock);

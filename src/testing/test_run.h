@@ -101,4 +101,26 @@ inline std::vector<Outcome> RunToEnd(Engine& engine,
   return out;
 }
 
+// The greedy completion of `prompt` by an engine of its own over `params` (run's shape and tokenizer, fp32
+// weights, no adapters): what a server of those weights must answer.
+inline std::string GreedyText(const TestRun& run, const std::vector<float>& params, const std::string& prompt,
+                              int max_tokens) {
+  auto be = MakeCpuFastBackend();
+  InferenceModelOptions mo;
+  mo.num_blocks = 32;
+  mo.max_rows = 64;
+  mo.max_seqs = 2;
+  ServeMetrics metrics;
+  EngineOptions eo;
+  eo.max_batch = 2;
+  eo.max_batch_tokens = 64;
+  Engine e(InferenceModel::Create(be.get(), run.cfg, params, mo).value(), run.tok.get(), eo, &metrics);
+  GenerationRequest r;
+  r.prompt = run.tok->Encode(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0.0f;
+  r.ignore_eos = true;
+  return RunToEnd(e, {e.Submit(r).value()})[0].text;
+}
+
 }  // namespace tern::testing
