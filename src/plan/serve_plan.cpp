@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "model/lora.h"
 #include "plan/report.h"
 #include "plan/units.h"
 
@@ -56,6 +57,14 @@ std::optional<ReplicaModel> MakeReplicaModel(const GpuSpec& gpu, const ServeRequ
   const double prefill_flops = P * 2 * 12 * L * C * C + 2 * C * V + 2 * L * C * P * P;
   r.prefill_s = prefill_flops / (r.peak_flops * d.serve_prefill_mfu);
   r.decode_flops = 2 * matmul_params + 4 * L * C * r.ctx_mean;
+  if (req.lora_adapters >
+      0) {  // fp32 adapters (infer/adapter.h); the products x A^T and (.) (sB)^T per token
+    const LoraSpec spec{req.lora_rank, 1.0f, kLoraAllTargets};
+    r.adapter_bytes =
+        static_cast<double>(req.lora_adapters) * static_cast<double>(LoraParamCount(m, spec)) * 4;
+    r.weight_bytes += r.adapter_bytes;
+    r.decode_flops += 2 * static_cast<double>(LoraParamCount(m, spec));
+  }
   const double usable = gpu.mem_gib * (1 << 30) * d.mem_usable_fraction - d.mem_reserve_gib * (1 << 30);
   const double per_seq = r.kv_bytes_per_token * (P + G);  // tern serve reserves the whole request's blocks
   r.max_batch =
@@ -151,6 +160,12 @@ Result<ServePlan> MakeServePlan(const Catalog& cat, const ServeRequest& req, con
     return Status::InvalidArgument(
         "--kv-dtype must be fp32 or bf16 (tern serve's int8 KV cache runs on the CPU only: a CPU's "
         "--calibrate with --instance local)");
+  if (req.lora_adapters < 0 || (req.lora_adapters > 0 && req.lora_rank < 1))
+    return Status::InvalidArgument("--lora-adapters must be 0 or more, with --lora-rank of at least 1");
+  if (req.lora_adapters > 0) {
+    const LoraSpec spec{req.lora_rank, 1.0f, kLoraAllTargets};
+    TERN_RETURN_IF_ERROR(spec.Validate(req.model).WithContext("--lora-rank"));
+  }
   if (load.prompt_tokens + load.completion_tokens > req.model.block_size)
     return Status::InvalidArgument(
         fmt::format("a request of {} prompt + {} completion tokens exceeds the model's context of {} tokens",
@@ -282,6 +297,16 @@ std::string RenderServePlan(const ServePlan& p, const Catalog& cat, int top, boo
       r.kv_dtype, r.load.requests_per_s, r.load.prompt_tokens, r.load.completion_tokens,
       FormatCount(r.load.requests_per_s * r.load.completion_tokens), r.load.max_tpot_ms,
       r.load.max_ttft_s > 0 ? fmt::format(", {:g} s to the first token", r.load.max_ttft_s) : "");
+  if (r.lora_adapters > 0) {
+    const double each =
+        static_cast<double>(LoraParamCount(r.model, {r.lora_rank, 1.0f, kLoraAllTargets})) * 4;
+    out += fmt::format(
+        "LoRA  {} adapters of rank {} on every block matrix (tern serve --lora), {} each in fp32, on every "
+        "replica: planned as read every decode step ({:+.0f}% of the {} weights' bytes)\n",
+        r.lora_adapters, r.lora_rank, fmt::format("{:.1f} MB", each / 1e6),
+        100 * r.lora_adapters * each / (static_cast<double>(GptParamCount(r.model)) * BytesOf(r.weights)),
+        r.weights);
+  }
   for (const auto& n : p.notes) out += "Note  " + n + "\n";
   out += "\n";
   std::vector<std::vector<std::string>> cells = {{"#", "provider", "region", "instance", "GPUs", "billing",
@@ -339,6 +364,8 @@ nlohmann::json ServePlanJson(const ServePlan& p, const Catalog& cat, int top) {
                {"max_ttft_s", r.load.max_ttft_s}};
   j["weights"] = r.weights;
   j["kv_dtype"] = r.kv_dtype;
+  j["lora"] = r.lora_adapters > 0 ? nlohmann::json{{"adapters", r.lora_adapters}, {"rank", r.lora_rank}}
+                                  : nlohmann::json(nullptr);
   j["notes"] = p.notes;
   j["rows"] = nlohmann::json::array();
   const size_t n = std::min(p.rows.size(), static_cast<size_t>(std::max(0, top)));

@@ -69,6 +69,11 @@ struct ServeRequest {
   ServeLoad load;
   std::string weights = "bf16";   // fp32 | bf16 | int8 (tern serve --weights)
   std::string kv_dtype = "bf16";  // fp32 | bf16 (tern serve --kv-dtype; int8 is CPU only)
+  // LoRA fine-tunes served beside the model on every replica (tern serve --lora): their fp32 adapters of
+  // every block matrix are resident and, conservatively, all read every decode step (exact once a step's
+  // batch covers them all); every request is on one, so each token also does the adapters' products.
+  int lora_adapters = 0;
+  int lora_rank = 16;
   std::vector<std::string> providers, regions, gpus, instances;  // filters, as tern plan's
   std::vector<Billing> billing = {Billing::kOnDemand, Billing::kSpot, Billing::kReserved};
   std::optional<double> reserved_discount;
@@ -91,7 +96,8 @@ struct ReplicaState {
 
 // The per-replica constants of the model above, for one GPU.
 struct ReplicaModel {
-  double weight_bytes = 0;        // resident and read per decode step
+  double weight_bytes = 0;        // resident and read per decode step (the LoRA adapters included)
+  double adapter_bytes = 0;       // of which the LoRA adapters'
   double kv_bytes_per_token = 0;  // 2 * L * C * kv bytes
   double bandwidth = 0;           // bytes/s, bw_eff applied
   double peak_flops = 0;          // FLOP/s at the weights' precision

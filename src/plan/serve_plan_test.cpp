@@ -74,6 +74,35 @@ TEST(ServePlan, OneReplicaMatchesHandArithmeticAndLittlesLaw) {
   }
 }
 
+// LoRA adapters served beside the model (tern serve --lora): 8 fp32 adapters of rank 16 on every block matrix
+// of GPT-2 124M are 8 x 12 layers x 16 x 16 x 768 floats = 75,497,472 bytes, resident and read every step;
+// each token also does their 2 x 2,359,296 FLOPs. More adapters, less capacity; enough of them no longer fit.
+TEST(ServePlan, LoraAdaptersAreResidentAndReadEveryStep) {
+  const Catalog cat = TestCatalog();
+  ServeRequest plain = Request(10), lora = Request(10);
+  lora.lora_adapters = 8;
+  lora.lora_rank = 16;
+  std::string why;
+  const auto a = MakeReplicaModel(*cat.FindGpu("H100"), plain, PlanDefaults(), &why);
+  const auto b = MakeReplicaModel(*cat.FindGpu("H100"), lora, PlanDefaults(), &why);
+  ASSERT_TRUE(a && b) << why;
+  EXPECT_DOUBLE_EQ(b->adapter_bytes, 75497472.0);
+  EXPECT_DOUBLE_EQ(b->weight_bytes, 124439808.0 * 2 + 75497472.0);
+  EXPECT_DOUBLE_EQ(b->decode_flops - a->decode_flops, 2 * 2359296.0);
+  EXPECT_NEAR(b->StepSeconds(4) - a->StepSeconds(4), 75497472.0 / a->bandwidth, 1e-12) << "memory-bound here";
+  auto pa = MakeServePlan(cat, plain, PlanDefaults()), pb = MakeServePlan(cat, lora, PlanDefaults());
+  ASSERT_TRUE(pa.ok() && pb.ok());
+  EXPECT_LT(pb->rows[0].capacity_rps, pa->rows[0].capacity_rps);
+  EXPECT_NE(RenderServePlan(*pb, cat, 3, false, true).find("LoRA  8 adapters of rank 16"), std::string::npos);
+  EXPECT_EQ(ServePlanJson(*pb, cat, 3)["lora"]["adapters"], 8);
+  // 2,000 adapters (18.9 GB) do not fit the V100's 16 GiB beside the weights.
+  lora.lora_adapters = 2000;
+  EXPECT_FALSE(MakeReplicaModel(*cat.FindGpu("V100"), lora, PlanDefaults(), &why));
+  EXPECT_NE(why.find("exceed"), std::string::npos) << why;
+  lora.lora_rank = 0;
+  EXPECT_FALSE(MakeServePlan(cat, lora, PlanDefaults()).ok());
+}
+
 TEST(ServePlan, TheFewestInstancesThatMeetTheTargetsCheapestFirst) {
   const Catalog cat = TestCatalog();
   ServeRequest req = Request(10);
