@@ -57,14 +57,7 @@ Result<LoraAdapter> ParseLoraAdapter(std::string_view bytes, const std::string& 
                               ": not a tern LoRA adapter (no tern.lora_rank or tern.base_xxh3 metadata)");
   a.base_fingerprint = base->second;
   a.params.resize(LoraParamCount(a.config, a.spec));
-  for (const ParamTensor& t : LoraParamLayout(a.config, a.spec, 0)) {
-    auto tv = st->tensors.find(t.name);
-    if (tv == st->tensors.end() || tv->second.dtype != "F32" ||
-        tv->second.data.size() != t.numel * sizeof(float))
-      return Status::Corruption(
-          fmt::format("{}: tensor '{}' is missing or has the wrong size", file, t.name));
-    std::memcpy(a.params.data() + t.offset, tv->second.data.data(), tv->second.data.size());
-  }
+  TERN_RETURN_IF_ERROR(ReadF32Tensors(*st, LoraParamLayout(a.config, a.spec, 0), file, a.params.data()));
   return a;
 }
 

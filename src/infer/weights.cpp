@@ -31,15 +31,25 @@ Result<CheckpointModel> ModelFromCheckpointTensors(const ckpt::ParsedSafetensors
   const std::vector<ParamTensor> adapters = LoraParamLayout(m.config, m.lora, base);
   layout.insert(layout.end(), adapters.begin(), adapters.end());
   m.params.resize(base + LoraParamCount(m.config, m.lora));
+  TERN_RETURN_IF_ERROR(ReadF32Tensors(st, layout, where, m.params.data()));
+  return m;
+}
+
+Status ReadF32Tensors(const ckpt::ParsedSafetensors& st, const std::vector<ParamTensor>& layout,
+                      const std::string& where, float* out) {
   for (const ParamTensor& t : layout) {
     auto tv = st.tensors.find(t.name);
     if (tv == st.tensors.end() || tv->second.dtype != "F32" ||
         tv->second.data.size() != t.numel * sizeof(float))
       return Status::Corruption(
           fmt::format("{}: tensor '{}' is missing or has the wrong size", where, t.name));
-    std::memcpy(m.params.data() + t.offset, tv->second.data.data(), tv->second.data.size());
+    std::memcpy(out + t.offset, tv->second.data.data(), tv->second.data.size());
   }
-  return m;
+  return Status::Ok();
+}
+
+std::vector<float> CheckpointModel::TakeMergedParams() {
+  return lora.enabled() ? MergeLoraOnHost(config, lora, params) : std::move(params);
 }
 
 Result<CheckpointModel> LoadCheckpointModel(const std::string& path, std::string* location) {
@@ -59,7 +69,7 @@ Result<ModelWeights> WeightsFromCheckpointTensors(const ckpt::ParsedSafetensors&
   TERN_ASSIGN_OR_RETURN(CheckpointModel m, ModelFromCheckpointTensors(st, where));
   ModelWeights w;
   w.config = m.config;
-  w.params = m.lora.enabled() ? MergeLoraOnHost(m.config, m.lora, m.params) : std::move(m.params);
+  w.params = m.TakeMergedParams();
   return w;
 }
 
@@ -71,7 +81,7 @@ Result<ModelWeights> FromCheckpoint(const std::string& path) {
   TERN_ASSIGN_OR_RETURN(CheckpointModel m, LoadCheckpointModel(path, &location));
   ModelWeights w;
   w.config = m.config;
-  w.params = m.lora.enabled() ? MergeLoraOnHost(m.config, m.lora, m.params) : std::move(m.params);
+  w.params = m.TakeMergedParams();
   w.name = BaseName(location);
   // RUN/checkpoints/step_N -> RUN/tokenizer.model (local checkpoints only; at most two levels up)
   fs::path dir = fs::absolute(fs::path(path).lexically_normal());

@@ -35,7 +35,14 @@ struct CheckpointModel {
   GptConfig config;
   LoraSpec lora;
   std::vector<float> params;
+  // The weights every reader gets: with LoRA the adapters merged in (MergeLoraOnHost), else params as they
+  // are (moved out).
+  std::vector<float> TakeMergedParams();
 };
+// Copies each tensor of `layout` (fp32, exactly its size) from st into out + its offset; Corruption naming
+// `where` and the tensor when one is missing, of another dtype or size.
+Status ReadF32Tensors(const ckpt::ParsedSafetensors& st, const std::vector<ParamTensor>& layout,
+                      const std::string& where, float* out);
 Result<CheckpointModel> ModelFromCheckpointTensors(const ckpt::ParsedSafetensors& st,
                                                    const std::string& where);
 // Loads the checkpoint at `path` (a step directory, local or s3://); *location (if given) gets where it was
