@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <thread>
@@ -32,6 +33,8 @@ struct ServeCliOptions {
   int http_threads = 0, max_body_kb = 1024, timeout_s = 600;
   double kv_cache_mb = 1024, price_per_hour = 0;
   bool log_requests = false;
+  bool allow_lora_updates = false;  // POST /v1/load_lora_adapter, /v1/unload_lora_adapter
+  int max_lora_adapters = 0;
 };
 
 // The key from --api-key-file (first line, surrounding whitespace removed), --api-key or $TERN_API_KEY.
@@ -56,27 +59,36 @@ int Fail(const Status& st) {
   return 1;
 }
 
-// The adapters of --lora, each checked against the served weights (the very base it was trained on), their
-// names distinct and not the base model's.
-Result<std::vector<LoraAdapter>> LoadAdapters(const ServeCliOptions& o, const ModelWeights& w,
-                                              const std::string& model_name,
-                                              std::vector<std::string>* names) {
+// Reads one LoRA adapter (a LoRA run, its adapter file or checkpoint, models:/NAME@REF) and checks it against
+// the served weights: the very base it was trained on. For --lora at start and POST /v1/load_lora_adapter.
+std::function<Result<LoraAdapter>(const std::string&)> AdapterLoader(const GptConfig& cfg,
+                                                                     const std::string& base_fingerprint,
+                                                                     const std::string& model_path) {
+  return [=](const std::string& path) -> Result<LoraAdapter> {
+    TERN_ASSIGN_OR_RETURN(std::string local, registry::ResolveModelUri(path));  // models:/NAME@REF
+    TERN_ASSIGN_OR_RETURN(LoraAdapter a, LoadLoraAdapter(local));
+    TERN_RETURN_IF_ERROR(CheckAdapterBase(a, path, cfg, base_fingerprint, model_path));
+    return a;
+  };
+}
+
+// The adapters of --lora, their names distinct and not the base model's.
+Result<std::vector<LoraAdapter>> LoadAdapters(
+    const ServeCliOptions& o, const std::string& model_name,
+    const std::function<Result<LoraAdapter>(const std::string&)>& load, std::vector<LoraModule>* modules) {
   std::vector<LoraAdapter> adapters;
-  if (o.lora.empty()) return adapters;
-  const std::string base = BaseFingerprint(w.config, w.params);
   for (const std::string& arg : o.lora) {
     TERN_ASSIGN_OR_RETURN(LoraModule m, ParseLoraModule(arg));
-    if (m.name == model_name || std::find(names->begin(), names->end(), m.name) != names->end())
+    const bool taken = std::any_of(modules->begin(), modules->end(),
+                                   [&](const LoraModule& other) { return other.name == m.name; });
+    if (m.name == model_name || taken)
       return Status::InvalidArgument(fmt::format(
           "--lora {}: the name '{}' is taken (the model's, or another adapter's); name it: --lora NAME={}",
           arg, m.name, m.path));
-    TERN_ASSIGN_OR_RETURN(std::string path, registry::ResolveModelUri(m.path));  // models:/NAME@REF
-    auto loaded = LoadLoraAdapter(path);
+    auto loaded = load(m.path);
     if (!loaded.ok()) return loaded.status().WithContext("--lora " + arg);
-    LoraAdapter a = std::move(loaded).value();
-    TERN_RETURN_IF_ERROR(CheckAdapterBase(a, m.path, w.config, base, o.model_path));
-    names->push_back(m.name);
-    adapters.push_back(std::move(a));
+    modules->push_back(m);
+    adapters.push_back(std::move(loaded).value());
   }
   return adapters;
 }
@@ -154,8 +166,15 @@ int RunServe(const ServeCliOptions& o) {
   auto weights = LoadModelWeights(*model_path, o.tokenizer);  // cheap to fail early on a wrong path
   if (!weights.ok()) return Fail(weights.status());
   so.model_name = o.model_name.empty() ? weights->name : o.model_name;
-  auto adapters = LoadAdapters(o, *weights, so.model_name, &so.adapters);
+  so.lora_loader =
+      AdapterLoader(weights->config, BaseFingerprint(weights->config, weights->params), o.model_path);
+  so.allow_lora_updates = o.allow_lora_updates;
+  so.max_lora_adapters = o.max_lora_adapters;
+  auto adapters = LoadAdapters(o, so.model_name, so.lora_loader, &so.adapters);
   if (!adapters.ok()) return Fail(adapters.status());
+  if (o.max_lora_adapters > 0 && static_cast<int>(so.adapters.size()) > o.max_lora_adapters)
+    return Fail(Status::InvalidArgument(fmt::format("{} --lora adapters are more than --max-lora-adapters {}",
+                                                    so.adapters.size(), o.max_lora_adapters)));
   Server server(so, &metrics);
   if (Status st = server.Bind(); !st.ok()) return Fail(st);
   std::thread http([&] { server.Serve(); });
@@ -200,11 +219,17 @@ int RunServe(const ServeCliOptions& o) {
   for (size_t i = 0; i < so.adapters.size(); i++) {
     const LoraAdapter& a = setup.adapters[i];
     std::fprintf(stderr, "tern serve: LoRA adapter %s (%s, %.1f MB): \"model\": \"%s\"\n",
-                 so.adapters[i].c_str(), a.spec.ToString().c_str(), a.params.size() * 4 / 1048576.0,
-                 so.adapters[i].c_str());
+                 so.adapters[i].name.c_str(), a.spec.ToString().c_str(), a.params.size() * 4 / 1048576.0,
+                 so.adapters[i].name.c_str());
   }
+  setup.adapters.clear();
+  if (o.allow_lora_updates)
+    std::fprintf(stderr,
+                 "tern serve: LoRA updates allowed%s: POST /v1/load_lora_adapter {\"lora_name\", "
+                 "\"lora_path\"}, /v1/unload_lora_adapter {\"lora_name\"}\n",
+                 so.api_keys.empty() ? "" : " to admin keys");
   e.Start();
-  server.SetEngine(&e, {so.model_name, &tok.value(), e.max_seq_len(), so.adapters});
+  server.SetEngine(&e, {so.model_name, &tok.value(), e.max_seq_len()});
   std::fprintf(
       stderr, "tern serve: ready: POST http://%s:%d/v1/completions%s\n", o.host.c_str(), server.port(),
       so.api_key.empty() && so.api_keys.empty() ? " (no API key: anyone who can reach the port can use it)"
@@ -323,6 +348,16 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
                   "LoRA run directory (train.lora.rank, train.init_from = this model), its "
                   "adapter.safetensors or a checkpoint; requests pick it with \"model\": \"NAME\"")
       ->allow_extra_args(false);
+  sub->add_flag(
+      "--allow-lora-updates", o->allow_lora_updates,
+      "load and unload LoRA adapters while serving: POST /v1/load_lora_adapter {\"lora_name\": NAME, "
+      "\"lora_path\": PATH} (a NAME served already is replaced: move a registry alias, load "
+      "models:/NAME@REF again) and /v1/unload_lora_adapter {\"lora_name\": NAME}; with --api-keys "
+      "only keys with admin: true may (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING)");
+  sub->add_option("--max-lora-adapters", o->max_lora_adapters,
+                  "the most LoRA adapters served at once (0 = no limit but memory; tern plan --serve "
+                  "--lora-adapters N sizes them)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--tokenizer", o->tokenizer,
                   "tokenizer.model to use (default: the one next to the weights)");
   sub->add_option("--device", o->device, "cpu | cpu-ref | cuda | auto")->capture_default_str();

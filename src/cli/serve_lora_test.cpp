@@ -1,7 +1,7 @@
 // `tern serve BASE --lora NAME=PATH`, end to end through the binary: an adapter directory beside a base run
 // (adapter.safetensors as a LoRA run writes it), the server's /v1/models and a completion by the adapter
 // (what an engine over the merged weights answers, computed here), and the refusals at start: an adapter
-// of other weights, a name taken twice.
+// of other weights, a name taken twice; and an adapter loaded while serving (--allow-lora-updates).
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <unistd.h>
@@ -126,6 +126,51 @@ TEST_F(ServeLoraCliTest, ServesAnAdapterFromTheRegistry) {
   EXPECT_EQ(one->status, 200) << one->body;
   serve.Signal(SIGTERM);
   EXPECT_EQ(serve.Wait(), 0) << ReadAll(log);
+}
+
+// While serving (--allow-lora-updates): POST /v1/load_lora_adapter reads a registry URI through the same
+// loader as --lora (the adapter is the merged model's), and refuses an adapter of other weights with why.
+TEST_F(ServeLoraCliTest, LoadsAnAdapterWhileServing) {
+  const fs::path law = fs::path(run_->dir.path()) / "law";
+  fs::copy_file(base_ / "model.safetensors", law / "model.safetensors");
+  fs::copy_file(base_ / "tokenizer.model", law / "tokenizer.model");
+  const std::map<std::string, std::string> env = {{"TERN_REGISTRY", run_->dir / "registry"}};
+  testing::Child reg(
+      {tern_.string(), "models", "register", law.string(), "--name", "law", "--alias", "production"}, env,
+      run_->dir / "register.log");
+  ASSERT_EQ(reg.Wait(), 0) << ReadAll(run_->dir / "register.log");
+  LoraAdapter other = adapter_;
+  other.base_fingerprint = "0123456789abcdef";
+  ASSERT_TRUE(WriteLoraAdapter(run_->dir / "other.safetensors", other).ok());
+  const int port = testing::FreePort();
+  const std::string log = run_->dir / "serve.log";
+  testing::Child serve({tern_.string(), "serve", base_.string(), "--allow-lora-updates", "--port",
+                        std::to_string(port), "--threads", "1", "--kv-cache-mb", "16"},
+                       env, log);
+  httplib::Client client("127.0.0.1", port);
+  ASSERT_TRUE(Up(serve, client)) << ReadAll(log);
+  auto load = client.Post("/v1/load_lora_adapter",
+                          R"({"lora_name":"law","lora_path":"models:/law@production"})", "application/json");
+  ASSERT_TRUE(load);
+  ASSERT_EQ(load->status, 200) << load->body;
+  auto r = client.Post(
+      "/v1/completions",
+      R"({"model":"law","prompt":"And God said","max_tokens":6,"temperature":0,"ignore_eos":true})",
+      "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["text"],
+            testing::GreedyText(*run_, testing::MergedLoraParams(*run_, adapter_), "And God said", 6));
+  auto wrong = client.Post("/v1/load_lora_adapter",
+                           json({{"lora_name", "x"}, {"lora_path", run_->dir / "other.safetensors"}}).dump(),
+                           "application/json");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 400);
+  EXPECT_NE(wrong->body.find("trained on other weights"), std::string::npos) << wrong->body;
+  serve.Signal(SIGTERM);
+  EXPECT_EQ(serve.Wait(), 0) << ReadAll(log);
+  EXPECT_NE(ReadAll(log).find("LoRA adapter law loaded from models:/law@production"), std::string::npos)
+      << ReadAll(log);
 }
 
 TEST_F(ServeLoraCliTest, RefusesAnAdapterOfOtherWeightsAndATakenName) {

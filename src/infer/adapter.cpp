@@ -118,11 +118,19 @@ Result<LoraModule> ParseLoraModule(const std::string& arg) {
   }
   if (m.path.empty()) return Status::InvalidArgument("--lora '" + arg + "': no path; use --lora NAME=PATH");
   if (m.name.empty()) return Status::InvalidArgument("--lora '" + arg + "': no name; use --lora NAME=PATH");
-  for (char c : m.name)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && std::string("._-:/").find(c) == std::string::npos)
-      return Status::InvalidArgument(
-          fmt::format("--lora '{}': the name '{}' may hold letters, digits and . _ - : / only", arg, m.name));
+  TERN_RETURN_IF_ERROR(CheckAdapterName(m.name).WithContext("--lora '" + arg + "'"));
   return m;
+}
+
+Status CheckAdapterName(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= 128;
+  for (char c : name)
+    ok = ok &&
+         (std::isalnum(static_cast<unsigned char>(c)) || std::string("._-:/").find(c) != std::string::npos);
+  if (!ok)
+    return Status::InvalidArgument(
+        fmt::format("the adapter name '{}' must be 1-128 letters, digits and . _ - : /", name));
+  return Status::Ok();
 }
 
 Status CheckAdapterBase(const LoraAdapter& adapter, const std::string& adapter_path, const GptConfig& cfg,

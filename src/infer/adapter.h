@@ -54,6 +54,8 @@ struct LoraModule {
   std::string name, path;
 };
 Result<LoraModule> ParseLoraModule(const std::string& arg);
+// OK when name is 1-128 letters, digits and . _ - : / (what --lora and POST /v1/load_lora_adapter accept).
+Status CheckAdapterName(const std::string& name);
 
 // OK when the adapter fits the served model: the same shape and the very base weights it was trained on;
 // otherwise InvalidArgument naming both and the fix (serve the model the LoRA run started from, its

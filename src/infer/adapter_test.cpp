@@ -130,8 +130,12 @@ TEST_F(AdapterTest, BatchedSequencesWithDifferentAdaptersMatchEachAlone) {
     AddSeq(&base, *plain, Prompt(lens[s], s), 0, 0, false);
     const float* lp = plain->Forward(base);
     const std::vector<float> want(lp, lp + V), got(batched.begin() + s * V, batched.begin() + (s + 1) * V);
-    if (s == 0) EXPECT_EQ(got, want);
-    if (s == 1) EXPECT_GT(MaxAbsDiff(got, want), 0.05);
+    if (s == 0) {
+      EXPECT_EQ(got, want);
+    }
+    if (s == 1) {
+      EXPECT_GT(MaxAbsDiff(got, want), 0.05);
+    }
   }
   EXPECT_EQ(model->param_bytes() - plain->param_bytes(),
             (adapters[0].params.size() + adapters[1].params.size()) * sizeof(float));
@@ -176,6 +180,63 @@ TEST_F(AdapterTest, EngineKeepsEachAdaptersPrefixCacheApart) {
   auto bad = served->Submit(greedy(2));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("adapter 2 is not served"), std::string::npos);
+}
+
+// Adapters added and removed while the engine serves (tern serve --allow-lora-updates): an added one answers
+// as its merged model; a removed one refuses new requests at once, lets the running one finish on it (the
+// merged model's tokens), and is freed after it; ids are not reused, so a later adapter never finds the
+// removed one's cached prompt blocks.
+TEST_F(AdapterTest, EngineAddsAndRemovesAdaptersWhileServing) {
+  auto be = MakeCpuFastBackend();
+  const LoraAdapter a = RandomAdapter(4, kLoraAllTargets, 8.0f, 5),
+                    b = RandomAdapter(2, kLoraQkv | kLoraFc, 4.0f, 9);
+  ServeMetrics metrics;
+  auto engine = [&](const std::vector<float>& params) {
+    EngineOptions eo;
+    eo.max_batch = 8;
+    eo.max_batch_tokens = 64;
+    return std::make_unique<Engine>(Model(be.get(), params, {}), run_->tok.get(), eo, &metrics);
+  };
+  auto greedy = [&](int adapter) {
+    GenerationRequest r;
+    r.prompt = Prompt(50, 4);
+    r.max_tokens = 12;
+    r.sampling.temperature = 0.0f;
+    r.ignore_eos = true;
+    r.adapter = adapter;
+    return r;
+  };
+  auto run = [&](Engine& e, int adapter) { return RunToEnd(e, {e.Submit(greedy(adapter)).value()})[0]; };
+  const auto want_a = run(*engine(Merged(a)), 0), want_b = run(*engine(Merged(b)), 0);
+  ASSERT_NE(want_a.tokens, want_b.tokens);
+
+  auto served = engine(run_->params);
+  EXPECT_EQ(served->Submit(greedy(1)).status().code(), Status::Code::kNotFound);
+  ASSERT_EQ(served->AddAdapter(a).value(), 1);
+  EXPECT_EQ(served->adapters_served(), 1);
+  EXPECT_EQ(metrics.lora_adapters.load(), 1);
+  EXPECT_EQ(run(*served, 1).tokens, want_a.tokens);
+
+  auto running = served->Submit(greedy(1)).value();
+  served->Step();  // the prompt (whose blocks are cached from the request above) and a first token
+  served->Step();
+  ASSERT_TRUE(served->RemoveAdapter(1).ok());
+  EXPECT_EQ(served->adapters_served(), 0);
+  EXPECT_EQ(metrics.lora_adapters.load(), 0);
+  auto refused = served->Submit(greedy(1));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Status::Code::kNotFound) << refused.status().ToString();
+  EXPECT_EQ(served->RemoveAdapter(1).code(), Status::Code::kNotFound);
+  EXPECT_TRUE(served->adapter_weights_held(1)) << "a request still runs on it";
+  EXPECT_EQ(RunToEnd(*served, {running})[0].tokens, want_a.tokens) << "it finishes on the removed adapter";
+  served->Step();
+  EXPECT_FALSE(served->adapter_weights_held(1)) << "freed once no request names it";
+
+  ASSERT_EQ(served->AddAdapter(b).value(), 2) << "ids are not reused";
+  const auto on_b = run(*served, 2);
+  EXPECT_EQ(on_b.tokens, want_b.tokens);
+  EXPECT_EQ(on_b.cached_tokens, 0) << "adapter 1's cached blocks must not serve adapter 2";
+  EXPECT_EQ(run(*served, 0).cached_tokens, 0) << "nor the base model";
 }
 
 TEST_F(AdapterTest, FileRoundTripsAndRefusesAnotherBase) {

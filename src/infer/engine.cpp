@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <functional>
 
 #include <omp.h>
 
@@ -86,7 +87,79 @@ Engine::Engine(std::unique_ptr<InferenceModel> model, const Tokenizer* tokenizer
   assert(opt_.max_batch <= model_->options().max_seqs && opt_.max_batch_tokens <= model_->options().max_rows);
   assert(opt_.max_batch <= opt_.max_batch_tokens);
   assert(model_->options().max_logit_rows >= opt_.max_batch);
+  for (int id = 1; id <= model_->num_adapters(); id++) adapter_served_.push_back(model_->has_adapter(id));
+  metrics_->lora_adapters = std::count(adapter_served_.begin(), adapter_served_.end(), true);
   PublishGauges();
+}
+
+Result<int> Engine::AddAdapter(const LoraAdapter& adapter) {
+  int id = 0;
+  {
+    std::lock_guard<std::mutex> lock(model_mu_);
+    TERN_ASSIGN_OR_RETURN(id, model_->AddAdapter(adapter));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  adapter_served_.resize(static_cast<size_t>(id), false);
+  adapter_served_[static_cast<size_t>(id) - 1] = true;
+  metrics_->lora_adapters = std::count(adapter_served_.begin(), adapter_served_.end(), true);
+  return id;
+}
+
+Status Engine::RemoveAdapter(int id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (id < 1 || id > static_cast<int>(adapter_served_.size()) || !adapter_served_[id - 1])
+      return Status::NotFound(fmt::format("adapter {} is not served", id));
+    adapter_served_[id - 1] = false;
+    retiring_.push_back(id);
+    metrics_->lora_adapters = std::count(adapter_served_.begin(), adapter_served_.end(), true);
+  }
+  cv_.notify_all();  // an idle engine frees it at once
+  return Status::Ok();
+}
+
+int Engine::adapters_served() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(std::count(adapter_served_.begin(), adapter_served_.end(), true));
+}
+
+bool Engine::adapter_weights_held(int id) const {
+  std::lock_guard<std::mutex> lock(model_mu_);
+  return model_->has_adapter(id);
+}
+
+// Frees the weights of retired adapters that no sequence names any more (engine thread; submitted_ is
+// checked too: a request accepted just before the retirement is still to come).
+void Engine::FreeRetiredAdapters() {
+  std::vector<int> free;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (retiring_.empty()) return;
+    std::function<bool(const Sequence&, int)> uses = [&](const Sequence& s, int id) {
+      if (s.req.adapter == id) return true;
+      for (const auto& f : s.forks)
+        if (uses(*f, id)) return true;
+      return false;
+    };
+    auto used = [&](int id) {
+      for (const auto* list : {&submitted_, &waiting_})
+        for (const auto& s : *list)
+          if (uses(*s, id)) return true;
+      for (const auto& s : running_)
+        if (uses(*s, id)) return true;
+      return false;
+    };
+    for (auto it = retiring_.begin(); it != retiring_.end();) {
+      if (used(*it)) {
+        ++it;
+      } else {
+        free.push_back(*it);
+        it = retiring_.erase(it);
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(model_mu_);
+  for (int id : free) model_->RemoveAdapter(id);
 }
 
 Engine::~Engine() {
@@ -130,7 +203,8 @@ void Engine::Run() {
       continue;
     }
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stop_ || !submitted_.empty(); });
+    cv_.wait_for(lock, std::chrono::milliseconds(50),
+                 [&] { return stop_ || !submitted_.empty() || !retiring_.empty(); });
   }
 }
 
@@ -144,9 +218,6 @@ Result<std::shared_ptr<RequestHandle>> Engine::Submit(GenerationRequest request)
     if (t < 0 || t >= V)
       return Status::InvalidArgument(fmt::format("logit_bias token {} is outside [0, {})", t, V));
   if (request.max_tokens < 0) return Status::InvalidArgument("max_tokens must not be negative");
-  if (request.adapter < 0 || request.adapter > model_->num_adapters())
-    return Status::InvalidArgument(fmt::format("adapter {} is not served (this engine has {})",
-                                               request.adapter, model_->num_adapters()));
   if (P + request.max_tokens > max_seq_len_)
     return Status::InvalidArgument(
         fmt::format("this model's maximum context length is {} tokens, but {} were requested ({} in the "
@@ -192,6 +263,9 @@ Result<std::shared_ptr<RequestHandle>> Engine::Submit(GenerationRequest request)
   const int n = request.n;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    const int a = request.adapter;
+    if (a != 0 && (a < 0 || a > static_cast<int>(adapter_served_.size()) || !adapter_served_[a - 1]))
+      return Status::NotFound(fmt::format("adapter {} is not served (never added, or removed)", a));
     const int64_t queued = metrics_->queue_length.load();
     if (queued + n > opt_.max_queue)
       return Status::Unavailable(
@@ -269,7 +343,7 @@ void Engine::AddRows(Sequence* seq, int n) {
   if (seq->computed < seq->prompt_len)
     metrics_->prefill_tokens += std::min(n, seq->prompt_len - seq->computed);
   batch_.seqs.insert(batch_.seqs.end(), {row0, n, seq->computed + n});
-  if (model_->num_adapters() > 0) batch_.adapters.push_back(seq->req.adapter);
+  batch_.adapters.push_back(seq->req.adapter);
   const size_t table0 = batch_.block_tables.size();
   batch_.block_tables.resize(table0 + model_->max_blocks_per_seq(), 0);
   std::copy(seq->blocks.begin(), seq->blocks.end(), batch_.block_tables.begin() + table0);
@@ -301,6 +375,7 @@ bool Engine::Step() {
   auto is_done = [](const std::unique_ptr<Sequence>& s) { return s->done; };
   running_.erase(std::remove_if(running_.begin(), running_.end(), is_done), running_.end());
   waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), is_done), waiting_.end());
+  FreeRetiredAdapters();
 
   // Decodes first (one row each), then prompt chunks, then new requests: a long prompt never stalls streams.
   batch_.Clear();
@@ -338,7 +413,11 @@ bool Engine::Step() {
     return false;
   }
   Lap(metrics_, ServeMetrics::kSchedule, &t);
-  const float* logits = model_->Forward(batch_);
+  const float* logits = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(model_mu_);
+    logits = model_->Forward(batch_);
+  }
   Lap(metrics_, ServeMetrics::kForward, &t);
   metrics_->forward_steps++;
   metrics_->batch_size.Observe(batch_.S());

@@ -134,6 +134,18 @@ class Engine {
   // do.
   bool Step();
 
+  // LoRA adapters while the engine runs (`tern serve --allow-lora-updates`); both thread-safe.
+  // Adds one beside the base weights between two forwards (InferenceModel::AddAdapter) and returns its id
+  // for GenerationRequest::adapter. Ids are never reused, so a reloaded adapter never finds the prefix-cache
+  // blocks of the one it replaced.
+  Result<int> AddAdapter(const LoraAdapter& adapter);
+  // Retires adapter id: requests naming it are refused from now on (NotFound), those already submitted
+  // finish on it, and its weights are freed at the first iteration none of them is left. NotFound when id
+  // is not served.
+  Status RemoveAdapter(int id);
+  int adapters_served() const;              // added (at construction or since) and not removed
+  bool adapter_weights_held(int id) const;  // tests: a retired adapter's weights are not freed yet
+
   int max_seq_len() const { return max_seq_len_; }
   const InferenceModel& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -152,6 +164,7 @@ class Engine {
                     std::chrono::steady_clock::time_point* t);
   void Emit(Sequence* seq, int32_t token, TokenLogprob* logprob);
   void PublishGauges();
+  void FreeRetiredAdapters();
 
   std::unique_ptr<InferenceModel> model_;
   const Tokenizer* tokenizer_;
@@ -165,6 +178,10 @@ class Engine {
   std::deque<std::unique_ptr<Sequence>> submitted_;
   bool stop_ = false;
   int active_count_ = 0, kv_used_ = 0;
+  std::vector<bool> adapter_served_;  // [id - 1]: may requests name it (guarded by mu_)
+  std::vector<int> retiring_;         // removed ids whose weights are still held (guarded by mu_)
+  // Held by the forward and by every change to the model's adapters (which other threads make).
+  mutable std::mutex model_mu_;
 
   // engine thread only
   std::deque<std::unique_ptr<Sequence>> waiting_;

@@ -256,6 +256,11 @@ Result<int> InferenceModel::AddAdapter(const LoraAdapter& adapter) {
   return static_cast<int>(adapters_.size());
 }
 
+void InferenceModel::RemoveAdapter(int id) {
+  assert(has_adapter(id));
+  adapters_[id - 1] = Adapter{};
+}
+
 void InferenceModel::ApplyAdapters(float* out, const float* inp, int target, int l, const ForwardBatch& batch,
                                    int OC, int K) {
   if (batch.adapters.empty()) return;
@@ -266,7 +271,7 @@ void InferenceModel::ApplyAdapters(float* out, const float* inp, int target, int
     int e = s + 1;
     while (e < S && batch.adapters[e] == id) e++;
     if (id > 0) {
-      assert(id <= num_adapters());
+      assert(has_adapter(id));
       const Adapter& ad = adapters_[id - 1];
       const size_t m = static_cast<size_t>(l) * 4 + target;
       if (ad.a[m]) {

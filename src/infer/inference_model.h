@@ -76,8 +76,13 @@ class InferenceModel {
   // adapters in fp32 whatever the base weights' format (vLLM's punica path does the same in the model's
   // dtype); sequences with other adapters, or none, are unaffected. The shape must be the model's (the
   // caller checks the base fingerprint: CheckAdapterBase). Returns i: 1 for the first, 2 for the next...
+  // Ids are never reused: one removed stays a hole (RemoveAdapter).
   Result<int> AddAdapter(const LoraAdapter& adapter);
+  // Frees adapter id's weights; no sequence of a later batch may name it (the engine sees to that).
+  void RemoveAdapter(int id);
+  // The highest id given (removed ones included), and whether id is served now.
   int num_adapters() const { return static_cast<int>(adapters_.size()); }
+  bool has_adapter(int id) const { return id >= 1 && id <= num_adapters() && adapters_[id - 1].rank > 0; }
 
   // Runs the batch: writes its keys and values into the cache and returns the logits of logit_rows,
   // [logit_rows.size(), V] in host memory, valid until the next Forward. A CPU backend's buffer is returned
@@ -133,7 +138,7 @@ class InferenceModel {
   std::map<std::string, double>* profile_ = nullptr;
   std::unique_ptr<Linear> head_;
   struct Adapter {  // one served LoRA adapter: A and s*B of each adapted matrix, [L * 4] (null: not adapted)
-    int rank = 0;
+    int rank = 0;   // 0: removed
     DeviceBuffer weights;
     std::vector<const float*> a, b;
   };

@@ -110,6 +110,9 @@ std::string ServeMetrics::Render() const {
          kv_blocks_cached);
   Scalar(&out, "tern_kv_cache_blocks_reserved", "gauge",
          "KV-cache blocks promised to running sequences for their remaining tokens.", kv_blocks_reserved);
+  Scalar(&out, "tern_lora_adapters", "gauge",
+         "LoRA adapters served beside the model (--lora, and loaded or unloaded at run time).",
+         lora_adapters);
   time_to_first_token.Render("tern_time_to_first_token_seconds",
                              "From request arrival to its first generated token.", &out);
   time_per_output_token.Render("tern_time_per_output_token_seconds",

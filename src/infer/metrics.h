@@ -45,6 +45,7 @@ struct ServeMetrics {
   // engine gauges
   std::atomic<int64_t> queue_length{0}, running_sequences{0};
   std::atomic<int64_t> kv_blocks_used{0}, kv_blocks_free{0}, kv_blocks_cached{0}, kv_blocks_reserved{0};
+  std::atomic<int64_t> lora_adapters{0};  // LoRA adapters served (`--lora`, and loaded at run time)
   std::atomic<int> ready{0};
   Histogram time_to_first_token, time_per_output_token, request_duration, batch_size, batch_tokens;
 

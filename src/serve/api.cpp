@@ -244,12 +244,13 @@ std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body_text, b
   if (body.contains("model") && !body["model"].is_null()) {
     if (!body["model"].is_string()) return WrongType("model", "a string", body["model"]);
     model = body["model"].get<std::string>();
-    const auto it = std::find(ctx.adapters.begin(), ctx.adapters.end(), model);
-    if (it != ctx.adapters.end()) {
-      adapter = static_cast<int>(it - ctx.adapters.begin()) + 1;
+    const auto found = ctx.adapters && model != ctx.model_name ? ctx.adapters->Find(model) : std::nullopt;
+    if (found) {
+      adapter = found->id;
     } else if (model != ctx.model_name) {
       std::string served = "'" + ctx.model_name + "'";
-      for (const std::string& a : ctx.adapters) served += ", '" + a + "'";
+      if (ctx.adapters)
+        for (const std::string& a : ctx.adapters->Names()) served += ", '" + a + "'";
       return ApiError{404, fmt::format("The model '{}' does not exist; this server serves {}", model, served),
                       "invalid_request_error", "model", "model_not_found"};
     }

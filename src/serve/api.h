@@ -16,6 +16,7 @@
 #include "data/chat.h"
 #include "data/tokenizer.h"
 #include "infer/engine.h"
+#include "serve/served_adapters.h"
 
 namespace tern {
 
@@ -32,8 +33,8 @@ std::string ErrorJson(const ApiError& e);
 struct ApiContext {
   std::string model_name;
   const Tokenizer* tokenizer = nullptr;
-  int max_seq_len = 0;                // prompt + completion tokens
-  std::vector<std::string> adapters;  // LoRA adapters served beside it (`--lora NAME=PATH`): adapter i + 1
+  int max_seq_len = 0;                       // prompt + completion tokens
+  const ServedAdapters* adapters = nullptr;  // LoRA adapters served beside it, by name (null: none)
 };
 
 inline constexpr int kMaxCompletionLogprobs = 5;  // /v1/completions `logprobs`, as OpenAI
@@ -95,8 +96,11 @@ int TokenChars(const Tokenizer& tok, int32_t id);
 // The prompt's logprob entries for an echo: the first token has none (NaN), entry i + 1 is prompt_lp[i].
 std::vector<TokenLogprob> EchoLogprobs(const std::vector<int32_t>& prompt,
                                        const std::vector<TokenLogprob>& prompt_lp);
-// The model list: the base model, then each adapter with "parent": the base (as vLLM lists LoRA modules).
-std::string ModelsJson(const std::string& model, const std::vector<std::string>& adapters, int64_t created);
-std::string ModelJson(const std::string& model, int64_t created, const std::string& parent = "");
+// The model list: the base model, then each adapter with "parent": the base and "root": where it was loaded
+// from (as vLLM lists LoRA modules).
+std::string ModelsJson(const std::string& model, const std::vector<ServedAdapters::Entry>& adapters,
+                       int64_t created);
+std::string ModelJson(const std::string& model, int64_t created, const std::string& parent = "",
+                      const std::string& root = "");
 
 }  // namespace tern

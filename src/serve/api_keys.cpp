@@ -57,7 +57,7 @@ Result<std::vector<ApiKeyEntry>> ParseApiKeys(std::string_view text, const std::
                     "(docs/serving.md, \"Usage and cost per project\")",
                     path));
   static const std::set<std::string> kFields = {
-      "id", "key", "key_env", "project", "requests_per_min", "tokens_per_min"};
+      "id", "key", "key_env", "project", "requests_per_min", "tokens_per_min", "admin"};
   std::vector<ApiKeyEntry> out;
   std::set<std::string> ids;
   for (const YAML::Node& e : keys) {
@@ -71,7 +71,7 @@ Result<std::vector<ApiKeyEntry>> ParseApiKeys(std::string_view text, const std::
         return KeyError(
             path, kv.first,
             fmt::format("unknown field '{}' (allowed: id, key, key_env, project, requests_per_min, "
-                        "tokens_per_min)",
+                        "tokens_per_min, admin)",
                         name));
     }
     ApiKeyEntry k;
@@ -107,6 +107,13 @@ Result<std::vector<ApiKeyEntry>> ParseApiKeys(std::string_view text, const std::
                       fmt::format("project '{}' must be 1-128 of A-Z a-z 0-9 _ . - : /", k.project));
     TERN_ASSIGN_OR_RETURN(k.requests_per_min, Limit(path, e, "requests_per_min"));
     TERN_ASSIGN_OR_RETURN(k.tokens_per_min, Limit(path, e, "tokens_per_min"));
+    if (e["admin"]) {
+      const YAML::Node& a = e["admin"];
+      const std::string v = a.IsScalar() ? a.as<std::string>() : "";
+      if (v != "true" && v != "false")
+        return KeyError(path, a, fmt::format("admin of '{}' must be true or false", k.id));
+      k.admin = v == "true";
+    }
     for (const ApiKeyEntry& other : out)
       if (ConstantTimeEquals(other.key, k.key))
         return KeyError(path, e, fmt::format("'{}' has the same key as '{}'", k.id, other.id));

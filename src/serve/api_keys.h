@@ -17,6 +17,7 @@ struct ApiKeyEntry {
   std::string project;          // who pays
   double requests_per_min = 0;  // 0 = no limit
   double tokens_per_min = 0;    // prompt + generated tokens; 0 = no limit
+  bool admin = false;           // may load and unload LoRA adapters (--allow-lora-updates)
 };
 
 // The --api-keys file:
@@ -26,6 +27,7 @@ struct ApiKeyEntry {
 //       project: search
 //       requests_per_min: 600    # optional
 //       tokens_per_min: 200000   # optional
+//       admin: true              # optional: may load and unload LoRA adapters (--allow-lora-updates)
 // Errors name the file and the line.
 // ParseApiKeys: the file's text; `path` names it in messages. LoadApiKeys reads the file, then parses it.
 [[nodiscard]] Result<std::vector<ApiKeyEntry>> ParseApiKeys(std::string_view text, const std::string& path);

@@ -202,15 +202,18 @@ std::string UsageChunkJson(const ResponseMeta& m, const Usage& u) {
   return Dump(j);
 }
 
-std::string ModelJson(const std::string& model, int64_t created, const std::string& parent) {
+std::string ModelJson(const std::string& model, int64_t created, const std::string& parent,
+                      const std::string& root) {
   json j = {{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "tern"}};
+  if (!root.empty()) j["root"] = root;
   if (!parent.empty()) j["parent"] = parent;
   return Dump(j);
 }
 
-std::string ModelsJson(const std::string& model, const std::vector<std::string>& adapters, int64_t created) {
+std::string ModelsJson(const std::string& model, const std::vector<ServedAdapters::Entry>& adapters,
+                       int64_t created) {
   json data = json::array({json::parse(ModelJson(model, created))});
-  for (const std::string& a : adapters) data.push_back(json::parse(ModelJson(a, created, model)));
+  for (const auto& a : adapters) data.push_back(json::parse(ModelJson(a.name, a.created, model, a.source)));
   return Dump({{"object", "list"}, {"data", data}});
 }
 

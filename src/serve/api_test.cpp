@@ -425,7 +425,7 @@ TEST_F(ApiTest, ResponseShapes) {
   EXPECT_EQ(json::parse(ChunkJson(m, Choice(2, "a")))["choices"][0]["index"], 2);
   // invalid UTF-8 from the model never breaks the JSON
   EXPECT_NO_THROW(json::parse(CompletionJson(m, {Choice(0, "bad \xff byte", FinishReason::kStop)}, {})));
-  json models = json::parse(ModelsJson("tiny", {}, 1));
+  json models = json::parse(ModelsJson("tiny", std::vector<ServedAdapters::Entry>{}, 1));
   EXPECT_EQ(models["data"][0]["id"], "tiny");
 }
 

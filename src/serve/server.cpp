@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "serve/adapter_routes.h"
 #include "serve/connection_deadlines.h"
 #include "serve/response_builder.h"
 
@@ -30,7 +31,8 @@ std::string Sse(const std::string& data) {
 
 // Routes for the request counter; unknown paths share one label so that scanners cannot grow the metrics.
 std::string RouteLabel(const std::string& path) {
-  for (const char* r : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"})
+  for (const char* r : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
+                        "/v1/load_lora_adapter", "/v1/unload_lora_adapter"})
     if (path == r) return r;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   return "other";
@@ -65,7 +67,8 @@ std::string BearerToken(const httplib::Request& req) {
 UsageOptions MakeUsageOptions(const ServerOptions& o) {
   UsageOptions u;
   u.keys = o.api_keys;
-  if (u.keys.empty() && !o.api_key.empty()) u.keys.push_back({"default", o.api_key, "default", 0, 0});
+  // One key (--api-key) is the operator's: it may load adapters too.
+  if (u.keys.empty() && !o.api_key.empty()) u.keys.push_back({"default", o.api_key, "default", 0, 0, true});
   u.price_per_hour = o.price_per_hour;
   u.usage_log = o.usage_log;
   u.usage_file = o.usage_file;
@@ -84,9 +87,12 @@ struct Server::Impl {
   int port = -1;
   std::atomic<Engine*> engine{nullptr};
   ApiContext ctx;
+  ServedAdapters adapters;
   int64_t created = 0;
 
   void Routes();
+  // POST /v1/load_lora_adapter and /v1/unload_lora_adapter (adapter_routes.h), once allowed.
+  void UpdateAdapters(const httplib::Request& req, httplib::Response& res, bool load);
   void Generate(const httplib::Request& req, httplib::Response& res, bool chat);
   // What a generation request returns: its usage is recorded when the response is complete.
   void GenerateFor(const httplib::Request& req, httplib::Response& res, bool chat, UsageRecord* rec);
@@ -101,6 +107,10 @@ Server::Server(const ServerOptions& options, ServeMetrics* metrics) : impl_(std:
   impl_->created =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
           .count();
+  for (size_t i = 0; i < options.adapters.size(); i++)
+    (void)impl_->adapters.Put(
+        {options.adapters[i].name, static_cast<int>(i) + 1, options.adapters[i].path, impl_->created}, 0,
+        nullptr);
   impl_->Routes();
 }
 
@@ -126,6 +136,7 @@ int Server::port() const {
 
 void Server::SetEngine(Engine* engine, const ApiContext& ctx) {
   impl_->ctx = ctx;
+  impl_->ctx.adapters = &impl_->adapters;
   impl_->engine = engine;
   impl_->metrics->ready = 1;
 }
@@ -225,24 +236,60 @@ void Server::Impl::Routes() {
                              "text/plain; version=0.0.4; charset=utf-8");
            }));
   http.Get("/v1/models", Handler([this](const httplib::Request&, httplib::Response& res) {
-             res.set_content(ModelsJson(opt.model_name, opt.adapters, created), "application/json");
+             res.set_content(ModelsJson(opt.model_name, adapters.List(), created), "application/json");
            }));
   http.Get(R"(/v1/models/(.+))", Handler([this](const httplib::Request& req, httplib::Response& res) {
              const std::string id = req.matches[1].str();
-             const bool adapter =
-                 std::find(opt.adapters.begin(), opt.adapters.end(), id) != opt.adapters.end();
-             if (id != opt.model_name && !adapter) {
+             if (id == opt.model_name) return res.set_content(ModelJson(id, created), "application/json");
+             const auto adapter = adapters.Find(id);
+             if (!adapter) {
                return Reply(res, {404, fmt::format("The model '{}' does not exist", id),
                                   "invalid_request_error", "model", "model_not_found"});
              }
-             res.set_content(ModelJson(id, created, adapter ? opt.model_name : ""), "application/json");
+             res.set_content(ModelJson(id, adapter->created, opt.model_name, adapter->source),
+                             "application/json");
            }));
+  http.Post("/v1/load_lora_adapter", Handler([this](const httplib::Request& req, httplib::Response& res) {
+              UpdateAdapters(req, res, true);
+            }));
+  http.Post("/v1/unload_lora_adapter", Handler([this](const httplib::Request& req, httplib::Response& res) {
+              UpdateAdapters(req, res, false);
+            }));
   http.Post("/v1/completions", Handler([this](const httplib::Request& req, httplib::Response& res) {
               Generate(req, res, false);
             }));
   http.Post("/v1/chat/completions", Handler([this](const httplib::Request& req, httplib::Response& res) {
               Generate(req, res, true);
             }));
+}
+
+void Server::Impl::UpdateAdapters(const httplib::Request& req, httplib::Response& res, bool load) {
+  if (!opt.allow_lora_updates || !opt.lora_loader)
+    return Reply(res, {404,
+                       fmt::format("{} is off: start tern serve with --allow-lora-updates to load and unload "
+                                   "LoRA adapters while it serves",
+                                   req.path),
+                       "invalid_request_error", "", ""});
+  const int key = usage.auth_required() ? usage.Authenticate(BearerToken(req)) : -1;
+  if (!usage.IsAdmin(key))
+    return Reply(res, {403,
+                       fmt::format("the API key '{}' may not load or unload LoRA adapters; give it "
+                                   "'admin: true' in the --api-keys file, or use a key that has it",
+                                   usage.KeyId(key)),
+                       "invalid_request_error", "", "permission_denied"});
+  Engine* e = engine.load();
+  if (!e)
+    return Reply(res,
+                 {503, "The model is still loading; retry shortly", "server_error", "", "model_loading"});
+  const AdapterRouteContext c{e,
+                              &adapters,
+                              opt.model_name,
+                              opt.lora_loader,
+                              opt.max_lora_adapters,
+                              usage.auth_required() ? usage.KeyId(key) : "(no API key)"};
+  auto out = load ? LoadAdapterRoute(req.body, c) : UnloadAdapterRoute(req.body, c);
+  if (auto* err = std::get_if<ApiError>(&out)) return Reply(res, *err);
+  res.set_content(std::get<std::string>(out), "application/json");
 }
 
 void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -273,6 +320,9 @@ void Server::Impl::GenerateFor(const httplib::Request& req, httplib::Response& r
     return Reply(res, {429, refused->message, refused->limit, "", "rate_limit_exceeded"});
   }
   auto handle = e->Submit(r.gen);
+  if (!handle.ok() && handle.status().code() == Status::Code::kNotFound)  // unloaded since it was looked up
+    return Reply(res, {404, fmt::format("The model '{}' was unloaded", r.model), "invalid_request_error",
+                       "model", "model_not_found"});
   if (!handle.ok()) {
     const bool busy = handle.status().code() == Status::Code::kUnavailable;
     if (busy) res.set_header("Retry-After", "1");

@@ -4,12 +4,14 @@
 // OpenAI error object with the right status code; internals never reach the client.
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /v1/models/{id}, GET /health,
-// GET /metrics. With an API key, every route but /health needs "Authorization: Bearer KEY" (compared in
+// GET /metrics, and with --allow-lora-updates POST /v1/load_lora_adapter and /v1/unload_lora_adapter. With an
+// API key, every route but /health needs "Authorization: Bearer KEY" (compared in
 // constant time, never logged; with several keys each has a project and limits: usage.h). The server
 // listens before the model is loaded: /health answers 503 and the
 // model routes 503 until SetEngine().
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -35,8 +37,15 @@ struct ServerOptions {
                                     // request's headers, then its body (connection_deadlines.h)
   int request_timeout_s = 600;      // a request running longer is cancelled
   std::string model_name = "tern";
-  std::vector<std::string> adapters;  // LoRA adapters' names (`--lora NAME=PATH`), listed by /v1/models
-  bool log_requests = false;          // one line per request on stderr (method, path, status, seconds)
+  std::vector<LoraModule> adapters;  // LoRA adapters at start (`--lora NAME=PATH`): the engine's 1, 2, ...
+  bool log_requests = false;         // one line per request on stderr (method, path, status, seconds)
+  // --allow-lora-updates: POST /v1/load_lora_adapter {"lora_name", "lora_path"} and /v1/unload_lora_adapter
+  // {"lora_name"} (vLLM's routes) change the adapters while serving; with API keys only admin keys may.
+  // lora_loader reads one (a LoRA run, its adapter file or checkpoint, models:/NAME@REF) and checks it
+  // against the served weights; max_lora_adapters (> 0) caps how many are served at once.
+  bool allow_lora_updates = false;
+  std::function<Result<LoraAdapter>(const std::string& path)> lora_loader;
+  int max_lora_adapters = 0;
 };
 
 class Server {

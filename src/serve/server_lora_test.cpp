@@ -11,7 +11,7 @@ class LoraServerTest : public ServerTest {
  protected:
   static void SetUpTestSuite() {
     ServerOptions so = DefaultOptions();
-    so.adapters = {"psalms", "law"};
+    so.adapters = {{"psalms", "runs/psalms"}, {"law", "models:/law@production"}};
     StartServer(so);
   }
   static std::string Body(const std::string& model) {

@@ -75,6 +75,11 @@ int UsageTracker::Authenticate(const std::string& given) const {
   return found;
 }
 
+bool UsageTracker::IsAdmin(int key) const {
+  if (opt_.keys.empty()) return true;
+  return key >= 0 && key < static_cast<int>(opt_.keys.size()) && opt_.keys[key].admin;
+}
+
 const std::string& UsageTracker::KeyId(int key) const {
   static const std::string kNone = "none";
   return key >= 0 && key < static_cast<int>(opt_.keys.size()) ? opt_.keys[key].id : kNone;

@@ -53,6 +53,9 @@ class UsageTracker {
   bool auth_required() const { return !opt_.keys.empty(); }
   // The index of the key `given` is, or -1. Compares against every key, each in constant time.
   int Authenticate(const std::string& given) const;
+  // Whether key (Authenticate's index) may load and unload LoRA adapters; with no keys, anyone may.
+  bool IsAdmin(int key) const;
+  const std::string& KeyId(int key) const;  // "none" without keys
 
   // Whether `key` may start a request now; when not, the seconds to wait (>= 1) and which limit
   // ("requests" or "tokens"). Counts an admitted request against its requests/min bucket.
@@ -85,7 +88,6 @@ class UsageTracker {
     Bucket rpm, tpm;
   };
   void Refill(Bucket* b, double per_min, double now) const;
-  const std::string& KeyId(int key) const;
   const std::string& Project(int key) const;
   KeyUsage& Slot(int key);
 

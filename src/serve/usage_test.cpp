@@ -45,6 +45,7 @@ TEST_F(UsageTest, LoadsKeysWithProjectsAndLimits) {
                                  "    project: search\n"
                                  "    requests_per_min: 600\n"
                                  "    tokens_per_min: 200000\n"
+                                 "    admin: true\n"
                                  "  - id: batch\n"
                                  "    key_env: TERN_USAGE_TEST_KEY\n"
                                  "    project: ads\n");
@@ -58,6 +59,8 @@ TEST_F(UsageTest, LoadsKeysWithProjectsAndLimits) {
   EXPECT_EQ((*keys)[0].tokens_per_min, 200000);
   EXPECT_EQ((*keys)[1].key, "sk-from-the-environment");
   EXPECT_EQ((*keys)[1].requests_per_min, 0);  // no limit
+  EXPECT_TRUE((*keys)[0].admin);
+  EXPECT_FALSE((*keys)[1].admin);  // by default
 }
 
 TEST_F(UsageTest, KeyFileErrorsNameTheFileAndLine) {
@@ -76,6 +79,8 @@ TEST_F(UsageTest, KeyFileErrorsNameTheFileAndLine) {
       {"keys:\n  - id: a\n    key: sk-aaaaaaaaaa\n    project: p\n  - id: b\n    key: sk-aaaaaaaaaa\n"
        "    project: q\n",
        "'b' has the same key as 'a'"},
+      {"keys:\n  - id: a\n    key: sk-aaaaaaaaaa\n    project: p\n    admin: yes please\n",
+       "keys.yaml:5: admin of 'a' must be true or false"},
       {"keys: [\n", "YAML syntax error"},
       {"api_keys: []\n", "expected a list 'keys:'"},
   };
@@ -107,6 +112,12 @@ TEST_F(UsageTest, AuthenticatesEveryKeyAndNoOther) {
   EXPECT_EQ(u.Authenticate("sk-bbbbbbbbbbbb"), 1);
   EXPECT_EQ(u.Authenticate("sk-bbbbbbbbbbb"), -1);
   EXPECT_EQ(u.Authenticate(""), -1);
+  EXPECT_FALSE(u.IsAdmin(0)) << "keys are not admins unless the file says so";
+  EXPECT_FALSE(u.IsAdmin(-1));
+  FakeClock c2;
+  UsageOptions none;
+  none.clock = [&c2] { return c2.t; };
+  EXPECT_TRUE(UsageTracker(none).IsAdmin(-1)) << "without keys the --allow-lora-updates flag is the consent";
 }
 
 TEST_F(UsageTest, RequestsPerMinuteRefusesWithRetryAfterAndRefills) {

@@ -88,7 +88,7 @@ class ServerTest : public ::testing::Test {
     ASSERT_TRUE(server_->Bind().ok());
     serve_thread_ = new std::thread([] { server_->Serve(); });
     engine_->Start();
-    server_->SetEngine(engine_, {"tiny", run_->tok.get(), engine_->max_seq_len(), so.adapters});
+    server_->SetEngine(engine_, {"tiny", run_->tok.get(), engine_->max_seq_len()});
   }
   static void TearDownTestSuite() {
     if (!server_) return;
