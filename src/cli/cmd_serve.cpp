@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/registry.h"
+#include "ckpt/preemption.h"
 #include "cli/command.h"
 #include "infer/adapter.h"
 #include "infer/setup.h"
@@ -35,6 +36,9 @@ struct ServeCliOptions {
   bool log_requests = false;
   bool allow_lora_updates = false;  // POST /v1/load_lora_adapter, /v1/unload_lora_adapter
   int max_lora_adapters = 0;
+  double drain_timeout_s = 30;  // on SIGTERM/SIGINT or a spot notice: let accepted requests finish
+  std::string notice_url, notice_kind = "aws";
+  double notice_poll_s = 5;
 };
 
 // The key from --api-key-file (first line, surrounding whitespace removed), --api-key or $TERN_API_KEY.
@@ -235,14 +239,46 @@ int RunServe(const ServeCliOptions& o) {
       so.api_key.empty() && so.api_keys.empty() ? " (no API key: anyone who can reach the port can use it)"
                                                 : "");
 
-  // Until a signal: every 30 s with traffic, the throughput and (with --price-per-hour) the cost it implies.
+  // A spot notice from the cloud's metadata (--notice-url) drains the server as a signal does. Signals stay
+  // with sigwait here: the watcher only polls.
+  std::unique_ptr<ckpt::PreemptionWatcher> watcher;
+  if (!o.notice_url.empty()) {
+    ckpt::PreemptionOptions po;
+    po.signals = false;
+    po.url = o.notice_url;
+    po.kind = o.notice_kind;
+    po.poll_s = o.notice_poll_s;
+    auto w = ckpt::PreemptionWatcher::Start(po);
+    if (!w.ok()) {
+      e.Stop();
+      return fail_running(w.status());
+    }
+    watcher = std::move(*w);
+  }
+
+  // Until a signal or a notice: every 30 s with traffic, the throughput and (with --price-per-hour) the cost
+  // it implies.
   uint64_t last_tokens = metrics.generation_tokens;
   auto last = std::chrono::steady_clock::now();
+  std::string why;
+  double drain_s = o.drain_timeout_s;
   for (;;) {
-    timespec wait{30, 0};
-    if (sigtimedwait(&signals, nullptr, &wait) > 0) break;
-    const uint64_t tokens = metrics.generation_tokens;
+    timespec wait{1, 0};
+    const int sig = sigtimedwait(&signals, nullptr, &wait);
+    if (sig > 0) {
+      why = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+      break;
+    }
+    if (watcher && watcher->notified()) {
+      const ckpt::PreemptionNotice n = watcher->notice();
+      why = n.source;
+      // Leave the last seconds of the window to the exit itself.
+      drain_s = std::min(drain_s, std::max(0.0, n.window_s - 5));
+      break;
+    }
     const auto now = std::chrono::steady_clock::now();
+    if (now - last < std::chrono::seconds(30)) continue;
+    const uint64_t tokens = metrics.generation_tokens;
     const double secs = std::chrono::duration<double>(now - last).count(),
                  rate = (tokens - last_tokens) / secs;
     if (tokens > last_tokens) {
@@ -254,6 +290,29 @@ int RunServe(const ServeCliOptions& o) {
     }
     last_tokens = tokens;
     last = now;
+  }
+  // Drain: no new requests (503, /health 503 "draining"), the accepted ones finish, up to --drain-timeout.
+  const int in_flight = e.active();
+  if (in_flight > 0 && drain_s > 0) {
+    std::fprintf(stderr,
+                 "tern serve: %s: draining %d sequence(s) for up to %.0f s (new requests get 503; a second "
+                 "signal stops at once)\n",
+                 why.c_str(), in_flight, drain_s);
+    const auto t0 = std::chrono::steady_clock::now();
+    const int left = DrainServer(server, e, drain_s, [&] {
+      timespec now{0, 0};
+      return sigtimedwait(&signals, nullptr, &now) > 0;
+    });
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (left == 0)
+      std::fprintf(stderr, "tern serve: drained in %.1f s: every accepted request finished\n", took);
+    else
+      std::fprintf(stderr, "tern serve: %d sequence(s) still running after %.1f s are cancelled\n", left,
+                   took);
+  } else {
+    server.StartDrain();
+    std::fprintf(stderr, "tern serve: %s: %s\n", why.c_str(),
+                 in_flight > 0 ? "--drain-timeout 0: cancelling what runs" : "nothing in flight");
   }
   std::fprintf(stderr, "tern serve: shutting down; busy %.0f s, idle %.0f s", server.usage().busy_s(),
                server.usage().idle_s());
@@ -367,6 +426,23 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
          "(stderr, /metrics, --usage-file)")
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("--log-requests", o->log_requests, "one line per request on stderr (method, path, status)");
+  sub->add_option(
+         "--drain-timeout", o->drain_timeout_s,
+         "on SIGTERM/SIGINT or a spot notice: seconds the requests already accepted may run on while "
+         "new ones get 503 and /health 503 \"draining\" (0 = cancel them at once; a second signal "
+         "stops at once)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option(
+      "--notice-url", o->notice_url,
+      "cloud metadata base URL polled for a spot notice, which drains the server within the "
+      "notice's window (e.g. http://169.254.169.254 on AWS, http://metadata.google.internal on GCP)");
+  sub->add_option("--notice-kind", o->notice_kind, "the metadata protocol: aws or gcp")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"aws", "gcp"}));
+  sub->add_option("--notice-poll-s", o->notice_poll_s, "seconds between metadata polls")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   table.Add(sub, [o] { return RunServe(*o); });
 }
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "serve/adapter_routes.h"
 #include "serve/connection_deadlines.h"
@@ -86,6 +87,7 @@ struct Server::Impl {
   HttpServer http;
   int port = -1;
   std::atomic<Engine*> engine{nullptr};
+  std::atomic<bool> draining{false};
   ApiContext ctx;
   ServedAdapters adapters;
   int64_t created = 0;
@@ -149,6 +151,25 @@ void Server::Stop() {
 }
 UsageTracker& Server::usage() {
   return impl_->usage;
+}
+void Server::StartDrain() {
+  impl_->draining = true;
+  impl_->metrics->ready = 0;
+}
+bool Server::draining() const {
+  return impl_->draining;
+}
+
+int DrainServer(Server& server, const Engine& engine, double timeout_s,
+                const std::function<bool()>& interrupted) {
+  server.StartDrain();
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(std::max(timeout_s, 0.0)));
+  for (;;) {
+    const int active = engine.active();
+    if (active == 0 || Clock::now() >= deadline || (interrupted && interrupted())) return active;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 void Server::Impl::Routes() {
@@ -228,8 +249,11 @@ void Server::Impl::Routes() {
   };
   http.Get("/health", Handler([this](const httplib::Request&, httplib::Response& res) {
              const bool ready = engine.load() != nullptr;
-             res.status = ready ? 200 : 503;
-             res.set_content(ready ? R"({"status":"ok"})" : R"({"status":"loading"})", "application/json");
+             res.status = ready && !draining ? 200 : 503;
+             res.set_content(draining ? R"({"status":"draining"})"
+                             : ready  ? R"({"status":"ok"})"
+                                      : R"({"status":"loading"})",
+                             "application/json");
            }));
   http.Get("/metrics", Handler([this](const httplib::Request&, httplib::Response& res) {
              res.set_content(metrics->Render() + usage.RenderMetrics(),
@@ -311,6 +335,11 @@ void Server::Impl::GenerateFor(const httplib::Request& req, httplib::Response& r
   if (!e)
     return Reply(res,
                  {503, "The model is still loading; retry shortly", "server_error", "", "model_loading"});
+  if (draining) {
+    res.set_header("Connection", "close");
+    return Reply(res, {503, "The server is shutting down; send the request to another replica",
+                       "server_error", "", "server_shutting_down"});
+  }
   auto parsed = ParseRequest(req.body, chat, ctx);
   if (auto* err = std::get_if<ApiError>(&parsed)) return Reply(res, *err);
   ParsedRequest r = std::move(std::get<ParsedRequest>(parsed));

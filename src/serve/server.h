@@ -63,10 +63,21 @@ class Server {
   void Stop();
   // Per key and project usage, busy and idle seconds (usage.h).
   UsageTracker& usage();
+  // Graceful shutdown begins: from now on /health answers 503 {"status":"draining"} and new generation
+  // requests 503 (code "server_shutting_down", Connection: close), so that a load balancer sends them to
+  // another replica; requests already accepted run on (DrainServer waits for them).
+  void StartDrain();
+  bool draining() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// StartDrain, then waits until the engine has no request queued or running, `timeout_s` has passed, or
+// interrupted() (polled every 50 ms; null = never) says to stop waiting. Returns the sequences still active
+// then (0: every accepted request finished); the caller stops the engine, which cancels them.
+int DrainServer(Server& server, const Engine& engine, double timeout_s,
+                const std::function<bool()>& interrupted = nullptr);
 
 }  // namespace tern

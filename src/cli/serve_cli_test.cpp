@@ -1,11 +1,13 @@
 // `tern serve BASE --lora NAME=PATH`, end to end through the binary: an adapter directory beside a base run
 // (adapter.safetensors as a LoRA run writes it), the server's /v1/models and a completion by the adapter
 // (what an engine over the merged weights answers, computed here), and the refusals at start: an adapter
-// of other weights, a name taken twice; and an adapter loaded while serving (--allow-lora-updates).
+// of other weights, a name taken twice; an adapter loaded while serving (--allow-lora-updates); a spot notice
+// that drains and stops the server.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -31,7 +33,7 @@ std::string ReadAll(const fs::path& p) {
   return ss.str();
 }
 
-class ServeLoraCliTest : public ::testing::Test {
+class ServeCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
     tern_ = testing::FindTernBinary();
@@ -71,7 +73,7 @@ class ServeLoraCliTest : public ::testing::Test {
   LoraAdapter adapter_;
 };
 
-TEST_F(ServeLoraCliTest, ServesTheAdapterBesideTheBaseModel) {
+TEST_F(ServeCliTest, ServesTheAdapterBesideTheBaseModel) {
   const int port = testing::FreePort();
   const std::string log = run_->dir / "serve.log";
   // --lora before the positional model: it takes one value per occurrence.
@@ -105,7 +107,7 @@ TEST_F(ServeLoraCliTest, ServesTheAdapterBesideTheBaseModel) {
 
 // Through the model registry: `tern models register` of the LoRA run stores its adapters, and `tern serve
 // --lora models:/law@production` (named "law" after the registered name) serves them over the base.
-TEST_F(ServeLoraCliTest, ServesAnAdapterFromTheRegistry) {
+TEST_F(ServeCliTest, ServesAnAdapterFromTheRegistry) {
   const fs::path law = fs::path(run_->dir.path()) / "law";
   fs::copy_file(base_ / "model.safetensors", law / "model.safetensors");  // a run directory: registrable
   fs::copy_file(base_ / "tokenizer.model", law / "tokenizer.model");
@@ -130,7 +132,7 @@ TEST_F(ServeLoraCliTest, ServesAnAdapterFromTheRegistry) {
 
 // While serving (--allow-lora-updates): POST /v1/load_lora_adapter reads a registry URI through the same
 // loader as --lora (the adapter is the merged model's), and refuses an adapter of other weights with why.
-TEST_F(ServeLoraCliTest, LoadsAnAdapterWhileServing) {
+TEST_F(ServeCliTest, LoadsAnAdapterWhileServing) {
   const fs::path law = fs::path(run_->dir.path()) / "law";
   fs::copy_file(base_ / "model.safetensors", law / "model.safetensors");
   fs::copy_file(base_ / "tokenizer.model", law / "tokenizer.model");
@@ -173,7 +175,7 @@ TEST_F(ServeLoraCliTest, LoadsAnAdapterWhileServing) {
       << ReadAll(log);
 }
 
-TEST_F(ServeLoraCliTest, RefusesAnAdapterOfOtherWeightsAndATakenName) {
+TEST_F(ServeCliTest, RefusesAnAdapterOfOtherWeightsAndATakenName) {
   LoraAdapter other = adapter_;
   other.base_fingerprint = "0123456789abcdef";
   ASSERT_TRUE(WriteLoraAdapter(run_->dir / "other.safetensors", other).ok());
@@ -191,6 +193,40 @@ TEST_F(ServeLoraCliTest, RefusesAnAdapterOfOtherWeightsAndATakenName) {
   std::tie(code, out) = Refused({base_.string(), "--lora", "x=" + base_.string()});
   EXPECT_EQ(code, 1);
   EXPECT_NE(out.find("not trained with LoRA"), std::string::npos) << out;
+}
+
+// Serving on a spot instance (--notice-url): the cloud's notice (GCP's metadata saying TRUE, from a stub
+// here) drains the server and stops it with exit 0, as SIGTERM does; until then it serves.
+TEST_F(ServeCliTest, ASpotNoticeDrainsAndStopsTheServer) {
+  std::atomic<bool> preempted{false};
+  httplib::Server stub;
+  stub.Get("/computeMetadata/v1/instance/preempted", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(preempted ? "TRUE" : "FALSE", "text/plain");
+  });
+  const int stub_port = stub.bind_to_any_port("127.0.0.1");
+  std::thread stub_thread([&] { stub.listen_after_bind(); });
+  const int port = testing::FreePort();
+  const std::string log = run_->dir / "serve.log";
+  testing::Child serve(
+      {tern_.string(), "serve", base_.string(), "--port", std::to_string(port), "--threads", "1",
+       "--kv-cache-mb", "16", "--notice-url", "http://127.0.0.1:" + std::to_string(stub_port),
+       "--notice-kind", "gcp", "--notice-poll-s", "0.1"},
+      {}, log);
+  httplib::Client client("127.0.0.1", port);
+  ASSERT_TRUE(Up(serve, client)) << ReadAll(log);
+  auto r = client.Post("/v1/completions", R"({"prompt":"And God said","max_tokens":4})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(serve.Running()) << "no notice yet: " << ReadAll(log);
+  preempted = true;
+  for (int i = 0; i < 100 && serve.Running(); i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(serve.Running()) << "the notice must stop the server: " << ReadAll(log);
+  EXPECT_EQ(serve.Wait(), 0) << ReadAll(log);
+  EXPECT_NE(ReadAll(log).find("gcp preempted: nothing in flight"), std::string::npos) << ReadAll(log);
+  stub.stop();
+  stub_thread.join();
 }
 
 }  // namespace
