@@ -235,7 +235,7 @@ Result<int> RunServePlan(const PlanFlags& f, const PlanDefaults& defaults) {
   req.regions = SplitList(f.regions);
   req.gpus = SplitList(f.gpus);
   req.instances = SplitList(f.instance);
-  // A preemption drops the requests in flight: spot only when asked for.
+  // A preemption takes a replica away (tern serve drains it within the notice): spot only when asked for.
   TERN_ASSIGN_OR_RETURN(req.billing, ParseBillings(f.billing, "on-demand,reserved"));
   if (f.reserved_discount >= 0) req.reserved_discount = f.reserved_discount;
   if (!f.budget.empty()) {

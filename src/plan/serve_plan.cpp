@@ -335,13 +335,23 @@ std::string RenderServePlan(const ServePlan& p, const Catalog& cat, int top, boo
     const ServeRow& best = p.rows[0];
     out += fmt::format(
         "\nBest: {} {} {} ({}): {} replica(s) at {:.0f}% of their capacity for the mean load; run each with\n"
-        "  tern serve MODEL --device {} --weights {} --kv-dtype {} --max-batch {} --kv-cache-mb {:.0f}\n",
+        "  tern serve MODEL --device {} --weights {} --kv-dtype {} --max-batch {} --kv-cache-mb {:.0f}",
         cat.offers[best.offer].provider, cat.offers[best.offer].region, cat.offers[best.offer].instance_type,
         BillingName(best.billing), best.replicas, 100 * r.load.requests_per_s / best.capacity_rps,
         cat.GpuOf(cat.offers[best.offer]).generation == GpuGeneration::kCpu ? "cpu" : "cuda", r.weights,
         r.kv_dtype, best.serve_max_batch, std::ceil(best.kv_cache_mb));
+    // A spot replica drains at the preemption notice (docs/serving.md, "Shutdown and spot instances").
+    const std::string& provider = cat.offers[best.offer].provider;
+    if (best.billing == Billing::kSpot && (provider == "aws" || provider == "gcp"))
+      out += fmt::format(" \\\n      --notice-url {} --notice-kind {}",
+                         provider == "aws" ? "http://169.254.169.254" : "http://metadata.google.internal",
+                         provider);
+    out += "\n";
     if (best.billing == Billing::kSpot)
-      out += "  spot: a preemption drops the requests in flight; keep on-demand replicas for the base load\n";
+      out +=
+          "  spot: at a preemption notice the replica drains (accepted requests finish within the notice, "
+          "new "
+          "ones go to the others); keep on-demand replicas for the base load\n";
   }
   if (show_excluded) {
     out += fmt::format("\nExcluded ({}):\n", p.excluded.size());

@@ -204,6 +204,11 @@ TEST(ServePlanCli, PrintsTheCommandToRunAndJson) {
   ASSERT_EQ(code, 0) << text;
   EXPECT_NE(text.find("tern serve MODEL --device cuda --weights bf16"), std::string::npos) << text;
   EXPECT_EQ(text.find(" spot "), std::string::npos) << "serving plans leave spot out unless asked";
+  // Spot, when asked for: the command drains the replica at the cloud's preemption notice.
+  auto [scode, stext] = run("--model gpt2-124m --requests-per-s 20 --top 2 --billing spot --providers aws");
+  ASSERT_EQ(scode, 0) << stext;
+  EXPECT_NE(stext.find("--notice-url http://169.254.169.254 --notice-kind aws"), std::string::npos) << stext;
+  EXPECT_NE(stext.find("the replica drains"), std::string::npos) << stext;
   auto [jcode, json] = run("--model gpt2-124m --requests-per-s 20 --top 2 --json");
   ASSERT_EQ(jcode, 0) << json;
   auto j = nlohmann::json::parse(json);
