@@ -99,7 +99,8 @@ Result<Measured> Measure(const ServeBenchFlags& f, const GptConfig& cfg, Quantiz
     m.prefill_ms = std::min(m.prefill_ms, Ms(t0));
   }
   model->ZeroKvCache();
-  // Decode steps of S sequences; adapters > 0: sequence s on adapter s % adapters + 1.
+  // Decode steps of S sequences; adapters > 0: the sequences split evenly between them, each adapter's
+  // together, as the engine orders a step's decodes (one pair of products per adapter and matrix).
   auto decode = [&](int S, int adapters) {
     std::vector<double> times;
     for (int step = 0; step <= f.steps; step++) {
@@ -113,7 +114,7 @@ Result<Measured> Measure(const ServeBenchFlags& f, const GptConfig& cfg, Quantiz
         b.seqs.insert(b.seqs.end(), {s, 1, p + 1});
         b.block_tables.insert(b.block_tables.end(), t.begin(), t.end());
         b.logit_rows.push_back(s);
-        if (model->num_adapters() > 0) b.adapters.push_back(adapters > 0 ? s % adapters + 1 : 0);
+        if (model->num_adapters() > 0) b.adapters.push_back(adapters > 0 ? s * adapters / S + 1 : 0);
       }
       const auto t0 = Clock::now();
       model->Forward(b);

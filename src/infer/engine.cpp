@@ -381,12 +381,17 @@ bool Engine::Step() {
   batch_.Clear();
   std::vector<Sequence*> in_batch;
   int budget = opt_.max_batch_tokens;
-  for (auto& s : running_) {
-    if (static_cast<int>(s->tokens.size()) - s->computed == 1) {
-      AddRows(s.get(), 1);
-      in_batch.push_back(s.get());
-      budget--;
-    }
+  // Decodes grouped by LoRA adapter (stable: arrival order within each), so that each adapter's sequences are
+  // consecutive rows and share one pair of adapter products per matrix (InferenceModel::ApplyAdapters).
+  std::vector<Sequence*> decodes;
+  for (auto& s : running_)
+    if (static_cast<int>(s->tokens.size()) - s->computed == 1) decodes.push_back(s.get());
+  std::stable_sort(decodes.begin(), decodes.end(),
+                   [](const Sequence* a, const Sequence* b) { return a->req.adapter < b->req.adapter; });
+  for (Sequence* s : decodes) {
+    AddRows(s, 1);
+    in_batch.push_back(s);
+    budget--;
   }
   for (auto& s : running_) {
     const int remaining = static_cast<int>(s->tokens.size()) - s->computed;
