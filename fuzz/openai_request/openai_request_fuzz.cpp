@@ -1,6 +1,6 @@
 // OpenAI request bodies as `tern serve` parses them (ParseRequest): /v1/completions when the body's first
-// byte is even, /v1/chat/completions when it is odd, against a 400-piece tokenizer trained at start-up (the
-// serve tests' size) and a 128-token context.
+// byte is even, /v1/chat/completions when it is odd (and every body as /tokenize and /detokenize), against a
+// 400-piece tokenizer trained at start-up (the serve tests' size) and a 128-token context.
 #include <unistd.h>
 
 #include <cstddef>
@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+
+#include <nlohmann/json.hpp>
 
 #include "serve/api.h"
 
@@ -71,5 +73,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     (void)tern::ErrorJson(std::get<tern::ApiError>(r));
   }
+  // The same body as /tokenize and /detokenize: an answer or an error, never a crash; tokens counted are the
+  // tokens listed.
+  auto t = tern::TokenizeResponse(body, ctx);
+  if (auto* text = std::get_if<std::string>(&t)) {
+    const auto j = nlohmann::json::parse(*text);
+    if (j["count"].get<size_t>() != j["tokens"].size()) __builtin_trap();
+  }
+  (void)tern::DetokenizeResponse(body, ctx);
   return 0;
 }

@@ -227,8 +227,10 @@ std::string ErrorJson(const ApiError& e) {
   return Dump(json{{"error", err}});
 }
 
-std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body_text, bool chat,
-                                                   const ApiContext& ctx) {
+namespace {
+
+// The body as a JSON object, or the error that says why it is not one.
+std::variant<json, ApiError> ParseObject(std::string_view body_text) {
   json body;
   try {
     body = json::parse(body_text);
@@ -239,22 +241,85 @@ std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body_text, b
                "the request body is not valid JSON: " + (at == std::string::npos ? what : what.substr(at)));
   }
   if (!body.is_object()) return Bad("", "the request body must be a JSON object");
-  int adapter = 0;
-  std::string model = ctx.model_name;
-  if (body.contains("model") && !body["model"].is_null()) {
-    if (!body["model"].is_string()) return WrongType("model", "a string", body["model"]);
-    model = body["model"].get<std::string>();
-    const auto found = ctx.adapters && model != ctx.model_name ? ctx.adapters->Find(model) : std::nullopt;
-    if (found) {
-      adapter = found->id;
-    } else if (model != ctx.model_name) {
-      std::string served = "'" + ctx.model_name + "'";
-      if (ctx.adapters)
-        for (const std::string& a : ctx.adapters->Names()) served += ", '" + a + "'";
-      return ApiError{404, fmt::format("The model '{}' does not exist; this server serves {}", model, served),
-                      "invalid_request_error", "model", "model_not_found"};
-    }
+  return body;
+}
+
+// "model": the served model (none: the base model) and its LoRA adapter (0: none); 404 for another name.
+std::optional<ApiError> ResolveModel(const json& body, const ApiContext& ctx, std::string* model,
+                                     int* adapter) {
+  *model = ctx.model_name;
+  *adapter = 0;
+  if (!body.contains("model") || body["model"].is_null()) return std::nullopt;
+  if (!body["model"].is_string()) return WrongType("model", "a string", body["model"]);
+  *model = body["model"].get<std::string>();
+  const auto found = ctx.adapters && *model != ctx.model_name ? ctx.adapters->Find(*model) : std::nullopt;
+  if (found) {
+    *adapter = found->id;
+  } else if (*model != ctx.model_name) {
+    std::string served = "'" + ctx.model_name + "'";
+    if (ctx.adapters)
+      for (const std::string& a : ctx.adapters->Names()) served += ", '" + a + "'";
+    return ApiError{404, fmt::format("The model '{}' does not exist; this server serves {}", *model, served),
+                    "invalid_request_error", "model", "model_not_found"};
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<std::string, ApiError> TokenizeResponse(std::string_view body_text, const ApiContext& ctx) {
+  auto parsed = ParseObject(body_text);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& body = std::get<json>(parsed);
+  std::string model;
+  int adapter = 0;
+  if (auto e = ResolveModel(body, ctx, &model, &adapter)) return *e;
+  std::vector<int32_t> tokens;
+  if (body.contains("messages")) {
+    std::vector<ChatMessage> messages;
+    if (auto e = ParseMessages(body, &messages)) return *e;
+    tokens = ctx.tokenizer->Encode(ApplyChatTemplate(messages));
+  } else {
+    if (auto e = ParsePrompt(body, ctx, &tokens)) return *e;
+  }
+  bool strs = false;
+  if (auto e = GetBool(body, "return_token_strs", &strs)) return *e;
+  json out = {{"count", tokens.size()}, {"max_model_len", ctx.max_seq_len}, {"tokens", tokens}};
+  out["token_strs"] = nullptr;
+  if (strs) {
+    out["token_strs"] = json::array();
+    for (int32_t t : tokens) out["token_strs"].push_back(ctx.tokenizer->Decode(&t, 1));
+  }
+  return Dump(out);
+}
+
+std::variant<std::string, ApiError> DetokenizeResponse(std::string_view body_text, const ApiContext& ctx) {
+  auto parsed = ParseObject(body_text);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& body = std::get<json>(parsed);
+  std::string model;
+  int adapter = 0;
+  if (auto e = ResolveModel(body, ctx, &model, &adapter)) return *e;
+  if (!body.contains("tokens") || !body["tokens"].is_array())
+    return Bad("tokens", "'tokens' must be an array of token ids");
+  const int V = ctx.tokenizer->vocab_size();
+  std::vector<int32_t> tokens;
+  for (const json& t : body["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= V)
+      return Bad("tokens", fmt::format("'tokens' must be integers in [0, {})", V));
+    tokens.push_back(t.get<int32_t>());
+  }
+  return Dump({{"prompt", ctx.tokenizer->Decode(tokens)}});
+}
+
+std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body_text, bool chat,
+                                                   const ApiContext& ctx) {
+  auto parsed = ParseObject(body_text);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& body = std::get<json>(parsed);
+  std::string model;
+  int adapter = 0;
+  if (auto e = ResolveModel(body, ctx, &model, &adapter)) return *e;
   if (auto e = CheckUnsupported(body)) return *e;
 
   ParsedRequest r;

@@ -60,6 +60,13 @@ struct ParsedRequest {
 // Parses and validates a /v1/completions (chat = false) or /v1/chat/completions body.
 std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body, bool chat, const ApiContext& ctx);
 
+// POST /tokenize (vLLM's): {"prompt": text or token ids} or {"messages": [...]} (the chat template applied,
+// as a chat request's prompt), optional "model" and "return_token_strs" -> {"count", "max_model_len",
+// "tokens", "token_strs"}: what a request would cost and whether it fits before sending it.
+std::variant<std::string, ApiError> TokenizeResponse(std::string_view body, const ApiContext& ctx);
+// POST /detokenize: {"tokens": [ids]} -> {"prompt": text}.
+std::variant<std::string, ApiError> DetokenizeResponse(std::string_view body, const ApiContext& ctx);
+
 // The chat template (ApplyChatTemplate, kChatStop) and ChatMessage are data/chat.h's: prepare --chat trains
 // on the same text.
 

@@ -33,7 +33,7 @@ std::string Sse(const std::string& data) {
 // Routes for the request counter; unknown paths share one label so that scanners cannot grow the metrics.
 std::string RouteLabel(const std::string& path) {
   for (const char* r : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
-                        "/v1/load_lora_adapter", "/v1/unload_lora_adapter"})
+                        "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/tokenize", "/detokenize"})
     if (path == r) return r;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   return "other";
@@ -273,6 +273,18 @@ void Server::Impl::Routes() {
              res.set_content(ModelJson(id, adapter->created, opt.model_name, adapter->source),
                              "application/json");
            }));
+  // vLLM's token counting: the tokens of a prompt or chat, and text back from tokens (no generation).
+  for (const bool tokenize : {true, false}) {
+    http.Post(tokenize ? "/tokenize" : "/detokenize",
+              Handler([this, tokenize](const httplib::Request& req, httplib::Response& res) {
+                if (!engine.load())
+                  return Reply(res, {503, "The model is still loading; retry shortly", "server_error", "",
+                                     "model_loading"});
+                auto out = tokenize ? TokenizeResponse(req.body, ctx) : DetokenizeResponse(req.body, ctx);
+                if (auto* err = std::get_if<ApiError>(&out)) return Reply(res, *err);
+                res.set_content(std::get<std::string>(out), "application/json");
+              }));
+  }
   http.Post("/v1/load_lora_adapter", Handler([this](const httplib::Request& req, httplib::Response& res) {
               UpdateAdapters(req, res, true);
             }));

@@ -187,5 +187,36 @@ TEST_F(ServerTest, TopLogprobsAreMostLikelyFirst) {
     EXPECT_EQ(descending(t["top_logprobs"], "chat"), 8);
 }
 
+// POST /tokenize and /detokenize (vLLM's): the count is what a completion or chat request of the same prompt
+// is billed as prompt tokens, the tokens decode back to the text, and errors name the field.
+TEST_F(ServerTest, TokenizeCountsWhatARequestIsBilled) {
+  const HttpResult t =
+      Curl("/tokenize", R"({"prompt":"And God said, Let there be light","return_token_strs":true})");
+  ASSERT_EQ(t.status, 200) << t.body;
+  const json tj = Json(t);
+  const json done =
+      Json(Curl("/v1/completions", R"({"prompt":"And God said, Let there be light","max_tokens":1})"));
+  EXPECT_EQ(tj["count"], done["usage"]["prompt_tokens"]);
+  EXPECT_EQ(tj["tokens"].size(), tj["count"].get<size_t>());
+  EXPECT_EQ(tj["token_strs"].size(), tj["count"].get<size_t>());
+  EXPECT_EQ(tj["max_model_len"], engine_->max_seq_len());
+  const HttpResult back = Curl("/detokenize", json({{"tokens", tj["tokens"]}}).dump());
+  ASSERT_EQ(back.status, 200) << back.body;
+  EXPECT_EQ(Json(back)["prompt"], "And God said, Let there be light");
+
+  const std::string messages = R"("messages":[{"role":"user","content":"Hello there"}])";
+  const json chat_count = Json(Curl("/tokenize", "{" + messages + "}"));
+  const json chat = Json(Curl("/v1/chat/completions", "{" + messages + R"(,"max_tokens":1})"));
+  EXPECT_EQ(chat_count["count"], chat["usage"]["prompt_tokens"]) << chat_count.dump();
+  EXPECT_EQ(chat_count["token_strs"], nullptr);
+
+  const HttpResult bad = Curl("/detokenize", R"({"tokens":[1,-4]})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(Json(bad)["error"]["param"], "tokens");
+  EXPECT_EQ(Curl("/tokenize", R"({"prompt":"x","model":"gpt-4"})").status, 404);
+  EXPECT_EQ(Curl("/tokenize", R"({"max_tokens":3})").status, 400);
+  EXPECT_EQ(Curl("/tokenize", R"({"prompt":"x"})", "").status, 401);
+}
+
 }  // namespace
 }  // namespace tern
