@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <thread>
 
@@ -262,9 +263,37 @@ TEST_F(ReportBrowserTest, FinOpsPageOfALedgerDrawsItsChartsOffline) {
     attempt("nlp-1", 2, 30, 1, 16, "done");
     attempt("vision-1", 1, 50, 1, 4, "crashed");
   }
+  // A serving usage file (tern serve --usage-file) with a LoRA adapter's share: the page bills it apart.
+  const std::string usage = root_ + "/usage.json";
+  std::ofstream(usage) << json({{"kind", "tern-serve-usage"},
+                                {"version", 1},
+                                {"model", "demo"},
+                                {"started_unix", d0},
+                                {"updated_unix", d0 + 3600},
+                                {"price_per_hour", 2.0},
+                                {"busy_s", 900},
+                                {"idle_s", 2700},
+                                {"usd", 2.0},
+                                {"requests", 10},
+                                {"prompt_tokens", 100},
+                                {"generation_tokens", 1000},
+                                {"usd_per_million_generated_tokens", 2000},
+                                {"by_project", json::array()},
+                                {"by_model",
+                                 {{{"model", "demo"},
+                                   {"requests", 6},
+                                   {"prompt_tokens", 60},
+                                   {"generation_tokens", 600},
+                                   {"usd", 1.2}},
+                                  {{"model", "law"},
+                                   {"requests", 4},
+                                   {"prompt_tokens", 40},
+                                   {"generation_tokens", 400},
+                                   {"usd", 0.8}}}}})
+                              .dump();
   const std::string html = root_ + "/finops.html";
-  auto r =
-      testing::RunCommand(tern_ + " report --ledger " + ledger_path + " --since all --out " + html + " 2>&1");
+  auto r = testing::RunCommand(tern_ + " report --ledger " + ledger_path + " --since all --serving " + usage +
+                               " --out " + html + " 2>&1");
   ASSERT_EQ(r.code, 0) << r.output;
   std::string dom;
   const json drawn = Open(html, &dom);
@@ -289,6 +318,8 @@ TEST_F(ReportBrowserTest, FinOpsPageOfALedgerDrawsItsChartsOffline) {
   EXPECT_EQ(value("failures"), 1);
   EXPECT_NEAR(value("lost_usd"), 1.5, 1e-9);
   EXPECT_NEAR(value("project.nlp"), 48, 1e-9);
+  EXPECT_NEAR(value("serving_model.law"), 0.8, 1e-9) << "the LoRA adapter's share, drawn in the page";
+  EXPECT_NEAR(value("serving_model.demo"), 1.2, 1e-9);
   // --json: the same figures.
   auto j = testing::RunCommand(tern_ + " report --ledger " + ledger_path + " --since all --json");
   ASSERT_EQ(j.code, 0) << j.output;

@@ -40,12 +40,20 @@ struct ServingProject {
   double requests = 0, prompt_tokens = 0, generation_tokens = 0, rate_limited = 0;
   std::optional<double> usd;  // its share of the cost: its share of the generated tokens
 };
+// One served model's share (the base model, or a LoRA adapter of `tern serve --lora`): what its fine-tune's
+// owner is billed.
+struct ServingModel {
+  std::string model;
+  double requests = 0, prompt_tokens = 0, generation_tokens = 0;
+  std::optional<double> usd;  // its share of the generated tokens' cost
+};
 struct ServingUsage {
   std::string file, model;
   double started_unix = 0, updated_unix = 0, busy_s = 0, idle_s = 0;
   double requests = 0, prompt_tokens = 0, generation_tokens = 0;
   std::optional<double> price_per_hour, usd, usd_per_mtok;
   std::vector<ServingProject> by_project;
+  std::vector<ServingModel> by_model;  // empty in usage files written before tern serve counted it
 };
 // Reads and checks a usage file; errors name the file and what is wrong with it.
 [[nodiscard]] Result<ServingUsage> LoadServingUsage(const std::string& path);

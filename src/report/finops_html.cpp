@@ -48,6 +48,7 @@ part of an attempt inside the window; a preemption or failure counts when its at
 <h2>Serving (tern serve --usage-file)</h2>
 <table id="serving"></table>
 <table id="serving-projects"></table>
+<table id="serving-models"></table>
 <div class="note">Busy: at least one request in flight. The cost is the whole reserved time (busy + idle) at the
 server's --price-per-hour; a project's share is its share of the generated tokens.</div>
 </div>
@@ -116,6 +117,12 @@ function serving() {
   row(p, ['project', '$', 'requests', 'prompt tokens', 'generated tokens', '429s'], null, null, true);
   S.by_project.forEach(x => row(p, [x.project, usd(x.usd), x.requests, x.prompt_tokens, x.generation_tokens, x.rate_limited],
                                 'serving_project.' + x.project, x.usd));
+  // The base model and each LoRA fine-tune served beside it (tern serve --lora): what each owner is billed.
+  if (!S.by_model || !S.by_model.length) return;
+  const m = document.getElementById('serving-models');
+  row(m, ['served model or LoRA adapter', '$', 'requests', 'prompt tokens', 'generated tokens'], null, null, true);
+  S.by_model.forEach(x => row(m, [x.model, usd(x.usd), x.requests, x.prompt_tokens, x.generation_tokens],
+                              'serving_model.' + x.model, x.usd));
 }
 function chart(id, title, note, config) {
   const card = el('div', {'class': 'card'});

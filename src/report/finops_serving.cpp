@@ -50,6 +50,11 @@ Result<ServingUsage> LoadServingUsage(const std::string& path) {
       u.by_project.push_back({p.at("project").get<std::string>(), p.at("requests").get<double>(),
                               p.at("prompt_tokens").get<double>(), p.at("generation_tokens").get<double>(),
                               p.at("rate_limited").get<double>(), Optional(p, "usd")});
+    if (j.contains("by_model"))
+      for (const json& m : j.at("by_model"))
+        u.by_model.push_back({m.at("model").get<std::string>(), m.at("requests").get<double>(),
+                              m.at("prompt_tokens").get<double>(), m.at("generation_tokens").get<double>(),
+                              Optional(m, "usd")});
   } catch (const json::exception& e) {
     return Status::InvalidArgument(
         fmt::format("--serving {}: a field is missing or of the wrong type ({})", path, e.what()));
@@ -60,6 +65,7 @@ Result<ServingUsage> LoadServingUsage(const std::string& path) {
 json ServingJson(const std::vector<ServingUsage>& serving) {
   json servers = json::array();
   std::map<std::string, ServingProject> projects;
+  std::map<std::string, ServingModel> models;
   double busy = 0, idle = 0, generated = 0, usd = 0;
   bool priced = false;
   for (const ServingUsage& u : serving) {
@@ -79,6 +85,20 @@ json ServingJson(const std::vector<ServingUsage>& serving) {
       sum.rate_limited += p.rate_limited;
       if (p.usd) sum.usd = sum.usd.value_or(0) + *p.usd;
     }
+    json by_model = json::array();
+    for (const ServingModel& m : u.by_model) {
+      by_model.push_back({{"model", m.model},
+                          {"requests", m.requests},
+                          {"prompt_tokens", m.prompt_tokens},
+                          {"generation_tokens", m.generation_tokens},
+                          {"usd", OrNull(m.usd)}});
+      ServingModel& sum = models[m.model];
+      sum.model = m.model;
+      sum.requests += m.requests;
+      sum.prompt_tokens += m.prompt_tokens;
+      sum.generation_tokens += m.generation_tokens;
+      if (m.usd) sum.usd = sum.usd.value_or(0) + *m.usd;
+    }
     const double reserved = u.busy_s + u.idle_s;
     servers.push_back({{"file", u.file},
                        {"model", u.model},
@@ -92,7 +112,8 @@ json ServingJson(const std::vector<ServingUsage>& serving) {
                        {"price_per_hour", OrNull(u.price_per_hour)},
                        {"usd", OrNull(u.usd)},
                        {"usd_per_mtok", OrNull(u.usd_per_mtok)},
-                       {"by_project", by}});
+                       {"by_project", by},
+                       {"by_model", by_model}});
     busy += u.busy_s;
     idle += u.idle_s;
     generated += u.generation_tokens;
@@ -109,8 +130,16 @@ json ServingJson(const std::vector<ServingUsage>& serving) {
                           {"generation_tokens", p.generation_tokens},
                           {"rate_limited", p.rate_limited},
                           {"usd", OrNull(p.usd)}});
+  json by_model = json::array();
+  for (const auto& [name, m] : models)
+    by_model.push_back({{"model", name},
+                        {"requests", m.requests},
+                        {"prompt_tokens", m.prompt_tokens},
+                        {"generation_tokens", m.generation_tokens},
+                        {"usd", OrNull(m.usd)}});
   return {{"servers", servers},
           {"by_project", by_project},
+          {"by_model", by_model},
           {"totals",
            {{"busy_s", busy},
             {"idle_s", idle},

@@ -210,8 +210,23 @@ TEST(FinOpsTest, ServingSectionSumsTheUsageFilesByProject) {
     std::ofstream(tmp / name) << j.dump();
     return tmp / name;
   };
-  // server 1: $2 for 1M tokens (250k ads); server 2: $1 for 1M tokens (500k ads)
-  auto a = LoadServingUsage(write("a.json", 2, 750000, 250000));
+  // server 1: $2 for 1M tokens (250k ads); server 2: $1 for 1M tokens (500k ads). Server 1's file splits its
+  // tokens by served model (a LoRA adapter "law" took 400k); server 2's predates that split.
+  {
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(write("a.json", 2, 750000, 250000)));
+    j["by_model"] = {{{"model", "demo"},
+                      {"requests", 7},
+                      {"prompt_tokens", 70},
+                      {"generation_tokens", 600000},
+                      {"usd", 1.2}},
+                     {{"model", "law"},
+                      {"requests", 3},
+                      {"prompt_tokens", 30},
+                      {"generation_tokens", 400000},
+                      {"usd", 0.8}}};
+    std::ofstream(tmp / "a.json") << j.dump();
+  }
+  auto a = LoadServingUsage(tmp / "a.json");
   auto b = LoadServingUsage(write("b.json", 1, 500000, 500000));
   ASSERT_TRUE(a.ok()) << a.status().message();
   ASSERT_TRUE(b.ok()) << b.status().message();
@@ -228,7 +243,13 @@ TEST(FinOpsTest, ServingSectionSumsTheUsageFilesByProject) {
   EXPECT_NEAR(s["by_project"][0]["usd"].get<double>(), 0.5 + 0.5, 1e-12);
   EXPECT_NEAR(s["by_project"][0]["generation_tokens"].get<double>(), 750000, 1e-9);
   EXPECT_EQ(s["by_project"][0]["rate_limited"].get<double>(), 2);
+  ASSERT_EQ(s["by_model"].size(), 2u);
+  EXPECT_EQ(s["by_model"][1]["model"], "law");
+  EXPECT_NEAR(s["by_model"][1]["usd"].get<double>(), 0.8, 1e-12);
+  EXPECT_NEAR(s["by_model"][1]["generation_tokens"].get<double>(), 400000, 1e-9);
+  EXPECT_TRUE(s["servers"][1]["by_model"].empty()) << "an older file without the split still loads";
   EXPECT_NE(FinOpsHtml(f, "").find("serving-section"), std::string::npos);
+  EXPECT_NE(FinOpsHtml(f, "").find("serving-models"), std::string::npos);
 
   std::ofstream(tmp / "bad.json") << R"({"kind": "something-else"})";
   auto bad = LoadServingUsage(tmp / "bad.json");

@@ -173,6 +173,9 @@ TEST_F(UsageServerTest, BusyIdleAndCostPerMillionTokensAgreeWithTheCounters) {
   std::set<std::string> projects;
   for (const json& p : section["by_project"]) projects.insert(p["project"].get<std::string>());
   EXPECT_EQ(projects, (std::set<std::string>{"ads", "search"}));
+  ASSERT_EQ(section["by_model"].size(), 1u);
+  EXPECT_EQ(section["by_model"][0]["model"], "tiny");
+  EXPECT_EQ(section["by_model"][0]["generation_tokens"], section["totals"]["generation_tokens"]);
 }
 
 TEST_F(UsageServerTest, TheUsageLogHasOneLinePerRequestAndNoKeyIsWrittenAnywhere) {
