@@ -80,8 +80,8 @@ double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // fp32: x W^T + (x A^T)(s B)^T is W + s B A (merged in double on the host) up to fp32 rounding, every row of
-// a 37-token prompt (three KV blocks); a rank-3 adapter of two targets too. bf16 and int8 base weights keep
-// the adapters in fp32: their logits are far closer to the merged model's than to the base model's.
+// a 37-token prompt (three KV blocks); a rank-3 adapter of two targets too. Beside bf16 and int8 base weights
+// the adapters are bf16: their logits are far closer to the merged model's than to the base model's.
 TEST_F(AdapterTest, AdaptedLogitsAreTheMergedModels) {
   auto be = MakeCpuFastBackend();
   const auto prompt = Prompt(37, 1);
@@ -103,42 +103,47 @@ TEST_F(AdapterTest, AdaptedLogitsAreTheMergedModels) {
 }
 
 // Four sequences, adapters 0, 1, 2, 1, in one forward: each gets bitwise the logits it gets alone, and the
-// base sequence those of a model serving no adapter at all.
+// base sequence those of a model serving no adapter at all; with fp32 weights (fp32 adapters) and bf16 ones
+// (bf16 adapters, half the bytes).
 TEST_F(AdapterTest, BatchedSequencesWithDifferentAdaptersMatchEachAlone) {
   auto be = MakeCpuFastBackend();
   const std::vector<LoraAdapter> adapters = {RandomAdapter(4, kLoraAllTargets, 8.0f, 3),
                                              RandomAdapter(3, kLoraQkv | kLoraFc, 6.0f, 4)};
-  auto model = Model(be.get(), run_->params, adapters);
-  const int ids[4] = {0, 1, 2, 1}, lens[4] = {5, 19, 3, 6};
-  ForwardBatch b;
-  for (int s = 0; s < 4; s++) AddSeq(&b, *model, Prompt(lens[s], s), 2 * s, ids[s], false);
-  const float* l = model->Forward(b);
-  const int V = run_->cfg.vocab_size;
-  const std::vector<float> batched(l, l + 4 * V);
-  auto plain = Model(be.get(), run_->params, {});
-  for (int s = 0; s < 4; s++) {
-    auto alone = Model(be.get(), run_->params, adapters);
-    ForwardBatch one;
-    AddSeq(&one, *alone, Prompt(lens[s], s), 0, ids[s], false);
-    const float* la = alone->Forward(one);
-    EXPECT_EQ(std::vector<float>(la, la + V),
-              std::vector<float>(batched.begin() + s * V, batched.begin() + (s + 1) * V))
-        << "sequence " << s << " (adapter " << ids[s] << ")";
-  }
-  for (int s : {0, 1}) {  // the base sequence is the plain model's; the adapted one is not
-    ForwardBatch base;
-    AddSeq(&base, *plain, Prompt(lens[s], s), 0, 0, false);
-    const float* lp = plain->Forward(base);
-    const std::vector<float> want(lp, lp + V), got(batched.begin() + s * V, batched.begin() + (s + 1) * V);
-    if (s == 0) {
-      EXPECT_EQ(got, want);
+  for (Quantize q : {Quantize::kNone, Quantize::kBF16}) {
+    SCOPED_TRACE(WeightsName(q));
+    auto model = Model(be.get(), run_->params, adapters, q);
+    const int ids[4] = {0, 1, 2, 1}, lens[4] = {5, 19, 3, 6};
+    ForwardBatch b;
+    for (int s = 0; s < 4; s++) AddSeq(&b, *model, Prompt(lens[s], s), 2 * s, ids[s], false);
+    const float* l = model->Forward(b);
+    const int V = run_->cfg.vocab_size;
+    const std::vector<float> batched(l, l + 4 * V);
+    auto plain = Model(be.get(), run_->params, {}, q);
+    for (int s = 0; s < 4; s++) {
+      auto alone = Model(be.get(), run_->params, adapters, q);
+      ForwardBatch one;
+      AddSeq(&one, *alone, Prompt(lens[s], s), 0, ids[s], false);
+      const float* la = alone->Forward(one);
+      EXPECT_EQ(std::vector<float>(la, la + V),
+                std::vector<float>(batched.begin() + s * V, batched.begin() + (s + 1) * V))
+          << "sequence " << s << " (adapter " << ids[s] << ")";
     }
-    if (s == 1) {
-      EXPECT_GT(MaxAbsDiff(got, want), 0.05);
+    for (int s : {0, 1}) {  // the base sequence is the plain model's; the adapted one is not
+      ForwardBatch base;
+      AddSeq(&base, *plain, Prompt(lens[s], s), 0, 0, false);
+      const float* lp = plain->Forward(base);
+      const std::vector<float> want(lp, lp + V), got(batched.begin() + s * V, batched.begin() + (s + 1) * V);
+      if (s == 0) {
+        EXPECT_EQ(got, want);
+      }
+      if (s == 1) {
+        EXPECT_GT(MaxAbsDiff(got, want), 0.05);
+      }
     }
+    const size_t elem = q == Quantize::kNone ? sizeof(float) : sizeof(uint16_t);
+    EXPECT_EQ(model->param_bytes() - plain->param_bytes(),
+              (adapters[0].params.size() + adapters[1].params.size()) * elem);
   }
-  EXPECT_EQ(model->param_bytes() - plain->param_bytes(),
-            (adapters[0].params.size() + adapters[1].params.size()) * sizeof(float));
 }
 
 // The engine: an adapter's request decodes as the merged model does; the base model's blocks are not reused

@@ -231,8 +231,18 @@ Result<int> InferenceModel::AddAdapter(const LoraAdapter& adapter) {
       for (size_t i = 0; i < t.numel; i++) host[t.offset + i] *= adapter.spec.scale();
   Adapter a;
   a.rank = r;
-  a.weights = DeviceBuffer(backend_, host.size() * sizeof(float));
-  backend_->Upload(a.weights.data(), host.data(), host.size() * sizeof(float));
+  // Beside bf16 or int8 weights the adapters are bf16 too (half their bytes; their products as the bf16
+  // weights' are: activations rounded to bf16, fp32 sums); beside fp32 weights, fp32.
+  a.bf16 = opt_.quantize != Quantize::kNone;
+  const size_t elem = a.bf16 ? sizeof(uint16_t) : sizeof(float);
+  a.weights = DeviceBuffer(backend_, host.size() * elem);
+  if (a.bf16) {
+    std::vector<uint16_t> h(host.size());
+    for (size_t i = 0; i < host.size(); i++) h[i] = F32ToBF16(host[i]);
+    backend_->Upload(a.weights.data(), h.data(), h.size() * elem);
+  } else {
+    backend_->Upload(a.weights.data(), host.data(), host.size() * elem);
+  }
   a.a.assign(4 * static_cast<size_t>(L), nullptr);
   a.b.assign(4 * static_cast<size_t>(L), nullptr);
   static const char* const kTargets[4] = {"qkvw", "attprojw", "fcw", "fcprojw"};
@@ -242,7 +252,7 @@ Result<int> InferenceModel::AddAdapter(const LoraAdapter& adapter) {
       const bool is_b = t.name == std::string("lora_b.") + kTargets[target];
       if (!is_a && !is_b) continue;
       for (int l = 0; l < L; l++) {
-        const float* p = a.weights.as<float>() + t.offset + l * (t.numel / L);
+        const void* p = a.weights.as<char>() + (t.offset + l * (t.numel / L)) * elem;
         (is_a ? a.a : a.b)[static_cast<size_t>(l) * 4 + target] = p;
       }
     }
@@ -279,10 +289,20 @@ void InferenceModel::ApplyAdapters(float* out, const float* inp, int target, int
         const int row0 = batch.seqs[3 * s];
         const int rows = batch.seqs[3 * (e - 1)] + batch.seqs[3 * (e - 1) + 1] - row0;
         float* o = out + static_cast<size_t>(row0) * OC;
-        backend_->MatmulF32Weights(lora_mid_.as<float>(), inp + static_cast<size_t>(row0) * K, ad.a[m],
-                                   nullptr, rows, ad.rank, K);
-        backend_->MatmulF32Weights(lora_out_.as<float>(), lora_mid_.as<float>(), ad.b[m], nullptr, rows, OC,
-                                   ad.rank);
+        const float* x = inp + static_cast<size_t>(row0) * K;
+        if (ad.bf16) {
+          const bool row_independent = opt_.max_seqs > 1;
+          backend_->MatmulBF16(lora_mid_.as<float>(), x, static_cast<const uint16_t*>(ad.a[m]), nullptr, rows,
+                               ad.rank, K, row_independent);
+          backend_->MatmulBF16(lora_out_.as<float>(), lora_mid_.as<float>(),
+                               static_cast<const uint16_t*>(ad.b[m]), nullptr, rows, OC, ad.rank,
+                               row_independent);
+        } else {
+          backend_->MatmulF32Weights(lora_mid_.as<float>(), x, static_cast<const float*>(ad.a[m]), nullptr,
+                                     rows, ad.rank, K);
+          backend_->MatmulF32Weights(lora_out_.as<float>(), lora_mid_.as<float>(),
+                                     static_cast<const float*>(ad.b[m]), nullptr, rows, OC, ad.rank);
+        }
         backend_->Add(o, o, lora_out_.as<float>(), static_cast<size_t>(rows) * OC);
       }
     }

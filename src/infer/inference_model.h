@@ -73,10 +73,10 @@ class InferenceModel {
 
   // Serves a LoRA adapter beside the base weights (multi-LoRA, infer/adapter.h): a sequence of the batch
   // with adapter i (ForwardBatch::adapters) computes each adapted matrix as x W^T + b + (x A^T)(s B)^T, the
-  // adapters in fp32 whatever the base weights' format (vLLM's punica path does the same in the model's
-  // dtype); sequences with other adapters, or none, are unaffected. The shape must be the model's (the
-  // caller checks the base fingerprint: CheckAdapterBase). Returns i: 1 for the first, 2 for the next...
-  // Ids are never reused: one removed stays a hole (RemoveAdapter).
+  // adapters in fp32 beside fp32 weights and in bf16 beside bf16 or int8 ones (vLLM's punica path computes
+  // in the model's dtype); sequences with other adapters, or none, are unaffected. The shape must be the
+  // model's (the caller checks the base fingerprint: CheckAdapterBase). Returns i: 1 for the first, 2 for the
+  // next... Ids are never reused: one removed stays a hole (RemoveAdapter).
   Result<int> AddAdapter(const LoraAdapter& adapter);
   // Frees adapter id's weights; no sequence of a later batch may name it (the engine sees to that).
   void RemoveAdapter(int id);
@@ -139,8 +139,9 @@ class InferenceModel {
   std::unique_ptr<Linear> head_;
   struct Adapter {  // one served LoRA adapter: A and s*B of each adapted matrix, [L * 4] (null: not adapted)
     int rank = 0;   // 0: removed
+    bool bf16 = false;  // its matrices in bf16 (beside bf16 or int8 weights), else fp32
     DeviceBuffer weights;
-    std::vector<const float*> a, b;
+    std::vector<const void*> a, b;
   };
   std::vector<Adapter> adapters_;
   DeviceBuffer lora_mid_, lora_out_;  // [max_rows, max rank] and [max_rows, 4C]

@@ -17,6 +17,12 @@ double BytesOf(const std::string& dtype) {
   return dtype == "fp32" ? 4 : dtype == "bf16" ? 2 : 1;  // int8: per-channel scales are a rounding error
 }
 
+// A served LoRA adapter's bytes per parameter: fp32 beside fp32 weights, bf16 beside bf16 or int8 ones
+// (InferenceModel::AddAdapter).
+double AdapterBytesPerParam(const std::string& weights) {
+  return weights == "fp32" ? 4 : 2;
+}
+
 // The fixed point of b = k * (a + s * b) (an affine step time, slope s), or -1 when k * s >= 1 (the queue
 // of decoding sequences grows without bound).
 double FixedPoint(double k, double a, double s) {
@@ -57,11 +63,10 @@ std::optional<ReplicaModel> MakeReplicaModel(const GpuSpec& gpu, const ServeRequ
   const double prefill_flops = P * 2 * 12 * L * C * C + 2 * C * V + 2 * L * C * P * P;
   r.prefill_s = prefill_flops / (r.peak_flops * d.serve_prefill_mfu);
   r.decode_flops = 2 * matmul_params + 4 * L * C * r.ctx_mean;
-  if (req.lora_adapters >
-      0) {  // fp32 adapters (infer/adapter.h); the products x A^T and (.) (sB)^T per token
+  if (req.lora_adapters > 0) {  // the adapters (InferenceModel::AddAdapter); products x A^T and (.) (sB)^T
     const LoraSpec spec{req.lora_rank, 1.0f, kLoraAllTargets};
-    r.adapter_bytes =
-        static_cast<double>(req.lora_adapters) * static_cast<double>(LoraParamCount(m, spec)) * 4;
+    r.adapter_bytes = static_cast<double>(req.lora_adapters) * static_cast<double>(LoraParamCount(m, spec)) *
+                      AdapterBytesPerParam(req.weights);
     r.weight_bytes += r.adapter_bytes;
     r.decode_flops += 2 * static_cast<double>(LoraParamCount(m, spec));
   }
@@ -298,12 +303,13 @@ std::string RenderServePlan(const ServePlan& p, const Catalog& cat, int top, boo
       FormatCount(r.load.requests_per_s * r.load.completion_tokens), r.load.max_tpot_ms,
       r.load.max_ttft_s > 0 ? fmt::format(", {:g} s to the first token", r.load.max_ttft_s) : "");
   if (r.lora_adapters > 0) {
-    const double each =
-        static_cast<double>(LoraParamCount(r.model, {r.lora_rank, 1.0f, kLoraAllTargets})) * 4;
+    const double each = static_cast<double>(LoraParamCount(r.model, {r.lora_rank, 1.0f, kLoraAllTargets})) *
+                        AdapterBytesPerParam(r.weights);
     out += fmt::format(
-        "LoRA  {} adapters of rank {} on every block matrix (tern serve --lora), {} each in fp32, on every "
+        "LoRA  {} adapters of rank {} on every block matrix (tern serve --lora), {} each in {}, on every "
         "replica: planned as read every decode step ({:+.0f}% of the {} weights' bytes)\n",
         r.lora_adapters, r.lora_rank, fmt::format("{:.1f} MB", each / 1e6),
+        AdapterBytesPerParam(r.weights) == 4 ? "fp32" : "bf16",
         100 * r.lora_adapters * each / (static_cast<double>(GptParamCount(r.model)) * BytesOf(r.weights)),
         r.weights);
   }

@@ -74,9 +74,10 @@ TEST(ServePlan, OneReplicaMatchesHandArithmeticAndLittlesLaw) {
   }
 }
 
-// LoRA adapters served beside the model (tern serve --lora): 8 fp32 adapters of rank 16 on every block matrix
-// of GPT-2 124M are 8 x 12 layers x 16 x 16 x 768 floats = 75,497,472 bytes, resident and read every step;
-// each token also does their 2 x 2,359,296 FLOPs. More adapters, less capacity; enough of them no longer fit.
+// LoRA adapters served beside the model (tern serve --lora): 8 adapters of rank 16 on every block matrix of
+// GPT-2 124M are 8 x 12 layers x 16 x 16 x 768 = 18,874,368 parameters, in bf16 beside bf16 weights
+// 37,748,736 bytes (fp32 beside fp32 ones: twice that), resident and read every step; each token also does
+// their 2 x 2,359,296 FLOPs. More adapters, less capacity; enough of them no longer fit.
 TEST(ServePlan, LoraAdaptersAreResidentAndReadEveryStep) {
   const Catalog cat = TestCatalog();
   ServeRequest plain = Request(10), lora = Request(10);
@@ -86,17 +87,22 @@ TEST(ServePlan, LoraAdaptersAreResidentAndReadEveryStep) {
   const auto a = MakeReplicaModel(*cat.FindGpu("H100"), plain, PlanDefaults(), &why);
   const auto b = MakeReplicaModel(*cat.FindGpu("H100"), lora, PlanDefaults(), &why);
   ASSERT_TRUE(a && b) << why;
-  EXPECT_DOUBLE_EQ(b->adapter_bytes, 75497472.0);
-  EXPECT_DOUBLE_EQ(b->weight_bytes, 124439808.0 * 2 + 75497472.0);
+  EXPECT_DOUBLE_EQ(b->adapter_bytes, 37748736.0);
+  EXPECT_DOUBLE_EQ(b->weight_bytes, 124439808.0 * 2 + 37748736.0);
   EXPECT_DOUBLE_EQ(b->decode_flops - a->decode_flops, 2 * 2359296.0);
-  EXPECT_NEAR(b->StepSeconds(4) - a->StepSeconds(4), 75497472.0 / a->bandwidth, 1e-12) << "memory-bound here";
+  EXPECT_NEAR(b->StepSeconds(4) - a->StepSeconds(4), 37748736.0 / a->bandwidth, 1e-12) << "memory-bound here";
+  ServeRequest fp32 = lora;
+  fp32.weights = "fp32";
+  const auto c = MakeReplicaModel(*cat.FindGpu("H100"), fp32, PlanDefaults(), &why);
+  ASSERT_TRUE(c) << why;
+  EXPECT_DOUBLE_EQ(c->adapter_bytes, 75497472.0);
   auto pa = MakeServePlan(cat, plain, PlanDefaults()), pb = MakeServePlan(cat, lora, PlanDefaults());
   ASSERT_TRUE(pa.ok() && pb.ok());
   EXPECT_LT(pb->rows[0].capacity_rps, pa->rows[0].capacity_rps);
   EXPECT_NE(RenderServePlan(*pb, cat, 3, false, true).find("LoRA  8 adapters of rank 16"), std::string::npos);
   EXPECT_EQ(ServePlanJson(*pb, cat, 3)["lora"]["adapters"], 8);
-  // 2,000 adapters (18.9 GB) do not fit the V100's 16 GiB beside the weights.
-  lora.lora_adapters = 2000;
+  // 4,000 adapters (18.9 GB in bf16) do not fit the V100's 16 GiB beside the weights.
+  lora.lora_adapters = 4000;
   EXPECT_FALSE(MakeReplicaModel(*cat.FindGpu("V100"), lora, PlanDefaults(), &why));
   EXPECT_NE(why.find("exceed"), std::string::npos) << why;
   lora.lora_rank = 0;
