@@ -360,7 +360,14 @@ bool Engine::Step() {
   auto t = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& s : submitted_) waiting_.push_back(std::move(s));
+    // By priority (lower first), arrival order within one: each new request goes after every waiting one of
+    // its priority or a lower value, and after the forks of admitted requests (choices 1..n-1, at the front).
+    for (auto& s : submitted_) {
+      const auto at = std::find_if(waiting_.begin(), waiting_.end(), [&](const std::unique_ptr<Sequence>& w) {
+        return w->index == 0 && w->req.priority > s->req.priority;
+      });
+      waiting_.insert(at, std::move(s));
+    }
     submitted_.clear();
   }
   // Clients that went away: their slots and blocks are freed before anything else is scheduled.

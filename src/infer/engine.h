@@ -3,7 +3,8 @@
 // Requests arrive as native structs (Submit, from any thread) and wait in a queue. Every iteration the
 // engine (1) drops requests whose client went away, freeing their KV blocks, (2) gives every running
 // sequence its next row(s) - one token for a decoding sequence, the next chunk of its prompt for one being
-// prefilled - (3) admits waiting requests in arrival order while the batch has room (sequences and tokens)
+// prefilled - (3) admits waiting requests by priority, then arrival order, while the batch has room
+// (sequences and tokens)
 // and the KV pool can promise them the blocks their prompt and max_tokens need, reusing cached prompt
 // prefixes, (4) runs one forward over all those rows and samples the next token of every sequence that
 // finished its prompt. Results go back through each request's RequestHandle, so an HTTP thread can stream
@@ -60,6 +61,9 @@ struct GenerationRequest {
   // The LoRA adapter that runs it (InferenceModel::AddAdapter's number), 0 = the base model. Its keys and
   // values differ from the base model's, so the prefix cache keeps each adapter's blocks apart.
   int adapter = 0;
+  // Admission order (vLLM's priority scheduling): a waiting request with a lower value is admitted first,
+  // arrival order breaks ties. Running sequences are never preempted for it.
+  int priority = 0;
   int n = 1;                     // choices sampled from the prompt, 1..kMaxChoices
   int logprobs = -1;             // -1 = off; k in 0..kMaxTopLogprobs: each token's logprob and the k best
   bool prompt_logprobs = false;  // also score prompt tokens 1..P-1 (echo); needs logprobs >= 0

@@ -261,6 +261,35 @@ TEST_F(EngineTest, CancelledRequestsFreeTheirBlocksAtOnce) {
   EXPECT_EQ(engine->active(), 0);
 }
 
+// Priority (vLLM's): with room for one request at a time, the waiting ones are admitted lowest value first,
+// in arrival order within a value; the one already running is not preempted.
+TEST_F(EngineTest, WaitingRequestsAreAdmittedByPriorityThenArrival) {
+  auto be = MakeCpuFastBackend();
+  auto engine =
+      MakeEngine(be.get(), Quantize::kNone, 64, /*num_blocks=*/6);  // 4 blocks a request: one at a time
+  auto request = [&](int salt, int priority) {
+    GenerationRequest r = Greedy(Prompt(20, salt), 44);  // 20 + 44 - 1 positions: 4 blocks of 16
+    r.priority = priority;
+    return Submit(*engine, r);
+  };
+  std::vector<std::shared_ptr<RequestHandle>> handles = {request(0, 3)};
+  engine->Step();  // the first is running
+  for (const auto& [salt, priority] :
+       std::vector<std::pair<int, int>>{{1, 5}, {2, 5}, {3, 0}, {4, -2}, {5, 0}})
+    handles.push_back(request(salt, priority));
+  std::vector<int> finished;
+  for (int guard = 0; finished.size() < handles.size() && guard < 10000; guard++) {
+    engine->Step();
+    for (size_t i = 0; i < handles.size(); i++) {
+      std::vector<GenerationEvent> events;
+      handles[i]->Wait(&events, std::chrono::milliseconds(0));
+      for (const auto& e : events)
+        if (e.finish != FinishReason::kNone) finished.push_back(static_cast<int>(i));
+    }
+  }
+  EXPECT_EQ(finished, (std::vector<int>{0, 4, 3, 5, 1, 2}));
+}
+
 TEST_F(EngineTest, AdmissionWaitsForKvBlocksAndRefusesWhatNeverFits) {
   auto be = MakeCpuFastBackend();
   auto engine = MakeEngine(be.get(), Quantize::kNone, 64, /*num_blocks=*/6, /*max_queue=*/2);

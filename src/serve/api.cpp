@@ -378,6 +378,9 @@ std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body_text, b
   if (auto e = GetInt(body, "top_k", 0, INT32_MAX, &top_k)) return *e;
   g.sampling.top_k = static_cast<int>(top_k);
   if (auto e = ParseLogitAdjustments(body, ctx.tokenizer->vocab_size(), &g)) return *e;
+  int64_t priority = 0;  // vLLM's: lower is admitted sooner (a key's floor applies: server.cpp)
+  if (auto e = GetInt(body, "priority", -kMaxPriority, kMaxPriority, &priority)) return *e;
+  g.priority = static_cast<int>(priority);
   int64_t seed = 0;
   if (body.contains("seed") && !body["seed"].is_null()) {
     if (auto e = GetInt(body, "seed", INT64_MIN, INT64_MAX, &seed)) return *e;

@@ -38,6 +38,7 @@ struct ApiContext {
 };
 
 inline constexpr int kMaxCompletionLogprobs = 5;  // /v1/completions `logprobs`, as OpenAI
+inline constexpr int kMaxPriority = 1000;         // `priority` is within [-1000, 1000]
 inline constexpr int kMaxN = 16;                  // choices (and best_of) per request: sequences in the batch
 
 struct ParsedRequest {

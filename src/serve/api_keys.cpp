@@ -57,7 +57,7 @@ Result<std::vector<ApiKeyEntry>> ParseApiKeys(std::string_view text, const std::
                     "(docs/serving.md, \"Usage and cost per project\")",
                     path));
   static const std::set<std::string> kFields = {
-      "id", "key", "key_env", "project", "requests_per_min", "tokens_per_min", "admin"};
+      "id", "key", "key_env", "project", "requests_per_min", "tokens_per_min", "admin", "priority"};
   std::vector<ApiKeyEntry> out;
   std::set<std::string> ids;
   for (const YAML::Node& e : keys) {
@@ -71,7 +71,7 @@ Result<std::vector<ApiKeyEntry>> ParseApiKeys(std::string_view text, const std::
         return KeyError(
             path, kv.first,
             fmt::format("unknown field '{}' (allowed: id, key, key_env, project, requests_per_min, "
-                        "tokens_per_min, admin)",
+                        "tokens_per_min, admin, priority)",
                         name));
     }
     ApiKeyEntry k;
@@ -113,6 +113,13 @@ Result<std::vector<ApiKeyEntry>> ParseApiKeys(std::string_view text, const std::
       if (v != "true" && v != "false")
         return KeyError(path, a, fmt::format("admin of '{}' must be true or false", k.id));
       k.admin = v == "true";
+    }
+    if (e["priority"]) {
+      const YAML::Node& p = e["priority"];
+      int v = 0;
+      if (!p.IsScalar() || !YAML::convert<int>::decode(p, v) || v < -1000 || v > 1000)
+        return KeyError(path, p, fmt::format("priority of '{}' must be an integer in [-1000, 1000]", k.id));
+      k.priority = v;
     }
     for (const ApiKeyEntry& other : out)
       if (ConstantTimeEquals(other.key, k.key))

@@ -18,6 +18,7 @@ struct ApiKeyEntry {
   double requests_per_min = 0;  // 0 = no limit
   double tokens_per_min = 0;    // prompt + generated tokens; 0 = no limit
   bool admin = false;           // may load and unload LoRA adapters (--allow-lora-updates)
+  int priority = 0;             // its requests' priority is at least this (lower is sooner; batch keys: 10)
 };
 
 // The --api-keys file:
@@ -28,6 +29,7 @@ struct ApiKeyEntry {
 //       requests_per_min: 600    # optional
 //       tokens_per_min: 200000   # optional
 //       admin: true              # optional: may load and unload LoRA adapters (--allow-lora-updates)
+//       priority: 10             # optional: a floor on its requests' `priority` (lower is admitted sooner)
 // Errors name the file and the line.
 // ParseApiKeys: the file's text; `path` names it in messages. LoadApiKeys reads the file, then parses it.
 [[nodiscard]] Result<std::vector<ApiKeyEntry>> ParseApiKeys(std::string_view text, const std::string& path);

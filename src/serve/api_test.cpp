@@ -46,6 +46,8 @@ TEST_F(ApiTest, CompletionFieldsAndDefaults) {
   EXPECT_EQ(r.gen.stop, (std::vector<std::string>{"\n", "Amen"}));
   EXPECT_EQ(r.gen.seed, 7u);
   EXPECT_TRUE(r.stream && r.include_usage);
+  EXPECT_EQ(r.gen.priority, 0);  // by default
+  EXPECT_EQ(Ok(R"({"prompt":"x","priority":-3})").gen.priority, -3);
   ParsedRequest d = Ok(R"({"prompt":[5,6,7]})");  // model optional; token-array prompt
   EXPECT_EQ(d.gen.prompt, (std::vector<int32_t>{5, 6, 7}));
   EXPECT_EQ(d.gen.max_tokens, 16);  // OpenAI's default for completions
@@ -362,6 +364,8 @@ TEST_F(ApiTest, BadRequestsNameTheField) {
            {R"({"prompt":"x","stop":["a","b","c","d","e"]})", 400, "stop"},
            {R"({"prompt":"x","stream":"yes"})", 400, "stream"},
            {R"({"prompt":"x","seed":"abc"})", 400, "seed"},
+           {R"({"prompt":"x","priority":1001})", 400, "priority"},
+           {R"({"prompt":"x","priority":0.5})", 400, "priority"},
            {R"({"prompt":"x","presence_penalty":2.5})", 400, "presence_penalty"},
            {R"({"prompt":"x","frequency_penalty":"high"})", 400, "frequency_penalty"},
            {R"({"prompt":"x","logit_bias":[1,2]})", 400, "logit_bias"},

@@ -68,8 +68,9 @@ std::string BearerToken(const httplib::Request& req) {
 UsageOptions MakeUsageOptions(const ServerOptions& o) {
   UsageOptions u;
   u.keys = o.api_keys;
-  // One key (--api-key) is the operator's: it may load adapters too.
-  if (u.keys.empty() && !o.api_key.empty()) u.keys.push_back({"default", o.api_key, "default", 0, 0, true});
+  // One key (--api-key) is the operator's: it may load adapters too, and ask for any priority.
+  if (u.keys.empty() && !o.api_key.empty())
+    u.keys.push_back({"default", o.api_key, "default", 0, 0, true, -kMaxPriority});
   u.price_per_hour = o.price_per_hour;
   u.usage_log = o.usage_log;
   u.usage_file = o.usage_file;
@@ -355,6 +356,7 @@ void Server::Impl::GenerateFor(const httplib::Request& req, httplib::Response& r
   auto parsed = ParseRequest(req.body, chat, ctx);
   if (auto* err = std::get_if<ApiError>(&parsed)) return Reply(res, *err);
   ParsedRequest r = std::move(std::get<ParsedRequest>(parsed));
+  r.gen.priority = usage.Priority(rec->key, r.gen.priority);
   rec->model = r.model;
   if (auto refused = usage.Admit(rec->key)) {
     res.set_header("Retry-After", std::to_string(refused->retry_after_s));

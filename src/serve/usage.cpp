@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -78,6 +79,11 @@ int UsageTracker::Authenticate(const std::string& given) const {
 bool UsageTracker::IsAdmin(int key) const {
   if (opt_.keys.empty()) return true;
   return key >= 0 && key < static_cast<int>(opt_.keys.size()) && opt_.keys[key].admin;
+}
+
+int UsageTracker::Priority(int key, int requested) const {
+  if (key < 0 || key >= static_cast<int>(opt_.keys.size())) return requested;
+  return std::max(requested, opt_.keys[key].priority);
 }
 
 const std::string& UsageTracker::KeyId(int key) const {

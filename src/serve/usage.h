@@ -56,6 +56,8 @@ class UsageTracker {
   // Whether key (Authenticate's index) may load and unload LoRA adapters; with no keys, anyone may.
   bool IsAdmin(int key) const;
   const std::string& KeyId(int key) const;  // "none" without keys
+  // The priority a key's request runs at: what it asked for, but not below (sooner than) its key's floor.
+  int Priority(int key, int requested) const;
 
   // Whether `key` may start a request now; when not, the seconds to wait (>= 1) and which limit
   // ("requests" or "tokens"). Counts an admitted request against its requests/min bucket.

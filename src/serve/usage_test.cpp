@@ -46,6 +46,7 @@ TEST_F(UsageTest, LoadsKeysWithProjectsAndLimits) {
                                  "    requests_per_min: 600\n"
                                  "    tokens_per_min: 200000\n"
                                  "    admin: true\n"
+                                 "    priority: -5\n"
                                  "  - id: batch\n"
                                  "    key_env: TERN_USAGE_TEST_KEY\n"
                                  "    project: ads\n");
@@ -61,6 +62,8 @@ TEST_F(UsageTest, LoadsKeysWithProjectsAndLimits) {
   EXPECT_EQ((*keys)[1].requests_per_min, 0);  // no limit
   EXPECT_TRUE((*keys)[0].admin);
   EXPECT_FALSE((*keys)[1].admin);  // by default
+  EXPECT_EQ((*keys)[0].priority, -5);
+  EXPECT_EQ((*keys)[1].priority, 0);  // by default
 }
 
 TEST_F(UsageTest, KeyFileErrorsNameTheFileAndLine) {
@@ -81,6 +84,8 @@ TEST_F(UsageTest, KeyFileErrorsNameTheFileAndLine) {
        "'b' has the same key as 'a'"},
       {"keys:\n  - id: a\n    key: sk-aaaaaaaaaa\n    project: p\n    admin: yes please\n",
        "keys.yaml:5: admin of 'a' must be true or false"},
+      {"keys:\n  - id: a\n    key: sk-aaaaaaaaaa\n    project: p\n    priority: soon\n",
+       "keys.yaml:5: priority of 'a' must be an integer in [-1000, 1000]"},
       {"keys: [\n", "YAML syntax error"},
       {"api_keys: []\n", "expected a list 'keys:'"},
   };
@@ -118,6 +123,20 @@ TEST_F(UsageTest, AuthenticatesEveryKeyAndNoOther) {
   UsageOptions none;
   none.clock = [&c2] { return c2.t; };
   EXPECT_TRUE(UsageTracker(none).IsAdmin(-1)) << "without keys the --allow-lora-updates flag is the consent";
+  EXPECT_EQ(UsageTracker(none).Priority(-1, -7), -7) << "without keys a request's priority is its own";
+}
+
+// A key's priority is a floor: its requests may ask to wait longer, never to go sooner (a batch key cannot
+// jump the interactive queue by sending "priority": -1000).
+TEST_F(UsageTest, AKeysPriorityIsAFloor) {
+  FakeClock clock;
+  UsageOptions o = TwoKeys(&clock);
+  o.keys[1].priority = 10;
+  UsageTracker u(o);
+  EXPECT_EQ(u.Priority(0, -4), -4);
+  EXPECT_EQ(u.Priority(1, -1000), 10);
+  EXPECT_EQ(u.Priority(1, 0), 10);
+  EXPECT_EQ(u.Priority(1, 50), 50);
 }
 
 TEST_F(UsageTest, RequestsPerMinuteRefusesWithRetryAfterAndRefills) {
