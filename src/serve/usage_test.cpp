@@ -133,7 +133,8 @@ TEST_F(UsageTest, AKeysPriorityIsAFloor) {
   UsageOptions o = TwoKeys(&clock);
   o.keys[1].priority = 10;
   UsageTracker u(o);
-  EXPECT_EQ(u.Priority(0, -4), -4);
+  EXPECT_EQ(u.Priority(0, -4), 0) << "a key's default floor is 0";
+  EXPECT_EQ(u.Priority(0, 3), 3);
   EXPECT_EQ(u.Priority(1, -1000), 10);
   EXPECT_EQ(u.Priority(1, 0), 10);
   EXPECT_EQ(u.Priority(1, 50), 50);
