@@ -68,6 +68,21 @@ class ServeCliTest : public ::testing::Test {
     return false;
   }
 
+  std::map<std::string, std::string> RegistryEnv() const {
+    return {{"TERN_REGISTRY", run_->dir / "registry"}};
+  }
+  // The law adapter's directory made a run (the base's weights and tokenizer beside adapter.safetensors) and
+  // registered as models:/law@production.
+  void RegisterLaw(const std::map<std::string, std::string>& env) {
+    const fs::path law = fs::path(run_->dir.path()) / "law";
+    fs::copy_file(base_ / "model.safetensors", law / "model.safetensors");
+    fs::copy_file(base_ / "tokenizer.model", law / "tokenizer.model");
+    testing::Child reg(
+        {tern_.string(), "models", "register", law.string(), "--name", "law", "--alias", "production"}, env,
+        run_->dir / "register.log");
+    ASSERT_EQ(reg.Wait(), 0) << ReadAll(run_->dir / "register.log");
+  }
+
   fs::path tern_, base_;
   std::unique_ptr<testing::TestRun> run_;
   LoraAdapter adapter_;
@@ -108,14 +123,8 @@ TEST_F(ServeCliTest, ServesTheAdapterBesideTheBaseModel) {
 // Through the model registry: `tern models register` of the LoRA run stores its adapters, and `tern serve
 // --lora models:/law@production` (named "law" after the registered name) serves them over the base.
 TEST_F(ServeCliTest, ServesAnAdapterFromTheRegistry) {
-  const fs::path law = fs::path(run_->dir.path()) / "law";
-  fs::copy_file(base_ / "model.safetensors", law / "model.safetensors");  // a run directory: registrable
-  fs::copy_file(base_ / "tokenizer.model", law / "tokenizer.model");
-  const std::map<std::string, std::string> env = {{"TERN_REGISTRY", run_->dir / "registry"}};
-  testing::Child reg(
-      {tern_.string(), "models", "register", law.string(), "--name", "law", "--alias", "production"}, env,
-      run_->dir / "register.log");
-  ASSERT_EQ(reg.Wait(), 0) << ReadAll(run_->dir / "register.log");
+  const std::map<std::string, std::string> env = RegistryEnv();
+  ASSERT_NO_FATAL_FAILURE(RegisterLaw(env));
   const int port = testing::FreePort();
   const std::string log = run_->dir / "serve.log";
   testing::Child serve({tern_.string(), "serve", base_.string(), "--lora", "models:/law@production", "--port",
@@ -133,14 +142,8 @@ TEST_F(ServeCliTest, ServesAnAdapterFromTheRegistry) {
 // While serving (--allow-lora-updates): POST /v1/load_lora_adapter reads a registry URI through the same
 // loader as --lora (the adapter is the merged model's), and refuses an adapter of other weights with why.
 TEST_F(ServeCliTest, LoadsAnAdapterWhileServing) {
-  const fs::path law = fs::path(run_->dir.path()) / "law";
-  fs::copy_file(base_ / "model.safetensors", law / "model.safetensors");
-  fs::copy_file(base_ / "tokenizer.model", law / "tokenizer.model");
-  const std::map<std::string, std::string> env = {{"TERN_REGISTRY", run_->dir / "registry"}};
-  testing::Child reg(
-      {tern_.string(), "models", "register", law.string(), "--name", "law", "--alias", "production"}, env,
-      run_->dir / "register.log");
-  ASSERT_EQ(reg.Wait(), 0) << ReadAll(run_->dir / "register.log");
+  const std::map<std::string, std::string> env = RegistryEnv();
+  ASSERT_NO_FATAL_FAILURE(RegisterLaw(env));
   LoraAdapter other = adapter_;
   other.base_fingerprint = "0123456789abcdef";
   ASSERT_TRUE(WriteLoraAdapter(run_->dir / "other.safetensors", other).ok());

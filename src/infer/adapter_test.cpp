@@ -69,7 +69,28 @@ class AdapterTest : public ::testing::Test {
     return std::vector<float>(l, l + b.logit_rows.size() * run_->cfg.vocab_size);
   }
 
+  // An engine of 8 sequences over the model of `params` serving `adapters`.
+  std::unique_ptr<Engine> MakeEngine(Backend* be, const std::vector<float>& params,
+                                     const std::vector<LoraAdapter>& adapters) {
+    EngineOptions eo;
+    eo.max_batch = 8;
+    eo.max_batch_tokens = 64;
+    return std::make_unique<Engine>(Model(be, params, adapters), run_->tok.get(), eo, &metrics_);
+  }
+  // Greedy, 12 tokens after a 50-token prompt (3 full KV blocks of 16), on `adapter`.
+  GenerationRequest Greedy(int adapter) {
+    GenerationRequest r;
+    r.prompt = Prompt(50, 4);
+    r.max_tokens = 12;
+    r.sampling.temperature = 0.0f;
+    r.ignore_eos = true;
+    r.adapter = adapter;
+    return r;
+  }
+  testing::Outcome Run(Engine& e, int adapter) { return RunToEnd(e, {e.Submit(Greedy(adapter)).value()})[0]; }
+
   static testing::TestRun* run_;
+  ServeMetrics metrics_;
 };
 testing::TestRun* AdapterTest::run_ = nullptr;
 
@@ -151,38 +172,24 @@ TEST_F(AdapterTest, BatchedSequencesWithDifferentAdaptersMatchEachAlone) {
 TEST_F(AdapterTest, EngineKeepsEachAdaptersPrefixCacheApart) {
   auto be = MakeCpuFastBackend();
   const LoraAdapter a = RandomAdapter(4, kLoraAllTargets, 8.0f, 5);
-  ServeMetrics metrics;
   auto engine = [&](const std::vector<float>& params, const std::vector<LoraAdapter>& adapters) {
-    EngineOptions eo;
-    eo.max_batch = 8;
-    eo.max_batch_tokens = 64;
-    return std::make_unique<Engine>(Model(be.get(), params, adapters), run_->tok.get(), eo, &metrics);
+    return MakeEngine(be.get(), params, adapters);
   };
-  auto greedy = [&](int adapter) {
-    GenerationRequest r;
-    r.prompt = Prompt(50, 4);  // 3 full blocks of 16
-    r.max_tokens = 12;
-    r.sampling.temperature = 0.0f;
-    r.ignore_eos = true;
-    r.adapter = adapter;
-    return r;
-  };
-  auto run = [&](Engine& e, int adapter) { return RunToEnd(e, {e.Submit(greedy(adapter)).value()})[0]; };
   auto merged = engine(Merged(a), {});
   auto plain = engine(run_->params, {});
-  const auto want_adapted = run(*merged, 0), want_base = run(*plain, 0);
+  const auto want_adapted = Run(*merged, 0), want_base = Run(*plain, 0);
   ASSERT_NE(want_adapted.tokens, want_base.tokens) << "the adapter must change the greedy text";
 
   auto served = engine(run_->params, {a});
-  const auto first = run(*served, 1);
+  const auto first = Run(*served, 1);
   EXPECT_EQ(first.tokens, want_adapted.tokens);
-  const auto base = run(*served, 0);  // same prompt, base model: nothing cached for it
+  const auto base = Run(*served, 0);  // same prompt, base model: nothing cached for it
   EXPECT_EQ(base.cached_tokens, 0);
   EXPECT_EQ(base.tokens, want_base.tokens);
-  const auto again = run(*served, 1);  // the adapter's own blocks are found
+  const auto again = Run(*served, 1);  // the adapter's own blocks are found
   EXPECT_EQ(again.cached_tokens, 48);
   EXPECT_EQ(again.tokens, want_adapted.tokens);
-  auto bad = served->Submit(greedy(2));
+  auto bad = served->Submit(Greedy(2));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("adapter 2 is not served"), std::string::npos);
 }
@@ -195,40 +202,25 @@ TEST_F(AdapterTest, EngineAddsAndRemovesAdaptersWhileServing) {
   auto be = MakeCpuFastBackend();
   const LoraAdapter a = RandomAdapter(4, kLoraAllTargets, 8.0f, 5),
                     b = RandomAdapter(2, kLoraQkv | kLoraFc, 4.0f, 9);
-  ServeMetrics metrics;
-  auto engine = [&](const std::vector<float>& params) {
-    EngineOptions eo;
-    eo.max_batch = 8;
-    eo.max_batch_tokens = 64;
-    return std::make_unique<Engine>(Model(be.get(), params, {}), run_->tok.get(), eo, &metrics);
-  };
-  auto greedy = [&](int adapter) {
-    GenerationRequest r;
-    r.prompt = Prompt(50, 4);
-    r.max_tokens = 12;
-    r.sampling.temperature = 0.0f;
-    r.ignore_eos = true;
-    r.adapter = adapter;
-    return r;
-  };
-  auto run = [&](Engine& e, int adapter) { return RunToEnd(e, {e.Submit(greedy(adapter)).value()})[0]; };
-  const auto want_a = run(*engine(Merged(a)), 0), want_b = run(*engine(Merged(b)), 0);
+  auto engine = [&](const std::vector<float>& params) { return MakeEngine(be.get(), params, {}); };
+  ServeMetrics& metrics = metrics_;
+  const auto want_a = Run(*engine(Merged(a)), 0), want_b = Run(*engine(Merged(b)), 0);
   ASSERT_NE(want_a.tokens, want_b.tokens);
 
   auto served = engine(run_->params);
-  EXPECT_EQ(served->Submit(greedy(1)).status().code(), Status::Code::kNotFound);
+  EXPECT_EQ(served->Submit(Greedy(1)).status().code(), Status::Code::kNotFound);
   ASSERT_EQ(served->AddAdapter(a).value(), 1);
   EXPECT_EQ(served->adapters_served(), 1);
   EXPECT_EQ(metrics.lora_adapters.load(), 1);
-  EXPECT_EQ(run(*served, 1).tokens, want_a.tokens);
+  EXPECT_EQ(Run(*served, 1).tokens, want_a.tokens);
 
-  auto running = served->Submit(greedy(1)).value();
+  auto running = served->Submit(Greedy(1)).value();
   served->Step();  // the prompt (whose blocks are cached from the request above) and a first token
   served->Step();
   ASSERT_TRUE(served->RemoveAdapter(1).ok());
   EXPECT_EQ(served->adapters_served(), 0);
   EXPECT_EQ(metrics.lora_adapters.load(), 0);
-  auto refused = served->Submit(greedy(1));
+  auto refused = served->Submit(Greedy(1));
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Status::Code::kNotFound) << refused.status().ToString();
   EXPECT_EQ(served->RemoveAdapter(1).code(), Status::Code::kNotFound);
@@ -238,10 +230,10 @@ TEST_F(AdapterTest, EngineAddsAndRemovesAdaptersWhileServing) {
   EXPECT_FALSE(served->adapter_weights_held(1)) << "freed once no request names it";
 
   ASSERT_EQ(served->AddAdapter(b).value(), 2) << "ids are not reused";
-  const auto on_b = run(*served, 2);
+  const auto on_b = Run(*served, 2);
   EXPECT_EQ(on_b.tokens, want_b.tokens);
   EXPECT_EQ(on_b.cached_tokens, 0) << "adapter 1's cached blocks must not serve adapter 2";
-  EXPECT_EQ(run(*served, 0).cached_tokens, 0) << "nor the base model";
+  EXPECT_EQ(Run(*served, 0).cached_tokens, 0) << "nor the base model";
 }
 
 TEST_F(AdapterTest, FileRoundTripsAndRefusesAnotherBase) {

@@ -265,15 +265,22 @@ std::optional<ApiError> ResolveModel(const json& body, const ApiContext& ctx, st
   return std::nullopt;
 }
 
+// A /tokenize or /detokenize body: a JSON object whose "model", if any, is served.
+std::variant<json, ApiError> ParseTokenizerBody(std::string_view body_text, const ApiContext& ctx) {
+  auto parsed = ParseObject(body_text);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  std::string model;
+  int adapter = 0;
+  if (auto e = ResolveModel(std::get<json>(parsed), ctx, &model, &adapter)) return *e;
+  return parsed;
+}
+
 }  // namespace
 
 std::variant<std::string, ApiError> TokenizeResponse(std::string_view body_text, const ApiContext& ctx) {
-  auto parsed = ParseObject(body_text);
+  auto parsed = ParseTokenizerBody(body_text, ctx);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   const json& body = std::get<json>(parsed);
-  std::string model;
-  int adapter = 0;
-  if (auto e = ResolveModel(body, ctx, &model, &adapter)) return *e;
   std::vector<int32_t> tokens;
   if (body.contains("messages")) {
     std::vector<ChatMessage> messages;
@@ -294,12 +301,9 @@ std::variant<std::string, ApiError> TokenizeResponse(std::string_view body_text,
 }
 
 std::variant<std::string, ApiError> DetokenizeResponse(std::string_view body_text, const ApiContext& ctx) {
-  auto parsed = ParseObject(body_text);
+  auto parsed = ParseTokenizerBody(body_text, ctx);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   const json& body = std::get<json>(parsed);
-  std::string model;
-  int adapter = 0;
-  if (auto e = ResolveModel(body, ctx, &model, &adapter)) return *e;
   if (!body.contains("tokens") || !body["tokens"].is_array())
     return Bad("tokens", "'tokens' must be an array of token ids");
   const int V = ctx.tokenizer->vocab_size();
