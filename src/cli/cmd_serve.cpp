@@ -174,11 +174,11 @@ int RunServe(const ServeCliOptions& o) {
       AdapterLoader(weights->config, BaseFingerprint(weights->config, weights->params), o.model_path);
   so.allow_lora_updates = o.allow_lora_updates;
   so.max_lora_adapters = o.max_lora_adapters;
+  if (o.max_lora_adapters > 0 && static_cast<int>(o.lora.size()) > o.max_lora_adapters)
+    return Fail(Status::InvalidArgument(fmt::format("{} --lora adapters are more than --max-lora-adapters {}",
+                                                    o.lora.size(), o.max_lora_adapters)));
   auto adapters = LoadAdapters(o, so.model_name, so.lora_loader, &so.adapters);
   if (!adapters.ok()) return Fail(adapters.status());
-  if (o.max_lora_adapters > 0 && static_cast<int>(so.adapters.size()) > o.max_lora_adapters)
-    return Fail(Status::InvalidArgument(fmt::format("{} --lora adapters are more than --max-lora-adapters {}",
-                                                    so.adapters.size(), o.max_lora_adapters)));
   Server server(so, &metrics);
   if (Status st = server.Bind(); !st.ok()) return Fail(st);
   std::thread http([&] { server.Serve(); });
@@ -223,8 +223,8 @@ int RunServe(const ServeCliOptions& o) {
   for (size_t i = 0; i < so.adapters.size(); i++) {
     const LoraAdapter& a = setup.adapters[i];
     std::fprintf(stderr, "tern serve: LoRA adapter %s (%s, %.1f MB): \"model\": \"%s\"\n",
-                 so.adapters[i].name.c_str(), a.spec.ToString().c_str(), a.params.size() * 4 / 1048576.0,
-                 so.adapters[i].name.c_str());
+                 so.adapters[i].name.c_str(), a.spec.ToString().c_str(),
+                 a.params.size() * m.adapter_bytes_per_param() / 1048576.0, so.adapters[i].name.c_str());
   }
   setup.adapters.clear();
   if (o.allow_lora_updates)

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cassert>
-#include <functional>
 
 #include <omp.h>
 
@@ -88,7 +87,7 @@ Engine::Engine(std::unique_ptr<InferenceModel> model, const Tokenizer* tokenizer
   assert(opt_.max_batch <= opt_.max_batch_tokens);
   assert(model_->options().max_logit_rows >= opt_.max_batch);
   for (int id = 1; id <= model_->num_adapters(); id++) adapter_served_.push_back(model_->has_adapter(id));
-  metrics_->lora_adapters = std::count(adapter_served_.begin(), adapter_served_.end(), true);
+  metrics_->lora_adapters = ServedAdaptersLocked();
   PublishGauges();
 }
 
@@ -101,7 +100,7 @@ Result<int> Engine::AddAdapter(const LoraAdapter& adapter) {
   std::lock_guard<std::mutex> lock(mu_);
   adapter_served_.resize(static_cast<size_t>(id), false);
   adapter_served_[static_cast<size_t>(id) - 1] = true;
-  metrics_->lora_adapters = std::count(adapter_served_.begin(), adapter_served_.end(), true);
+  metrics_->lora_adapters = ServedAdaptersLocked();
   return id;
 }
 
@@ -112,15 +111,19 @@ Status Engine::RemoveAdapter(int id) {
       return Status::NotFound(fmt::format("adapter {} is not served", id));
     adapter_served_[id - 1] = false;
     retiring_.push_back(id);
-    metrics_->lora_adapters = std::count(adapter_served_.begin(), adapter_served_.end(), true);
+    metrics_->lora_adapters = ServedAdaptersLocked();
   }
   cv_.notify_all();  // an idle engine frees it at once
   return Status::Ok();
 }
 
+int Engine::ServedAdaptersLocked() const {
+  return static_cast<int>(std::count(adapter_served_.begin(), adapter_served_.end(), true));
+}
+
 int Engine::adapters_served() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(std::count(adapter_served_.begin(), adapter_served_.end(), true));
+  return ServedAdaptersLocked();
 }
 
 bool Engine::adapter_weights_held(int id) const {
@@ -135,18 +138,13 @@ void Engine::FreeRetiredAdapters() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (retiring_.empty()) return;
-    std::function<bool(const Sequence&, int)> uses = [&](const Sequence& s, int id) {
-      if (s.req.adapter == id) return true;
-      for (const auto& f : s.forks)
-        if (uses(*f, id)) return true;
-      return false;
-    };
+    // A request's forks (choices 1..n-1) name its adapter too, so the request itself answers for them.
     auto used = [&](int id) {
       for (const auto* list : {&submitted_, &waiting_})
         for (const auto& s : *list)
-          if (uses(*s, id)) return true;
+          if (s->req.adapter == id) return true;
       for (const auto& s : running_)
-        if (uses(*s, id)) return true;
+        if (s->req.adapter == id) return true;
       return false;
     };
     for (auto it = retiring_.begin(); it != retiring_.end();) {

@@ -169,6 +169,7 @@ class Engine {
   void Emit(Sequence* seq, int32_t token, TokenLogprob* logprob);
   void PublishGauges();
   void FreeRetiredAdapters();
+  int ServedAdaptersLocked() const;  // adapters_served() with mu_ held
 
   std::unique_ptr<InferenceModel> model_;
   const Tokenizer* tokenizer_;

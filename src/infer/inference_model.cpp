@@ -233,8 +233,8 @@ Result<int> InferenceModel::AddAdapter(const LoraAdapter& adapter) {
   a.rank = r;
   // Beside bf16 or int8 weights the adapters are bf16 too (half their bytes; their products as the bf16
   // weights' are: activations rounded to bf16, fp32 sums); beside fp32 weights, fp32.
-  a.bf16 = opt_.quantize != Quantize::kNone;
-  const size_t elem = a.bf16 ? sizeof(uint16_t) : sizeof(float);
+  const size_t elem = adapter_bytes_per_param();
+  a.bf16 = elem == sizeof(uint16_t);
   a.weights = DeviceBuffer(backend_, host.size() * elem);
   if (a.bf16) {
     std::vector<uint16_t> h(host.size());

@@ -82,6 +82,8 @@ class InferenceModel {
   void RemoveAdapter(int id);
   // The highest id given (removed ones included), and whether id is served now.
   int num_adapters() const { return static_cast<int>(adapters_.size()); }
+  // Bytes a served adapter takes per parameter: 4 (fp32) beside fp32 weights, 2 (bf16) beside bf16 or int8.
+  size_t adapter_bytes_per_param() const { return opt_.quantize == Quantize::kNone ? 4 : 2; }
   bool has_adapter(int id) const { return id >= 1 && id <= num_adapters() && adapters_[id - 1].rank > 0; }
 
   // Runs the batch: writes its keys and values into the cache and returns the logits of logit_rows,

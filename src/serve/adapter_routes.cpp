@@ -60,7 +60,8 @@ std::variant<std::string, ApiError> LoadAdapterRoute(std::string_view text, cons
                     "invalid_request_error", "lora_name", "too_many_adapters"};
   }
   if (replaced) (void)c.engine->RemoveAdapter(replaced->id);  // its running requests finish on it
-  const double bytes = static_cast<double>(adapter->params.size() * sizeof(float));
+  const double bytes =
+      static_cast<double>(adapter->params.size() * c.engine->model().adapter_bytes_per_param());
   std::fprintf(stderr, "tern serve: LoRA adapter %s %s from %s (%s, %.1f MB) by key %s\n", n.c_str(),
                replaced ? "replaced" : "loaded", p.c_str(), adapter->spec.ToString().c_str(),
                bytes / 1048576.0, c.who.c_str());
