@@ -1,10 +1,12 @@
 // tern generate RUN_DIR --prompt TEXT: samples through the serving engine (infer/generate.h), so the command
 // line, the server and the trainer share one decode loop. Several samples are the n choices of one request.
+#include <chrono>
 #include <cstdio>
 #include <memory>
 
 #include "backend/registry.h"
 #include "cli/command.h"
+#include "cli/speculative_flags.h"
 #include "infer/engine.h"
 #include "infer/generate.h"
 #include "infer/setup.h"
@@ -19,6 +21,8 @@ struct GenerateOptions {
   int max_tokens = 128, top_k = 40, num_samples = 1;
   float temperature = 0.8f, top_p = 1.0f;
   uint64_t seed = 1;
+  SpeculativeOptions speculative;
+  bool stats = false;
 };
 
 int Fail(const Status& st, const char* hint = "") {
@@ -57,6 +61,7 @@ int RunGenerate(const GenerateOptions& o) {
   setup.engine.max_batch = o.num_samples;
   setup.engine.max_batch_tokens = std::max(o.num_samples, 256);
   setup.engine.max_queue = o.num_samples;
+  setup.engine.speculative = o.speculative;
   setup.kv_cache_mb = KvCacheMbFor(cfg, o.num_samples, cfg.block_size, setup.block_size);
   auto engine = MakeEngine(backend->get(), cfg, weights->params, &tok.value(), setup, &metrics);
   if (!engine.ok()) return Fail(engine.status());
@@ -76,13 +81,27 @@ int RunGenerate(const GenerateOptions& o) {
     std::fputs(e.text.c_str(), stdout);
     std::fflush(stdout);
   };
+  const auto t0 = std::chrono::steady_clock::now();
   std::vector<Generated> out = RunToCompletion(**engine, *handle, o.num_samples, print);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (o.num_samples == 1) {
     std::printf("\n");
-    return 0;
+  } else {
+    for (int i = 0; i < o.num_samples; i++)
+      std::printf("-- sample %d --\n%s%s\n", i + 1, prompt_text.c_str(), out[i].text.c_str());
   }
-  for (int i = 0; i < o.num_samples; i++)
-    std::printf("-- sample %d --\n%s%s\n", i + 1, prompt_text.c_str(), out[i].text.c_str());
+  if (o.stats) {
+    std::fflush(stdout);
+    const uint64_t tokens = metrics.generation_tokens, drafted = metrics.spec_draft_tokens;
+    std::fprintf(
+        stderr,
+        "tern generate: %llu tokens in %llu forward passes, %.2f s (%.1f tokens/s incl. the prompt); "
+        "draft tokens accepted %llu of %llu\n",
+        static_cast<unsigned long long>(tokens),
+        static_cast<unsigned long long>(metrics.forward_steps.load()), seconds, tokens / seconds,
+        static_cast<unsigned long long>(metrics.spec_accepted_tokens.load()),
+        static_cast<unsigned long long>(drafted));
+  }
   return 0;
 }
 
@@ -112,6 +131,10 @@ void AddGenerateCommand(CLI::App& root, CommandTable& table) {
                       ->capture_default_str();
   sub->add_option("--quantize", o->quantize, "the older name of --weights: none (= fp32) | int8")
       ->excludes(weights);
+  AddSpeculativeOptions(sub, &o->speculative);
+  sub->add_flag("--stats", o->stats,
+                "after the text, one line on stderr: tokens, forward passes, tokens/s and the draft tokens "
+                "accepted");
   table.Add(sub, [o] { return RunGenerate(*o); });
 }
 

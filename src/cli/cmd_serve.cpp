@@ -15,6 +15,7 @@
 #include "backend/registry.h"
 #include "ckpt/preemption.h"
 #include "cli/command.h"
+#include "cli/speculative_flags.h"
 #include "infer/adapter.h"
 #include "infer/setup.h"
 #include "infer/weights.h"
@@ -39,6 +40,7 @@ struct ServeCliOptions {
   double drain_timeout_s = 30;  // on SIGTERM/SIGINT or a spot notice: let accepted requests finish
   std::string notice_url, notice_kind = "aws";
   double notice_poll_s = 5;
+  SpeculativeOptions speculative;
 };
 
 // The key from --api-key-file (first line, surrounding whitespace removed), --api-key or $TERN_API_KEY.
@@ -204,6 +206,7 @@ int RunServe(const ServeCliOptions& o) {
   setup.engine.max_queue = o.max_queue;
   setup.engine.max_seq_len = o.max_seq_len;
   setup.engine.threads = o.threads;
+  setup.engine.speculative = o.speculative;
   setup.adapters = std::move(*adapters);
   auto engine = MakeEngine(backend->get(), weights->config, weights->params, &tok.value(), setup, &metrics);
   if (!engine.ok()) return fail_running(engine.status());
@@ -220,6 +223,15 @@ int RunServe(const ServeCliOptions& o) {
       m.options().num_blocks *
           InferenceModel::KvBytesPerBlock(weights->config, m.options().block_size, *kv_dtype) / 1048576.0,
       o.max_batch, e.max_seq_len());
+  if (o.speculative.enabled())
+    std::fprintf(
+        stderr,
+        "tern serve: speculative decoding by prompt lookup: up to %d draft tokens from a %d-%d token "
+        "match%s; tern_spec_decode_* in /metrics\n",
+        o.speculative.num_tokens, o.speculative.lookup_min, o.speculative.lookup_max,
+        o.speculative.max_batch > 0
+            ? fmt::format(", while at most {} sequences decode", o.speculative.max_batch).c_str()
+            : "");
   for (size_t i = 0; i < so.adapters.size(); i++) {
     const LoraAdapter& a = setup.adapters[i];
     std::fprintf(stderr, "tern serve: LoRA adapter %s (%s, %.1f MB): \"model\": \"%s\"\n",
@@ -391,6 +403,7 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
       ->capture_default_str();
   sub->add_option("--threads", o->threads, "compute threads (0 = OMP_NUM_THREADS or all cores)")
       ->check(CLI::NonNegativeNumber);
+  AddSpeculativeOptions(sub, &o->speculative);
   sub->add_option(
          "--http-threads", o->http_threads,
          "HTTP worker threads; each running or queued request holds one (0 = max-batch + max-queue + 16)")

@@ -120,6 +120,65 @@ TEST_F(ServeCliTest, ServesTheAdapterBesideTheBaseModel) {
   EXPECT_NE(ReadAll(log).find("LoRA adapter law (r4 alpha8 qkv,fc"), std::string::npos) << ReadAll(log);
 }
 
+// --speculative-tokens: drafts by prompt lookup are verified by the model, so the completion is the one
+// a plain engine gives, and /metrics counts the draft tokens the model confirmed.
+TEST_F(ServeCliTest, SpeculativeDecodingAnswersWhatAPlainEngineAnswers) {
+  const int port = testing::FreePort();
+  const std::string log = run_->dir / "serve.log";
+  testing::Child serve({tern_.string(), "serve", base_.string(), "--port", std::to_string(port), "--threads",
+                        "1", "--kv-cache-mb", "16", "--speculative-tokens", "4", "--prompt-lookup-min", "1"},
+                       {}, log);
+  httplib::Client client("127.0.0.1", port);
+  ASSERT_TRUE(Up(serve, client)) << ReadAll(log);
+  const std::string prompt =
+      "And God said, Let there be light. And God said, Let there be light. And God said";
+  const std::string body =
+      json{{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0}, {"ignore_eos", true}}.dump();
+  auto r = client.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], testing::GreedyText(*run_, run_->params, prompt, 40));
+  auto metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  auto counter = [&](const std::string& name) {
+    const size_t at = metrics->body.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(metrics->body.substr(at + name.size() + 2));
+  };
+  EXPECT_GT(counter("tern_spec_decode_draft_tokens_total"), 0) << metrics->body;
+  EXPECT_GT(counter("tern_spec_decode_accepted_tokens_total"), 0) << metrics->body;
+  EXPECT_LT(counter("tern_forward_steps_total"), 40) << metrics->body;  // fewer forwards than tokens
+  serve.Signal(SIGTERM);
+  EXPECT_EQ(serve.Wait(), 0) << ReadAll(log);
+  EXPECT_NE(ReadAll(log).find("speculative decoding by prompt lookup: up to 4 draft tokens"),
+            std::string::npos)
+      << ReadAll(log);
+}
+
+// `tern generate --speculative-tokens --stats`: the same text as without, and the stats line says how many
+// draft tokens were confirmed in how many forwards.
+TEST_F(ServeCliTest, GenerateSpeculativelyPrintsTheSameTextAndItsStats) {
+  std::vector<std::string> outputs, stats;
+  for (const char* k : {"0", "4"}) {
+    const std::string log = run_->dir / (std::string("gen") + k + ".log");  // stdout, then the stats (stderr)
+    testing::Child gen(
+        {tern_.string(), "generate", base_.string(), "--prompt",
+         "And God said, Let there be light. And God said, Let there be light. And God said", "--max-tokens",
+         "40", "--temperature", "0", "--speculative-tokens", k, "--prompt-lookup-min", "1", "--stats"},
+        {{"OMP_NUM_THREADS", "1"}}, log);
+    ASSERT_EQ(gen.Wait(), 0) << ReadAll(log);
+    const std::string all = ReadAll(log);
+    const size_t at = all.find("tern generate: ");
+    ASSERT_NE(at, std::string::npos) << all;
+    outputs.push_back(all.substr(0, at));
+    stats.push_back(all.substr(at));
+  }
+  EXPECT_EQ(outputs[1], outputs[0]);
+  EXPECT_NE(stats[0].find("40 tokens in 40 forward passes"), std::string::npos) << stats[0];
+  EXPECT_NE(stats[0].find("draft tokens accepted 0 of 0"), std::string::npos) << stats[0];
+  EXPECT_EQ(stats[1].find("40 tokens in 40 forward passes"), std::string::npos) << stats[1];
+  EXPECT_EQ(stats[1].find("draft tokens accepted 0 of"), std::string::npos) << stats[1];
+}
+
 // Through the model registry: `tern models register` of the LoRA run stores its adapters, and `tern serve
 // --lora models:/law@production` (named "law" after the registered name) serves them over the base.
 TEST_F(ServeCliTest, ServesAnAdapterFromTheRegistry) {

@@ -347,11 +347,50 @@ void Engine::AddRows(Sequence* seq, int n) {
   std::copy(seq->blocks.begin(), seq->blocks.end(), batch_.block_tables.begin() + table0);
   seq->rows = n;
   seq->samples = seq->computed + n == static_cast<int>(seq->tokens.size());
-  // Logits wanted: every row of a prompt being scored, else only the row that samples.
-  const int first = scoring ? 0 : (seq->samples ? n - 1 : n);
+  // Logits wanted: every row of a prompt being scored, else only the row that samples (and the rows of a
+  // draft, each of which samples the token after it).
+  const int first = scoring ? 0 : (seq->samples ? n - 1 - seq->draft : n);
   seq->logit_begin = first < n ? static_cast<int>(batch_.logit_rows.size()) : -1;
   seq->logit_rows = n - first;
   for (int r = first; r < n; r++) batch_.logit_rows.push_back(row0 + r);
+}
+
+// Every decoding sequence's row, and with speculation its draft's rows (speculative.h), within the step's row
+// budget and the model's logit rows beyond one per sequence (which keeps a row for every sequence that may
+// still join, as PrefillRows does).
+void Engine::AddDecodes(std::vector<Sequence*>* in_batch, int* budget) {
+  // Grouped by LoRA adapter (stable: arrival order within each), so that each adapter's sequences are
+  // consecutive rows and share one pair of adapter products per matrix (InferenceModel::ApplyAdapters).
+  std::vector<Sequence*> decodes;
+  for (auto& s : running_)
+    if (static_cast<int>(s->tokens.size()) - s->computed == 1) decodes.push_back(s.get());
+  std::stable_sort(decodes.begin(), decodes.end(),
+                   [](const Sequence* a, const Sequence* b) { return a->req.adapter < b->req.adapter; });
+  const SpeculativeOptions& spec = opt_.speculative;
+  const int D = static_cast<int>(decodes.size());
+  const bool speculate = spec.enabled() && (spec.max_batch == 0 || D <= spec.max_batch);
+  int draft_rows = std::min(*budget - D, model_->options().max_logit_rows - opt_.max_batch);
+  std::vector<int32_t> draft;
+  for (Sequence* s : decodes) {
+    const int len = static_cast<int>(s->tokens.size());
+    // Drafted positions must lie within the KV blocks reserved at admission (the tokens whose keys and values
+    // the request can ever need), so at most max_tokens - completion - 1 of them.
+    const int room = std::min({spec.num_tokens, draft_rows, s->req.max_tokens - (len - s->prompt_len) - 1});
+    s->draft = 0;
+    if (speculate && room > 0) {
+      ProposeByLookup(s->tokens.data(), len, spec.lookup_min, spec.lookup_max, room, &draft);
+      if (!draft.empty()) {
+        s->tokens.insert(s->tokens.end(), draft.begin(), draft.end());  // taken out again in AfterForward
+        s->draft = static_cast<int>(draft.size());
+        draft_rows -= s->draft;
+        metrics_->spec_drafts++;
+        metrics_->spec_draft_tokens += s->draft;
+      }
+    }
+    AddRows(s, 1 + s->draft);
+    in_batch->push_back(s);
+    *budget -= 1 + s->draft;
+  }
 }
 
 bool Engine::Step() {
@@ -386,21 +425,10 @@ bool Engine::Step() {
   batch_.Clear();
   std::vector<Sequence*> in_batch;
   int budget = opt_.max_batch_tokens;
-  // Decodes grouped by LoRA adapter (stable: arrival order within each), so that each adapter's sequences are
-  // consecutive rows and share one pair of adapter products per matrix (InferenceModel::ApplyAdapters).
-  std::vector<Sequence*> decodes;
-  for (auto& s : running_)
-    if (static_cast<int>(s->tokens.size()) - s->computed == 1) decodes.push_back(s.get());
-  std::stable_sort(decodes.begin(), decodes.end(),
-                   [](const Sequence* a, const Sequence* b) { return a->req.adapter < b->req.adapter; });
-  for (Sequence* s : decodes) {
-    AddRows(s, 1);
-    in_batch.push_back(s);
-    budget--;
-  }
+  AddDecodes(&in_batch, &budget);
   for (auto& s : running_) {
     const int remaining = static_cast<int>(s->tokens.size()) - s->computed;
-    const int n = remaining > 1 ? PrefillRows(*s, budget) : 0;
+    const int n = remaining > 1 && s->draft == 0 ? PrefillRows(*s, budget) : 0;  // (a draft is in already)
     if (n > 0) {
       AddRows(s.get(), n);
       in_batch.push_back(s.get());

@@ -33,6 +33,7 @@
 #include "infer/kv_cache.h"
 #include "infer/metrics.h"
 #include "infer/sampler.h"
+#include "infer/speculative.h"
 
 namespace tern {
 
@@ -119,6 +120,9 @@ struct EngineOptions {
   int max_seq_len = 0;            // prompt + generated tokens per sequence; 0 = the model's context
   int threads = 0;                // compute threads of the engine thread (OpenMP); 0 = OpenMP's default
   double debug_step_delay_s = 0;  // tests only: sleep per iteration, so that a stream lasts long enough
+  // Drafts by prompt lookup (speculative.h): a decoding sequence may run up to 1 + num_tokens rows a step.
+  // Their logits share the model's max_logit_rows beyond one row per sequence (MakeEngine makes room).
+  SpeculativeOptions speculative;
 };
 
 class Engine {
@@ -162,10 +166,12 @@ class Engine {
   void Run();
   bool Admit(Sequence* seq);
   int PrefillRows(const Sequence& seq, int budget) const;
+  void AddDecodes(std::vector<Sequence*>* in_batch, int* budget);
   void AddRows(Sequence* seq, int n);
   void Finish(Sequence* seq, FinishReason reason);
   void AfterForward(const std::vector<Sequence*>& in_batch, const float* logits,
                     std::chrono::steady_clock::time_point* t);
+  int32_t DrawToken(Sequence* seq, const float* logits, int len);
   void Emit(Sequence* seq, int32_t token, TokenLogprob* logprob);
   void PublishGauges();
   void FreeRetiredAdapters();

@@ -14,6 +14,39 @@ void AdjustLogits(const GenerationRequest& req, const int32_t* generated, int n,
   for (const auto& [token, bias] : req.logit_bias) logits[token] += bias;
 }
 
+// The token after s->tokens[0, len) from its logits row: the request's logit adjustments (over the tokens it
+// generated so far), its JSON mask, then the sampler with the sequence's generator; a JSON recognizer is fed
+// the token. Called for one sequence at a time per thread.
+int32_t Engine::DrawToken(Sequence* s, const float* l, int len) {
+  const int V = model_->config().vocab_size;
+  if (!s->req.AdjustsLogits() && !s->req.JsonConstrained()) return SampleToken(l, V, s->req.sampling, s->rng);
+  thread_local std::vector<float> adjusted;  // reused: a fresh 200 KB per sequence and step was mmap'd
+  adjusted.assign(l, l + V);
+  if (s->req.AdjustsLogits())
+    AdjustLogits(s->req, s->tokens.data() + s->prompt_len, len - s->prompt_len, adjusted.data());
+  if (s->req.json_schema && !s->schema_started) {
+    s->schema = SchemaRecognizer(s->req.json_schema.get());
+    s->schema_started = true;
+  }
+  if (s->req.json_schema)
+    MaskLogits(*json_vocab_, s->schema, tokenizer_->eos_id(), adjusted.data(), V);
+  else if (s->req.json_object)
+    MaskLogits(*json_vocab_, s->json, tokenizer_->eos_id(), adjusted.data(), V);
+  int32_t tok = SampleToken(adjusted.data(), V, s->req.sampling, s->rng);
+  if (s->req.JsonConstrained()) {
+    // A masked token has no weight; the sampler's last-candidate fallback could still return one.
+    if (std::isinf(adjusted[tok]))
+      tok = static_cast<int32_t>(std::max_element(adjusted.begin(), adjusted.end()) - adjusted.begin());
+    if (tok < json_vocab_->vocab_size()) {
+      if (s->req.json_schema)
+        s->schema.Feed(json_vocab_->bytes(tok));
+      else
+        s->json.Feed(json_vocab_->bytes(tok));
+    }
+  }
+  return tok;
+}
+
 void Engine::AfterForward(const std::vector<Sequence*>& in_batch, const float* logits,
                           std::chrono::steady_clock::time_point* t) {
   const int V = model_->config().vocab_size, bs = blocks_.block_size();
@@ -37,45 +70,25 @@ void Engine::AfterForward(const std::vector<Sequence*>& in_batch, const float* l
   for (Sequence* s : sampling)
     if (s->req.JsonConstrained() && !json_vocab_)
       json_vocab_ = std::make_unique<const TokenTrie>(TokenTrie::FromTokenizer(*tokenizer_));
-  std::vector<int32_t> next(n);
-  std::vector<TokenLogprob> lps(n);
+  // Per sampling sequence: the tokens it emits this step (one, or with a draft up to draft + 1) and their
+  // logprobs.
+  std::vector<std::vector<int32_t>> next(n);
+  std::vector<std::vector<TokenLogprob>> lps(n);
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1 && static_cast <size_t>(n) * V > 65536)
   for (int i = 0; i < n; i++) {
     Sequence* s = sampling[i];
-    next[i] = -1;
     if (s->req.max_tokens == 0) continue;  // the prompt only: nothing to draw
-    const float* l = row(s->logit_begin + s->logit_rows - 1);
-    if (s->req.AdjustsLogits() || s->req.JsonConstrained()) {
-      thread_local std::vector<float> adjusted;  // reused: a fresh 200 KB per sequence and step was mmap'd
-      adjusted.assign(l, l + V);
-      if (s->req.AdjustsLogits())
-        AdjustLogits(s->req, s->tokens.data() + s->prompt_len,
-                     static_cast<int>(s->tokens.size()) - s->prompt_len, adjusted.data());
-      if (s->req.json_schema && !s->schema_started) {
-        s->schema = SchemaRecognizer(s->req.json_schema.get());
-        s->schema_started = true;
-      }
-      if (s->req.json_schema)
-        MaskLogits(*json_vocab_, s->schema, tokenizer_->eos_id(), adjusted.data(), V);
-      else if (s->req.json_object)
-        MaskLogits(*json_vocab_, s->json, tokenizer_->eos_id(), adjusted.data(), V);
-      next[i] = SampleToken(adjusted.data(), V, s->req.sampling, s->rng);
-      if (s->req.JsonConstrained()) {
-        // A masked token has no weight; the sampler's last-candidate fallback could still return one.
-        if (std::isinf(adjusted[next[i]]))
-          next[i] =
-              static_cast<int32_t>(std::max_element(adjusted.begin(), adjusted.end()) - adjusted.begin());
-        if (next[i] < json_vocab_->vocab_size()) {
-          if (s->req.json_schema)
-            s->schema.Feed(json_vocab_->bytes(next[i]));
-          else
-            s->json.Feed(json_vocab_->bytes(next[i]));
-        }
-      }
-    } else {
-      next[i] = SampleToken(l, V, s->req.sampling, s->rng);
+    // Row r of a draft's logits follows draft token r - 1: the token drawn there is kept, and the next row
+    // looked at, only while it equals the draft's (speculative.h), so each token is drawn exactly as a
+    // one-row decode would have drawn it.
+    const int len = static_cast<int>(s->tokens.size()) - s->draft;
+    for (int r = 0; r <= s->draft; r++) {
+      const float* l = row(s->logit_begin + s->logit_rows - 1 - s->draft + r);
+      const int32_t tok = DrawToken(s, l, len + r);
+      next[i].push_back(tok);
+      if (s->req.logprobs >= 0) lps[i].push_back(ComputeLogprob(l, V, tok, s->req.logprobs));
+      if (r == s->draft || tok != s->tokens[len + r]) break;
     }
-    if (s->req.logprobs >= 0) lps[i] = ComputeLogprob(l, V, next[i], s->req.logprobs);
   }
 #pragma omp parallel for schedule(dynamic, 1) if (np > 1)
   for (int i = 0; i < np; i++) {
@@ -85,10 +98,23 @@ void Engine::AfterForward(const std::vector<Sequence*>& in_batch, const float* l
   }
   Lap(metrics_, ServeMetrics::kSample, t);
 
+  for (int i = 0; i < n; i++) {
+    Sequence* s = sampling[i];
+    if (s->draft == 0) continue;
+    // A drafted sequence keeps the keys and values of its rows up to the last draft token confirmed; the
+    // others are overwritten when those positions are computed again. Its tokens lose the draft, and get the
+    // confirmed part back (and the token after it) from Emit.
+    const int accepted = static_cast<int>(next[i].size()) - 1;
+    metrics_->spec_accepted_tokens += accepted;
+    s->rows = 1 + accepted;
+    s->tokens.resize(s->tokens.size() - s->draft);
+    s->draft = 0;
+  }
   for (Sequence* s : in_batch) {
     s->computed += s->rows;
-    // Newly completed blocks become findable by later prompts with the same prefix.
-    for (; s->published < s->computed / bs; s->published++)
+    // Newly completed blocks become findable by later prompts with the same prefix (a block of confirmed
+    // draft tokens once Emit has put them back, at the next step).
+    for (; s->published < std::min(s->computed, static_cast<int>(s->tokens.size())) / bs; s->published++)
       s->last_hash =
           blocks_.Publish(s->blocks[s->published], s->last_hash, s->tokens.data() + s->published * bs);
     // The prompt is in the cache: the other choices go first in line and find its blocks there.
@@ -99,7 +125,15 @@ void Engine::AfterForward(const std::vector<Sequence*>& in_batch, const float* l
       s->forks.clear();
     }
   }
-  for (int i = 0; i < n; i++) Emit(sampling[i], next[i], sampling[i]->req.logprobs >= 0 ? &lps[i] : nullptr);
+  for (int i = 0; i < n; i++) {
+    Sequence* s = sampling[i];
+    if (next[i].empty()) {
+      Emit(s, -1, nullptr);
+      continue;
+    }
+    for (size_t k = 0; k < next[i].size() && !s->done; k++)
+      Emit(s, next[i][k], s->req.logprobs >= 0 ? &lps[i][k] : nullptr);
+  }
 }
 
 // Appends the sampled token, turns it into text and sends the event (the last one when the sequence ends).

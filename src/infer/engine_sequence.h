@@ -39,6 +39,7 @@ struct Engine::Sequence {
   // shared with its forks, sent with each choice's first event.
   std::shared_ptr<std::vector<TokenLogprob>> prompt_lp;
   int rows = 0;          // rows in the current batch
+  int draft = 0;         // draft tokens appended to `tokens` for this step (speculative.h), 0 = none
   int logit_begin = -1;  // its first row of the current logits (-1: none)
   int logit_rows = 0;    // rows of the current logits that are its (prompt rows being scored, then the last)
   bool samples = false;  // the last of its rows gives its next token

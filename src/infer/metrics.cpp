@@ -87,6 +87,12 @@ std::string ServeMetrics::Render() const {
          prefix_cache_hits);
   Scalar(&out, "tern_forward_steps_total", "counter", "Batched forward passes run by the engine.",
          forward_steps);
+  Scalar(&out, "tern_spec_decode_drafts_total", "counter",
+         "Speculative drafts proposed by prompt lookup (one per sequence and step).", spec_drafts);
+  Scalar(&out, "tern_spec_decode_draft_tokens_total", "counter", "Draft tokens verified by the model.",
+         spec_draft_tokens);
+  Scalar(&out, "tern_spec_decode_accepted_tokens_total", "counter",
+         "Draft tokens the model confirmed (each one a forward step saved).", spec_accepted_tokens);
   out +=
       "# HELP tern_engine_seconds_total Engine thread time by phase of its steps (schedule, forward, sample, "
       "emit).\n"

@@ -36,6 +36,9 @@ struct ServeMetrics {
   std::atomic<uint64_t> prefix_cache_hit_tokens{0};  // prompt tokens served from the prefix cache
   std::atomic<uint64_t> prefix_cache_queries{0}, prefix_cache_hits{0};  // full blocks looked up / found
   std::atomic<uint64_t> forward_steps{0};
+  // Speculative decoding (speculative.h): drafts proposed (one per sequence and step), their tokens, and the
+  // draft tokens the model confirmed. Acceptance rate = accepted / draft tokens.
+  std::atomic<uint64_t> spec_drafts{0}, spec_draft_tokens{0}, spec_accepted_tokens{0};
   // Where the engine thread's time goes, per phase of a step (tern_engine_seconds_total{phase}): scheduling
   // (admission, batch building), the forward, sampling and logprobs, emitting (detokenizing, events).
   enum Phase { kSchedule, kForward, kSample, kEmit, kPhases };
