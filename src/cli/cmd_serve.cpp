@@ -41,6 +41,7 @@ struct ServeCliOptions {
   std::string notice_url, notice_kind = "aws";
   double notice_poll_s = 5;
   SpeculativeOptions speculative;
+  bool no_priority_preemption = false;
 };
 
 // The key from --api-key-file (first line, surrounding whitespace removed), --api-key or $TERN_API_KEY.
@@ -207,6 +208,7 @@ int RunServe(const ServeCliOptions& o) {
   setup.engine.max_seq_len = o.max_seq_len;
   setup.engine.threads = o.threads;
   setup.engine.speculative = o.speculative;
+  setup.engine.priority_preemption = !o.no_priority_preemption;
   setup.adapters = std::move(*adapters);
   auto engine = MakeEngine(backend->get(), weights->config, weights->params, &tok.value(), setup, &metrics);
   if (!engine.ok()) return fail_running(engine.status());
@@ -383,6 +385,10 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
                   "sequences waiting (a request of n choices counts n) beyond which new ones get 429")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  sub->add_flag("--no-priority-preemption", o->no_priority_preemption,
+                "a request of a lower \"priority\" value that does not fit waits for running ones to end, "
+                "instead of preempting those of higher values (which are computed again later, output "
+                "unchanged)");
   sub->add_option("--max-seq-len", o->max_seq_len,
                   "prompt + completion tokens per request (0 = the model's context)")
       ->check(CLI::NonNegativeNumber);

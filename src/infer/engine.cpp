@@ -287,15 +287,17 @@ int Engine::kv_blocks_used() const {
 }
 
 bool Engine::Admit(Sequence* seq) {
-  const int bs = blocks_.block_size(), P = seq->prompt_len;
+  const int bs = blocks_.block_size(), P = seq->prompt_len, len = static_cast<int>(seq->tokens.size());
   const int total = (KvTokens(seq->req) + bs - 1) / bs;
-  // At least the last prompt token is always computed: its logits give the first generated token. A prompt
-  // being scored computes every token (cached blocks hold keys and values, not logits).
-  const int max_prefix = seq->req.prompt_logprobs ? 0 : (P - 1) / bs;
+  // At least the last token is always computed: its logits give the next token. A prompt being scored
+  // computes every token (cached blocks hold keys and values, not logits). A preempted sequence looks up its
+  // prompt and the tokens it generated.
+  const bool resumed = seq->decoding();
+  const int max_prefix = resumed ? (len - 1) / bs : seq->req.prompt_logprobs ? 0 : (P - 1) / bs;
   std::vector<uint64_t> hashes;
   const uint64_t q0 = blocks_.prefix_queries(), h0 = blocks_.prefix_hits();
   const uint64_t root = PrefixRoot(seq->req.adapter);
-  std::vector<int32_t> prefix = blocks_.AcquirePrefix(seq->tokens.data(), P, max_prefix, &hashes, root);
+  std::vector<int32_t> prefix = blocks_.AcquirePrefix(seq->tokens.data(), len, max_prefix, &hashes, root);
   const int n = static_cast<int>(prefix.size());
   if (!blocks_.Reserve(total - n)) {
     for (int32_t b : prefix) blocks_.Release(b);
@@ -305,12 +307,72 @@ bool Engine::Admit(Sequence* seq) {
   metrics_->prefix_cache_hits += blocks_.prefix_hits() - h0;
   seq->blocks = std::move(prefix);
   seq->reserved = total - n;
-  seq->computed = seq->cached = n * bs;
+  seq->computed = n * bs;
   seq->published = n;
   seq->last_hash = n ? hashes.back() : root;
+  if (resumed) return true;  // its prompt was counted (and its cached tokens reported) the first time
+  seq->cached = n * bs;
   if (seq->index == 0) metrics_->prompt_tokens += P;  // the choices of a request share one prompt
   metrics_->prefix_cache_hit_tokens += seq->cached;
   return true;
+}
+
+// Newly completed blocks become findable by later prompts with the same prefix (with speculation, a block of
+// confirmed draft tokens once Emit has put them back into `tokens`).
+void Engine::PublishFullBlocks(Sequence* s) {
+  const int bs = blocks_.block_size();
+  for (; s->published < std::min(s->computed, static_cast<int>(s->tokens.size())) / bs; s->published++)
+    s->last_hash =
+        blocks_.Publish(s->blocks[s->published], s->last_hash, s->tokens.data() + s->published * bs);
+}
+
+// Sends a decoding sequence back to wait: its full blocks stay in the prefix cache, every block and promise
+// is given back, and it is admitted again like a new prompt of its prompt and generated tokens. Everything
+// that decides its next tokens (the tokens, its generator, its recognizers, its text) stays, and row
+// independence gives the recomputed keys and values bit for bit, so its output does not change.
+void Engine::Preempt(Sequence* s) {
+  PublishFullBlocks(s);
+  for (int32_t b : s->blocks) blocks_.Release(b);
+  s->blocks.clear();
+  blocks_.Unreserve(s->reserved);
+  s->reserved = 0;
+  s->computed = s->published = 0;
+  s->preemptions++;
+  metrics_->preemptions++;
+  metrics_->queue_length++;
+  // First among the waiting ones of its priority: it arrived before them.
+  const auto at = std::find_if(waiting_.begin(), waiting_.end(), [&](const std::unique_ptr<Sequence>& w) {
+    return w->index == 0 && w->req.priority >= s->req.priority;
+  });
+  const auto it = std::find_if(running_.begin(), running_.end(),
+                               [&](const std::unique_ptr<Sequence>& r) { return r.get() == s; });
+  waiting_.insert(at, std::move(*it));
+  running_.erase(it);
+}
+
+// The first waiting request cannot be admitted (the batch is full, or the pool cannot promise its blocks)
+// while decoding sequences of higher priority values run: those of the highest values, the latest first,
+// are preempted until it fits, and none when even all of them would not make room.
+void Engine::PreemptForWaiting() {
+  if (!opt_.priority_preemption || waiting_.empty()) return;
+  const Sequence* w = waiting_.front().get();
+  const int bs = blocks_.block_size();
+  const int need = (KvTokens(w->req) + bs - 1) / bs;  // without the prefix cache's help: conservative
+  int slots = opt_.max_batch - static_cast<int>(running_.size()), blocks = blocks_.available();
+  if (slots > 0 && blocks >= need) return;
+  std::vector<Sequence*> victims;
+  for (auto& s : running_)
+    if (s->req.priority > w->req.priority && s->decoding() && s->forks.empty()) victims.push_back(s.get());
+  std::stable_sort(victims.begin(), victims.end(), [](const Sequence* a, const Sequence* b) {
+    return a->req.priority != b->req.priority ? a->req.priority > b->req.priority : a->arrival > b->arrival;
+  });
+  size_t k = 0;
+  for (; k < victims.size() && (slots <= 0 || blocks < need); k++) {
+    slots++;
+    blocks += static_cast<int>(victims[k]->blocks.size()) + victims[k]->reserved;  // (shared ones: fewer)
+  }
+  if (slots <= 0 || blocks < need) return;
+  for (size_t i = 0; i < k; i++) Preempt(victims[i]);
 }
 
 // Rows of the sequence's prompt to run this step, at most `budget`. A prompt being scored needs the logits
@@ -420,6 +482,7 @@ bool Engine::Step() {
   running_.erase(std::remove_if(running_.begin(), running_.end(), is_done), running_.end());
   waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), is_done), waiting_.end());
   FreeRetiredAdapters();
+  PreemptForWaiting();
 
   // Decodes first (one row each), then prompt chunks, then new requests: a long prompt never stalls streams.
   batch_.Clear();

@@ -63,7 +63,8 @@ struct GenerationRequest {
   // values differ from the base model's, so the prefix cache keeps each adapter's blocks apart.
   int adapter = 0;
   // Admission order (vLLM's priority scheduling): a waiting request with a lower value is admitted first,
-  // arrival order breaks ties. Running sequences are never preempted for it.
+  // arrival order breaks ties; one that does not fit preempts running ones of higher values
+  // (EngineOptions::priority_preemption).
   int priority = 0;
   int n = 1;                     // choices sampled from the prompt, 1..kMaxChoices
   int logprobs = -1;             // -1 = off; k in 0..kMaxTopLogprobs: each token's logprob and the k best
@@ -120,6 +121,11 @@ struct EngineOptions {
   int max_seq_len = 0;            // prompt + generated tokens per sequence; 0 = the model's context
   int threads = 0;                // compute threads of the engine thread (OpenMP); 0 = OpenMP's default
   double debug_step_delay_s = 0;  // tests only: sleep per iteration, so that a stream lasts long enough
+  // A waiting request of a lower priority value than a running one that cannot be admitted (the batch is
+  // full or the KV pool short) takes the place of the running ones of the highest values: they give up their
+  // blocks and wait to be computed again (vLLM's preemption by recompute; their full blocks stay in the
+  // prefix cache, so usually only the last partial one is recomputed). Their output does not change.
+  bool priority_preemption = true;
   // Drafts by prompt lookup (speculative.h): a decoding sequence may run up to 1 + num_tokens rows a step.
   // Their logits share the model's max_logit_rows beyond one row per sequence (MakeEngine makes room).
   SpeculativeOptions speculative;
@@ -167,6 +173,9 @@ class Engine {
   bool Admit(Sequence* seq);
   int PrefillRows(const Sequence& seq, int budget) const;
   void AddDecodes(std::vector<Sequence*>* in_batch, int* budget);
+  void PreemptForWaiting();
+  void Preempt(Sequence* seq);
+  void PublishFullBlocks(Sequence* seq);
   void AddRows(Sequence* seq, int n);
   void Finish(Sequence* seq, FinishReason reason);
   void AfterForward(const std::vector<Sequence*>& in_batch, const float* logits,

@@ -49,7 +49,7 @@ int32_t Engine::DrawToken(Sequence* s, const float* l, int len) {
 
 void Engine::AfterForward(const std::vector<Sequence*>& in_batch, const float* logits,
                           std::chrono::steady_clock::time_point* t) {
-  const int V = model_->config().vocab_size, bs = blocks_.block_size();
+  const int V = model_->config().vocab_size;
   auto row = [&](int r) { return logits + static_cast<size_t>(r) * V; };
   // Sampling and logprobs are independent per sequence (each has its own generator) and per row, so they
   // run in parallel; at V = 50257 a logprob is a full pass over the vocabulary.
@@ -112,11 +112,7 @@ void Engine::AfterForward(const std::vector<Sequence*>& in_batch, const float* l
   }
   for (Sequence* s : in_batch) {
     s->computed += s->rows;
-    // Newly completed blocks become findable by later prompts with the same prefix (a block of confirmed
-    // draft tokens once Emit has put them back, at the next step).
-    for (; s->published < std::min(s->computed, static_cast<int>(s->tokens.size())) / bs; s->published++)
-      s->last_hash =
-          blocks_.Publish(s->blocks[s->published], s->last_hash, s->tokens.data() + s->published * bs);
+    PublishFullBlocks(s);
     // The prompt is in the cache: the other choices go first in line and find its blocks there.
     if (!s->forks.empty() && s->computed >= s->prompt_len) {
       for (auto& f : s->forks) f->prompt_lp = s->prompt_lp;

@@ -44,8 +44,14 @@ struct Engine::Sequence {
   int logit_rows = 0;    // rows of the current logits that are its (prompt rows being scored, then the last)
   bool samples = false;  // the last of its rows gives its next token
   bool done = false;
+  int preemptions = 0;  // times its blocks were taken for a request of a lower priority value
 
-  bool scores_prompt() const { return req.prompt_logprobs && computed < prompt_len; }
+  // Prompt rows are scored during the first prefill only: a sequence preempted after it (it has generated
+  // tokens) computes its prompt again without scoring it.
+  bool scores_prompt() const {
+    return req.prompt_logprobs && computed < prompt_len && static_cast<int>(tokens.size()) == prompt_len;
+  }
+  bool decoding() const { return static_cast<int>(tokens.size()) > prompt_len; }  // its prompt is done
 };
 
 // Adds the time since *t to the phase's counter and moves *t to now.

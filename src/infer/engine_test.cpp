@@ -21,7 +21,8 @@ class EngineTest : public ::testing::Test {
   static void TearDownTestSuite() { delete run_; }
 
   std::unique_ptr<Engine> MakeEngine(Backend* be, Quantize q = Quantize::kNone, int max_batch_tokens = 64,
-                                     int num_blocks = 128, int max_queue = 64, DType kv_dtype = DType::kF32) {
+                                     int num_blocks = 128, int max_queue = 64, DType kv_dtype = DType::kF32,
+                                     bool priority_preemption = true) {
     InferenceModelOptions mo;
     mo.quantize = q;
     mo.kv_dtype = kv_dtype;
@@ -34,6 +35,7 @@ class EngineTest : public ::testing::Test {
     eo.max_batch = 8;
     eo.max_batch_tokens = max_batch_tokens;
     eo.max_queue = max_queue;
+    eo.priority_preemption = priority_preemption;
     return std::make_unique<Engine>(std::move(model).value(), run_->tok.get(), eo, &metrics_);
   }
   std::vector<int32_t> Prompt(int n, int salt) {
@@ -262,32 +264,92 @@ TEST_F(EngineTest, CancelledRequestsFreeTheirBlocksAtOnce) {
 }
 
 // Priority (vLLM's): with room for one request at a time, the waiting ones are admitted lowest value first,
-// in arrival order within a value; the one already running is not preempted.
+// in arrival order within a value. The one running (value 3) is preempted by the -2 one and runs again before
+// the 5s; without preemption it runs to its end first.
 TEST_F(EngineTest, WaitingRequestsAreAdmittedByPriorityThenArrival) {
-  auto be = MakeCpuFastBackend();
-  auto engine =
-      MakeEngine(be.get(), Quantize::kNone, 64, /*num_blocks=*/6);  // 4 blocks a request: one at a time
-  auto request = [&](int salt, int priority) {
-    GenerationRequest r = Greedy(Prompt(20, salt), 44);  // 20 + 44 - 1 positions: 4 blocks of 16
-    r.priority = priority;
-    return Submit(*engine, r);
-  };
-  std::vector<std::shared_ptr<RequestHandle>> handles = {request(0, 3)};
-  engine->Step();  // the first is running
-  for (const auto& [salt, priority] :
-       std::vector<std::pair<int, int>>{{1, 5}, {2, 5}, {3, 0}, {4, -2}, {5, 0}})
-    handles.push_back(request(salt, priority));
-  std::vector<int> finished;
-  for (int guard = 0; finished.size() < handles.size() && guard < 10000; guard++) {
-    engine->Step();
-    for (size_t i = 0; i < handles.size(); i++) {
-      std::vector<GenerationEvent> events;
-      handles[i]->Wait(&events, std::chrono::milliseconds(0));
-      for (const auto& e : events)
-        if (e.finish != FinishReason::kNone) finished.push_back(static_cast<int>(i));
+  for (bool preemption : {true, false}) {
+    auto be = MakeCpuFastBackend();
+    auto engine = MakeEngine(be.get(), Quantize::kNone, 64, /*num_blocks=*/6, 64, DType::kF32,
+                             preemption);  // 4 blocks a request: one at a time
+    auto request = [&](int salt, int priority) {
+      GenerationRequest r = Greedy(Prompt(20, salt), 44);  // 20 + 44 - 1 positions: 4 blocks of 16
+      r.priority = priority;
+      return Submit(*engine, r);
+    };
+    std::vector<std::shared_ptr<RequestHandle>> handles = {request(0, 3)};
+    engine->Step();  // the first is running
+    engine->Step();  // and decoding
+    for (const auto& [salt, priority] :
+         std::vector<std::pair<int, int>>{{1, 5}, {2, 5}, {3, 0}, {4, -2}, {5, 0}})
+      handles.push_back(request(salt, priority));
+    std::vector<int> finished;
+    for (int guard = 0; finished.size() < handles.size() && guard < 10000; guard++) {
+      engine->Step();
+      for (size_t i = 0; i < handles.size(); i++) {
+        std::vector<GenerationEvent> events;
+        handles[i]->Wait(&events, std::chrono::milliseconds(0));
+        for (const auto& e : events)
+          if (e.finish != FinishReason::kNone) finished.push_back(static_cast<int>(i));
+      }
     }
+    EXPECT_EQ(finished,
+              preemption ? (std::vector<int>{4, 3, 5, 0, 1, 2}) : (std::vector<int>{0, 4, 3, 5, 1, 2}));
   }
-  EXPECT_EQ(finished, (std::vector<int>{0, 4, 3, 5, 1, 2}));
+}
+
+// A preempted sequence is computed again from its prompt and generated tokens (most of them from the prefix
+// cache) and goes on with the same generator: its tokens, text and counts are those of a run alone, greedy
+// or sampled, whether the batch or the KV pool was what made room short.
+TEST_F(EngineTest, PreemptedSequencesReturnWhatTheyWouldHaveAlone) {
+  auto be = MakeCpuFastBackend();
+  auto low = [&](int salt) {
+    GenerationRequest r = Greedy(Prompt(37, salt), 40);
+    r.priority = 10;
+    if (salt % 2) {
+      r.sampling.temperature = 0.9f;
+      r.seed = 40 + salt;
+    }
+    return r;
+  };
+  GenerationRequest high = Greedy(Prompt(20, 9), 30);
+  std::vector<Outcome> alone;
+  for (int salt : {1, 2}) {
+    auto e = MakeEngine(be.get());
+    alone.push_back(RunToEnd(*e, {Submit(*e, low(salt))})[0]);
+  }
+  // KV bound: 5 blocks of 16 a low request (37 + 40 - 1 positions), 4 for the high one, 11 in all. Batch
+  // bound: blocks enough, 2 sequences a step.
+  for (auto [num_blocks, max_batch] : {std::pair{11, 8}, std::pair{128, 2}}) {
+    SCOPED_TRACE(max_batch == 2 ? "batch bound" : "KV bound");
+    metrics_.preemptions = 0;
+    InferenceModelOptions mo;
+    mo.num_blocks = num_blocks;
+    mo.max_rows = 64;
+    mo.max_seqs = max_batch;
+    EngineOptions eo;
+    eo.max_batch = max_batch;
+    eo.max_batch_tokens = 64;
+    Engine e(InferenceModel::Create(be.get(), run_->cfg, run_->params, mo).value(), run_->tok.get(), eo,
+             &metrics_);
+    std::vector<std::shared_ptr<RequestHandle>> handles = {Submit(e, low(1)), Submit(e, low(2))};
+    for (int i = 0; i < 12; i++) e.Step();  // both decoding, a dozen tokens in
+    handles.push_back(Submit(e, high));
+    e.Step();
+    EXPECT_EQ(metrics_.preemptions, 1u);  // the later of the two made room
+    EXPECT_EQ(e.active(), 3);
+    const auto out = RunToEnd(e, handles);  // (the events of the steps above were waiting in the handles)
+    for (int i = 0; i < 2; i++) {
+      EXPECT_EQ(out[i].tokens, alone[i].tokens) << i;
+      EXPECT_EQ(out[i].text, alone[i].text) << i;
+      EXPECT_EQ(out[i].completion_tokens, alone[i].completion_tokens) << i;
+      EXPECT_EQ(out[i].prompt_tokens, alone[i].prompt_tokens) << i;
+      EXPECT_EQ(out[i].cached_tokens, alone[i].cached_tokens) << i;
+    }
+    EXPECT_EQ(out[2].completion_tokens, 30);
+    EXPECT_EQ(metrics_.preemptions, 1u);
+    EXPECT_EQ(e.kv_blocks_used(), 0);
+    EXPECT_EQ(e.active(), 0);
+  }
 }
 
 TEST_F(EngineTest, AdmissionWaitsForKvBlocksAndRefusesWhatNeverFits) {

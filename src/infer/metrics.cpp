@@ -106,6 +106,10 @@ std::string ServeMetrics::Render() const {
   out += fmt::format("tern_requests_finished_total{{reason=\"stop\"}} {}\n", finished_stop.load());
   out += fmt::format("tern_requests_finished_total{{reason=\"length\"}} {}\n", finished_length.load());
   out += fmt::format("tern_requests_finished_total{{reason=\"cancelled\"}} {}\n", finished_cancelled.load());
+  Scalar(
+      &out, "tern_preemptions_total", "counter",
+      "Running sequences sent back to wait (and be computed again) for a request of a lower priority value.",
+      preemptions);
   Scalar(&out, "tern_queue_length", "gauge", "Sequences waiting for admission (a request of n choices is n).",
          queue_length);
   Scalar(&out, "tern_running_sequences", "gauge", "Sequences being prefilled or decoded.", running_sequences);

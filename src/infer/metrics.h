@@ -45,6 +45,7 @@ struct ServeMetrics {
   static const char* PhaseName(int phase);
   std::atomic<uint64_t> engine_ns[kPhases] = {};
   std::atomic<uint64_t> finished_stop{0}, finished_length{0}, finished_cancelled{0};
+  std::atomic<uint64_t> preemptions{0};  // running sequences sent back to wait for a lower priority value
   // engine gauges
   std::atomic<int64_t> queue_length{0}, running_sequences{0};
   std::atomic<int64_t> kv_blocks_used{0}, kv_blocks_free{0}, kv_blocks_cached{0}, kv_blocks_reserved{0};
