@@ -42,6 +42,7 @@ struct ServeCliOptions {
   double notice_poll_s = 5;
   SpeculativeOptions speculative;
   bool no_priority_preemption = false;
+  std::string lora_root;
 };
 
 // The key from --api-key-file (first line, surrounding whitespace removed), --api-key or $TERN_API_KEY.
@@ -177,6 +178,7 @@ int RunServe(const ServeCliOptions& o) {
       AdapterLoader(weights->config, BaseFingerprint(weights->config, weights->params), o.model_path);
   so.allow_lora_updates = o.allow_lora_updates;
   so.max_lora_adapters = o.max_lora_adapters;
+  so.lora_root = o.lora_root;
   if (o.max_lora_adapters > 0 && static_cast<int>(o.lora.size()) > o.max_lora_adapters)
     return Fail(Status::InvalidArgument(fmt::format("{} --lora adapters are more than --max-lora-adapters {}",
                                                     o.lora.size(), o.max_lora_adapters)));
@@ -243,9 +245,11 @@ int RunServe(const ServeCliOptions& o) {
   setup.adapters.clear();
   if (o.allow_lora_updates)
     std::fprintf(stderr,
-                 "tern serve: LoRA updates allowed%s: POST /v1/load_lora_adapter {\"lora_name\", "
+                 "tern serve: LoRA updates allowed%s%s: POST /v1/load_lora_adapter {\"lora_name\", "
                  "\"lora_path\"}, /v1/unload_lora_adapter {\"lora_name\"}\n",
-                 so.api_keys.empty() ? "" : " to admin keys");
+                 so.api_keys.empty() ? "" : " to admin keys",
+                 o.lora_root.empty() ? " (any path: --lora-root DIR limits them)"
+                                     : (" from models:/ and " + o.lora_root).c_str());
   e.Start();
   server.SetEngine(&e, {so.model_name, &tok.value(), e.max_seq_len()});
   std::fprintf(
@@ -432,6 +436,11 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
       "\"lora_path\": PATH} (a NAME served already is replaced: move a registry alias, load "
       "models:/NAME@REF again) and /v1/unload_lora_adapter {\"lora_name\": NAME}; with --api-keys "
       "only keys with admin: true may (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING)");
+  sub->add_option(
+         "--lora-root", o->lora_root,
+         "with --allow-lora-updates: the load route reads only models:/ URIs (the registry) and paths "
+         "inside this directory (symlinks and .. resolved); others get 403")
+      ->check(CLI::ExistingDirectory);
   sub->add_option("--max-lora-adapters", o->max_lora_adapters,
                   "the most LoRA adapters served at once (0 = no limit but memory; tern plan --serve "
                   "--lora-adapters N sizes them)")

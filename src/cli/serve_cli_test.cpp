@@ -205,12 +205,15 @@ TEST_F(ServeCliTest, LoadsAnAdapterWhileServing) {
   ASSERT_NO_FATAL_FAILURE(RegisterLaw(env));
   LoraAdapter other = adapter_;
   other.base_fingerprint = "0123456789abcdef";
-  ASSERT_TRUE(WriteLoraAdapter(run_->dir / "other.safetensors", other).ok());
+  const fs::path root = fs::path(run_->dir.path()) / "adapters";  // --lora-root: the route reads only here
+  fs::create_directories(root);
+  ASSERT_TRUE(WriteLoraAdapter(root / "other.safetensors", other).ok());
   const int port = testing::FreePort();
   const std::string log = run_->dir / "serve.log";
-  testing::Child serve({tern_.string(), "serve", base_.string(), "--allow-lora-updates", "--port",
-                        std::to_string(port), "--threads", "1", "--kv-cache-mb", "16"},
-                       env, log);
+  testing::Child serve(
+      {tern_.string(), "serve", base_.string(), "--allow-lora-updates", "--lora-root", root.string(),
+       "--port", std::to_string(port), "--threads", "1", "--kv-cache-mb", "16"},
+      env, log);
   httplib::Client client("127.0.0.1", port);
   ASSERT_TRUE(Up(serve, client)) << ReadAll(log);
   auto load = client.Post("/v1/load_lora_adapter",
@@ -225,12 +228,21 @@ TEST_F(ServeCliTest, LoadsAnAdapterWhileServing) {
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(json::parse(r->body)["choices"][0]["text"],
             testing::GreedyText(*run_, testing::MergedLoraParams(*run_, adapter_), "And God said", 6));
-  auto wrong = client.Post("/v1/load_lora_adapter",
-                           json({{"lora_name", "x"}, {"lora_path", run_->dir / "other.safetensors"}}).dump(),
-                           "application/json");
+  auto wrong =
+      client.Post("/v1/load_lora_adapter",
+                  json({{"lora_name", "x"}, {"lora_path", (root / "other.safetensors").string()}}).dump(),
+                  "application/json");
   ASSERT_TRUE(wrong);
   EXPECT_EQ(wrong->status, 400);
   EXPECT_NE(wrong->body.find("trained on other weights"), std::string::npos) << wrong->body;
+  // The law adapter's own directory is a good adapter, but outside the root (also by "..").
+  for (const std::string& outside : {run_->dir / "law", (root / ".." / "law").string()}) {
+    auto refused = client.Post("/v1/load_lora_adapter",
+                               json({{"lora_name", "y"}, {"lora_path", outside}}).dump(), "application/json");
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 403) << refused->body;
+    EXPECT_NE(refused->body.find("outside --lora-root"), std::string::npos) << refused->body;
+  }
   serve.Signal(SIGTERM);
   EXPECT_EQ(serve.Wait(), 0) << ReadAll(log);
   EXPECT_NE(ReadAll(log).find("LoRA adapter law loaded from models:/law@production"), std::string::npos)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -31,6 +32,21 @@ std::variant<json, ApiError> ParseBody(std::string_view text) {
 
 }  // namespace
 
+Status CheckLoraPath(const std::string& path, const std::string& root) {
+  namespace fs = std::filesystem;
+  if (root.empty() || path.rfind("models:/", 0) == 0) return Status::Ok();
+  std::error_code ec;
+  const fs::path r = fs::weakly_canonical(fs::absolute(root), ec);
+  const fs::path p = ec ? fs::path() : fs::weakly_canonical(fs::absolute(path), ec);
+  if (!ec && path.find("://") == std::string::npos) {
+    auto [end, at] = std::mismatch(r.begin(), r.end(), p.begin(), p.end());
+    if (end == r.end()) return Status::Ok();
+  }
+  return Status::InvalidArgument(fmt::format(
+      "'{}' is outside --lora-root {}: put the adapter there, or register it and load models:/NAME@REF", path,
+      root));
+}
+
 std::variant<std::string, ApiError> LoadAdapterRoute(std::string_view text, const AdapterRouteContext& c) {
   auto body = ParseBody(text);
   if (auto* e = std::get_if<ApiError>(&body)) return *e;
@@ -43,6 +59,8 @@ std::variant<std::string, ApiError> LoadAdapterRoute(std::string_view text, cons
   if (Status st = CheckAdapterName(n); !st.ok()) return Bad("lora_name", st.message());
   if (n == c.model_name)
     return Bad("lora_name", fmt::format("'{}' is the served model's own name; give the adapter another", n));
+  if (Status st = CheckLoraPath(p, c.lora_root); !st.ok())
+    return ApiError{403, st.message(), "invalid_request_error", "lora_path", "permission_denied"};
   auto adapter = c.loader(p);
   if (!adapter.ok()) return Bad("lora_path", adapter.status().message());
   auto id = c.engine->AddAdapter(*adapter);

@@ -20,9 +20,16 @@ struct AdapterRouteContext {
   ServedAdapters* adapters = nullptr;
   std::string model_name;  // the base model's: no adapter may take it
   std::function<Result<LoraAdapter>(const std::string& path)> loader;
-  int max_adapters = 0;  // > 0: at most this many served at once
-  std::string who;       // the key id that asked (the log line)
+  int max_adapters = 0;   // > 0: at most this many served at once
+  std::string who;        // the key id that asked (the log line)
+  std::string lora_root;  // non-empty: lora_path must pass CheckLoraPath
 };
+
+// `tern serve --lora-root DIR`: whether the load route may read `path`: a models:/ URI (the registry, whose
+// entries are verified on read) or a local path that lies inside root once symlinks and ".." are resolved.
+// Anything else (another directory, s3://) is refused with a message naming the flag (the route: 403). An
+// empty root allows all.
+Status CheckLoraPath(const std::string& path, const std::string& root);
 
 // {"lora_name": NAME, "lora_path": PATH}: reads the adapter (c.loader: checked against the served weights),
 // adds it to the engine and serves it as NAME. A NAME already served is replaced: requests already running

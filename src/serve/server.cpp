@@ -323,7 +323,8 @@ void Server::Impl::UpdateAdapters(const httplib::Request& req, httplib::Response
                               opt.model_name,
                               opt.lora_loader,
                               opt.max_lora_adapters,
-                              usage.auth_required() ? usage.KeyId(key) : "(no API key)"};
+                              usage.auth_required() ? usage.KeyId(key) : "(no API key)",
+                              opt.lora_root};
   auto out = load ? LoadAdapterRoute(req.body, c) : UnloadAdapterRoute(req.body, c);
   if (auto* err = std::get_if<ApiError>(&out)) return Reply(res, *err);
   res.set_content(std::get<std::string>(out), "application/json");

@@ -46,6 +46,7 @@ struct ServerOptions {
   bool allow_lora_updates = false;
   std::function<Result<LoraAdapter>(const std::string& path)> lora_loader;
   int max_lora_adapters = 0;
+  std::string lora_root;  // non-empty: the route reads only models:/ URIs and paths inside it (CheckLoraPath)
 };
 
 class Server {

@@ -3,6 +3,10 @@
 // model, loading a served name again replaces it, an unloaded one is a 404; only admin keys may; bad names,
 // the model's own name, a failed load and one adapter over --max-lora-adapters are refused with the reason;
 // with the flag off the routes say how to turn them on.
+#include <filesystem>
+
+#include "serve/adapter_routes.h"
+#include "testing/files.h"
 #include "testing/server_fixture.h"
 
 namespace tern::testing {
@@ -50,6 +54,29 @@ class LoraUpdateServerTest : public ServerTest {
     return ids;
   }
 };
+
+// --lora-root: models:/ URIs and paths inside the root, resolved; nothing that leaves it by "..", a symlink
+// or another scheme.
+TEST(CheckLoraPath, AllowsOnlyTheRegistryAndPathsInsideTheRoot) {
+  TempDir dir;
+  const std::filesystem::path root = std::filesystem::path(dir.path()) / "adapters";
+  std::filesystem::create_directories(root / "law");
+  std::filesystem::create_directories(std::filesystem::path(dir.path()) / "secret");
+  std::filesystem::create_directory_symlink(std::filesystem::path(dir.path()) / "secret", root / "link");
+  EXPECT_TRUE(CheckLoraPath((root / "law").string(), root.string()).ok());
+  EXPECT_TRUE(CheckLoraPath((root / "law/adapter.safetensors").string(), root.string()).ok());
+  EXPECT_TRUE(
+      CheckLoraPath((root / "not-yet").string(), root.string()).ok());  // the loader says it is missing
+  EXPECT_TRUE(CheckLoraPath("models:/law@production", root.string()).ok());
+  EXPECT_TRUE(CheckLoraPath("/etc/passwd", "").ok());  // no root: the admin key is the only guard
+  for (const std::string& bad :
+       {(root / "../secret").string(), (root / "link/adapter.safetensors").string(),
+        std::string("/etc/passwd"), std::string("s3://bucket/law"), (root.string() + "-evil/x")}) {
+    const Status st = CheckLoraPath(bad, root.string());
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_NE(st.message().find("outside --lora-root"), std::string::npos) << st.message();
+  }
+}
 
 TEST_F(LoraUpdateServerTest, LoadsReplacesAndUnloadsWhileServing) {
   const HttpResult loaded = Load("gospels", "seed:7");
