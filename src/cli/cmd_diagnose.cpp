@@ -1,14 +1,22 @@
 // tern diagnose RUN_DIR [--json] [--calibration bench.json]: the diagnosis rules of report/diagnose.h over a
 // run's records, the findings ranked by $ cost, each with its evidence and fix (docs/report.md, "Diagnosis").
+// tern diagnose --serve URL|FILE: the serving rules of report/serve_diagnose.h over tern serve's /metrics.
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 
+#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "plan/catalog.h"
+#include "plan/defaults.h"
 #include "report/diagnose.h"
 #include "report/run_input.h"
+#include "report/serve_diagnose.h"
 
 namespace tern::cli {
 namespace {
@@ -17,9 +25,81 @@ struct DiagnoseCliOptions {
   std::string run_dir, calibration;
   bool json = false;
   report::DiagnoseOptions rules;
+  std::string serve, api_key;  // --serve URL|FILE; the key /metrics needs (else $TERN_API_KEY)
+  report::ServeDiagnoseOptions serve_rules;
 };
 
+// The /metrics text of a server (http://HOST:PORT) or a file holding a scrape of it.
+Result<std::string> ReadMetricsText(const std::string& source, const std::string& api_key) {
+  if (source.rfind("http://", 0) == 0 || source.rfind("https://", 0) == 0) {
+    std::string base = source;
+    if (base.size() > 8 && base.substr(base.size() - 8) == "/metrics") base.resize(base.size() - 8);
+    while (!base.empty() && base.back() == '/') base.pop_back();
+    httplib::Client client(base);
+    client.set_connection_timeout(5, 0);
+    client.set_read_timeout(30, 0);
+    httplib::Headers headers;
+    const char* env = std::getenv("TERN_API_KEY");
+    const std::string key = !api_key.empty() ? api_key : env ? env : "";
+    if (!key.empty()) headers.emplace("Authorization", "Bearer " + key);
+    auto r = client.Get("/metrics", headers);
+    if (!r)
+      return Status::Unavailable(
+          fmt::format("cannot reach {}/metrics: {}", base, httplib::to_string(r.error())));
+    if (r->status == 401)
+      return Status::InvalidArgument(
+          fmt::format("{}/metrics needs an API key: --api-key KEY or $TERN_API_KEY", base));
+    if (r->status != 200) return Status::Unavailable(fmt::format("{}/metrics answered {}", base, r->status));
+    return r->body;
+  }
+  std::ifstream in(source);
+  if (!in)
+    return Status::NotFound(
+        fmt::format("cannot read {} (a URL http://HOST:PORT or a file of tern serve's "
+                    "/metrics, e.g. curl -s HOST:PORT/metrics > m.txt)",
+                    source));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int RunServeDiagnose(const DiagnoseCliOptions& o) {
+  auto fail = [](const Status& st) {
+    std::fprintf(stderr, "tern diagnose: %s\n", st.message().c_str());
+    return 1;
+  };
+  auto text = ReadMetricsText(o.serve, o.api_key);
+  if (!text.ok()) return fail(text.status());
+  auto samples = report::ParsePromText(*text);
+  if (!samples.ok()) return fail(samples.status());
+  const report::PromMetrics metrics(std::move(*samples));
+  if (!metrics.Has("tern_busy_seconds_total"))
+    return fail(
+        Status::InvalidArgument(o.serve + " is not tern serve's /metrics (no tern_busy_seconds_total)"));
+  const report::ServeSummary summary = report::SummarizeServe(metrics);
+  std::optional<plan::Catalog> catalog;
+  if (auto dir = plan::FindCatalogDir(); dir.ok())
+    if (auto c = plan::LoadCatalog(plan::ShippedCatalogFiles(*dir), plan::PlanDefaults{}); c.ok())
+      catalog = std::move(*c);
+  const auto findings = report::DiagnoseServe(summary, o.serve_rules, catalog ? &*catalog : nullptr);
+  if (o.json) {
+    nlohmann::json j = {{"source", o.serve},
+                        {"summary", report::ServeSummaryJson(summary)},
+                        {"findings", nlohmann::json::array()}};
+    for (const auto& f : findings) j["findings"].push_back(report::ToJson(f));
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::fputs(report::FormatServeFindings(o.serve, summary, findings).c_str(), stdout);
+  }
+  return 0;
+}
+
 int RunDiagnose(const DiagnoseCliOptions& o) {
+  if (!o.serve.empty()) return RunServeDiagnose(o);
+  if (o.run_dir.empty()) {
+    std::fprintf(stderr, "tern diagnose: give a RUN_DIR, or --serve URL|FILE for a server\n");
+    return 1;
+  }
   auto in = report::LoadRunInput(o.run_dir, o.calibration);
   if (!in.ok()) {
     std::fprintf(stderr, "tern diagnose: %s\n", in.status().message().c_str());
@@ -45,8 +125,15 @@ void AddDiagnoseCommand(CLI::App& root, CommandTable& table) {
   auto o = std::make_shared<DiagnoseCliOptions>();
   auto* sub =
       root.add_subcommand("diagnose", "What slowed a run or cost it money, with the fix (findings by $)");
-  sub->add_option("run_dir", o->run_dir, "the run directory (run.dir: metrics.jsonl, summary.json)")
-      ->required();
+  auto* run_dir =
+      sub->add_option("run_dir", o->run_dir, "the run directory (run.dir: metrics.jsonl, summary.json)");
+  sub->add_option(
+         "--serve", o->serve,
+         "diagnose a tern serve instead: its URL (http://HOST:PORT, /metrics is read) or a file of its "
+         "/metrics text; idle time, refusals, cancellations, preemptions, drafts and a cheaper instance "
+         "for the load it saw")
+      ->excludes(run_dir);
+  sub->add_option("--api-key", o->api_key, "with --serve URL: the server's API key (default $TERN_API_KEY)");
   sub->add_flag("--json", o->json,
                 "the findings as JSON: rule, evidence, numbers, step_fraction, usd_per_hour, fix");
   sub->add_option("--calibration", o->calibration,
@@ -58,9 +145,10 @@ void AddDiagnoseCommand(CLI::App& root, CommandTable& table) {
   sub->add_option("--spike-factor", o->rules.spike_factor, "loss_spike: loss over this x the running median");
   sub->add_option("--forget-rise", o->rules.forget_rise,
                   "forgetting: a data.mix dataset's val loss this fraction above its best");
-  sub->footer("\n" + report::RulesHelp(o->rules) +
+  sub->footer("\n" + report::RulesHelp(o->rules) + "\n" + report::ServeRulesHelp(o->serve_rules) +
               "\nA rule that does not apply prints nothing. Rules, thresholds and sources: docs/report.md.\n"
-              "Example: tern diagnose runs/demo --calibration bench.json\n");
+              "Example: tern diagnose runs/demo --calibration bench.json\n"
+              "         tern diagnose --serve http://127.0.0.1:8080\n");
   table.Add(sub, [o] { return RunDiagnose(*o); });
 }
 

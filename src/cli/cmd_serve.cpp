@@ -217,6 +217,16 @@ int RunServe(const ServeCliOptions& o) {
   weights->params = {};  // the model holds its own copy
   Engine& e = **engine;
   const InferenceModel& m = e.model();
+  const GptConfig& mc = m.config();
+  metrics.SetModelInfo({{"model", so.model_name},
+                        {"n_layer", std::to_string(mc.n_layer)},
+                        {"n_head", std::to_string(mc.n_head)},
+                        {"n_embd", std::to_string(mc.n_embd)},
+                        {"vocab_size", std::to_string(mc.vocab_size)},
+                        {"block_size", std::to_string(mc.block_size)},
+                        {"weights", WeightsName(*quantize)},
+                        {"kv_dtype", KvDtypeName(*kv_dtype)},
+                        {"device", (*backend)->name()}});
   std::fprintf(
       stderr,
       "tern serve: model %s (%s), weights %s %.1f MB on %s; KV cache %s, %d blocks x %d tokens (%.0f MB); "

@@ -179,6 +179,59 @@ TEST_F(ServeCliTest, GenerateSpeculativelyPrintsTheSameTextAndItsStats) {
   EXPECT_EQ(stats[1].find("draft tokens accepted 0 of"), std::string::npos) << stats[1];
 }
 
+// `tern diagnose --serve`: a real server's /metrics, read over HTTP with its key and from a saved file, gives
+// its summary and findings: a server that mostly waits is idle_server, at $50/h of idle time.
+// (cheaper_serving is the unit test's: this tiny model decodes faster than any GPU row's per-step overhead.)
+TEST_F(ServeCliTest, DiagnoseServeReadsTheServersMetrics) {
+  const int port = testing::FreePort();
+  const std::string log = run_->dir / "serve.log", url = "http://127.0.0.1:" + std::to_string(port);
+  testing::Child serve({tern_.string(), "serve", base_.string(), "--port", std::to_string(port), "--threads",
+                        "1", "--kv-cache-mb", "16", "--price-per-hour", "50", "--api-key", "sk-diag"},
+                       {}, log);
+  httplib::Client client("127.0.0.1", port);
+  ASSERT_TRUE(Up(serve, client)) << ReadAll(log);
+  const httplib::Headers auth = {{"Authorization", "Bearer sk-diag"}};
+  for (int i = 0; i < 2; i++) {
+    auto r = client.Post("/v1/completions", auth, R"({"prompt":"And God said","max_tokens":4})",
+                         "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // mostly idle
+  auto diagnose = [&](const std::vector<std::string>& args, const std::string& name) {
+    std::vector<std::string> argv = {tern_.string(), "diagnose"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    testing::Child d(argv, {}, run_->dir / name);
+    const int code = d.Wait();
+    return std::pair{code, ReadAll(run_->dir / name)};
+  };
+  const auto [denied_code, denied] = diagnose({"--serve", url}, "d0.log");
+  EXPECT_EQ(denied_code, 1);
+  EXPECT_NE(denied.find("needs an API key"), std::string::npos) << denied;
+  const auto [code, out] = diagnose({"--serve", url, "--api-key", "sk-diag", "--json"}, "d1.log");
+  ASSERT_EQ(code, 0) << out;
+  const json j = json::parse(out);
+  EXPECT_EQ(j["summary"]["requests"], 2);
+  EXPECT_EQ(j["summary"]["completion_tokens"], 4);
+  EXPECT_EQ(j["summary"]["price_per_hour"], 50);
+  EXPECT_EQ(j["summary"]["model"], "base");
+  std::vector<std::string> rules;
+  for (const json& f : j["findings"]) rules.push_back(f["rule"]);
+  EXPECT_NE(std::find(rules.begin(), rules.end(), "idle_server"), rules.end()) << out;
+  EXPECT_GT(j["findings"][0]["usd_per_hour"].get<double>(), 25) << out;  // idle more than half of $50/h
+  // A scrape saved to a file reads the same.
+  auto m = client.Get("/metrics", auth);
+  ASSERT_TRUE(m);
+  const fs::path saved = fs::path(run_->dir.path()) / "metrics.txt";
+  std::ofstream(saved) << m->body;
+  const auto [file_code, text] = diagnose({"--serve", saved.string()}, "d2.log");
+  EXPECT_EQ(file_code, 0) << text;
+  EXPECT_NE(text.find("base on cpu"), std::string::npos) << text;
+  EXPECT_NE(text.find("[idle_server]"), std::string::npos) << text;
+  serve.Signal(SIGTERM);
+  EXPECT_EQ(serve.Wait(), 0) << ReadAll(log);
+}
+
 // Through the model registry: `tern models register` of the LoRA run stores its adapters, and `tern serve
 // --lora models:/law@production` (named "law" after the registered name) serves them over the base.
 TEST_F(ServeCliTest, ServesAnAdapterFromTheRegistry) {

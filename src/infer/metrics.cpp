@@ -57,6 +57,11 @@ ServeMetrics::ServeMetrics()
       batch_size({1, 2, 4, 8, 16, 32, 64, 128, 256}),
       batch_tokens({1, 4, 16, 64, 256, 1024, 4096}) {}
 
+void ServeMetrics::SetModelInfo(std::map<std::string, std::string> labels) {
+  std::lock_guard<std::mutex> lock(requests_mu_);
+  model_info_ = std::move(labels);
+}
+
 void ServeMetrics::CountRequest(const std::string& route, int status) {
   std::lock_guard<std::mutex> lock(requests_mu_);
   requests_[{route, status}]++;
@@ -74,6 +79,22 @@ std::string ServeMetrics::Render() const {
           fmt::format("tern_http_requests_total{{route=\"{}\",code=\"{}\"}} {}\n", key.first, key.second, n);
   }
   Scalar(&out, "tern_ready", "gauge", "1 once the model is loaded and requests are served.", ready);
+  {
+    std::lock_guard<std::mutex> lock(requests_mu_);
+    if (!model_info_.empty()) {
+      std::string labels;
+      for (const auto& [k, v] : model_info_) {
+        std::string escaped;
+        for (char c : v)
+          escaped += c == '\\' ? "\\\\" : c == '"' ? "\\\"" : c == '\n' ? "\\n" : std::string(1, c);
+        labels += fmt::format("{}{}=\"{}\"", labels.empty() ? "" : ",", k, escaped);
+      }
+      out += fmt::format(
+          "# HELP tern_model_info The served model: its shape and formats.\n# TYPE tern_model_info gauge\n"
+          "tern_model_info{{{}}} 1\n",
+          labels);
+    }
+  }
   Scalar(&out, "tern_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", prompt_tokens);
   Scalar(&out, "tern_generation_tokens_total", "counter", "Tokens generated.", generation_tokens);
   Scalar(&out, "tern_prefill_tokens_total", "counter", "Prompt tokens run through the model (not cached).",

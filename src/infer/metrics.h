@@ -53,6 +53,9 @@ struct ServeMetrics {
   std::atomic<int> ready{0};
   Histogram time_to_first_token, time_per_output_token, request_duration, batch_size, batch_tokens;
 
+  // tern_model_info{model, n_layer, ..., weights, kv_dtype, device} 1: what is served (`tern diagnose
+  // --serve` reads the shape to plan the load it saw). Set once the model is loaded.
+  void SetModelInfo(std::map<std::string, std::string> labels);
   // HTTP responses by route and status code
   void CountRequest(const std::string& route, int status);
   std::string Render() const;
@@ -60,6 +63,7 @@ struct ServeMetrics {
  private:
   mutable std::mutex requests_mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
+  std::map<std::string, std::string> model_info_;  // guarded by requests_mu_
 };
 
 }  // namespace tern

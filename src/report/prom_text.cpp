@@ -1,0 +1,137 @@
+#include "report/prom_text.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+namespace tern::report {
+namespace {
+
+bool NameChar(char c, bool first) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
+         (!first && c >= '0' && c <= '9');
+}
+
+// Reads a metric or label name at *i.
+std::string ReadName(std::string_view line, size_t* i) {
+  const size_t start = *i;
+  while (*i < line.size() && NameChar(line[*i], *i == start)) ++*i;
+  return std::string(line.substr(start, *i - start));
+}
+
+// Parses {k="v",...} at *i (which is at '{'); false when malformed.
+bool ReadLabels(std::string_view line, size_t* i, std::map<std::string, std::string>* labels) {
+  ++*i;  // '{'
+  for (;;) {
+    while (*i < line.size() && line[*i] == ' ') ++*i;
+    if (*i < line.size() && line[*i] == '}') {
+      ++*i;
+      return true;
+    }
+    const std::string key = ReadName(line, i);
+    if (key.empty() || *i + 1 >= line.size() || line[*i] != '=' || line[*i + 1] != '"') return false;
+    *i += 2;
+    std::string value;
+    for (;; ++*i) {
+      if (*i >= line.size()) return false;
+      char c = line[*i];
+      if (c == '"') break;
+      if (c == '\\') {
+        if (++*i >= line.size()) return false;
+        c = line[*i] == 'n' ? '\n' : line[*i];
+        if (line[*i] != 'n' && line[*i] != '\\' && line[*i] != '"') return false;
+      }
+      value += c;
+    }
+    ++*i;  // closing quote
+    (*labels)[key] = std::move(value);
+    while (*i < line.size() && line[*i] == ' ') ++*i;
+    if (*i < line.size() && line[*i] == ',') ++*i;
+  }
+}
+
+bool ReadValue(std::string_view token, double* v) {
+  if (token == "+Inf" || token == "Inf") {
+    *v = INFINITY;
+    return true;
+  }
+  if (token == "-Inf") {
+    *v = -INFINITY;
+    return true;
+  }
+  if (token == "NaN") {
+    *v = NAN;
+    return true;
+  }
+  const std::string s(token);
+  char* end = nullptr;
+  *v = std::strtod(s.c_str(), &end);
+  return !s.empty() && end == s.c_str() + s.size();
+}
+
+}  // namespace
+
+Result<std::vector<PromSample>> ParsePromText(std::string_view text) {
+  std::vector<PromSample> out;
+  int line_no = 0;
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    line_no++;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    size_t i = 0;
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) i++;
+    if (i == line.size() || line[i] == '#') continue;
+    auto bad = [&](const char* what) {
+      return Status::InvalidArgument(
+          fmt::format("metrics line {}: {}: '{}'", line_no, what,
+                      std::string(line.substr(0, std::min<size_t>(line.size(), 120)))));
+    };
+    PromSample s;
+    s.name = ReadName(line, &i);
+    if (s.name.empty()) return bad("expected a metric name");
+    if (i < line.size() && line[i] == '{' && !ReadLabels(line, &i, &s.labels)) return bad("malformed labels");
+    if (i >= line.size() || (line[i] != ' ' && line[i] != '\t'))
+      return bad("expected a value after the name");
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) i++;
+    const size_t end = line.find_first_of(" \t", i);
+    if (!ReadValue(line.substr(i, end == std::string_view::npos ? std::string_view::npos : end - i),
+                   &s.value))
+      return bad("the value is not a number");
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+double PromMetrics::Sum(const std::string& name, const std::map<std::string, std::string>& match) const {
+  double sum = 0;
+  for (const PromSample& s : samples_) {
+    if (s.name != name) continue;
+    bool all = true;
+    for (const auto& [k, v] : match) {
+      const auto it = s.labels.find(k);
+      if (it == s.labels.end() || it->second != v) {
+        all = false;
+        break;
+      }
+    }
+    if (all) sum += s.value;
+  }
+  return sum;
+}
+
+bool PromMetrics::Has(const std::string& name) const {
+  for (const PromSample& s : samples_)
+    if (s.name == name) return true;
+  return false;
+}
+
+std::optional<std::map<std::string, std::string>> PromMetrics::Labels(const std::string& name) const {
+  for (const PromSample& s : samples_)
+    if (s.name == name) return s.labels;
+  return std::nullopt;
+}
+
+}  // namespace tern::report
