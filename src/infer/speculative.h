@@ -8,9 +8,9 @@
 // speculation (the same logit adjustments, constraint masks and sampler, one draw from the sequence's
 // generator per token) and keeps a draft token only when it equals the drawn one; since every op is row
 // independent (backend.h), a drafted row's logits are bitwise those a one-row decode would have computed,
-// so a seeded request returns the same tokens and logprobs with speculation on or off. (One exception: bf16
-// weights in an engine of one stream, `--max-batch 1`, pick their matmul kernel by row count there; its
-// drafted rows round differently, and the output keeps the model's distribution, not its exact digits.)
+// so a seeded request returns the same tokens and logprobs with speculation on or off. (Exceptions: where a
+// kernel is picked by row count, bf16 weights in an engine of one stream on an AMX CPU and cuBLAS matmuls on a
+// GPU, drafted rows round differently, and the output keeps the model's distribution, not its exact digits.)
 #pragma once
 
 #include <cstdint>
