@@ -9,8 +9,9 @@
 // generator per token) and keeps a draft token only when it equals the drawn one; since every op is row
 // independent (backend.h), a drafted row's logits are bitwise those a one-row decode would have computed,
 // so a seeded request returns the same tokens and logprobs with speculation on or off. (Exceptions: where a
-// kernel is picked by row count, bf16 weights in an engine of one stream on an AMX CPU and cuBLAS matmuls on a
-// GPU, drafted rows round differently, and the output keeps the model's distribution, not its exact digits.)
+// kernel is picked by row count, bf16 weights in an engine of one stream on an AMX CPU and cuBLAS matmuls on
+// a GPU, drafted rows round differently, and the output keeps the model's distribution, not its exact
+// digits.)
 #pragma once
 
 #include <cstdint>
