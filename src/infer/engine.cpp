@@ -431,7 +431,14 @@ void Engine::AddDecodes(std::vector<Sequence*>* in_batch, int* budget) {
   const SpeculativeOptions& spec = opt_.speculative;
   const int D = static_cast<int>(decodes.size());
   const bool speculate = spec.enabled() && (spec.max_batch == 0 || D <= spec.max_batch);
-  int draft_rows = std::min(*budget - D, model_->options().max_logit_rows - opt_.max_batch);
+  // Drafts never take every row a prompt could use: while prompts wait or are being prefilled, at most half
+  // of what the decode rows leave (else a batch of drafting streams would hold new requests off until it
+  // ends).
+  bool prompts = !waiting_.empty();
+  for (const auto& s : running_) prompts = prompts || static_cast<int>(s->tokens.size()) - s->computed > 1;
+  const int rows_left = *budget - D;
+  int draft_rows =
+      std::min(prompts ? rows_left / 2 : rows_left, model_->options().max_logit_rows - opt_.max_batch);
   std::vector<int32_t> draft;
   for (Sequence* s : decodes) {
     const int len = static_cast<int>(s->tokens.size());

@@ -235,5 +235,48 @@ TEST_F(SpeculativeTest, NoDraftsAboveTheBatchLimit) {
   EXPECT_GT(metrics_.spec_drafts, 0u);
 }
 
+// Drafts leave room for prompts: with 5 rows a step, a drafting stream (1 + 4 rows) would leave none for a
+// waiting request's prompt; it takes at most half of what its decode row leaves, so the new request starts at
+// once and streams beside it.
+TEST_F(SpeculativeTest, DraftsLeaveRowsForWaitingPrompts) {
+  auto be = MakeCpuFastBackend();
+  InferenceModelOptions mo;
+  mo.num_blocks = 64;
+  mo.max_rows = 5;
+  mo.max_seqs = 2;
+  mo.max_logit_rows = 16;
+  EngineOptions eo;
+  eo.max_batch = 2;
+  eo.max_batch_tokens = 5;
+  eo.speculative.num_tokens = 4;
+  eo.speculative.lookup_min = 1;
+  Engine e(InferenceModel::Create(be.get(), run_->cfg, run_->params, mo).value(), run_->tok.get(), eo,
+           &metrics_);
+  GenerationRequest loop = Requests()[0];
+  loop.max_tokens = 100;
+  auto first = e.Submit(loop).value();
+  for (int i = 0; i < 8; i++) e.Step();  // decoding and drafting
+  ASSERT_GT(metrics_.spec_drafts, 0u);
+  GenerationRequest next = Requests()[1];
+  next.max_tokens = 4;
+  auto second = e.Submit(next).value();
+  std::vector<GenerationEvent> events;
+  bool first_done = false;
+  int steps = 0;
+  for (; steps < 1000; steps++) {
+    e.Step();
+    events.clear();
+    first->Wait(&events, std::chrono::milliseconds(0));
+    for (const auto& ev : events) first_done = first_done || ev.finish != FinishReason::kNone;
+    events.clear();
+    second->Wait(&events, std::chrono::milliseconds(0));
+    if (std::any_of(events.begin(), events.end(),
+                    [](const auto& ev) { return ev.finish != FinishReason::kNone; }))
+      break;
+  }
+  EXPECT_FALSE(first_done) << "the second request waited for the first to end";
+  EXPECT_LT(steps, 20);
+}
+
 }  // namespace
 }  // namespace tern
