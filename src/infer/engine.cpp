@@ -337,7 +337,6 @@ void Engine::Preempt(Sequence* s) {
   blocks_.Unreserve(s->reserved);
   s->reserved = 0;
   s->computed = s->published = 0;
-  s->preemptions++;
   metrics_->preemptions++;
   metrics_->queue_length++;
   // First among the waiting ones of its priority: it arrived before them.

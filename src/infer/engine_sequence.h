@@ -44,7 +44,6 @@ struct Engine::Sequence {
   int logit_rows = 0;    // rows of the current logits that are its (prompt rows being scored, then the last)
   bool samples = false;  // the last of its rows gives its next token
   bool done = false;
-  int preemptions = 0;  // times its blocks were taken for a request of a lower priority value
 
   // Prompt rows are scored during the first prefill only: a sequence preempted after it (it has generated
   // tokens) computes its prompt again without scoring it.
