@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <unordered_map>
 
 #include <omp.h>
 
@@ -286,14 +287,20 @@ int Engine::kv_blocks_used() const {
   return kv_used_;
 }
 
+// The leading blocks of a sequence the prefix cache may supply. At least the last token is always computed:
+// its logits give the next token. A prompt being scored computes every token (cached blocks hold keys and
+// values, not logits). A preempted sequence looks up its prompt and the tokens it generated.
+int Engine::MaxPrefixBlocks(const Sequence& seq) const {
+  const int bs = blocks_.block_size();
+  if (seq.decoding()) return (static_cast<int>(seq.tokens.size()) - 1) / bs;
+  return seq.req.prompt_logprobs ? 0 : (seq.prompt_len - 1) / bs;
+}
+
 bool Engine::Admit(Sequence* seq) {
   const int bs = blocks_.block_size(), P = seq->prompt_len, len = static_cast<int>(seq->tokens.size());
   const int total = (KvTokens(seq->req) + bs - 1) / bs;
-  // At least the last token is always computed: its logits give the next token. A prompt being scored
-  // computes every token (cached blocks hold keys and values, not logits). A preempted sequence looks up its
-  // prompt and the tokens it generated.
   const bool resumed = seq->decoding();
-  const int max_prefix = resumed ? (len - 1) / bs : seq->req.prompt_logprobs ? 0 : (P - 1) / bs;
+  const int max_prefix = MaxPrefixBlocks(*seq);
   std::vector<uint64_t> hashes;
   const uint64_t q0 = blocks_.prefix_queries(), h0 = blocks_.prefix_hits();
   const uint64_t root = PrefixRoot(seq->req.adapter);
@@ -356,9 +363,23 @@ void Engine::PreemptForWaiting() {
   if (!opt_.priority_preemption || waiting_.empty()) return;
   const Sequence* w = waiting_.front().get();
   const int bs = blocks_.block_size();
-  const int need = (KvTokens(w->req) + bs - 1) / bs;  // without the prefix cache's help: conservative
-  int slots = opt_.max_batch - static_cast<int>(running_.size()), blocks = blocks_.available();
-  if (slots > 0 && blocks >= need) return;
+  const int total = (KvTokens(w->req) + bs - 1) / bs;
+  // Would Admit take w once the chosen victims are gone? It needs `total` blocks less the cached prefix
+  // blocks someone still holds (a cached-free one it takes back costs what it saves); a victim returns its
+  // promises and the blocks nobody else holds (shared prefix blocks stay with their other holders).
+  const std::vector<int32_t> hits = blocks_.FindPrefix(w->tokens.data(), static_cast<int>(w->tokens.size()),
+                                                       MaxPrefixBlocks(*w), PrefixRoot(w->req.adapter));
+  std::unordered_map<int32_t, int> dropped;  // block -> holders among the victims
+  int slots = opt_.max_batch - static_cast<int>(running_.size()), freed = 0;
+  auto fits = [&] {
+    int held = 0;
+    for (int32_t b : hits) {
+      const auto it = dropped.find(b);
+      held += blocks_.holders(b) - (it == dropped.end() ? 0 : it->second) > 0;
+    }
+    return slots > 0 && total - held <= blocks_.available() + freed;
+  };
+  if (fits()) return;
   std::vector<Sequence*> victims;
   for (auto& s : running_)
     if (s->req.priority > w->req.priority && s->decoding() && s->forks.empty()) victims.push_back(s.get());
@@ -366,11 +387,12 @@ void Engine::PreemptForWaiting() {
     return a->req.priority != b->req.priority ? a->req.priority > b->req.priority : a->arrival > b->arrival;
   });
   size_t k = 0;
-  for (; k < victims.size() && (slots <= 0 || blocks < need); k++) {
+  for (; k < victims.size() && !fits(); k++) {
     slots++;
-    blocks += static_cast<int>(victims[k]->blocks.size()) + victims[k]->reserved;  // (shared ones: fewer)
+    freed += victims[k]->reserved;
+    for (int32_t b : victims[k]->blocks) freed += blocks_.holders(b) == ++dropped[b];
   }
-  if (slots <= 0 || blocks < need) return;
+  if (!fits()) return;  // even all of them would not make room: nobody is preempted for nothing
   for (size_t i = 0; i < k; i++) Preempt(victims[i]);
 }
 

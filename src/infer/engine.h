@@ -171,6 +171,7 @@ class Engine {
   struct Sequence;
   void Run();
   bool Admit(Sequence* seq);
+  int MaxPrefixBlocks(const Sequence& seq) const;
   int PrefillRows(const Sequence& seq, int budget) const;
   void AddDecodes(std::vector<Sequence*>* in_batch, int* budget);
   void PreemptForWaiting();

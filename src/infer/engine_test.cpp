@@ -352,6 +352,58 @@ TEST_F(EngineTest, PreemptedSequencesReturnWhatTheyWouldHaveAlone) {
   }
 }
 
+// Preemption counts blocks as Admit will: a waiting request whose prompt the prefix cache holds (in a running
+// sequence's blocks) needs fewer new blocks, and fits without preempting anyone.
+TEST_F(EngineTest, PreemptionCountsTheBlocksThePrefixCacheSupplies) {
+  auto be = MakeCpuFastBackend();
+  GenerationRequest low = Greedy(Prompt(48, 1), 20), high = low;  // 48 + 20 - 1 positions: 5 blocks of 16
+  low.priority = 10;
+  auto alone_engine = MakeEngine(be.get());
+  const Outcome alone = RunToEnd(*alone_engine, {Submit(*alone_engine, low)})[0];
+  // 8 blocks: 5 for the running one, 3 left; the second needs 5 less the 2 cached blocks of the shared
+  // prompt.
+  auto e = MakeEngine(be.get(), Quantize::kNone, 64, /*num_blocks=*/8);
+  std::vector<std::shared_ptr<RequestHandle>> handles = {Submit(*e, low)};
+  for (int i = 0; i < 3; i++) e->Step();
+  handles.push_back(Submit(*e, high));
+  e->Step();
+  EXPECT_EQ(metrics_.preemptions, 0u) << "the prefix cache made room: nobody needed to go";
+  const auto out = RunToEnd(*e, handles);
+  EXPECT_EQ(out[0].tokens, alone.tokens);
+  EXPECT_EQ(out[1].tokens, alone.tokens);  // the same greedy request
+  EXPECT_EQ(out[1].cached_tokens, 32);
+  EXPECT_EQ(metrics_.preemptions, 0u);
+  EXPECT_EQ(e->kv_blocks_used(), 0);
+}
+
+// A victim's prefix blocks that a request which stays also holds are not freed by preempting it: when that
+// leaves too few blocks, nobody is preempted (for nothing) until it would make room.
+TEST_F(EngineTest, NoPreemptionThatWouldNotMakeRoom) {
+  auto be = MakeCpuFastBackend();
+  GenerationRequest keep = Greedy(Prompt(32, 2), 8), victim = keep, urgent = Greedy(Prompt(20, 3), 44);
+  keep.priority = urgent.priority = -5;  // the same priority: `keep` is never a victim of `urgent`
+  victim.priority = 10;
+  // 6 blocks: keep 3 (39 positions), victim 3 of which the first is keep's: 1 left; urgent needs 4 (63
+  // positions). Preempting the victim frees 2, not 3.
+  auto e = MakeEngine(be.get(), Quantize::kNone, 64, /*num_blocks=*/6);
+  std::vector<std::shared_ptr<RequestHandle>> handles = {Submit(*e, keep)};
+  e->Step();
+  handles.push_back(Submit(*e, victim));
+  e->Step();
+  e->Step();
+  handles.push_back(Submit(*e, urgent));
+  e->Step();
+  EXPECT_EQ(metrics_.preemptions, 0u);
+  const auto out = RunToEnd(*e, handles);
+  EXPECT_EQ(out[0].completion_tokens, 8);
+  EXPECT_EQ(out[1].completion_tokens, 8);
+  EXPECT_EQ(out[2].completion_tokens, 44);
+  // Once `keep` has ended, the shared block is the victim's alone: preempting it then makes room (1 + 3 of
+  // 4).
+  EXPECT_EQ(metrics_.preemptions, 1u);
+  EXPECT_EQ(e->kv_blocks_used(), 0);
+}
+
 TEST_F(EngineTest, AdmissionWaitsForKvBlocksAndRefusesWhatNeverFits) {
   auto be = MakeCpuFastBackend();
   auto engine = MakeEngine(be.get(), Quantize::kNone, 64, /*num_blocks=*/6, /*max_queue=*/2);

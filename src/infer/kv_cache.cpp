@@ -16,6 +16,16 @@ uint64_t BlockManager::ChainHash(uint64_t parent_hash, const int32_t* tokens) co
   return XXH3_64bits_withSeed(tokens, static_cast<size_t>(block_size_) * sizeof(int32_t), parent_hash);
 }
 
+int32_t BlockManager::Lookup(uint64_t parent, const int32_t* tokens, uint64_t* hash) const {
+  *hash = ChainHash(parent, tokens);
+  const auto it = published_.find(*hash);
+  if (it == published_.end()) return -1;
+  const Block& b = blocks_[it->second];
+  if (b.parent_hash != parent || std::memcmp(b.tokens.data(), tokens, block_size_ * sizeof(int32_t)) != 0)
+    return -1;
+  return it->second;
+}
+
 std::vector<int32_t> BlockManager::AcquirePrefix(const int32_t* tokens, int n, int max_blocks,
                                                  std::vector<uint64_t>* hashes, uint64_t root) {
   std::vector<int32_t> found;
@@ -23,13 +33,11 @@ std::vector<int32_t> BlockManager::AcquirePrefix(const int32_t* tokens, int n, i
   uint64_t parent = root;
   const int full = std::min(n / block_size_, max_blocks);
   for (int i = 0; i < full; i++) {
-    const int32_t* t = tokens + static_cast<size_t>(i) * block_size_;
-    const uint64_t h = ChainHash(parent, t);
+    uint64_t h = 0;
     prefix_queries_++;
-    auto it = published_.find(h);
-    if (it == published_.end()) break;
-    Block& b = blocks_[it->second];
-    if (b.parent_hash != parent || std::memcmp(b.tokens.data(), t, block_size_ * sizeof(int32_t)) != 0) break;
+    const int32_t id = Lookup(parent, tokens + static_cast<size_t>(i) * block_size_, &h);
+    if (id < 0) break;
+    Block& b = blocks_[id];
     if (b.refs == 0 && available() <= 0) break;  // every cached-free block is promised to running sequences
     prefix_hits_++;
     if (b.refs == 0) {
@@ -37,9 +45,22 @@ std::vector<int32_t> BlockManager::AcquirePrefix(const int32_t* tokens, int n, i
       used_++;
     }
     b.refs++;
-    found.push_back(it->second);
+    found.push_back(id);
     hashes->push_back(h);
     parent = h;
+  }
+  return found;
+}
+
+std::vector<int32_t> BlockManager::FindPrefix(const int32_t* tokens, int n, int max_blocks,
+                                              uint64_t root) const {
+  std::vector<int32_t> found;
+  uint64_t parent = root;
+  const int full = std::min(n / block_size_, max_blocks);
+  for (int i = 0; i < full; i++) {
+    const int32_t id = Lookup(parent, tokens + static_cast<size_t>(i) * block_size_, &parent);
+    if (id < 0) break;
+    found.push_back(id);
   }
   return found;
 }

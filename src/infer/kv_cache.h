@@ -41,6 +41,11 @@ class BlockManager {
   std::vector<int32_t> AcquirePrefix(const int32_t* tokens, int n, int max_blocks,
                                      std::vector<uint64_t>* hashes, uint64_t root = 0);
 
+  // The blocks AcquirePrefix would find now, without acquiring them or counting the lookups (planning).
+  std::vector<int32_t> FindPrefix(const int32_t* tokens, int n, int max_blocks, uint64_t root = 0) const;
+  // How many sequences hold `block` (0: free or cached-free).
+  int holders(int32_t block) const { return blocks_[block].refs; }
+
   // Promises n blocks to a sequence; false (and nothing promised) when fewer are available.
   bool Reserve(int n);
   void Unreserve(int n);
@@ -71,6 +76,9 @@ class BlockManager {
     std::list<int32_t>::iterator lru_pos;  // valid while cached-free
   };
   uint64_t ChainHash(uint64_t parent_hash, const int32_t* tokens) const;
+  // The published block holding tokens[0..block_size) after the chain `parent` (-1: none); *hash gets its
+  // hash.
+  int32_t Lookup(uint64_t parent, const int32_t* tokens, uint64_t* hash) const;
 
   int block_size_;
   std::vector<Block> blocks_;
