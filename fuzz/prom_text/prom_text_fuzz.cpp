@@ -1,6 +1,7 @@
 // tern serve's /metrics text as `tern diagnose --serve` reads it (ParsePromText, src/report/prom_text.h).
-// What it promises, checked on every input it accepts: each sample has a valid name, and writing the samples
-// out again in the format (label values escaped) reads back the same samples.
+// What it promises, checked on every input it accepts: each sample has a valid name, writing the samples out
+// again in the format (label values escaped) reads back the same samples, and the window between a scrape and
+// itself (PromDelta) keeps every sample with the cumulative ones at 0.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -52,6 +53,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto &a = (*samples)[i], &b = (*again)[i];
     const bool same_value = a.value == b.value || (std::isnan(a.value) && std::isnan(b.value));
     if (a.name != b.name || a.labels != b.labels || !same_value) __builtin_trap();
+  }
+  // A window between the scrape and itself (tern diagnose --since): an error (a duplicate sample may "fall")
+  // or every sample kept, a cumulative one of a finite value at 0.
+  const tern::report::PromMetrics m(*samples);
+  auto delta = tern::report::PromDelta(m, m);
+  if (delta.ok()) {
+    if (delta->samples().size() != samples->size()) __builtin_trap();
+    bool unique = samples->size() <= 256;  // (the check below is quadratic)
+    for (size_t i = 0; i < samples->size() && unique; i++)
+      for (size_t j = 0; j < i && unique; j++)
+        unique = (*samples)[i].name != (*samples)[j].name || (*samples)[i].labels != (*samples)[j].labels;
+    for (const auto& s : delta->samples())
+      if (unique && tern::report::IsCumulative(s) && std::isfinite(s.value) && s.value != 0) __builtin_trap();
   }
   return 0;
 }

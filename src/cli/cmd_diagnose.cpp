@@ -1,19 +1,25 @@
 // tern diagnose RUN_DIR [--json] [--calibration bench.json]: the diagnosis rules of report/diagnose.h over a
 // run's records, the findings ranked by $ cost, each with its evidence and fix (docs/report.md, "Diagnosis").
-// tern diagnose --serve URL|FILE: the serving rules of report/serve_diagnose.h over tern serve's /metrics.
+// tern diagnose --serve URL|FILE [--since FILE | --window DURATION] [--save FILE]: the serving rules of
+// report/serve_diagnose.h over tern serve's /metrics, since the server started or over a window.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "core/file_util.h"
 #include "plan/catalog.h"
 #include "plan/defaults.h"
+#include "plan/units.h"
 #include "report/diagnose.h"
 #include "report/run_input.h"
 #include "report/serve_diagnose.h"
@@ -25,7 +31,8 @@ struct DiagnoseCliOptions {
   std::string run_dir, calibration;
   bool json = false;
   report::DiagnoseOptions rules;
-  std::string serve, api_key;  // --serve URL|FILE; the key /metrics needs (else $TERN_API_KEY)
+  std::string serve, api_key;       // --serve URL|FILE; the key /metrics needs (else $TERN_API_KEY)
+  std::string since, window, save;  // an earlier scrape; a wait between two scrapes; where to keep the scrape
   report::ServeDiagnoseOptions serve_rules;
 };
 
@@ -63,19 +70,64 @@ Result<std::string> ReadMetricsText(const std::string& source, const std::string
   return ss.str();
 }
 
+// A scrape read and checked to be tern serve's.
+Result<report::PromMetrics> ReadScrape(const std::string& source, const std::string& api_key,
+                                       std::string* text_out = nullptr) {
+  auto text = ReadMetricsText(source, api_key);
+  if (!text.ok()) return text.status();
+  auto samples = report::ParsePromText(*text);
+  if (!samples.ok()) return Status::InvalidArgument(source + ": " + samples.status().message());
+  report::PromMetrics metrics(std::move(*samples));
+  if (!metrics.Has("tern_busy_seconds_total"))
+    return Status::InvalidArgument(source + " is not tern serve's /metrics (no tern_busy_seconds_total)");
+  if (text_out) *text_out = std::move(*text);
+  return metrics;
+}
+
+bool IsUrl(const std::string& s) {
+  return s.rfind("http://", 0) == 0 || s.rfind("https://", 0) == 0;
+}
+
 int RunServeDiagnose(const DiagnoseCliOptions& o) {
   auto fail = [](const Status& st) {
     std::fprintf(stderr, "tern diagnose: %s\n", st.message().c_str());
     return 1;
   };
-  auto text = ReadMetricsText(o.serve, o.api_key);
-  if (!text.ok()) return fail(text.status());
-  auto samples = report::ParsePromText(*text);
-  if (!samples.ok()) return fail(samples.status());
-  const report::PromMetrics metrics(std::move(*samples));
-  if (!metrics.Has("tern_busy_seconds_total"))
+  if (!o.since.empty() && !o.window.empty())
     return fail(
-        Status::InvalidArgument(o.serve + " is not tern serve's /metrics (no tern_busy_seconds_total)"));
+        Status::InvalidArgument("--since and --window both set: give one (an earlier scrape, or a wait)"));
+  std::optional<report::PromMetrics> before;
+  std::string source = o.serve;
+  if (!o.since.empty()) {
+    auto b = ReadScrape(o.since, o.api_key);
+    if (!b.ok()) return fail(b.status());
+    before = std::move(*b);
+    source = o.serve + " since " + o.since;
+  } else if (!o.window.empty()) {
+    if (!IsUrl(o.serve))
+      return fail(Status::InvalidArgument(
+          "--window needs a live server (--serve http://HOST:PORT); for two saved scrapes use --since OLD"));
+    auto hours = plan::ParseDurationHours(o.window, "--window");
+    if (!hours.ok()) return fail(hours.status());
+    auto b = ReadScrape(o.serve, o.api_key);
+    if (!b.ok()) return fail(b.status());
+    before = std::move(*b);
+    std::fprintf(stderr, "tern diagnose: read %s; reading it again in %s (Ctrl-C to stop)\n", o.serve.c_str(),
+                 o.window.c_str());
+    std::this_thread::sleep_for(std::chrono::duration<double>(*hours * 3600));
+    source = o.serve + " over " + o.window;
+  }
+  std::string text;
+  auto now = ReadScrape(o.serve, o.api_key, &text);
+  if (!now.ok()) return fail(now.status());
+  if (!o.save.empty())
+    if (Status st = WriteFileAtomic(o.save, text); !st.ok()) return fail(st);
+  report::PromMetrics metrics = std::move(*now);
+  if (before) {
+    auto delta = report::PromDelta(metrics, *before);
+    if (!delta.ok()) return fail(delta.status());
+    metrics = std::move(*delta);
+  }
   const report::ServeSummary summary = report::SummarizeServe(metrics);
   std::optional<plan::Catalog> catalog;
   if (auto dir = plan::FindCatalogDir(); dir.ok())
@@ -83,13 +135,13 @@ int RunServeDiagnose(const DiagnoseCliOptions& o) {
       catalog = std::move(*c);
   const auto findings = report::DiagnoseServe(summary, o.serve_rules, catalog ? &*catalog : nullptr);
   if (o.json) {
-    nlohmann::json j = {{"source", o.serve},
+    nlohmann::json j = {{"source", source},
                         {"summary", report::ServeSummaryJson(summary)},
                         {"findings", nlohmann::json::array()}};
     for (const auto& f : findings) j["findings"].push_back(report::ToJson(f));
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::fputs(report::FormatServeFindings(o.serve, summary, findings).c_str(), stdout);
+    std::fputs(report::FormatServeFindings(source, summary, findings).c_str(), stdout);
   }
   return 0;
 }
@@ -134,6 +186,16 @@ void AddDiagnoseCommand(CLI::App& root, CommandTable& table) {
          "for the load it saw")
       ->excludes(run_dir);
   sub->add_option("--api-key", o->api_key, "with --serve URL: the server's API key (default $TERN_API_KEY)");
+  sub->add_option(
+      "--since", o->since,
+      "with --serve: an earlier scrape of the same server (a file, e.g. from --save): diagnose what "
+      "happened between it and now, not since the server started");
+  sub->add_option(
+      "--window", o->window,
+      "with --serve URL: read /metrics, wait this long (30s, 15m, 1h), read it again and diagnose "
+      "that window");
+  sub->add_option("--save", o->save,
+                  "with --serve: also write the (latest) scrape to this file, for a later --since");
   sub->add_flag("--json", o->json,
                 "the findings as JSON: rule, evidence, numbers, step_fraction, usd_per_hour, fix");
   sub->add_option("--calibration", o->calibration,
@@ -148,7 +210,9 @@ void AddDiagnoseCommand(CLI::App& root, CommandTable& table) {
   sub->footer("\n" + report::RulesHelp(o->rules) + "\n" + report::ServeRulesHelp(o->serve_rules) +
               "\nA rule that does not apply prints nothing. Rules, thresholds and sources: docs/report.md.\n"
               "Example: tern diagnose runs/demo --calibration bench.json\n"
-              "         tern diagnose --serve http://127.0.0.1:8080\n");
+              "         tern diagnose --serve http://127.0.0.1:8080\n"
+              "         tern diagnose --serve http://127.0.0.1:8080 --window 15m     # the last 15 minutes\n"
+              "         tern diagnose --serve URL --since monday.prom --save today.prom\n");
   table.Add(sub, [o] { return RunDiagnose(*o); });
 }
 

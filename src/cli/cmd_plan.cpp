@@ -42,6 +42,7 @@ struct PlanFlags {
   // --serve: the serving plan (plan/serve_plan.h)
   bool serve = false;
   double requests_per_s = 0, max_tpot_ms = 100, max_ttft_s = 0, burst = -1;
+  double speculative_tokens = 0, acceptance = -1;  // --speculative-tokens, --acceptance (-1: not given)
   int prompt_tokens = 512, completion_tokens = 256;
   std::string weights, kv_dtype;  // empty: the --calibrate serving bench's, else bf16
 };
@@ -217,6 +218,12 @@ Result<int> RunServePlan(const PlanFlags& f, const PlanDefaults& defaults) {
   req.load.max_tpot_ms = f.max_tpot_ms;
   req.load.max_ttft_s = f.max_ttft_s;
   if (f.burst > 0) req.load.burst = f.burst;
+  if (f.speculative_tokens > 0 && f.acceptance < 0)
+    return Status::InvalidArgument(
+        "--speculative-tokens needs --acceptance A: the share of draft tokens kept (accepted / drafted; "
+        "`tern diagnose --serve` or `tern generate --stats` measures it)");
+  req.load.speculative_tokens = f.speculative_tokens;
+  req.load.acceptance = std::max(0.0, f.acceptance);
   if (bench) {
     // The fitted constants are those of the measured formats: planning others from them would be a guess.
     for (const auto& [flag, given, measured] :
@@ -443,6 +450,11 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
                     "tern serve --weights: fp32 | bf16 | int8 (default bf16, or the --calibrate bench's)");
   serve->add_option("--kv-dtype", flags->kv_dtype,
                     "tern serve --kv-dtype: fp32 | bf16 (default bf16, or the --calibrate bench's)");
+  serve->add_option("--speculative-tokens", flags->speculative_tokens,
+                    "tern serve --speculative-tokens: draft tokens each decode step verifies (a mean from "
+                    "`tern diagnose --serve` may be fractional); needs --acceptance");
+  serve->add_option("--acceptance", flags->acceptance,
+                    "with --speculative-tokens: the share of draft tokens kept, 0..1 (docs/speculative.md)");
   serve->add_option("--lora-adapters", flags->lora_adapters,
                     "LoRA fine-tunes served beside the model on each replica (tern serve --lora), of "
                     "--lora-rank (default 16): their memory and the bytes each decode step reads");

@@ -208,7 +208,9 @@ TEST_F(ServeCliTest, DiagnoseServeReadsTheServersMetrics) {
   const auto [denied_code, denied] = diagnose({"--serve", url}, "d0.log");
   EXPECT_EQ(denied_code, 1);
   EXPECT_NE(denied.find("needs an API key"), std::string::npos) << denied;
-  const auto [code, out] = diagnose({"--serve", url, "--api-key", "sk-diag", "--json"}, "d1.log");
+  const fs::path before = fs::path(run_->dir.path()) / "before.prom";
+  const auto [code, out] =
+      diagnose({"--serve", url, "--api-key", "sk-diag", "--json", "--save", before.string()}, "d1.log");
   ASSERT_EQ(code, 0) << out;
   const json j = json::parse(out);
   EXPECT_EQ(j["summary"]["requests"], 2);
@@ -228,6 +230,37 @@ TEST_F(ServeCliTest, DiagnoseServeReadsTheServersMetrics) {
   EXPECT_EQ(file_code, 0) << text;
   EXPECT_NE(text.find("base on cpu"), std::string::npos) << text;
   EXPECT_NE(text.find("[idle_server]"), std::string::npos) << text;
+  // A window: --since the scrape --save kept, then --window over the live server; each counts only the
+  // requests made in it (3, then 1), not the 2 before.
+  for (int i = 0; i < 3; i++)
+    ASSERT_EQ(client.Post("/v1/completions", auth, R"({"prompt":"And","max_tokens":2})", "application/json")
+                  ->status,
+              200);
+  const auto [since_code, since_out] =
+      diagnose({"--serve", url, "--api-key", "sk-diag", "--json", "--since", before.string()}, "d3.log");
+  ASSERT_EQ(since_code, 0) << since_out;
+  const json js = json::parse(since_out);
+  EXPECT_EQ(js["summary"]["requests"], 3) << since_out;
+  EXPECT_EQ(js["summary"]["completion_tokens"], 2) << since_out;
+  EXPECT_GT(js["summary"]["hours"].get<double>(), 0);
+  EXPECT_NE(js["source"].get<std::string>().find("since"), std::string::npos);
+  testing::Child windowed(
+      {tern_.string(), "diagnose", "--serve", url, "--api-key", "sk-diag", "--json", "--window", "3s"}, {},
+      run_->dir / "d4.log");
+  for (int i = 0; i < 300 && ReadAll(run_->dir / "d4.log").find("reading it again") == std::string::npos; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // after its first read
+  ASSERT_EQ(
+      client.Post("/v1/completions", auth, R"({"prompt":"And","max_tokens":2})", "application/json")->status,
+      200);
+  ASSERT_EQ(windowed.Wait(), 0) << ReadAll(run_->dir / "d4.log");
+  const std::string wout = ReadAll(run_->dir / "d4.log");
+  const json jw = json::parse(wout.substr(wout.find('{')));
+  EXPECT_EQ(jw["summary"]["requests"], 1) << wout;
+  EXPECT_GE(jw["summary"]["hours"].get<double>() * 3600, 2.9) << wout;  // the wait, and the reads around it
+  EXPECT_LT(jw["summary"]["hours"].get<double>() * 3600, 30) << wout;
+  const auto [bad_code, bad] = diagnose({"--serve", saved.string(), "--window", "1s"}, "d5.log");
+  EXPECT_EQ(bad_code, 1);
+  EXPECT_NE(bad.find("--since"), std::string::npos) << bad;
   serve.Signal(SIGTERM);
   EXPECT_EQ(serve.Wait(), 0) << ReadAll(log);
 }

@@ -83,9 +83,9 @@ std::optional<ReplicaModel> MakeReplicaModel(const GpuSpec& gpu, const ServeRequ
   return r;
 }
 
-double ReplicaModel::StepSeconds(double b) const {
+double ReplicaModel::StepSeconds(double b, double rows) const {
   return overhead_s + std::max((weight_bytes + b * kv_bytes_per_token * ctx_mean) / bandwidth,
-                               b * decode_flops / (peak_flops * decode_mfu));
+                               b * rows * decode_flops / (peak_flops * decode_mfu));
 }
 
 PlanDefaults ServeCalibration::Apply(const PlanDefaults& d) const {
@@ -104,11 +104,13 @@ ReplicaState ReplicaModel::At(double lambda, const ServeLoad& load) const {
     s.why = fmt::format("prefill alone needs {:.2f} of the GPU's time at this rate", s.rho);
     return s;
   }
-  // b = lambda * G * t(b) / (1 - rho), t(b) = overhead + max(W + b KV, b F) in seconds.
-  const double k = lambda * load.completion_tokens / (1 - s.rho);
+  // b = lambda * G * t(b) / (tau (1 - rho)), t(b) = overhead + max(W + b KV, b r F) in seconds: each sequence
+  // needs G / tau steps of r rows (speculative decoding: tau tokens per step, r = 1 + drafts; else both 1).
+  const double tau = load.TokensPerStep(), rows = load.RowsPerStep();
+  const double k = lambda * load.completion_tokens / (tau * (1 - s.rho));
   const double a_mem = overhead_s + weight_bytes / bandwidth;
   const double s_mem = kv_bytes_per_token * ctx_mean / bandwidth;
-  const double s_flop = decode_flops / (peak_flops * decode_mfu);
+  const double s_flop = rows * decode_flops / (peak_flops * decode_mfu);
   const double b_mem = FixedPoint(k, a_mem, s_mem), b_flop = FixedPoint(k, overhead_s, s_flop);
   if (b_mem < 0 || b_flop < 0) {
     s.why = "decoding cannot keep up with the arrivals (the batch grows without bound)";
@@ -116,8 +118,8 @@ ReplicaState ReplicaModel::At(double lambda, const ServeLoad& load) const {
   }
   s.batch = std::max(b_mem, b_flop);
   s.memory_bound = b_mem >= b_flop;
-  s.step_s = StepSeconds(s.batch);
-  s.tpot_s = s.step_s / (1 - s.rho);
+  s.step_s = StepSeconds(s.batch, rows);
+  s.tpot_s = s.step_s / (tau * (1 - s.rho));
   s.ttft_s = prefill_s / (1 - s.rho) + s.step_s;
   if (s.batch > max_batch) {
     s.why =
@@ -158,6 +160,11 @@ Result<ServePlan> MakeServePlan(const Catalog& cat, const ServeRequest& req, con
         "--requests-per-s, --prompt-tokens and --completion-tokens must be positive, e.g. --requests-per-s 5 "
         "--prompt-tokens 512 --completion-tokens 256");
   if (!(load.max_tpot_ms > 0)) return Status::InvalidArgument("--max-tpot-ms must be positive, e.g. 50");
+  if (!(load.speculative_tokens >= 0 && load.speculative_tokens <= 64) ||
+      !(load.acceptance >= 0 && load.acceptance <= 1))
+    return Status::InvalidArgument(
+        "--speculative-tokens must be 0..64 (mean draft tokens per decode step) and --acceptance 0..1 (the "
+        "share of them kept; `tern diagnose --serve` measures both on a server)");
   if (req.weights != "fp32" && req.weights != "bf16" && req.weights != "int8")
     return Status::InvalidArgument("--weights must be fp32, bf16 or int8 (tern serve --weights)");
   const bool cpu_calibrated = req.calibration && req.calibration->device == "cpu";
@@ -262,6 +269,13 @@ Result<ServePlan> MakeServePlan(const Catalog& cat, const ServeRequest& req, con
       std::all_of(plan.rows.begin(), plan.rows.end(), [](const ServeRow& r) { return r.calibrated; });
   plan.notes.push_back(fmt::format("one tern serve replica per GPU; sized for {:g} req/s x burst {:g}",
                                    load.requests_per_s, burst));
+  if (load.speculative_tokens > 0)
+    plan.notes.push_back(fmt::format(
+        "speculative decoding: each decode step verifies {:.2g} draft tokens per sequence ({:.2g} rows) and "
+        "keeps {:.0f}% of them, {:.2f} tokens per step: a memory-bound step's read is shared by its tokens, "
+        "a "
+        "compute-bound step pays every row (docs/speculative.md)",
+        load.speculative_tokens, load.RowsPerStep(), 100 * load.acceptance, load.TokensPerStep()));
   if (const ServeCalibration* c = req.calibration ? &*req.calibration : nullptr) {
     std::string errors;
     for (const auto& p : c->points)
@@ -346,6 +360,8 @@ std::string RenderServePlan(const ServePlan& p, const Catalog& cat, int top, boo
         BillingName(best.billing), best.replicas, 100 * r.load.requests_per_s / best.capacity_rps,
         cat.GpuOf(cat.offers[best.offer]).generation == GpuGeneration::kCpu ? "cpu" : "cuda", r.weights,
         r.kv_dtype, best.serve_max_batch, std::ceil(best.kv_cache_mb));
+    if (r.load.speculative_tokens > 0)
+      out += fmt::format(" --speculative-tokens {:.0f}", std::ceil(r.load.speculative_tokens));
     // A spot replica drains at the preemption notice (docs/serving.md, "Shutdown and spot instances").
     const std::string& provider = cat.offers[best.offer].provider;
     if (best.billing == Billing::kSpot && (provider == "aws" || provider == "gcp"))
@@ -377,7 +393,9 @@ nlohmann::json ServePlanJson(const ServePlan& p, const Catalog& cat, int top) {
                {"prompt_tokens", r.load.prompt_tokens},
                {"completion_tokens", r.load.completion_tokens},
                {"max_tpot_ms", r.load.max_tpot_ms},
-               {"max_ttft_s", r.load.max_ttft_s}};
+               {"max_ttft_s", r.load.max_ttft_s},
+               {"speculative_tokens", r.load.speculative_tokens},
+               {"acceptance", r.load.acceptance}};
   j["weights"] = r.weights;
   j["kv_dtype"] = r.kv_dtype;
   j["lora"] = r.lora_adapters > 0 ? nlohmann::json{{"adapters", r.lora_adapters}, {"rank", r.lora_rank}}

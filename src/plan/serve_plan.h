@@ -36,6 +36,14 @@ struct ServeLoad {
   double max_tpot_ms = 100;     // time per output token a stream may see (about 10 tokens/s to read)
   double max_ttft_s = 0;        // time to the first token; 0 = no target
   std::optional<double> burst;  // plan for the mean rate times this (default: PlanDefaults)
+  // Speculative decoding (tern serve --speculative-tokens, docs/speculative.md): a sequence's decode step
+  // verifies this many draft tokens on average (its rows: 1 + them; 0 = off) ...
+  double speculative_tokens = 0;
+  // ... of which this fraction is kept (accepted / drafted): the step yields 1 + speculative_tokens *
+  // acceptance tokens. `tern diagnose --serve` measures both on a running server.
+  double acceptance = 0;
+  double RowsPerStep() const { return 1 + speculative_tokens; }
+  double TokensPerStep() const { return 1 + speculative_tokens * acceptance; }
 };
 
 // The replica model's constants fitted to a measurement of tern serve's forward on one device
@@ -107,8 +115,9 @@ struct ReplicaModel {
   double ctx_mean = 0;            // prompt + completion / 2
   int max_batch = 0;              // sequences whose full context fits the memory beside the weights
   double decode_mfu = 0;
-  // One decode step of b sequences at the mean context: overhead + max(memory line, compute line).
-  double StepSeconds(double b) const;
+  // One decode step of b sequences at the mean context, each of `rows` rows (1 + its draft tokens): overhead
+  // + max(memory line, compute line). A sequence's drafts read its context once, with its one row.
+  double StepSeconds(double b, double rows = 1) const;
   ReplicaState At(double lambda, const ServeLoad& load) const;  // lambda: requests/s to this replica
 };
 

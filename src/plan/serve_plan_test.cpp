@@ -195,6 +195,40 @@ TEST(ServePlan, TargetsAndMemoryExcludeWithTheReason) {
   EXPECT_NE(kv.status().message().find("CPU only"), std::string::npos);
 }
 
+// Speculative decoding: 4 draft tokens a step, half kept = 3 tokens per step of 5 rows. Memory-bound (GPT-2
+// 124M at 10 req/s on the H100) the step's read is shared by 3 tokens: about a third of the time per token,
+// Little's law still holding; with nothing kept it is no faster, and a compute-bound step pays all 5 rows.
+TEST(ServePlan, SpeculationSharesTheReadAndPaysTheRows) {
+  const Catalog cat = TestCatalog();
+  ServeRequest plain = Request(10), spec = Request(10);
+  spec.load.speculative_tokens = 4;
+  spec.load.acceptance = 0.5;
+  std::string why;
+  const auto rm = MakeReplicaModel(*cat.FindGpu("H100"), plain, PlanDefaults(), &why);
+  ASSERT_TRUE(rm) << why;
+  const ReplicaState a = rm->At(10, plain.load), b = rm->At(10, spec.load);
+  ASSERT_TRUE(a.feasible && b.feasible) << a.why << b.why;
+  EXPECT_TRUE(b.memory_bound);
+  EXPECT_LT(b.tpot_s, 0.36 * a.tpot_s);
+  EXPECT_GT(b.tpot_s, 0.30 * a.tpot_s);
+  EXPECT_NEAR(b.batch, 10 * spec.load.completion_tokens * b.tpot_s, 1e-9 * b.batch);  // Little's law
+  EXPECT_NEAR(b.step_s, rm->StepSeconds(b.batch, 5), 1e-15);
+  ServeRequest none = spec;
+  none.load.acceptance = 0;
+  EXPECT_GE(rm->At(10, none.load).tpot_s, a.tpot_s);
+  // Compute-bound (short contexts: no KV read to speak of), the rows are paid.
+  ReplicaModel short_ctx = *rm;
+  short_ctx.kv_bytes_per_token = 0;
+  EXPECT_NEAR(short_ctx.StepSeconds(4096, 5) - rm->overhead_s,
+              5 * (short_ctx.StepSeconds(4096) - rm->overhead_s), 1e-12);
+  auto ps = MakeServePlan(cat, spec, PlanDefaults());
+  ASSERT_TRUE(ps.ok()) << ps.status().ToString();
+  EXPECT_NE(RenderServePlan(*ps, cat, 3, false, true).find("--speculative-tokens 4"), std::string::npos);
+  EXPECT_EQ(ServePlanJson(*ps, cat, 3)["load"]["acceptance"], 0.5);
+  spec.load.acceptance = 1.5;
+  EXPECT_FALSE(MakeServePlan(cat, spec, PlanDefaults()).ok());
+}
+
 TEST(ServePlanCli, PrintsTheCommandToRunAndJson) {
   const auto tern = testing::FindTernBinary();
   ASSERT_FALSE(tern.empty());
@@ -224,6 +258,9 @@ TEST(ServePlanCli, PrintsTheCommandToRunAndJson) {
   auto [ecode, etext] = run("--model gpt2-124m");
   EXPECT_EQ(ecode, 1);
   EXPECT_NE(etext.find("--requests-per-s"), std::string::npos) << etext;
+  auto [sc, st] = run("--model gpt2-124m --requests-per-s 20 --speculative-tokens 4");
+  EXPECT_EQ(sc, 1);
+  EXPECT_NE(st.find("needs --acceptance"), std::string::npos) << st;
   auto [tcode, ttext] = run("--model gpt2-124m --requests-per-s 5 --max-tpot-ms 0.1");
   EXPECT_EQ(tcode, 3) << "no option meets the target";
 }

@@ -70,10 +70,40 @@ bool ReadValue(std::string_view token, double* v) {
   return !s.empty() && end == s.c_str() + s.size();
 }
 
+// "# TYPE name type" -> types[name] = type; other comments are ignored.
+void ReadTypeComment(std::string_view line, std::map<std::string, std::string>* types) {
+  constexpr std::string_view kType = "TYPE";
+  size_t i = line.find_first_not_of(" \t", 1);  // after '#'
+  if (i == std::string_view::npos || line.substr(i, kType.size()) != kType) return;
+  i += kType.size();
+  if (i >= line.size() || (line[i] != ' ' && line[i] != '\t')) return;
+  while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) i++;
+  std::string name = ReadName(line, &i);
+  while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) i++;
+  const size_t end = line.find_first_of(" \t", i);
+  std::string type(line.substr(i, end == std::string_view::npos ? std::string_view::npos : end - i));
+  if (!name.empty() && !type.empty()) (*types)[std::move(name)] = std::move(type);
+}
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// The type of a sample's family: its own name's, else (X_bucket, X_sum, X_count) X's.
+std::string FamilyType(const std::string& name, const std::map<std::string, std::string>& types) {
+  if (auto it = types.find(name); it != types.end()) return it->second;
+  for (std::string_view suffix : {"_bucket", "_sum", "_count"})
+    if (EndsWith(name, suffix))
+      if (auto it = types.find(name.substr(0, name.size() - suffix.size())); it != types.end())
+        return it->second;
+  return "";
+}
+
 }  // namespace
 
 Result<std::vector<PromSample>> ParsePromText(std::string_view text) {
   std::vector<PromSample> out;
+  std::map<std::string, std::string> types;
   int line_no = 0;
   while (!text.empty()) {
     const size_t nl = text.find('\n');
@@ -83,7 +113,11 @@ Result<std::vector<PromSample>> ParsePromText(std::string_view text) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     size_t i = 0;
     while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) i++;
-    if (i == line.size() || line[i] == '#') continue;
+    if (i == line.size()) continue;
+    if (line[i] == '#') {
+      ReadTypeComment(line.substr(i), &types);
+      continue;
+    }
     auto bad = [&](const char* what) {
       return Status::InvalidArgument(
           fmt::format("metrics line {}: {}: '{}'", line_no, what,
@@ -100,6 +134,7 @@ Result<std::vector<PromSample>> ParsePromText(std::string_view text) {
     if (!ReadValue(line.substr(i, end == std::string_view::npos ? std::string_view::npos : end - i),
                    &s.value))
       return bad("the value is not a number");
+    s.type = FamilyType(s.name, types);
     out.push_back(std::move(s));
   }
   return out;
@@ -132,6 +167,36 @@ std::optional<std::map<std::string, std::string>> PromMetrics::Labels(const std:
   for (const PromSample& s : samples_)
     if (s.name == name) return s.labels;
   return std::nullopt;
+}
+
+bool IsCumulative(const PromSample& s) {
+  if (s.type == "counter") return true;
+  if (s.type == "histogram")
+    return EndsWith(s.name, "_bucket") || EndsWith(s.name, "_sum") || EndsWith(s.name, "_count");
+  if (s.type == "summary") return EndsWith(s.name, "_sum") || EndsWith(s.name, "_count");
+  if (!s.type.empty() && s.type != "untyped") return false;
+  for (std::string_view suffix : {"_total", "_bucket", "_sum", "_count"})
+    if (EndsWith(s.name, suffix)) return true;
+  return false;
+}
+
+Result<PromMetrics> PromDelta(const PromMetrics& now, const PromMetrics& before) {
+  std::map<std::pair<std::string, std::map<std::string, std::string>>, double> earlier;
+  for (const PromSample& s : before.samples())
+    if (IsCumulative(s)) earlier[{s.name, s.labels}] = s.value;
+  std::vector<PromSample> out = now.samples();
+  for (PromSample& s : out) {
+    if (!IsCumulative(s)) continue;
+    const auto it = earlier.find({s.name, s.labels});
+    if (it == earlier.end()) continue;
+    if (s.value < it->second)
+      return Status::InvalidArgument(fmt::format(
+          "{} fell from {} to {} between the two scrapes: the server restarted in between; diagnose the "
+          "newer scrape alone (without --since)",
+          s.name, it->second, s.value));
+    s.value -= it->second;
+  }
+  return PromMetrics(std::move(out));
 }
 
 }  // namespace tern::report

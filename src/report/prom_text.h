@@ -1,6 +1,7 @@
 // Reading the Prometheus text exposition format (version 0.0.4) that `tern serve` writes at /metrics, for
 // `tern diagnose --serve`: samples `name{label="value",...} value [timestamp]`, comments and blank lines
-// skipped. Label values take the format's escapes (\\, \", \n); values are floats, +Inf, -Inf or NaN.
+// skipped but for `# TYPE`, which gives each sample its family's type. Label values take the format's escapes
+// (\\, \", \n); values are floats, +Inf, -Inf or NaN.
 #pragma once
 
 #include <map>
@@ -17,10 +18,17 @@ struct PromSample {
   std::string name;
   std::map<std::string, std::string> labels;
   double value = 0;
+  // The `# TYPE` of its family (counter, gauge, histogram, summary, untyped; a histogram's X_bucket, X_sum
+  // and X_count are its family X's); empty when the text gave none.
+  std::string type;
 };
 
 // Every sample of the text; InvalidArgument naming the line of the first malformed one.
 Result<std::vector<PromSample>> ParsePromText(std::string_view text);
+
+// True for a sample that only grows while its server runs: a counter, a histogram's buckets, sum and count, a
+// summary's sum and count; without a `# TYPE`, a name ending in _total, _bucket, _sum or _count.
+bool IsCumulative(const PromSample& s);
 
 // Lookups over a scrape.
 class PromMetrics {
@@ -37,5 +45,11 @@ class PromMetrics {
  private:
   std::vector<PromSample> samples_;
 };
+
+// What happened between two scrapes of one server (`tern diagnose --serve --since/--window`): every
+// cumulative sample of `now` less the same sample (name and labels) in `before` (absent there: created since,
+// kept whole); gauges as `now` has them. InvalidArgument naming the counter when one fell (the server
+// restarted between the scrapes).
+Result<PromMetrics> PromDelta(const PromMetrics& now, const PromMetrics& before);
 
 }  // namespace tern::report

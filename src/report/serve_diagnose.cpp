@@ -42,10 +42,14 @@ std::string PlanCommand(const ServeSummary& s, double max_tpot_ms) {
     if (p.cfg.n_layer == c.n_layer && p.cfg.n_head == c.n_head && p.cfg.n_embd == c.n_embd &&
         p.cfg.vocab_size == c.vocab_size && p.cfg.block_size == c.block_size)
       model = p.name;
-  return fmt::format(
+  std::string command = fmt::format(
       "tern plan --serve --model {} --weights {} --requests-per-s {:.3g} --prompt-tokens {:.0f} "
       "--completion-tokens {:.0f} --max-tpot-ms {:.0f}",
       model, s.weights, s.requests_per_s, s.prompt_tokens, s.completion_tokens, max_tpot_ms);
+  if (s.spec_draft_tokens > 0)
+    command += fmt::format(" --speculative-tokens {:.2g} --acceptance {:.2g}", s.spec_tokens_per_step,
+                           s.spec_accepted_tokens / s.spec_draft_tokens);
+  return command;
 }
 
 std::optional<Finding> IdleServer(const ServeSummary& s, const ServeDiagnoseOptions& o) {
@@ -142,6 +146,10 @@ std::optional<Finding> CheaperServing(const ServeSummary& s, const ServeDiagnose
   req.load.max_tpot_ms = std::max(1.0, 1000 * s.tpot_s);  // no slower per token than it was
   req.weights = s.weights;
   req.kv_dtype = s.kv_dtype == "int8" ? "bf16" : s.kv_dtype;  // the GPU path has no int8 cache
+  if (s.spec_draft_tokens > 0) {  // the same speculation there: its rows and its accepted tokens per step
+    req.load.speculative_tokens = s.spec_tokens_per_step;
+    req.load.acceptance = s.spec_accepted_tokens / s.spec_draft_tokens;
+  }
   auto plan = plan::MakeServePlan(catalog, req, plan::PlanDefaults{});
   if (!plan.ok() || plan->rows.empty()) return std::nullopt;
   const auto best = std::find_if(plan->rows.begin(), plan->rows.end(), [](const auto& r) { return r.runs; });
@@ -195,8 +203,14 @@ ServeSummary SummarizeServe(const PromMetrics& m) {
   s.preemptions = m.Sum("tern_preemptions_total");
   s.spec_draft_tokens = m.Sum("tern_spec_decode_draft_tokens_total");
   s.spec_accepted_tokens = m.Sum("tern_spec_decode_accepted_tokens_total");
+  // Each sequence step yields one token and its accepted drafts: the steps are the tokens less those.
+  const double generated = m.Sum("tern_generation_tokens_total");
+  if (generated > s.spec_accepted_tokens)
+    s.spec_tokens_per_step = s.spec_draft_tokens / (generated - s.spec_accepted_tokens);
   s.price_per_hour = m.Sum("tern_price_per_hour_usd");
-  s.usd_per_mtok = m.Sum("tern_usd_per_million_generated_tokens");
+  // The server's gauge is over its whole life; from the counters it is over what `m` covers (a window too).
+  s.usd_per_mtok = generated > 0 && s.price_per_hour > 0 ? s.price_per_hour * s.hours / generated * 1e6
+                                                         : m.Sum("tern_usd_per_million_generated_tokens");
   if (auto info = m.Labels("tern_model_info")) {
     GptConfig c{LabelInt(*info, "n_layer"), LabelInt(*info, "n_head"), LabelInt(*info, "n_embd"),
                 LabelInt(*info, "vocab_size"), LabelInt(*info, "block_size")};
@@ -248,6 +262,10 @@ nlohmann::json ServeSummaryJson(const ServeSummary& s) {
                       {"ttft_s", s.ttft_s},
                       {"tpot_s", s.tpot_s},
                       {"batch", s.batch},
+                      {"preemptions", s.preemptions},
+                      {"spec_draft_tokens", s.spec_draft_tokens},
+                      {"spec_accepted_tokens", s.spec_accepted_tokens},
+                      {"spec_draft_tokens_per_step", s.spec_tokens_per_step},
                       {"price_per_hour", s.price_per_hour},
                       {"usd_per_million_generated_tokens", s.usd_per_mtok},
                       {"model", s.model_name},

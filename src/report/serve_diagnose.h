@@ -1,5 +1,6 @@
 // `tern diagnose --serve URL|FILE`: the diagnosis of a running (or scraped) `tern serve` from its /metrics
-// (docs/report.md, "Serving diagnosis"): what the server did since it started, what of its hours was paid for
+// (docs/report.md, "Serving diagnosis"): what the server did since it started (or in a window between two
+// scrapes: PromDelta), what of its hours was paid for
 // nothing or lost, and the fix. The same Finding as a run's diagnosis (diagnose.h), ranked by $ per hour.
 #pragma once
 
@@ -14,7 +15,7 @@
 
 namespace tern::report {
 
-// What the counters say since the server started.
+// What the counters say since the server started (or over the window of a PromDelta).
 struct ServeSummary {
   double hours = 0;                                 // busy + idle
   double busy_fraction = 0;                         // of that time, with a generation request in flight
@@ -28,9 +29,10 @@ struct ServeSummary {
   double refused_capacity = 0;                      // of which 429 for a full queue (not a key's own limits)
   double preemptions = 0;
   double spec_draft_tokens = 0, spec_accepted_tokens = 0;
-  double price_per_hour = 0;       // --price-per-hour (0: not given)
-  double usd_per_mtok = 0;         // the server's $ per 1M generated tokens (0: no price)
-  std::optional<GptConfig> model;  // tern_model_info (servers before it: none)
+  double spec_tokens_per_step = 0;  // draft tokens per sequence step (a step yields 1 + its accepted ones)
+  double price_per_hour = 0;        // --price-per-hour (0: not given)
+  double usd_per_mtok = 0;          // the server's $ per 1M generated tokens (0: no price)
+  std::optional<GptConfig> model;   // tern_model_info (servers before it: none)
   std::string model_name, weights = "fp32", kv_dtype = "fp32", device;
 };
 

@@ -89,6 +89,76 @@ std::vector<std::string> Rules(const Scrape& sc, const plan::Catalog* cat = null
   return names;
 }
 
+// `# TYPE` gives a family's samples their type (a histogram's _bucket, _sum, _count too); cumulative samples
+// are a counter's and a histogram's, or by name (_total, _bucket, _sum, _count) when the text gives no type.
+TEST(ParsePromText, TypesAndCumulativeSamples) {
+  auto s = ParsePromText(
+      "# HELP c A counter.\n# TYPE c counter\nc 1\n# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_sum 3\n"
+      "h_count 2\n#  TYPE   g gauge\ng_total 5\nu_total 1\nu 2\n# TYPE s summary\ns{quantile=\"0.5\"} 1\n"
+      "s_count 4\n");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<std::string> types, cumulative;
+  for (const PromSample& x : *s) {
+    types.push_back(x.type);
+    if (IsCumulative(x)) cumulative.push_back(x.name);
+  }
+  EXPECT_EQ(types, (std::vector<std::string>{"counter", "histogram", "histogram", "histogram", "", "", "",
+                                             "summary", "summary"}));
+  // g_total is not g's family: untyped, cumulative by its name; "g" itself has no sample.
+  EXPECT_EQ(cumulative,
+            (std::vector<std::string>{"c", "h_bucket", "h_sum", "h_count", "g_total", "u_total", "s_count"}));
+}
+
+// Between two scrapes: counters and histograms subtract, gauges keep the newer value, a sample new since the
+// first is kept whole, and a counter that fell (a restart) is an error naming it.
+TEST(PromDelta, SubtractsCountersKeepsGauges) {
+  auto parse = [](const std::string& t) { return PromMetrics(ParsePromText(t).value()); };
+  const std::string types = "# TYPE r counter\n# TYPE l histogram\n# TYPE q gauge\n";
+  const PromMetrics before =
+      parse(types + "r{code=\"200\"} 10\nr{code=\"429\"} 1\nl_sum 2.5\nl_count 5\nq 7\n");
+  const PromMetrics now =
+      parse(types + "r{code=\"200\"} 25\nr{code=\"429\"} 1\nr{code=\"500\"} 2\nl_sum 4\nl_count 8\nq 3\n");
+  auto d = PromDelta(now, before);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->Sum("r", {{"code", "200"}}), 15);
+  EXPECT_EQ(d->Sum("r", {{"code", "429"}}), 0);
+  EXPECT_EQ(d->Sum("r", {{"code", "500"}}), 2);
+  EXPECT_DOUBLE_EQ(d->Sum("l_sum"), 1.5);
+  EXPECT_EQ(d->Sum("l_count"), 3);
+  EXPECT_EQ(d->Sum("q"), 3);
+  auto restarted = PromDelta(before, now);
+  ASSERT_FALSE(restarted.ok());
+  EXPECT_NE(restarted.status().message().find("restarted"), std::string::npos);
+  EXPECT_NE(restarted.status().message().find("r fell from 25 to 10"), std::string::npos)
+      << restarted.status().message();
+}
+
+// A server busy 90% of ten hours, then idle for one: over its life no rule fires; over the last hour it is an
+// idle server, at the whole price, and $ per 1M tokens is the window's.
+TEST(ServeDiagnose, AWindowSeesWhatTheWholeLifeHides) {
+  Scrape day;
+  day.price = 4;
+  Scrape later = day;
+  later.hours = 11;
+  later.busy = 0.9 * 10 / 11;
+  auto whole = ParsePromText(later.Text()), first = ParsePromText(day.Text());
+  ASSERT_TRUE(whole.ok() && first.ok());
+  const PromMetrics now(std::move(*whole)), before(std::move(*first));
+  EXPECT_TRUE(DiagnoseServe(SummarizeServe(now), ServeDiagnoseOptions{}, nullptr).empty());
+  EXPECT_NEAR(SummarizeServe(now).usd_per_mtok, 4.0 * 11 / (36000 * 100) * 1e6, 1e-9);
+  auto d = PromDelta(now, before);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  const ServeSummary w = SummarizeServe(*d);
+  EXPECT_NEAR(w.hours, 1, 1e-9);
+  EXPECT_NEAR(w.busy_fraction, 0, 1e-9);
+  EXPECT_EQ(w.requests, 0);
+  EXPECT_EQ(w.price_per_hour, 4);  // a gauge: the newer value, not 0
+  const auto f = DiagnoseServe(w, ServeDiagnoseOptions{}, nullptr);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].rule, "idle_server");
+  EXPECT_NEAR(f[0].usd_per_hour, 4, 1e-9);
+}
+
 TEST(ServeDiagnose, SummarizesTheCounters) {
   auto samples = ParsePromText(Scrape{}.Text());
   ASSERT_TRUE(samples.ok());
@@ -161,6 +231,16 @@ TEST(ServeDiagnose, CheaperServingPlansTheMeasuredLoad) {
   EXPECT_NE(f[0].fix.find("tern plan --serve --model gpt2-124m --weights bf16 --requests-per-s 1 "
                           "--prompt-tokens 200 --completion-tokens 100 --max-tpot-ms 20"),
             std::string::npos)
+      << f[0].fix;
+  // A speculating server: the plan is of the same speculation, its measured draft tokens per sequence step
+  // (720,000 over 3,600,000 - 540,000 steps) and the share kept (75%).
+  Scrape speculating = dear;
+  speculating.drafts = 720000;
+  speculating.accepted = 540000;
+  const ServeSummary ss = SummarizeServe(PromMetrics(ParsePromText(speculating.Text()).value()));
+  EXPECT_NEAR(ss.spec_tokens_per_step, 720000.0 / 3060000, 1e-12);
+  EXPECT_EQ(Rules(speculating, &*cat, &f), std::vector<std::string>{"cheaper_serving"});
+  EXPECT_NE(f[0].fix.find("--max-tpot-ms 20 --speculative-tokens 0.24 --acceptance 0.75"), std::string::npos)
       << f[0].fix;
   Scrape no_price = dear;
   no_price.price = 0;
