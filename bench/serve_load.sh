@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The serving benchmark of docs/serving.md: for each run directory, starts `tern serve` with fp32 and with
+# The serving benchmark of docs/serving-speed.md: for each run directory, starts `tern serve` with fp32 and with
 # int8 weights on a loopback port, waits for /health, runs serve_load at 1, 4, 16 and 32 concurrent streams,
 # and stops the server. Prints one markdown table per (model, quantize).
 #

@@ -1,4 +1,4 @@
-// The server under load (docs/serving.md, "Under load"): storms of `--requests` requests at each of the
+// The server under load (docs/serving-speed.md, "Under load"): storms of `--requests` requests at each of the
 // `--concurrency` levels against a running `tern serve` (storm.h: a mix of well-formed and hostile
 // clients). For each level it reads the server's RSS (/proc/PID/status) and /metrics before and after, waits
 // until no sequence runs and no KV block is held, and prints one markdown row. Exit 1 when a storm broke the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The server under load (docs/serving.md, "Under load"): `tern serve` on loopback with a small model, then
+# The server under load (docs/serving-speed.md, "Under load"): `tern serve` on loopback with a small model, then
 #   1. serve_storm: REQUESTS (2000) requests at 64 and at 256 connections, a mix of well-formed OpenAI
 #      requests and hostile clients (src/serve/storm.h), checking every answer, /metrics and the RSS;
 #   2. wrk (Debian's) for raw HTTP: WRK_S (10) seconds of non-streaming completions at 64 and 256

@@ -106,7 +106,7 @@ Result<std::vector<LoraAdapter>> LoadAdapters(
 // on the machine need: on a shared 2-core machine --threads 2 decoded 5-8x slower. Sleeping at once
 // (OMP_WAIT_POLICY=passive) costs a futex wake-up per parallel region instead, which doubled the decode
 // step of small models. A short spin covers the gap between the back-to-back ops of one forward and sleeps
-// between steps (docs/serving.md, Measured). libgomp reads these once, when it loads, so the server
+// between steps (docs/serving-speed.md, Measured). libgomp reads these once, when it loads, so the server
 // re-executes itself with GOMP_SPINCOUNT set unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is (set one to
 // override).
 constexpr const char* kServeSpinCount = "3000";
@@ -388,7 +388,7 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
   sub->add_option(
          "--max-batch", o->max_batch,
          "sequences decoded together; 1 = one stream at a time (bf16 weights on an AMX CPU then decode "
-         "through the faster one-row kernel: docs/serving.md)")
+         "through the faster one-row kernel: docs/serving-speed.md)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   sub->add_option("--max-batch-tokens", o->max_batch_tokens,
@@ -412,7 +412,7 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
   auto* weights =
       sub->add_option("--weights", o->weights,
                       "matmul weights and the token table: fp32, bf16 (half the bytes, loss "
-                      "within 0.1%) or int8 (a quarter, per-channel); docs/serving.md compares them")
+                      "within 0.1%) or int8 (a quarter, per-channel); docs/serving-speed.md compares them")
           ->capture_default_str();
   sub->add_option("--quantize", o->quantize, "the older name of --weights: none (= fp32) or int8")
       ->excludes(weights);

@@ -29,7 +29,7 @@
 // last bits (vdpbf16ps adds its two products before the accumulator), so a machine's results are its own.
 // One exception, asked for by the caller: row_independent = false (an engine of one stream, which never
 // batches) sends a single row to vdpbf16ps even where AMX is granted: at one row it streams the weights
-// faster than AMX's tile loads (docs/serving.md, "One stream, one kernel choice").
+// faster than AMX's tile loads (docs/serving-speed.md, "One stream, one kernel choice").
 #include <immintrin.h>
 #include <omp.h>
 
@@ -229,7 +229,8 @@ void CpuFastBackend::MatmulBF16(float* out, const float* inp, const uint16_t* w,
   const size_t na = static_cast<size_t>(M) * K;
 #if defined(TERN_AMX)
   // A caller that never batches (row_independent false) gets vdpbf16ps for few rows: at one row it streams
-  // the weights ~10 % faster than AMX's tile loads (docs/serving.md), and no other row count shares its bits.
+  // the weights ~10 % faster than AMX's tile loads (docs/serving-speed.md), and no other row count shares its
+  // bits.
   const bool use_amx =
       K % kAmxK == 0 && N >= kAmxChannels && amx::Granted() && (row_independent || M >= kBf16AmxMinRows);
   const int cols = std::min(M, kAmxMaxRows);

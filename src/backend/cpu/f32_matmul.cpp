@@ -49,7 +49,7 @@ constexpr int kGroup = 4;  // output channels per tile (NR)
 // interleaved streams (one per channel of the tile), which the hardware prefetcher may not run far enough
 // ahead of; the same k of the tile this many tiles on is asked for now. On the Xeon VM 2, 3, 4 and 8 tiles
 // (and none) all read 28-31 GB/s at one row, within its noise; 2 is bf16_matmul.cpp's distance, which paid
-// on a Zen 5 (docs/serving.md). It changes no result.
+// on a Zen 5 (docs/serving-speed.md). It changes no result.
 constexpr int kAhead = 2;
 
 struct Args {
