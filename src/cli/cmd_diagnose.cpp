@@ -36,9 +36,13 @@ struct DiagnoseCliOptions {
   report::ServeDiagnoseOptions serve_rules;
 };
 
+bool IsUrl(const std::string& s) {
+  return s.rfind("http://", 0) == 0 || s.rfind("https://", 0) == 0;
+}
+
 // The /metrics text of a server (http://HOST:PORT) or a file holding a scrape of it.
 Result<std::string> ReadMetricsText(const std::string& source, const std::string& api_key) {
-  if (source.rfind("http://", 0) == 0 || source.rfind("https://", 0) == 0) {
+  if (IsUrl(source)) {
     std::string base = source;
     if (base.size() > 8 && base.substr(base.size() - 8) == "/metrics") base.resize(base.size() - 8);
     while (!base.empty() && base.back() == '/') base.pop_back();
@@ -82,10 +86,6 @@ Result<report::PromMetrics> ReadScrape(const std::string& source, const std::str
     return Status::InvalidArgument(source + " is not tern serve's /metrics (no tern_busy_seconds_total)");
   if (text_out) *text_out = std::move(*text);
   return metrics;
-}
-
-bool IsUrl(const std::string& s) {
-  return s.rfind("http://", 0) == 0 || s.rfind("https://", 0) == 0;
 }
 
 int RunServeDiagnose(const DiagnoseCliOptions& o) {

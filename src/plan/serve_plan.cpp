@@ -360,8 +360,9 @@ std::string RenderServePlan(const ServePlan& p, const Catalog& cat, int top, boo
         BillingName(best.billing), best.replicas, 100 * r.load.requests_per_s / best.capacity_rps,
         cat.GpuOf(cat.offers[best.offer]).generation == GpuGeneration::kCpu ? "cpu" : "cuda", r.weights,
         r.kv_dtype, best.serve_max_batch, std::ceil(best.kv_cache_mb));
-    if (r.load.speculative_tokens > 0)
-      out += fmt::format(" --speculative-tokens {:.0f}", std::ceil(r.load.speculative_tokens));
+    // tern serve's flag is a whole number of drafts; a measured mean (tern diagnose --serve) is not one.
+    if (r.load.speculative_tokens > 0 && r.load.speculative_tokens == std::floor(r.load.speculative_tokens))
+      out += fmt::format(" --speculative-tokens {:.0f}", r.load.speculative_tokens);
     // A spot replica drains at the preemption notice (docs/serving.md, "Shutdown and spot instances").
     const std::string& provider = cat.offers[best.offer].provider;
     if (best.billing == Billing::kSpot && (provider == "aws" || provider == "gcp"))

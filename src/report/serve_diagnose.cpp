@@ -47,8 +47,8 @@ std::string PlanCommand(const ServeSummary& s, double max_tpot_ms) {
       "--completion-tokens {:.0f} --max-tpot-ms {:.0f}",
       model, s.weights, s.requests_per_s, s.prompt_tokens, s.completion_tokens, max_tpot_ms);
   if (s.spec_draft_tokens > 0)
-    command += fmt::format(" --speculative-tokens {:.2g} --acceptance {:.2g}", s.spec_tokens_per_step,
-                           s.spec_accepted_tokens / s.spec_draft_tokens);
+    command += fmt::format(" --speculative-tokens {:.2g} --acceptance {:.2g}", s.spec_drafts_per_step,
+                           s.SpecAcceptance());
   return command;
 }
 
@@ -119,12 +119,10 @@ std::optional<Finding> Preemptions(const ServeSummary& s, const ServeDiagnoseOpt
 }
 
 std::optional<Finding> SpeculativeRejects(const ServeSummary& s, const ServeDiagnoseOptions& o) {
-  if (s.spec_draft_tokens < 100 || s.spec_accepted_tokens / s.spec_draft_tokens >= o.spec_acceptance)
-    return std::nullopt;
+  if (s.spec_draft_tokens < 100 || s.SpecAcceptance() >= o.spec_acceptance) return std::nullopt;
   Finding f;
   f.rule = "speculative_rejects";
-  f.title = fmt::format("speculative decoding kept {:.0f}% of its draft tokens",
-                        100 * s.spec_accepted_tokens / s.spec_draft_tokens);
+  f.title = fmt::format("speculative decoding kept {:.0f}% of its draft tokens", 100 * s.SpecAcceptance());
   f.evidence = fmt::format("{:.0f} of {:.0f} draft tokens confirmed: the rest were rows computed for nothing",
                            s.spec_accepted_tokens, s.spec_draft_tokens);
   f.numbers = {{"draft_tokens", s.spec_draft_tokens}, {"accepted_tokens", s.spec_accepted_tokens}};
@@ -147,8 +145,8 @@ std::optional<Finding> CheaperServing(const ServeSummary& s, const ServeDiagnose
   req.weights = s.weights;
   req.kv_dtype = s.kv_dtype == "int8" ? "bf16" : s.kv_dtype;  // the GPU path has no int8 cache
   if (s.spec_draft_tokens > 0) {  // the same speculation there: its rows and its accepted tokens per step
-    req.load.speculative_tokens = s.spec_tokens_per_step;
-    req.load.acceptance = s.spec_accepted_tokens / s.spec_draft_tokens;
+    req.load.speculative_tokens = s.spec_drafts_per_step;
+    req.load.acceptance = s.SpecAcceptance();
   }
   auto plan = plan::MakeServePlan(catalog, req, plan::PlanDefaults{});
   if (!plan.ok() || plan->rows.empty()) return std::nullopt;
@@ -206,7 +204,7 @@ ServeSummary SummarizeServe(const PromMetrics& m) {
   // Each sequence step yields one token and its accepted drafts: the steps are the tokens less those.
   const double generated = m.Sum("tern_generation_tokens_total");
   if (generated > s.spec_accepted_tokens)
-    s.spec_tokens_per_step = s.spec_draft_tokens / (generated - s.spec_accepted_tokens);
+    s.spec_drafts_per_step = s.spec_draft_tokens / (generated - s.spec_accepted_tokens);
   s.price_per_hour = m.Sum("tern_price_per_hour_usd");
   // The server's gauge is over its whole life; from the counters it is over what `m` covers (a window too).
   s.usd_per_mtok = generated > 0 && s.price_per_hour > 0 ? s.price_per_hour * s.hours / generated * 1e6
@@ -265,7 +263,7 @@ nlohmann::json ServeSummaryJson(const ServeSummary& s) {
                       {"preemptions", s.preemptions},
                       {"spec_draft_tokens", s.spec_draft_tokens},
                       {"spec_accepted_tokens", s.spec_accepted_tokens},
-                      {"spec_draft_tokens_per_step", s.spec_tokens_per_step},
+                      {"spec_draft_tokens_per_step", s.spec_drafts_per_step},
                       {"price_per_hour", s.price_per_hour},
                       {"usd_per_million_generated_tokens", s.usd_per_mtok},
                       {"model", s.model_name},

@@ -29,10 +29,13 @@ struct ServeSummary {
   double refused_capacity = 0;                      // of which 429 for a full queue (not a key's own limits)
   double preemptions = 0;
   double spec_draft_tokens = 0, spec_accepted_tokens = 0;
-  double spec_tokens_per_step = 0;  // draft tokens per sequence step (a step yields 1 + its accepted ones)
-  double price_per_hour = 0;        // --price-per-hour (0: not given)
-  double usd_per_mtok = 0;          // the server's $ per 1M generated tokens (0: no price)
-  std::optional<GptConfig> model;   // tern_model_info (servers before it: none)
+  double spec_drafts_per_step = 0;  // draft tokens per sequence step (a step yields 1 + its accepted ones)
+  double SpecAcceptance() const {   // the share of draft tokens kept (0: no drafts)
+    return spec_draft_tokens > 0 ? spec_accepted_tokens / spec_draft_tokens : 0;
+  }
+  double price_per_hour = 0;       // --price-per-hour (0: not given)
+  double usd_per_mtok = 0;         // the server's $ per 1M generated tokens (0: no price)
+  std::optional<GptConfig> model;  // tern_model_info (servers before it: none)
   std::string model_name, weights = "fp32", kv_dtype = "fp32", device;
 };
 

@@ -238,7 +238,7 @@ TEST(ServeDiagnose, CheaperServingPlansTheMeasuredLoad) {
   speculating.drafts = 720000;
   speculating.accepted = 540000;
   const ServeSummary ss = SummarizeServe(PromMetrics(ParsePromText(speculating.Text()).value()));
-  EXPECT_NEAR(ss.spec_tokens_per_step, 720000.0 / 3060000, 1e-12);
+  EXPECT_NEAR(ss.spec_drafts_per_step, 720000.0 / 3060000, 1e-12);
   EXPECT_EQ(Rules(speculating, &*cat, &f), std::vector<std::string>{"cheaper_serving"});
   EXPECT_NE(f[0].fix.find("--max-tpot-ms 20 --speculative-tokens 0.24 --acceptance 0.75"), std::string::npos)
       << f[0].fix;
