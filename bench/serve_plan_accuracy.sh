@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Plan truth for serving: `tern plan --serve`, calibrated by `tern bench --serve` on this machine, against
-# `tern serve` measured under load on the same machine (docs/planning.md "Serving").
+# `tern serve` measured under load on the same machine (docs/serving-plan.md).
 #
 #   bench/serve_plan_accuracy.sh BUILD_DIR
 #

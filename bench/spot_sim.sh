@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Spot policies on the shipped traces (docs/planning.md, section 8b): for a 24-hour job with a 48-hour and a
+# Spot policies on the shipped traces (docs/spot-simulation.md): for a 24-hour job with a 48-hour and a
 # 30-hour deadline, every availability zone under both polarities, 200 start offsets each: Uniform Progress
 # and the omniscient bound as a share of on-demand's cost, the misses of spot alone and of Uniform Progress,
 # and the time `tern simulate` took (target: 45 days x 200 starts for one job in well under 1 s).

@@ -276,8 +276,8 @@ void AddBenchCommand(CLI::App& root, CommandTable& table) {
       "--context\n"
       "tokens, then decode steps of each --batches count of sequences over a cache of --context tokens each\n"
       "(the median of --steps). The JSON calibrates `tern plan --serve --calibrate serve.json` "
-      "(docs/planning.md\n"
-      "\"Serving\"); the text output prints the fit:\n"
+      "(docs/serving-plan.md);\n"
+      "the text output prints the fit:\n"
       "  tern bench --serve --model gpt2-124m --weights bf16 --batches 1,4,16,64 --context 512 --json > "
       "serve.json");
   sub->add_option("--model", o->model, "preset: " + GptPresetList());

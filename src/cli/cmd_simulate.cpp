@@ -1,5 +1,5 @@
 // tern simulate: a job of W hours replayed on real spot traces under each policy, from many start offsets,
-// against a deadline (plan/spot_sim.h; docs/planning.md, "Spot simulation").
+// against a deadline (plan/spot_sim.h; docs/spot-simulation.md).
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -372,7 +372,7 @@ void AddSimulateCommand(CLI::App& root, CommandTable& table) {
       "  tern simulate --trace data/spot-traces/availability --polarity available-if-nonzero \\\n"
       "      --work-hours 24h --deadline 30h --restart-overhead 5m --calibrate bench.json --json\n"
       "  tern simulate --estimate-hazard\n"
-      "Model, rules and the traces' source: docs/planning.md, \"Spot simulation\".\n");
+      "Model, rules and the traces' source: docs/spot-simulation.md.\n");
   table.Add(sub, [f] { return RunSimulate(*f); });
 }
 

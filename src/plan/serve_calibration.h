@@ -3,7 +3,7 @@
 // 64 ... sequences over a cache of `context` tokens each. FitServeBench finds the replica model's constants
 // (serve_plan.h: memory-bandwidth efficiency, compute-bound decode MFU, prefill MFU and the per-step
 // overhead) that reproduce those steps, so a plan for that GPU (or, with --instance local, for this machine)
-// rests on a measurement instead of the serve_* assumptions. docs/planning.md "Serving".
+// rests on a measurement instead of the serve_* assumptions. docs/serving-plan.md.
 #pragma once
 
 #include <string>

@@ -296,7 +296,7 @@ Result<ServePlan> MakeServePlan(const Catalog& cat, const ServeRequest& req, con
   if (!all_calibrated) {
     plan.notes.push_back(fmt::format(
         "{}decode at {:.0f}% of the memory bandwidth, prefill at {:.0f}% MFU, {:g} ms per step (tern "
-        "assumptions, docs/planning.md \"Serving\"; `tern bench --serve --json` on the GPU measures them)",
+        "assumptions, docs/serving-plan.md; `tern bench --serve --json` on the GPU measures them)",
         req.calibration ? "other rows: " : "", d.serve_bw_efficiency * 100, d.serve_prefill_mfu * 100,
         d.serve_step_overhead_ms));
     plan.notes.push_back(

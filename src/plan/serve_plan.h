@@ -1,7 +1,7 @@
 // `tern plan --serve`: which instance, how many and on which billing serve a model at a given load
 // cheapest, within a latency target. One replica of `tern serve` per GPU (it has no tensor parallelism).
 //
-// The model of one replica (docs/planning.md, "Serving"): a decode step of b sequences reads the weights once
+// The model of one replica (docs/serving-plan.md): a decode step of b sequences reads the weights once
 // and each sequence's KV cache, and does 2 FLOPs per weight per sequence, so its time is
 //   t(b) = overhead + max((W + b * KV(ctx)) / (bandwidth * bw_eff), b * F(ctx) / (peak * decode_mfu))
 // with ctx the mean context (prompt + half the completion). Prefill is compute-bound:

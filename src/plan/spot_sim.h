@@ -1,6 +1,6 @@
 // `tern simulate`: a job of W hours of work replayed tick by tick on a real spot trace (spot_trace.h) under
-// each policy (spot_policy.h), from many start offsets, against a deadline. docs/planning.md, "Spot
-// simulation", has the model; in short:
+// each policy (spot_policy.h), from many start offsets, against a deadline. docs/spot-simulation.md
+// has the model; in short:
 //   - each tick the policy picks spot, on-demand or none; every instance started pays the restart
 //     overhead d (billed, no progress); a voluntary switch first saves (switch cost = one checkpoint);
 //   - on spot the job saves every `interval` hours of work (Young/Daly from the zone's MTBF in the trace and

@@ -163,7 +163,7 @@ std::optional<Finding> CheaperServing(const ServeSummary& s, const ServeDiagnose
       "{:.3g} requests/s of {:.0f} prompt + {:.0f} completion tokens at a time per output token of {:.0f} ms "
       "here; the planner's replica model puts it at {:.0f} ms there{}",
       s.requests_per_s, s.prompt_tokens, s.completion_tokens, 1000 * s.tpot_s, 1000 * row.state.tpot_s,
-      row.calibrated ? "" : " (its constants uncalibrated for that GPU: docs/planning.md)");
+      row.calibrated ? "" : " (its constants uncalibrated for that GPU: docs/serving-plan.md)");
   f.numbers = {{"instance", offer.provider + ":" + offer.region + ":" + offer.instance_type},
                {"billing", plan::BillingName(row.billing)},
                {"instances", row.instances},
