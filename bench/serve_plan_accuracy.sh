@@ -11,10 +11,13 @@
 #    arrivals at lambda, ignore_eos: every request generates MAX_TOKENS): the mean batch, time per output
 #    token and time to the first token measured, beside what `tern plan --serve --burst 1` predicts at lambda.
 #
-# Environment: WEIGHTS (bf16), PROMPT_TOKENS (32), MAX_TOKENS (64), FRACTIONS ("0.25 0.5 0.75"), REQUESTS (24
-# per level), PORT (18090), THREADS (compute threads of the bench and the server; default all cores less one,
-# which the load generator's client and the server's HTTP threads take: on a small machine they would
-# otherwise stall the server's OpenMP regions). The machine should be otherwise idle.
+# Environment: WEIGHTS (bf16), PROMPT_TOKENS (32), MAX_TOKENS (64), FRACTIONS ("0.25 0.5 0.75"), REQUESTS (96
+# per level: 24 left the higher loads short of their steady state, ramp-up and drain weighing a third of the
+# run), PORT (18090), THREADS (compute threads of the bench and the server; default all cores less one, which
+# the load generator's client and the server's HTTP threads take: on a small machine they would otherwise
+# stall the server's OpenMP regions). The machine should be otherwise idle. Beside the plan's batch, the table
+# prints what the server measured: its mean batch per forward step and the forward's ms per step (so a gap
+# shows whether the steps or the time around them differ from the plan).
 set -euo pipefail
 build=${1:?usage: bench/serve_plan_accuracy.sh BUILD_DIR}
 tern="$build/tern"
@@ -47,8 +50,8 @@ echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $threads com
 echo "$prompt prompt + $gen generated tokens per request; calibration: tern bench --serve --context $ctx;"
 echo "the replica's capacity by the plan: $capacity req/s"
 echo
-echo "| load | lambda req/s | plan: batch | TPOT ms measured / plan | ratio | TTFT p50 ms measured / plan | ratio |"
-echo "|---:|---:|---:|---:|---:|---:|---:|"
+echo "| load | lambda req/s | batch: plan | server: batch per step, forward ms | TPOT ms measured / plan | ratio | TTFT p50 ms measured / plan | ratio |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
 for f in ${FRACTIONS:-0.25 0.5 0.75}; do
   lambda=$(python3 -c "print($f * $capacity)")
   "$tern" serve "$tmp/run" --port "$port" --weights "$weights" --max-batch 64 --kv-cache-mb 512 --threads "$threads" \
@@ -58,7 +61,7 @@ for f in ${FRACTIONS:-0.25 0.5 0.75}; do
     kill -0 "$server_pid" 2>/dev/null || { cat "$tmp/serve.log"; exit 1; }
     sleep 0.5
   done
-  "$load" --url "http://127.0.0.1:$port" --rate "$lambda" --requests "${REQUESTS:-24}" \
+  "$load" --url "http://127.0.0.1:$port" --rate "$lambda" --requests "${REQUESTS:-96}" \
     --prompt-tokens "$prompt" --max-tokens "$gen" --vocab 259 --json > "$tmp/load.json"
   kill "$server_pid"
   wait "$server_pid" 2>/dev/null || true
@@ -70,6 +73,7 @@ r = json.load(open(sys.argv[1]))["levels"][0]
 row = json.load(open(sys.argv[2]))["rows"][0]
 tpot, ttft = r["tpot_mean_ms"], r["ttft_p50_ms"]
 print(f"| {float(sys.argv[3]):.0%} | {float(sys.argv[4]):.3f} | {row['batch']:.2f} "
+      f"| {r['mean_batch']:.2f}, {r['engine_ms_per_step']['forward']:.1f} "
       f"| {tpot:.1f} / {row['tpot_ms']:.1f} | {row['tpot_ms'] / tpot:.2f} "
       f"| {ttft:.0f} / {row['ttft_s'] * 1000:.0f} | {row['ttft_s'] * 1000 / ttft:.2f} |")
 PY

@@ -124,9 +124,16 @@ int RunServeDiagnose(const DiagnoseCliOptions& o) {
     if (Status st = WriteFileAtomic(o.save, text); !st.ok()) return fail(st);
   report::PromMetrics metrics = std::move(*now);
   if (before) {
-    auto delta = report::PromDelta(metrics, *before);
-    if (!delta.ok()) return fail(delta.status());
-    metrics = std::move(*delta);
+    report::PromWindow window = report::PromSince(metrics, *before);
+    metrics = std::move(window.metrics);
+    if (!window.restart.empty()) {
+      source += " (the server restarted in between: its life since the restart)";
+      std::fprintf(
+          stderr,
+          "tern diagnose: the server restarted between the two scrapes (%s): diagnosing its life since "
+          "the restart; the time before it is in neither scrape\n",
+          window.restart.c_str());
+    }
   }
   const report::ServeSummary summary = report::SummarizeServe(metrics);
   std::optional<plan::Catalog> catalog;

@@ -244,6 +244,23 @@ TEST_F(ServeCliTest, DiagnoseServeReadsTheServersMetrics) {
   EXPECT_EQ(js["summary"]["completion_tokens"], 2) << since_out;
   EXPECT_GT(js["summary"]["hours"].get<double>(), 0);
   EXPECT_NE(js["source"].get<std::string>().find("since"), std::string::npos);
+  // A scrape of an earlier life of the server (another start time): the window is the life since the restart,
+  // all 5 requests, and the output says so.
+  std::string earlier = ReadAll(before);
+  const size_t at = earlier.find("\nprocess_start_time_seconds ");
+  ASSERT_NE(at, std::string::npos) << earlier;
+  earlier.insert(at + 28, "1");  // another start time: another life of the server
+  const fs::path other_life = fs::path(run_->dir.path()) / "other-life.prom";
+  std::ofstream(other_life) << earlier;
+  const auto [life_code, life_out] =
+      diagnose({"--serve", url, "--api-key", "sk-diag", "--json", "--since", other_life.string()}, "d3b.log");
+  ASSERT_EQ(life_code, 0) << life_out;
+  EXPECT_NE(life_out.find("restarted between the two scrapes (process_start_time_seconds changed"),
+            std::string::npos)
+      << life_out;
+  const json jl = json::parse(life_out.substr(life_out.find('{')));
+  EXPECT_EQ(jl["summary"]["requests"], 5) << life_out;
+  EXPECT_NE(jl["source"].get<std::string>().find("since the restart"), std::string::npos) << life_out;
   testing::Child windowed(
       {tern_.string(), "diagnose", "--serve", url, "--api-key", "sk-diag", "--json", "--window", "3s"}, {},
       run_->dir / "d4.log");

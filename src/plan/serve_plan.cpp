@@ -104,14 +104,19 @@ ReplicaState ReplicaModel::At(double lambda, const ServeLoad& load) const {
     s.why = fmt::format("prefill alone needs {:.2f} of the GPU's time at this rate", s.rho);
     return s;
   }
-  // b = lambda * G * t(b) / (tau (1 - rho)), t(b) = overhead + max(W + b KV, b r F) in seconds: each sequence
-  // needs G / tau steps of r rows (speculative decoding: tau tokens per step, r = 1 + drafts; else both 1).
+  // b = lambda * G * t(b + 1) / (tau (1 - rho)), t(b) = overhead + max(W + b KV, b r F) in seconds: each
+  // sequence needs G / tau steps of r rows (speculative decoding: tau tokens per step, r = 1 + drafts; else
+  // both 1). A token waits for the step it is in, and the steps are not alike: with Poisson arrivals the
+  // sequences decoding at once are Poisson distributed with mean b (M/G/inf), and a sequence sees the others
+  // (Poisson, mean b) besides itself, so its steps hold b + 1 on average and, t being linear on each branch,
+  // last t(b + 1). A lone request decodes in steps of one, not of the mean batch.
   const double tau = load.TokensPerStep(), rows = load.RowsPerStep();
   const double k = lambda * load.completion_tokens / (tau * (1 - s.rho));
   const double a_mem = overhead_s + weight_bytes / bandwidth;
   const double s_mem = kv_bytes_per_token * ctx_mean / bandwidth;
   const double s_flop = rows * decode_flops / (peak_flops * decode_mfu);
-  const double b_mem = FixedPoint(k, a_mem, s_mem), b_flop = FixedPoint(k, overhead_s, s_flop);
+  const double b_mem = FixedPoint(k, a_mem + s_mem, s_mem),
+               b_flop = FixedPoint(k, overhead_s + s_flop, s_flop);
   if (b_mem < 0 || b_flop < 0) {
     s.why = "decoding cannot keep up with the arrivals (the batch grows without bound)";
     return s;
@@ -119,7 +124,7 @@ ReplicaState ReplicaModel::At(double lambda, const ServeLoad& load) const {
   s.batch = std::max(b_mem, b_flop);
   s.memory_bound = b_mem >= b_flop;
   s.step_s = StepSeconds(s.batch, rows);
-  s.tpot_s = s.step_s / (tau * (1 - s.rho));
+  s.tpot_s = StepSeconds(s.batch + 1, rows) / (tau * (1 - s.rho));
   s.ttft_s = prefill_s / (1 - s.rho) + s.step_s;
   if (s.batch > max_batch) {
     s.why =
@@ -415,6 +420,7 @@ nlohmann::json ServePlanJson(const ServePlan& p, const Catalog& cat, int top) {
                          {"instances", row.instances},
                          {"replicas", row.replicas},
                          {"batch", row.state.batch},
+                         {"step_ms", row.state.step_s * 1e3},
                          {"tpot_ms", row.state.tpot_s * 1e3},
                          {"ttft_s", row.state.ttft_s},
                          {"memory_bound", row.state.memory_bound},

@@ -8,9 +8,11 @@
 //   prefill_s = prompt FLOPs / (peak * prefill_mfu).
 // Under continuous batching a replica receiving lambda requests/s runs prefills a share rho = lambda *
 // prefill_s of the time and decodes the rest; the sequences decoding at once follow Little's law,
-//   b = lambda * completion_tokens * tpot,  tpot = t(b) / (1 - rho),
-// whose fixed point (t is the max of two lines) gives the batch, the time per output token and the time to
-// the first token, prefill_s / (1 - rho) + t(b). A replica set is feasible when rho < 1, the fixed point
+//   b = lambda * completion_tokens * tpot,  tpot = t(b + 1) / (1 - rho),
+// where b + 1 is the batch a token sees (itself beside the others, Poisson distributed with mean b: the
+// size-biased batch, so a lone request's tokens take t(1), not t(b)), whose fixed point (t is the max of two
+// lines) gives the batch, the time per output token and the time to the first token, prefill_s / (1 - rho) +
+// t(b). A replica set is feasible when rho < 1, the fixed point
 // exists, b fits the GPU's memory at the full context (tern serve reserves it) and the targets hold; the
 // plan takes the fewest instances that are feasible at the load times the burst factor.
 #pragma once

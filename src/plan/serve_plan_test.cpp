@@ -46,7 +46,8 @@ ServeRequest Request(double rps) {
 
 // Hand arithmetic (the formulas of serve_plan.h, worked in Python): GPT-2 124M, 124,439,808 parameters in
 // bf16 = 248.9 MB read per step at 0.6 x 3000 GB/s = 0.138 ms + 1 ms overhead; 36,864 KV bytes per token x
-// 640 tokens of mean context per sequence; prefill 12.16 GFLOP at 0.5 x 1000 TFLOP/s = 0.184 ms.
+// 640 tokens of mean context per sequence; prefill 12.16 GFLOP at 0.5 x 1000 TFLOP/s = 0.184 ms. A token's
+// step holds the batch it sees, b + 1 (itself and the others' mean): tpot = t(b + 1) / (1 - rho).
 TEST(ServePlan, OneReplicaMatchesHandArithmeticAndLittlesLaw) {
   const Catalog cat = TestCatalog();
   ServeRequest req = Request(10);
@@ -59,8 +60,8 @@ TEST(ServePlan, OneReplicaMatchesHandArithmeticAndLittlesLaw) {
   EXPECT_EQ(rm->max_batch, 1024) << "2835 fit in memory; tern serve's --max-batch stops at 1024";
   for (const auto& [lambda, rho, batch, step, tpot, ttft] :
        std::vector<std::tuple<double, double, double, double, double, double>>{
-           {10, 0.001837642414, 3.020877232, 0.001177861695, 0.001180030169, 0.001361964251},
-           {100, 0.01837642414, 45.1022393, 0.001729430524, 0.001761806223, 0.001916634913}}) {
+           {10, 0.001837642414, 3.055662798, 0.001178317637, 0.00119361828, 0.001362420193},
+           {100, 0.01837642414, 45.62159404, 0.001736237811, 0.001782093517, 0.001923442199}}) {
     const ReplicaState s = rm->At(lambda, req.load);
     ASSERT_TRUE(s.feasible) << s.why;
     EXPECT_NEAR(s.rho, rho, 1e-9 * rho);
@@ -72,6 +73,9 @@ TEST(ServePlan, OneReplicaMatchesHandArithmeticAndLittlesLaw) {
     // Little's law: sequences decoding = arrivals x time each spends decoding.
     EXPECT_NEAR(s.batch, lambda * req.load.completion_tokens * s.tpot_s, 1e-9 * s.batch);
   }
+  // A lone request (a rate near zero) decodes in steps of one sequence, not of the mean batch's fraction.
+  const ReplicaState lone = rm->At(1e-6, req.load);
+  EXPECT_NEAR(lone.tpot_s, rm->StepSeconds(1), 1e-8 * lone.tpot_s);
 }
 
 // LoRA adapters served beside the model (tern serve --lora): 8 adapters of rank 16 on every block matrix of

@@ -180,23 +180,50 @@ bool IsCumulative(const PromSample& s) {
   return false;
 }
 
+namespace {
+
+using SeriesValues = std::map<std::pair<std::string, std::map<std::string, std::string>>, double>;
+
+SeriesValues CumulativeValues(const PromMetrics& m) {
+  SeriesValues v;
+  for (const PromSample& s : m.samples())
+    if (IsCumulative(s)) v[{s.name, s.labels}] = s.value;
+  return v;
+}
+
+// The first cumulative sample of `now` below its value in `before`: "NAME fell from A to B"; else empty.
+std::string FirstFall(const PromMetrics& now, const SeriesValues& before) {
+  for (const PromSample& s : now.samples()) {
+    if (!IsCumulative(s)) continue;
+    const auto it = before.find({s.name, s.labels});
+    if (it != before.end() && s.value < it->second)
+      return fmt::format("{} fell from {} to {}", s.name, it->second, s.value);
+  }
+  return "";
+}
+
+}  // namespace
+
 Result<PromMetrics> PromDelta(const PromMetrics& now, const PromMetrics& before) {
-  std::map<std::pair<std::string, std::map<std::string, std::string>>, double> earlier;
-  for (const PromSample& s : before.samples())
-    if (IsCumulative(s)) earlier[{s.name, s.labels}] = s.value;
+  const SeriesValues earlier = CumulativeValues(before);
+  if (std::string fall = FirstFall(now, earlier); !fall.empty())
+    return Status::InvalidArgument(fall +
+                                   " between the two scrapes: the server restarted in between; diagnose the "
+                                   "newer scrape alone (without --since)");
   std::vector<PromSample> out = now.samples();
   for (PromSample& s : out) {
     if (!IsCumulative(s)) continue;
-    const auto it = earlier.find({s.name, s.labels});
-    if (it == earlier.end()) continue;
-    if (s.value < it->second)
-      return Status::InvalidArgument(fmt::format(
-          "{} fell from {} to {} between the two scrapes: the server restarted in between; diagnose the "
-          "newer scrape alone (without --since)",
-          s.name, it->second, s.value));
-    s.value -= it->second;
+    if (const auto it = earlier.find({s.name, s.labels}); it != earlier.end()) s.value -= it->second;
   }
   return PromMetrics(std::move(out));
+}
+
+PromWindow PromSince(const PromMetrics& now, const PromMetrics& before) {
+  const char* start = "process_start_time_seconds";
+  if (now.Has(start) && before.Has(start) && now.Sum(start) != before.Sum(start))
+    return {now, fmt::format("{} changed from {} to {}", start, before.Sum(start), now.Sum(start))};
+  if (std::string fall = FirstFall(now, CumulativeValues(before)); !fall.empty()) return {now, fall};
+  return {PromDelta(now, before).value(), ""};
 }
 
 }  // namespace tern::report

@@ -52,4 +52,14 @@ class PromMetrics {
 // restarted between the scrapes).
 Result<PromMetrics> PromDelta(const PromMetrics& now, const PromMetrics& before);
 
+// The window `tern diagnose --serve --since/--window` diagnoses: PromDelta, unless the server restarted
+// between the scrapes (its process_start_time_seconds changed, or a counter fell), when it is the newer
+// scrape whole, the life since the restart (as Prometheus's increase() counts a reset counter from zero; the
+// time before the restart is in neither scrape). `restart` then says what showed it.
+struct PromWindow {
+  PromMetrics metrics;
+  std::string restart;  // empty: no restart, metrics is the delta
+};
+PromWindow PromSince(const PromMetrics& now, const PromMetrics& before);
+
 }  // namespace tern::report

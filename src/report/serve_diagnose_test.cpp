@@ -133,6 +133,46 @@ TEST(PromDelta, SubtractsCountersKeepsGauges) {
       << restarted.status().message();
 }
 
+// A restart between the scrapes: the window is the newer scrape whole (the life since the restart), and says
+// what showed it: the start time when both scrapes have it, else the first counter that fell. Without a
+// restart it is the delta.
+TEST(PromSince, ALifeSinceARestart) {
+  Scrape day, restarted;
+  restarted.hours = 2;  // the new life: 2 hours, fewer of everything
+  restarted.requests = 7200;
+  const auto with_start = [](const Scrape& s, double start) {
+    return PromMetrics(ParsePromText(s.Text() + fmt::format("# TYPE process_start_time_seconds gauge\n"
+                                                            "process_start_time_seconds {}\n",
+                                                            start))
+                           .value());
+  };
+  const PromWindow w = PromSince(with_start(restarted, 2000), with_start(day, 1000));
+  EXPECT_NE(w.restart.find("process_start_time_seconds changed from 1000 to 2000"), std::string::npos)
+      << w.restart;
+  EXPECT_NEAR(SummarizeServe(w.metrics).hours, 2, 1e-9);
+  EXPECT_DOUBLE_EQ(SummarizeServe(w.metrics).requests, 7200);
+  // A restarted server whose new life already outgrew every counter but one: the start time still tells.
+  Scrape longer = day;
+  longer.hours = 12;
+  longer.cancelled = 50;
+  const PromWindow l = PromSince(with_start(longer, 2000), with_start(day, 1000));
+  EXPECT_FALSE(l.restart.empty());
+  EXPECT_NEAR(SummarizeServe(l.metrics).hours, 12, 1e-9);
+  // Without start times (an older server) a fallen counter shows it.
+  const PromMetrics a(ParsePromText(day.Text()).value()), b(ParsePromText(restarted.Text()).value());
+  const PromWindow f = PromSince(b, a);
+  EXPECT_NE(f.restart.find("fell from"), std::string::npos) << f.restart;
+  EXPECT_NEAR(SummarizeServe(f.metrics).hours, 2, 1e-9);
+  // The same life: the delta.
+  Scrape grown = day;
+  grown.hours = 12;
+  grown.requests = 40000;
+  const PromWindow same = PromSince(with_start(grown, 1000), with_start(day, 1000));
+  ASSERT_TRUE(same.restart.empty()) << same.restart;
+  EXPECT_NEAR(SummarizeServe(same.metrics).hours, 2, 1e-9);
+  EXPECT_DOUBLE_EQ(SummarizeServe(same.metrics).requests, 4000);
+}
+
 // A server busy 90% of ten hours, then idle for one: over its life no rule fires; over the last hour it is an
 // idle server, at the whole price, and $ per 1M tokens is the window's.
 TEST(ServeDiagnose, AWindowSeesWhatTheWholeLifeHides) {

@@ -230,6 +230,10 @@ std::string UsageTracker::RenderMetrics() const {
   out += fmt::format("tern_busy_seconds_total {}\n", busy);
   family("tern_idle_seconds_total", "counter", "Seconds since start with no generation request in flight.");
   out += fmt::format("tern_idle_seconds_total {}\n", idle);
+  // The standard name of Prometheus's client libraries: a change between two scrapes is a restart
+  // (`tern diagnose --serve --since` then diagnoses the life since it).
+  family("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.");
+  out += fmt::format("process_start_time_seconds {:.3f}\n", start_unix_);
   if (opt_.price_per_hour > 0) {
     uint64_t generated = 0;
     for (const KeyUsage& u : usage_) generated += u.generation_tokens;
