@@ -6,23 +6,16 @@
 #include <gtest/gtest.h>
 
 #include "data/loader.h"
+#include "data/ramp_shard_test_util.h"
 #include "testing/files.h"
 
 namespace tern {
 namespace {
 
+using testing::RampShard;
 using testing::TempDir;
 
-// A shard whose tokens are first, first+1, ...: a window's first token says which source and window it is.
-std::string RampShard(const TempDir& dir, const std::string& name, int32_t first, size_t n) {
-  std::vector<int32_t> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = first + static_cast<int32_t>(i);
-  auto w = ShardWriter::Create(dir / name, 1 << 20);
-  EXPECT_TRUE(w.ok());
-  EXPECT_TRUE((*w)->Append(t).ok());
-  EXPECT_TRUE((*w)->Finish().ok());
-  return dir / name;
-}
+constexpr uint32_t kVocab = 1 << 20;  // token ids up to a few hundred thousand
 
 constexpr int32_t kSourceStride = 100000;  // source s's tokens start at s * kSourceStride
 
@@ -41,9 +34,10 @@ class LoaderMix : public ::testing::Test {
  protected:
   void SetUp() override {
     // Source 0: 2 shards, 60 + 40 windows of T = 8; source 1: 37 windows; source 2: 13 windows.
-    a_ = {RampShard(dir_, "a0.bin", 0, 60 * 8 + 1), RampShard(dir_, "a1.bin", 50000, 40 * 8 + 1)};
-    b_ = {RampShard(dir_, "b0.bin", kSourceStride, 37 * 8 + 1)};
-    c_ = {RampShard(dir_, "c0.bin", 2 * kSourceStride, 13 * 8 + 1)};
+    a_ = {RampShard(dir_, "a0.bin", 0, 60 * 8 + 1, kVocab),
+          RampShard(dir_, "a1.bin", 50000, 40 * 8 + 1, kVocab)};
+    b_ = {RampShard(dir_, "b0.bin", kSourceStride, 37 * 8 + 1, kVocab)};
+    c_ = {RampShard(dir_, "c0.bin", 2 * kSourceStride, 13 * 8 + 1, kVocab)};
   }
   std::unique_ptr<DataLoader> Open(std::vector<double> w, DataSlice slice = {}, bool shuffle = true) {
     std::vector<MixSource> m = {{a_, w[0]}, {b_, w[1]}};

@@ -8,24 +8,14 @@
 
 #include <gtest/gtest.h>
 
+#include "data/ramp_shard_test_util.h"
 #include "testing/files.h"
 
 namespace tern {
 namespace {
 
+using testing::RampShard;
 using testing::TempDir;
-
-// A shard whose tokens are first, first+1, ...: a window's tokens say where it came from.
-std::string RampShard(const TempDir& dir, const std::string& name, int32_t first, size_t n,
-                      uint32_t vocab = 65536) {
-  std::vector<int32_t> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = first + static_cast<int32_t>(i);
-  auto w = ShardWriter::Create(dir / name, vocab);
-  EXPECT_TRUE(w.ok());
-  EXPECT_TRUE((*w)->Append(t).ok());
-  EXPECT_TRUE((*w)->Finish().ok());
-  return dir / name;
-}
 
 std::vector<Batch> Take(DataLoader& dl, int n) {
   std::vector<Batch> out(n);

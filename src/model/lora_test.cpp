@@ -40,7 +40,7 @@ TEST(LoraGolden, FastBackendBf16) {
 }
 
 constexpr int kB = 3, kT = 7;
-const GptConfig kCfg{2, 2, 18, 41, 9};
+const GptConfig kLoraCfg{2, 2, 18, 41, 9};
 
 std::vector<int32_t> Ids(int salt, int V) {
   std::vector<int32_t> v(kB * kT);
@@ -50,7 +50,7 @@ std::vector<int32_t> Ids(int salt, int V) {
 
 // A model that has trained its adapters a few steps (non-zero B), fp32 or bf16.
 void TrainAdapters(Gpt* m, int steps) {
-  const auto x = Ids(1, kCfg.vocab_size), y = Ids(2, kCfg.vocab_size);
+  const auto x = Ids(1, kLoraCfg.vocab_size), y = Ids(2, kLoraCfg.vocab_size);
   for (int s = 1; s <= steps; s++) {
     m->ZeroGrad();
     m->Forward(x.data(), y.data(), kB, kT, 1.0f / (kB * kT));
@@ -67,12 +67,12 @@ TEST(Lora, StartsAsTheBaseAndExportsWhatItComputes) {
     SCOPED_TRACE(ComputeName(compute));
     auto backend = MakeCpuFastBackend();
     LoraSpec spec{4, 8.0f, kLoraAllTargets};
-    Gpt adapted(backend.get(), kCfg, kB, kT, compute, Recompute::kNone, kDefaultLogitsChunk, spec);
-    Gpt plain(backend.get(), kCfg, kB, kT, compute);
+    Gpt adapted(backend.get(), kLoraCfg, kB, kT, compute, Recompute::kNone, kDefaultLogitsChunk, spec);
+    Gpt plain(backend.get(), kLoraCfg, kB, kT, compute);
     adapted.InitWeights(5);
     plain.InitWeights(5);
-    const auto x = Ids(3, kCfg.vocab_size);
-    std::vector<float> a(kCfg.vocab_size), p(kCfg.vocab_size);
+    const auto x = Ids(3, kLoraCfg.vocab_size);
+    std::vector<float> a(kLoraCfg.vocab_size), p(kLoraCfg.vocab_size);
     auto same_logits = [&](const char* when) {
       adapted.Forward(x.data(), nullptr, kB, kT);
       plain.Forward(x.data(), nullptr, kB, kT);
@@ -87,8 +87,8 @@ TEST(Lora, StartsAsTheBaseAndExportsWhatItComputes) {
     same_logits("at step 0");
     TrainAdapters(&adapted, 4);
     const std::vector<float> exported = adapted.ExportParameters();
-    ASSERT_EQ(exported.size(), GptParamCount(kCfg));
-    const std::vector<float> host = MergeLoraOnHost(kCfg, spec, adapted.GetParameters());
+    ASSERT_EQ(exported.size(), GptParamCount(kLoraCfg));
+    const std::vector<float> host = MergeLoraOnHost(kLoraCfg, spec, adapted.GetParameters());
     EXPECT_LT(RelMaxError(exported.data(), host.data(), host.size()), 1e-6);
     EXPECT_NE(0, std::memcmp(exported.data(), plain.GetParameters().data(), exported.size() * 4))
         << "the adapters changed nothing";
@@ -102,10 +102,10 @@ TEST(Lora, StartsAsTheBaseAndExportsWhatItComputes) {
 TEST(Lora, AnnouncesEachAdapterGradientOnce) {
   auto backend = MakeCpuReferenceBackend();
   LoraSpec spec{2, 4.0f, kLoraQkv | kLoraFcproj};
-  Gpt m(backend.get(), kCfg, kB, kT, Compute::kF32, Recompute::kNone, kDefaultLogitsChunk, spec);
+  Gpt m(backend.get(), kLoraCfg, kB, kT, Compute::kF32, Recompute::kNone, kDefaultLogitsChunk, spec);
   m.InitWeights(1);
   std::vector<int> seen(m.trainable().count, 0);
-  const auto x = Ids(1, kCfg.vocab_size), y = Ids(2, kCfg.vocab_size);
+  const auto x = Ids(1, kLoraCfg.vocab_size), y = Ids(2, kLoraCfg.vocab_size);
   m.ZeroGrad();
   m.Forward(x.data(), y.data(), kB, kT, 1.0f);
   m.Backward([&](std::span<const GradRange> ranges) {
@@ -115,7 +115,7 @@ TEST(Lora, AnnouncesEachAdapterGradientOnce) {
     }
   });
   for (size_t i = 0; i < seen.size(); i++) ASSERT_EQ(seen[i], 1) << "gradient " << i;
-  EXPECT_EQ(m.trainable().count, LoraParamCount(kCfg, spec));
+  EXPECT_EQ(m.trainable().count, LoraParamCount(kLoraCfg, spec));
 }
 
 // Recomputation (GELU, whole blocks) gives the adapters' gradients bit for bit, as without LoRA.
@@ -124,10 +124,10 @@ TEST(Lora, RecomputeGivesTheSameGradients) {
   LoraSpec spec{3, 6.0f, kLoraAllTargets};
   std::vector<std::vector<float>> grads;
   for (Recompute r : {Recompute::kNone, Recompute::kGelu, Recompute::kBlocks}) {
-    Gpt m(backend.get(), kCfg, kB, kT, Compute::kBF16, r, kDefaultLogitsChunk, spec);
+    Gpt m(backend.get(), kLoraCfg, kB, kT, Compute::kBF16, r, kDefaultLogitsChunk, spec);
     m.InitWeights(9);
     TrainAdapters(&m, 2);
-    const auto x = Ids(4, kCfg.vocab_size), y = Ids(5, kCfg.vocab_size);
+    const auto x = Ids(4, kLoraCfg.vocab_size), y = Ids(5, kLoraCfg.vocab_size);
     m.ZeroGrad();
     m.Forward(x.data(), y.data(), kB, kT, 1.0f);
     m.Backward();
@@ -145,12 +145,13 @@ TEST(Lora, MemoryIsWhatThePlannerCounts) {
     for (Recompute r : {Recompute::kNone, Recompute::kBlocks})
       for (uint8_t targets : {uint8_t{kLoraAllTargets}, uint8_t{kLoraQkv}}) {
         const LoraSpec spec{5, 10.0f, targets};
-        Gpt m(backend.get(), kCfg, kB, kT, compute, r, 16, spec);
+        Gpt m(backend.get(), kLoraCfg, kB, kT, compute, r, 16, spec);
         const GptMemory got = m.memory();
-        const GptMemory alloc = Gpt::Allocation(kCfg, kB, kT, compute, r, AttentionKind::kNaive, 16, spec);
-        const GptMemory est =
-            WithLora(GptMemoryEstimate(kCfg, kB, kT, compute == Compute::kBF16, r, AttentionKind::kNaive, 16),
-                     kCfg, spec, compute == Compute::kBF16, kB * kT);
+        const GptMemory alloc =
+            Gpt::Allocation(kLoraCfg, kB, kT, compute, r, AttentionKind::kNaive, 16, spec);
+        const GptMemory est = WithLora(
+            GptMemoryEstimate(kLoraCfg, kB, kT, compute == Compute::kBF16, r, AttentionKind::kNaive, 16),
+            kLoraCfg, spec, compute == Compute::kBF16, kB * kT);
         for (const GptMemory& want : {alloc, est}) {
           EXPECT_EQ(got.params, want.params);
           EXPECT_EQ(got.params_bf16, want.params_bf16);
@@ -159,7 +160,7 @@ TEST(Lora, MemoryIsWhatThePlannerCounts) {
           EXPECT_EQ(got.activations, want.activations);
           EXPECT_EQ(got.scratch, want.scratch);
         }
-        EXPECT_EQ(got.grads, LoraParamCount(kCfg, spec) * 4);
+        EXPECT_EQ(got.grads, LoraParamCount(kLoraCfg, spec) * 4);
       }
 }
 
@@ -188,15 +189,15 @@ TEST(LoraSpec, ParsesAndRefusesWithTheFix) {
   EXPECT_NE(bad.status().message().find("'c_attn'"), std::string::npos);
   EXPECT_NE(bad.status().message().find("qkv, attproj, fc, fcproj"), std::string::npos);
   EXPECT_FALSE(ParseLoraTargets(",").ok());
-  EXPECT_TRUE((LoraSpec{8, 16.0f, kLoraAllTargets}.Validate(kCfg).ok()));
-  EXPECT_TRUE(LoraSpec{}.Validate(kCfg).ok());  // off
-  EXPECT_FALSE((LoraSpec{-1, 16.0f, kLoraAllTargets}.Validate(kCfg).ok()));
-  EXPECT_FALSE((LoraSpec{8, 0.0f, kLoraAllTargets}.Validate(kCfg).ok()));
-  const Status wide = LoraSpec{19, 16.0f, kLoraAllTargets}.Validate(kCfg);
+  EXPECT_TRUE((LoraSpec{8, 16.0f, kLoraAllTargets}.Validate(kLoraCfg).ok()));
+  EXPECT_TRUE(LoraSpec{}.Validate(kLoraCfg).ok());  // off
+  EXPECT_FALSE((LoraSpec{-1, 16.0f, kLoraAllTargets}.Validate(kLoraCfg).ok()));
+  EXPECT_FALSE((LoraSpec{8, 0.0f, kLoraAllTargets}.Validate(kLoraCfg).ok()));
+  const Status wide = LoraSpec{19, 16.0f, kLoraAllTargets}.Validate(kLoraCfg);
   EXPECT_NE(wide.message().find("n_embd 18"), std::string::npos) << wide.ToString();
   EXPECT_EQ((LoraSpec{8, 16.0f, kLoraQkv | kLoraFc}.ToString()), "r8 alpha16 qkv,fc");
   // Layout: A [L, r, in] then B [L, out, r] per adapted matrix, after the base.
-  const auto layout = LoraParamLayout(kCfg, LoraSpec{2, 4.0f, kLoraFcproj}, 100);
+  const auto layout = LoraParamLayout(kLoraCfg, LoraSpec{2, 4.0f, kLoraFcproj}, 100);
   ASSERT_EQ(layout.size(), 2u);
   EXPECT_EQ(layout[0].name, "lora_a.fcprojw");
   EXPECT_EQ(layout[0].shape, (std::vector<int64_t>{2, 2, 72}));

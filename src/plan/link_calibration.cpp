@@ -5,25 +5,12 @@
 
 #include "metrics/run_record.h"
 #include "plan/gpu_specs.h"
+#include "plan/json_read.h"
 
 namespace tern::plan {
 namespace {
 
 using nlohmann::json;
-
-template <typename T>
-Status Read(const json& j, const char* key, const std::string& file, T* out) {
-  if (!j.contains(key) || j[key].is_null())
-    return Status::InvalidArgument(
-        fmt::format("{}: missing key '{}' (from `tern bench --dist --json`)", file, key));
-  try {
-    *out = j[key].get<T>();
-  } catch (const json::exception&) {
-    return Status::InvalidArgument(
-        fmt::format("{}: key '{}' has the wrong type ({})", file, key, j[key].dump()));
-  }
-  return Status::Ok();
-}
 
 std::string OptionalString(const json& j, const char* key) {
   return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
@@ -61,18 +48,23 @@ Result<LinkProfile> ParseDistBenchJson(const std::string& text, const std::strin
   TERN_RETURN_IF_ERROR(CheckRecordVersion(j, file).status());  // a newer bench's file is refused, not guessed
   LinkProfile p;
   p.file = file;
-  TERN_RETURN_IF_ERROR(Read(j, "communicator", file, &p.communicator));
-  TERN_RETURN_IF_ERROR(Read(j, "world", file, &p.world));
-  TERN_RETURN_IF_ERROR(Read(j, "nodes", file, &p.nodes));
-  TERN_RETURN_IF_ERROR(Read(j, "device", file, &p.device));
-  TERN_RETURN_IF_ERROR(Read(j, "latency_us", file, &p.latency_us));
-  TERN_RETURN_IF_ERROR(Read(j, "link_gb_per_s", file, &p.bus_gb_per_s));
+  // json_read.h's reader (whole numbers checked against the field's range), naming the file's maker.
+  auto read = [&](const char* key, auto* out) {
+    const Status st = Read(j, key, file, out);
+    return st.ok() ? st : Status::InvalidArgument(st.message() + " (from `tern bench --dist --json`)");
+  };
+  TERN_RETURN_IF_ERROR(read("communicator", &p.communicator));
+  TERN_RETURN_IF_ERROR(read("world", &p.world));
+  TERN_RETURN_IF_ERROR(read("nodes", &p.nodes));
+  TERN_RETURN_IF_ERROR(read("device", &p.device));
+  TERN_RETURN_IF_ERROR(read("latency_us", &p.latency_us));
+  TERN_RETURN_IF_ERROR(read("link_gb_per_s", &p.bus_gb_per_s));
   p.gpu = OptionalString(j, "gpu");
   p.gpu_name = OptionalString(j, "gpu_name");
   p.instance = OptionalString(j, "instance");
   if (p.gpu.empty() && p.device == "cuda") p.gpu = CatalogGpuId(p.gpu_name);
-  if (j.contains("sizes") && j["sizes"].is_array() && !j["sizes"].empty() &&
-      j["sizes"].back().contains("bytes"))
+  if (j.contains("sizes") && j["sizes"].is_array() && !j["sizes"].empty() && j["sizes"].back().is_object() &&
+      j["sizes"].back().contains("bytes") && j["sizes"].back()["bytes"].is_number())
     p.largest_bytes = j["sizes"].back()["bytes"].get<double>();
   if (p.world < 2) {
     return Status::InvalidArgument(fmt::format(

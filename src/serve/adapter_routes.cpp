@@ -13,20 +13,17 @@ namespace {
 
 using json = nlohmann::json;
 
-ApiError Bad(std::string param, std::string message) {
-  return ApiError{400, std::move(message), "invalid_request_error", std::move(param), ""};
-}
-
 // The body's string field `name`, or an error naming it.
 std::variant<std::string, ApiError> StringField(const json& body, const char* name) {
   if (!body.contains(name) || !body[name].is_string() || body[name].get<std::string>().empty())
-    return Bad(name, fmt::format("'{}' must be a non-empty string", name));
+    return BadRequest(name, fmt::format("'{}' must be a non-empty string", name));
   return body[name].get<std::string>();
 }
 
 std::variant<json, ApiError> ParseBody(std::string_view text) {
   json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded() || !body.is_object()) return Bad("", "the request body must be a JSON object");
+  if (body.is_discarded() || !body.is_object())
+    return BadRequest("", "the request body must be a JSON object");
   return body;
 }
 
@@ -56,15 +53,16 @@ std::variant<std::string, ApiError> LoadAdapterRoute(std::string_view text, cons
   if (auto* e = std::get_if<ApiError>(&path)) return *e;
   const std::string& n = std::get<std::string>(name);
   const std::string& p = std::get<std::string>(path);
-  if (Status st = CheckAdapterName(n); !st.ok()) return Bad("lora_name", st.message());
+  if (Status st = CheckAdapterName(n); !st.ok()) return BadRequest("lora_name", st.message());
   if (n == c.model_name)
-    return Bad("lora_name", fmt::format("'{}' is the served model's own name; give the adapter another", n));
+    return BadRequest("lora_name",
+                      fmt::format("'{}' is the served model's own name; give the adapter another", n));
   if (Status st = CheckLoraPath(p, c.lora_root); !st.ok())
     return ApiError{403, st.message(), "invalid_request_error", "lora_path", "permission_denied"};
   auto adapter = c.loader(p);
-  if (!adapter.ok()) return Bad("lora_path", adapter.status().message());
+  if (!adapter.ok()) return BadRequest("lora_path", adapter.status().message());
   auto id = c.engine->AddAdapter(*adapter);
-  if (!id.ok()) return Bad("lora_path", id.status().message());
+  if (!id.ok()) return BadRequest("lora_path", id.status().message());
   const int64_t now =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
           .count();

@@ -11,10 +11,6 @@ namespace {
 
 using json = nlohmann::json;
 
-ApiError Bad(std::string param, std::string message, std::string code = "") {
-  return ApiError{400, std::move(message), "invalid_request_error", std::move(param), std::move(code)};
-}
-
 // The text is whatever the model produced; replacing invalid UTF-8 keeps dump() from throwing.
 std::string Dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -26,7 +22,7 @@ uint64_t RandomSeed() {
 }
 
 ApiError WrongType(const std::string& field, const char* want, const json& got) {
-  return Bad(field, fmt::format("'{}' must be {}, not {}", field, want, JsonTypeName(got)));
+  return BadRequest(field, fmt::format("'{}' must be {}, not {}", field, want, JsonTypeName(got)));
 }
 
 // Optional fields: absent or null leaves *out as it is.
@@ -36,7 +32,7 @@ std::optional<ApiError> GetNumber(const json& body, const char* field, double lo
   if (!v.is_number()) return WrongType(field, "a number", v);
   const double x = v.get<double>();
   if (!(x >= lo && x <= hi))
-    return Bad(field, fmt::format("'{}' must be between {} and {}, got {}", field, lo, hi, x));
+    return BadRequest(field, fmt::format("'{}' must be between {} and {}, got {}", field, lo, hi, x));
   *out = static_cast<float>(x);
   return std::nullopt;
 }
@@ -46,10 +42,10 @@ std::optional<ApiError> GetInt(const json& body, const char* field, int64_t lo, 
   const json& v = body[field];
   if (!v.is_number_integer() && !v.is_number_unsigned()) return WrongType(field, "an integer", v);
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-    return Bad(field, fmt::format("'{}' is out of range", field));
+    return BadRequest(field, fmt::format("'{}' is out of range", field));
   const int64_t x = v.get<int64_t>();
   if (x < lo || x > hi)
-    return Bad(field, fmt::format("'{}' must be between {} and {}, got {}", field, lo, hi, x));
+    return BadRequest(field, fmt::format("'{}' must be between {} and {}, got {}", field, lo, hi, x));
   *out = x;
   return std::nullopt;
 }
@@ -63,7 +59,8 @@ std::optional<ApiError> GetBool(const json& body, const char* field, bool* out) 
 
 // prompt: a string, an array of token ids, or an array holding exactly one of those (n = 1).
 std::optional<ApiError> ParsePrompt(const json& body, const ApiContext& ctx, std::vector<int32_t>* out) {
-  if (!body.contains("prompt") || body["prompt"].is_null()) return Bad("prompt", "'prompt' is required");
+  if (!body.contains("prompt") || body["prompt"].is_null())
+    return BadRequest("prompt", "'prompt' is required");
   json p = body["prompt"];
   if (p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array())) p = p[0];
   if (p.is_string()) {
@@ -71,23 +68,24 @@ std::optional<ApiError> ParsePrompt(const json& body, const ApiContext& ctx, std
   } else if (p.is_array()) {
     const int V = ctx.tokenizer->vocab_size();
     for (const json& t : p) {
-      if (t.is_string() || t.is_array()) return Bad("prompt", "only one prompt per request is supported");
+      if (t.is_string() || t.is_array())
+        return BadRequest("prompt", "only one prompt per request is supported");
       if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= V)
-        return Bad("prompt", fmt::format("'prompt' token ids must be integers in [0, {})", V));
+        return BadRequest("prompt", fmt::format("'prompt' token ids must be integers in [0, {})", V));
       out->push_back(t.get<int32_t>());
     }
   } else {
     return WrongType("prompt", "a string or an array of token ids", p);
   }
-  if (out->empty()) return Bad("prompt", "'prompt' must not be empty");
+  if (out->empty()) return BadRequest("prompt", "'prompt' must not be empty");
   return std::nullopt;
 }
 
 std::optional<ApiError> ParseMessages(const json& body, std::vector<ChatMessage>* out) {
   if (!body.contains("messages") || body["messages"].is_null())
-    return Bad("messages", "'messages' is required");
+    return BadRequest("messages", "'messages' is required");
   ChatParseError e;
-  if (!ParseChatMessages(body["messages"], out, &e)) return Bad(e.param, e.message);
+  if (!ParseChatMessages(body["messages"], out, &e)) return BadRequest(e.param, e.message);
   return std::nullopt;
 }
 
@@ -102,12 +100,14 @@ std::optional<ApiError> ParseLogitAdjustments(const json& body, int vocab, Gener
     int32_t token = -1;
     const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), token);
     if (ec != std::errc() || end != key.data() + key.size() || token < 0 || token >= vocab)
-      return Bad("logit_bias",
-                 fmt::format("'logit_bias' keys are token ids between 0 and {}, got '{}'", vocab - 1, key));
+      return BadRequest(
+          "logit_bias",
+          fmt::format("'logit_bias' keys are token ids between 0 and {}, got '{}'", vocab - 1, key));
     if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100))
-      return Bad("logit_bias", fmt::format("'logit_bias' values are numbers between -100 and 100, got {} for "
-                                           "token {}",
-                                           value.dump(), key));
+      return BadRequest("logit_bias",
+                        fmt::format("'logit_bias' values are numbers between -100 and 100, got {} for "
+                                    "token {}",
+                                    value.dump(), key));
     g->logit_bias.emplace_back(token, value.get<float>());
   }
   return std::nullopt;
@@ -124,41 +124,43 @@ std::optional<ApiError> ParseResponseFormat(const json& body, std::string_view b
   if (!rf.is_object())
     return WrongType("response_format", R"(an object such as {"type": "json_object"})", rf);
   if (!rf.contains("type") || !rf["type"].is_string())
-    return Bad("response_format.type",
-               R"('response_format.type' is required: "text", "json_object" or "json_schema")");
+    return BadRequest("response_format.type",
+                      R"('response_format.type' is required: "text", "json_object" or "json_schema")");
   const std::string type = rf["type"].get<std::string>();
   if (type == "json_object") {
     g->json_object = true;
   } else if (type == "json_schema") {
     if (!rf.contains("json_schema") || !rf["json_schema"].is_object())
-      return Bad("response_format.json_schema",
-                 R"('response_format.json_schema' is required: {"name": "...", "schema": {...}})");
+      return BadRequest("response_format.json_schema",
+                        R"('response_format.json_schema' is required: {"name": "...", "schema": {...}})");
     const json& js = rf["json_schema"];
     for (const auto& [k, v] : js.items())
       if (k != "name" && k != "schema" && k != "strict" && k != "description")
-        return Bad("response_format.json_schema." + k,
-                   fmt::format("'response_format.json_schema.{}' is not supported (name, schema, strict, "
-                               "description)",
-                               k));
+        return BadRequest(
+            "response_format.json_schema." + k,
+            fmt::format("'response_format.json_schema.{}' is not supported (name, schema, strict, "
+                        "description)",
+                        k));
     if (js.contains("name") && !js["name"].is_string())
       return WrongType("response_format.json_schema.name", "a string", js["name"]);
     if (js.contains("strict") && !js["strict"].is_boolean() && !js["strict"].is_null())
       return WrongType("response_format.json_schema.strict", "a boolean", js["strict"]);
     if (!js.contains("schema"))
-      return Bad(
+      return BadRequest(
           "response_format.json_schema.schema",
           R"('response_format.json_schema.schema' is required, e.g. {"type": "object", "properties": {...}})");
     nlohmann::ordered_json ordered;
     try {  // the text parsed as json already; .at() for safety
       ordered = nlohmann::ordered_json::parse(body_text).at("response_format").at("json_schema").at("schema");
     } catch (const nlohmann::ordered_json::exception& e) {
-      return Bad("response_format.json_schema.schema", std::string("cannot read the schema: ") + e.what());
+      return BadRequest("response_format.json_schema.schema",
+                        std::string("cannot read the schema: ") + e.what());
     }
     auto compiled = CompileJsonSchema(ordered, "response_format.json_schema.schema");
-    if (auto* e = std::get_if<JsonSchemaError>(&compiled)) return Bad(e->path, e->message);
+    if (auto* e = std::get_if<JsonSchemaError>(&compiled)) return BadRequest(e->path, e->message);
     g->json_schema = std::get<std::shared_ptr<const JsonSchema>>(std::move(compiled));
   } else if (type != "text") {
-    return Bad(
+    return BadRequest(
         "response_format.type",
         fmt::format(R"('response_format.type' must be "text", "json_object" or "json_schema", got '{}')",
                     type));
@@ -169,9 +171,9 @@ std::optional<ApiError> ParseResponseFormat(const json& body, std::string_view b
 // Fields of the OpenAI API that tern does not implement: accepted at their neutral value, refused otherwise.
 std::optional<ApiError> CheckUnsupported(const json& body) {
   if (body.contains("suffix") && !body["suffix"].is_null() && body["suffix"] != "")
-    return Bad("suffix", "'suffix' is not supported");
+    return BadRequest("suffix", "'suffix' is not supported");
   if (body.contains("tools") && !body["tools"].is_null() && !body["tools"].empty())
-    return Bad("tools", "'tools' is not supported");
+    return BadRequest("tools", "'tools' is not supported");
   return std::nullopt;
 }
 
@@ -187,12 +189,13 @@ std::optional<ApiError> ParseChoicesAndLogprobs(const json& body, bool chat, Par
     return e;
   }
   if (!chat && best_of < n)
-    return Bad("best_of", fmt::format("'best_of' ({}) must be at least 'n' ({}): the n best of best_of "
-                                      "candidates are returned",
-                                      best_of, n));
+    return BadRequest("best_of",
+                      fmt::format("'best_of' ({}) must be at least 'n' ({}): the n best of best_of "
+                                  "candidates are returned",
+                                  best_of, n));
   if (!chat && best_of > n && r->stream)
-    return Bad("best_of",
-               "'best_of' larger than 'n' cannot be streamed (the best are known only at the end)");
+    return BadRequest("best_of",
+                      "'best_of' larger than 'n' cannot be streamed (the best are known only at the end)");
   r->n = static_cast<int>(n);
   r->gen.n = static_cast<int>(chat ? n : best_of);
   int64_t k = -1;
@@ -202,11 +205,12 @@ std::optional<ApiError> ParseChoicesAndLogprobs(const json& body, bool chat, Par
     int64_t top = 0;
     if (auto e = GetInt(body, "top_logprobs", 0, kMaxTopLogprobs, &top)) return e;
     if (body.contains("top_logprobs") && !body["top_logprobs"].is_null() && !want)
-      return Bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+      return BadRequest("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     if (want) k = top;
   } else {
     if (body.contains("top_logprobs") && !body["top_logprobs"].is_null())
-      return Bad("top_logprobs", "'top_logprobs' is a chat field; /v1/completions takes 'logprobs': 0..5");
+      return BadRequest("top_logprobs",
+                        "'top_logprobs' is a chat field; /v1/completions takes 'logprobs': 0..5");
     // `false` is what some clients send for "off"
     if (!(body.contains("logprobs") && body["logprobs"] == false))
       if (auto e = GetInt(body, "logprobs", 0, kMaxCompletionLogprobs, &k)) return e;
@@ -219,6 +223,10 @@ std::optional<ApiError> ParseChoicesAndLogprobs(const json& body, bool chat, Par
 }
 
 }  // namespace
+
+ApiError BadRequest(std::string param, std::string message, std::string code) {
+  return ApiError{400, std::move(message), "invalid_request_error", std::move(param), std::move(code)};
+}
 
 std::string ErrorJson(const ApiError& e) {
   json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
@@ -237,10 +245,10 @@ std::variant<json, ApiError> ParseObject(std::string_view body_text) {
   } catch (const json::exception& e) {  // parse_error, and out_of_range for a number too large for a double
     std::string what = e.what();
     const size_t at = what.find("parse error");
-    return Bad("",
-               "the request body is not valid JSON: " + (at == std::string::npos ? what : what.substr(at)));
+    return BadRequest(
+        "", "the request body is not valid JSON: " + (at == std::string::npos ? what : what.substr(at)));
   }
-  if (!body.is_object()) return Bad("", "the request body must be a JSON object");
+  if (!body.is_object()) return BadRequest("", "the request body must be a JSON object");
   return body;
 }
 
@@ -305,15 +313,15 @@ std::variant<std::string, ApiError> DetokenizeResponse(std::string_view body_tex
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   const json& body = std::get<json>(parsed);
   if (!body.contains("tokens") || !body["tokens"].is_array())
-    return Bad("tokens", "'tokens' must be an array of token ids");
+    return BadRequest("tokens", "'tokens' must be an array of token ids");
   const int V = ctx.tokenizer->vocab_size();
   std::vector<int32_t> tokens;
   for (const json& t : body["tokens"]) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= V)
-      return Bad("tokens", fmt::format("'tokens' must be integers in [0, {})", V));
+      return BadRequest("tokens", fmt::format("'tokens' must be integers in [0, {})", V));
     tokens.push_back(t.get<int32_t>());
   }
-  return Dump({{"prompt", ctx.tokenizer->Decode(tokens)}});
+  return Dump(json{{"prompt", ctx.tokenizer->Decode(tokens)}});
 }
 
 std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body_text, bool chat,
@@ -342,17 +350,17 @@ std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body_text, b
     return *e;
   }
   if (auto e = GetBool(body, "echo", &r.echo)) return *e;
-  if (chat && r.echo) return Bad("echo", "'echo' is only for /v1/completions");
+  if (chat && r.echo) return BadRequest("echo", "'echo' is only for /v1/completions");
   // echo with max_tokens 0 scores the prompt alone (evaluation harnesses): it may fill the whole context
   const bool score_only = r.echo && body.contains("max_tokens") && body["max_tokens"].is_number_integer() &&
                           body["max_tokens"] == 0;
   const int P = static_cast<int>(g.prompt.size());
   if (P + (score_only ? 0 : 1) > ctx.max_seq_len)
-    return Bad(prompt_field,
-               fmt::format("this model's maximum context length is {} tokens and the prompt has {}{}",
-                           ctx.max_seq_len, P,
-                           score_only ? "" : " (at least one token must be left for the completion)"),
-               "context_length_exceeded");
+    return BadRequest(prompt_field,
+                      fmt::format("this model's maximum context length is {} tokens and the prompt has {}{}",
+                                  ctx.max_seq_len, P,
+                                  score_only ? "" : " (at least one token must be left for the completion)"),
+                      "context_length_exceeded");
 
   int64_t max_tokens = chat ? ctx.max_seq_len - P : 16;  // OpenAI's defaults: chat until the context ends
   const char* mt_field =
@@ -362,22 +370,22 @@ std::variant<ParsedRequest, ApiError> ParseRequest(std::string_view body_text, b
     return *e;
   }
   if (max_tokens == 0 && !r.echo)
-    return Bad(
+    return BadRequest(
         mt_field,
         "'max_tokens' must be at least 1; 0 is allowed only with 'echo': true (the prompt, scored with "
         "'logprobs', and no new tokens)");
   if (P + max_tokens > ctx.max_seq_len)
-    return Bad(mt_field,
-               fmt::format("this model's maximum context length is {} tokens, but {} were requested "
-                           "({} in the prompt, {} for the completion); lower {}",
-                           ctx.max_seq_len, P + max_tokens, P, max_tokens, mt_field),
-               "context_length_exceeded");
+    return BadRequest(mt_field,
+                      fmt::format("this model's maximum context length is {} tokens, but {} were requested "
+                                  "({} in the prompt, {} for the completion); lower {}",
+                                  ctx.max_seq_len, P + max_tokens, P, max_tokens, mt_field),
+                      "context_length_exceeded");
   g.max_tokens = static_cast<int>(max_tokens);
 
   g.sampling = SamplingParams{1.0f, 0, 1.0f};  // OpenAI's defaults: temperature 1, no top-k, top_p 1
   if (auto e = GetNumber(body, "temperature", 0, 2, &g.sampling.temperature)) return *e;
   if (auto e = GetNumber(body, "top_p", 0, 1, &g.sampling.top_p)) return *e;
-  if (g.sampling.top_p <= 0) return Bad("top_p", "'top_p' must be greater than 0");
+  if (g.sampling.top_p <= 0) return BadRequest("top_p", "'top_p' must be greater than 0");
   int64_t top_k = 0;
   if (auto e = GetInt(body, "top_k", 0, INT32_MAX, &top_k)) return *e;
   g.sampling.top_k = static_cast<int>(top_k);

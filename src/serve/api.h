@@ -28,6 +28,8 @@ struct ApiError {
   std::string code;   // machine-readable reason ("" = none)
 };
 std::string ErrorJson(const ApiError& e);
+// A 400 invalid_request_error about the request field `param` ("" = the body).
+ApiError BadRequest(std::string param, std::string message, std::string code = "");
 
 // What the parser needs to know about the served model.
 struct ApiContext {

@@ -11,11 +11,11 @@
 namespace tern {
 namespace {
 
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
 
 // The text is whatever the model produced; replacing invalid UTF-8 keeps dump() from throwing.
-std::string Dump(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+std::string Dump(const ojson& j) {
+  return j.dump(-1, ' ', false, ojson::error_handler_t::replace);
 }
 
 bool IsControl(int32_t id) {
@@ -55,22 +55,22 @@ std::string TokenString(const Tokenizer& tok, int32_t id) {
   return out;
 }
 
-json Bytes(const Tokenizer& tok, int32_t id) {
+ojson Bytes(const Tokenizer& tok, int32_t id) {
   if (IsControl(id)) return nullptr;
-  json a = json::array();
+  ojson a = ojson::array();
   for (unsigned char c : TokenBytes(tok, id)) a.push_back(static_cast<int>(c));
   return a;
 }
 
-json Logprob(float lp) {
-  return std::isnan(lp) ? json() : json(lp);
+ojson Logprob(float lp) {
+  return std::isnan(lp) ? ojson() : ojson(lp);
 }
 
 // /v1/completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}. top_logprobs maps token
 // strings to logprobs: the k best plus the chosen token (so up to k + 1 entries, as OpenAI), most likely
 // first (a chosen token outside the k best is no more likely than the k-th, so it goes last).
-json CompletionLogprobs(const Tokenizer& tok, const ChoiceOut& c) {
-  json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+ojson CompletionLogprobs(const Tokenizer& tok, const ChoiceOut& c) {
+  ojson tokens = ojson::array(), lps = ojson::array(), tops = ojson::array(), offsets = ojson::array();
   int offset = c.text_offset;
   for (const TokenLogprob& t : c.logprobs) {
     tokens.push_back(TokenString(tok, t.token));
@@ -78,7 +78,7 @@ json CompletionLogprobs(const Tokenizer& tok, const ChoiceOut& c) {
     if (std::isnan(t.logprob)) {
       tops.push_back(nullptr);
     } else {
-      json top = json::object();
+      ojson top = ojson::object();
       for (const auto& [id, lp] : t.top) top.emplace(TokenString(tok, id), lp);  // first (best) wins a tie
       top.emplace(TokenString(tok, t.token), t.logprob);
       tops.push_back(std::move(top));
@@ -90,10 +90,10 @@ json CompletionLogprobs(const Tokenizer& tok, const ChoiceOut& c) {
 }
 
 // Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}.
-json ChatLogprobs(const Tokenizer& tok, const ChoiceOut& c) {
-  json content = json::array();
+ojson ChatLogprobs(const Tokenizer& tok, const ChoiceOut& c) {
+  ojson content = ojson::array();
   for (const TokenLogprob& t : c.logprobs) {
-    json top = json::array();
+    ojson top = ojson::array();
     for (const auto& [id, lp] : t.top)
       top.push_back({{"token", TokenString(tok, id)}, {"logprob", lp}, {"bytes", Bytes(tok, id)}});
     content.push_back({{"token", TokenString(tok, t.token)},
@@ -104,24 +104,24 @@ json ChatLogprobs(const Tokenizer& tok, const ChoiceOut& c) {
   return {{"content", content}, {"refusal", nullptr}};
 }
 
-json LogprobsOf(const ResponseMeta& m, const ChoiceOut& c) {
+ojson LogprobsOf(const ResponseMeta& m, const ChoiceOut& c) {
   if (!c.has_logprobs || !m.tokenizer) return nullptr;
   return m.chat ? ChatLogprobs(*m.tokenizer, c) : CompletionLogprobs(*m.tokenizer, c);
 }
 
-json UsageObject(const Usage& u) {
+ojson UsageObject(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
-json Envelope(const ResponseMeta& m, const char* object) {
+ojson Envelope(const ResponseMeta& m, const char* object) {
   return {{"id", m.id}, {"object", object}, {"created", m.created}, {"model", m.model}};
 }
 
-json Reason(FinishReason f) {
-  return f == FinishReason::kNone ? json() : json(FinishReasonName(f));
+ojson Reason(FinishReason f) {
+  return f == FinishReason::kNone ? ojson() : ojson(FinishReasonName(f));
 }
 
 }  // namespace
@@ -155,10 +155,10 @@ ResponseMeta NewResponseMeta(const std::string& model, bool chat, const Tokenize
 }
 
 std::string CompletionJson(const ResponseMeta& m, const std::vector<ChoiceOut>& choices, const Usage& u) {
-  json j = Envelope(m, m.chat ? "chat.completion" : "text_completion");
-  j["choices"] = json::array();
+  ojson j = Envelope(m, m.chat ? "chat.completion" : "text_completion");
+  j["choices"] = ojson::array();
   for (const ChoiceOut& c : choices) {
-    json choice = json::object();
+    ojson choice = ojson::object();
     if (m.chat) {
       choice["index"] = c.index;
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
@@ -175,15 +175,15 @@ std::string CompletionJson(const ResponseMeta& m, const std::vector<ChoiceOut>& 
 }
 
 std::string ChunkJson(const ResponseMeta& m, const ChoiceOut& c, bool role_only) {
-  json j = Envelope(m, m.chat ? "chat.completion.chunk" : "text_completion");
-  json choice = json::object();
+  ojson j = Envelope(m, m.chat ? "chat.completion.chunk" : "text_completion");
+  ojson choice = ojson::object();
   if (m.chat) {
     choice["index"] = c.index;
     if (role_only) {
       choice["delta"] = {{"role", "assistant"}, {"content", ""}};
     } else {
       choice["delta"] =
-          c.finish == FinishReason::kNone || !c.text.empty() ? json{{"content", c.text}} : json::object();
+          c.finish == FinishReason::kNone || !c.text.empty() ? ojson{{"content", c.text}} : ojson::object();
     }
   } else {
     choice["text"] = c.text;
@@ -191,20 +191,20 @@ std::string ChunkJson(const ResponseMeta& m, const ChoiceOut& c, bool role_only)
   }
   choice["logprobs"] = LogprobsOf(m, c);
   choice["finish_reason"] = Reason(c.finish);
-  j["choices"] = json::array({choice});
+  j["choices"] = ojson::array({choice});
   return Dump(j);
 }
 
 std::string UsageChunkJson(const ResponseMeta& m, const Usage& u) {
-  json j = Envelope(m, m.chat ? "chat.completion.chunk" : "text_completion");
-  j["choices"] = json::array();
+  ojson j = Envelope(m, m.chat ? "chat.completion.chunk" : "text_completion");
+  j["choices"] = ojson::array();
   j["usage"] = UsageObject(u);
   return Dump(j);
 }
 
 std::string ModelJson(const std::string& model, int64_t created, const std::string& parent,
                       const std::string& root) {
-  json j = {{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "tern"}};
+  ojson j = {{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "tern"}};
   if (!root.empty()) j["root"] = root;
   if (!parent.empty()) j["parent"] = parent;
   return Dump(j);
@@ -212,9 +212,9 @@ std::string ModelJson(const std::string& model, int64_t created, const std::stri
 
 std::string ModelsJson(const std::string& model, const std::vector<ServedAdapters::Entry>& adapters,
                        int64_t created) {
-  json data = json::array({json::parse(ModelJson(model, created))});
-  for (const auto& a : adapters) data.push_back(json::parse(ModelJson(a.name, a.created, model, a.source)));
-  return Dump({{"object", "list"}, {"data", data}});
+  ojson data = ojson::array({ojson::parse(ModelJson(model, created))});
+  for (const auto& a : adapters) data.push_back(ojson::parse(ModelJson(a.name, a.created, model, a.source)));
+  return Dump(ojson{{"object", "list"}, {"data", data}});
 }
 
 }  // namespace tern
