@@ -78,6 +78,15 @@ TEST(LinkCalibration, WorldOneAndMissingKeysNameTheFix) {
             std::string::npos);
   EXPECT_EQ(ParseDistBenchJson(R"({"tool": "tern bench --dist"})", "d.json").status().message(),
             "d.json: missing key 'communicator' (from `tern bench --dist --json`)");
+  // A count beyond an int (or a fraction) is an error, not a float-to-int conversion (undefined behaviour).
+  std::string huge = H100x8();
+  huge.replace(huge.find("\"world\": 8"), 10, "\"world\": 5e20");
+  const std::string why = ParseDistBenchJson(huge, "d.json").status().message();
+  EXPECT_NE(why.find("key 'world' is 5e+20, not a whole number in"), std::string::npos) << why;
+  EXPECT_NE(why.find("(from `tern bench --dist --json`)"), std::string::npos) << why;
+  std::string bad_size = H100x8();
+  bad_size.replace(bad_size.rfind("\"bytes\": "), 9, "\"bytes\": \"x\", \"was\": ");
+  EXPECT_TRUE(ParseDistBenchJson(bad_size, "d.json").ok()) << "a size that is not a number is left out";
 }
 
 TEST(LinkCalibration, MeasuredLinkSetsTheRingTermOfMatchingRowsOnly) {
