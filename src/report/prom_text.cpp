@@ -202,6 +202,16 @@ std::string FirstFall(const PromMetrics& now, const SeriesValues& before) {
   return "";
 }
 
+// `now` with each cumulative sample less its value in `before` (kept whole when new since).
+PromMetrics Subtract(const PromMetrics& now, const SeriesValues& before) {
+  std::vector<PromSample> out = now.samples();
+  for (PromSample& s : out) {
+    if (!IsCumulative(s)) continue;
+    if (const auto it = before.find({s.name, s.labels}); it != before.end()) s.value -= it->second;
+  }
+  return PromMetrics(std::move(out));
+}
+
 }  // namespace
 
 Result<PromMetrics> PromDelta(const PromMetrics& now, const PromMetrics& before) {
@@ -210,20 +220,16 @@ Result<PromMetrics> PromDelta(const PromMetrics& now, const PromMetrics& before)
     return Status::InvalidArgument(fall +
                                    " between the two scrapes: the server restarted in between; diagnose the "
                                    "newer scrape alone (without --since)");
-  std::vector<PromSample> out = now.samples();
-  for (PromSample& s : out) {
-    if (!IsCumulative(s)) continue;
-    if (const auto it = earlier.find({s.name, s.labels}); it != earlier.end()) s.value -= it->second;
-  }
-  return PromMetrics(std::move(out));
+  return Subtract(now, earlier);
 }
 
 PromWindow PromSince(const PromMetrics& now, const PromMetrics& before) {
   const char* start = "process_start_time_seconds";
   if (now.Has(start) && before.Has(start) && now.Sum(start) != before.Sum(start))
     return {now, fmt::format("{} changed from {} to {}", start, before.Sum(start), now.Sum(start))};
-  if (std::string fall = FirstFall(now, CumulativeValues(before)); !fall.empty()) return {now, fall};
-  return {PromDelta(now, before).value(), ""};
+  const SeriesValues earlier = CumulativeValues(before);
+  if (std::string fall = FirstFall(now, earlier); !fall.empty()) return {now, fall};
+  return {Subtract(now, earlier), ""};
 }
 
 }  // namespace tern::report
