@@ -34,7 +34,8 @@ struct PlanFlags {
   std::vector<std::string> calibrate, catalogs, overrides, spot_traces;
   std::string polarity = "available-if-nonzero";
   int seq = 0, max_gpus = 64, top = 10, explain = 0, lora_rank = -1;  // -1: --config's train.lora (or off)
-  int lora_adapters = 0;  // --serve: LoRA adapters served beside the model (tern serve --lora)
+  int lora_adapters = 0;     // --serve: LoRA adapters served beside the model (tern serve --lora)
+  int max_loaded_loras = 0;  // --serve: of which in memory at once (tern serve --max-loaded-loras)
   double price_per_hour = 0, local_mem_gib = 0, reserved_discount = -1, reserved_utilization = 0;
   double dataset_gb = -1, data_egress = -1;
   bool json = false, csv = false, show_excluded = false, show_defaults = false, strict = false,
@@ -237,6 +238,7 @@ Result<int> RunServePlan(const PlanFlags& f, const PlanDefaults& defaults) {
   req.weights = !f.weights.empty() ? f.weights : bench ? bench->weights : "bf16";
   req.kv_dtype = !f.kv_dtype.empty() ? f.kv_dtype : bench ? bench->kv_dtype : "bf16";
   req.lora_adapters = f.lora_adapters;
+  req.max_loaded_loras = f.max_loaded_loras;
   if (f.lora_rank > 0) req.lora_rank = f.lora_rank;
   req.providers = SplitList(f.providers);
   req.regions = SplitList(f.regions);
@@ -458,6 +460,9 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
   serve->add_option("--lora-adapters", flags->lora_adapters,
                     "LoRA fine-tunes served beside the model on each replica (tern serve --lora), of "
                     "--lora-rank (default 16): their memory and the bytes each decode step reads");
+  serve->add_option("--max-loaded-loras", flags->max_loaded_loras,
+                    "with --lora-adapters: only this many in memory on a replica (tern serve "
+                    "--max-loaded-loras; the others read back on demand)");
   table.Add(sub, [flags] { return RunPlan(*flags); });
 }
 

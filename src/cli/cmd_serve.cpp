@@ -37,6 +37,7 @@ struct ServeCliOptions {
   bool log_requests = false;
   bool allow_lora_updates = false;  // POST /v1/load_lora_adapter, /v1/unload_lora_adapter
   int max_lora_adapters = 0;
+  int max_loaded_loras = 0;     // > 0: adapters in memory at once; the rest read back on demand
   double drain_timeout_s = 30;  // on SIGTERM/SIGINT or a spot notice: let accepted requests finish
   std::string notice_url, notice_kind = "aws";
   double notice_poll_s = 5;
@@ -80,7 +81,8 @@ std::function<Result<LoraAdapter>(const std::string&)> AdapterLoader(const GptCo
   };
 }
 
-// The adapters of --lora, their names distinct and not the base model's.
+// The adapters of --lora, their names distinct and not the base model's. Each is read and checked; with
+// --max-loaded-loras N only the first N are kept (the others are read back when a request names one).
 Result<std::vector<LoraAdapter>> LoadAdapters(
     const ServeCliOptions& o, const std::string& model_name,
     const std::function<Result<LoraAdapter>(const std::string&)>& load, std::vector<LoraModule>* modules) {
@@ -96,7 +98,8 @@ Result<std::vector<LoraAdapter>> LoadAdapters(
     auto loaded = load(m.path);
     if (!loaded.ok()) return loaded.status().WithContext("--lora " + arg);
     modules->push_back(m);
-    adapters.push_back(std::move(loaded).value());
+    if (o.max_loaded_loras == 0 || static_cast<int>(adapters.size()) < o.max_loaded_loras)
+      adapters.push_back(std::move(loaded).value());
   }
   return adapters;
 }
@@ -178,6 +181,7 @@ int RunServe(const ServeCliOptions& o) {
       AdapterLoader(weights->config, BaseFingerprint(weights->config, weights->params), o.model_path);
   so.allow_lora_updates = o.allow_lora_updates;
   so.max_lora_adapters = o.max_lora_adapters;
+  so.max_loaded_loras = o.max_loaded_loras;
   so.lora_root = o.lora_root;
   if (o.max_lora_adapters > 0 && static_cast<int>(o.lora.size()) > o.max_lora_adapters)
     return Fail(Status::InvalidArgument(fmt::format("{} --lora adapters are more than --max-lora-adapters {}",
@@ -247,6 +251,13 @@ int RunServe(const ServeCliOptions& o) {
             ? fmt::format(", while at most {} sequences decode", o.speculative.max_batch).c_str()
             : "");
   for (size_t i = 0; i < so.adapters.size(); i++) {
+    if (i >= setup.adapters.size()) {
+      std::fprintf(stderr,
+                   "tern serve: LoRA adapter %s: \"model\": \"%s\", read into memory when a request names it "
+                   "(--max-loaded-loras %d)\n",
+                   so.adapters[i].name.c_str(), so.adapters[i].name.c_str(), o.max_loaded_loras);
+      continue;
+    }
     const LoraAdapter& a = setup.adapters[i];
     std::fprintf(stderr, "tern serve: LoRA adapter %s (%s, %.1f MB): \"model\": \"%s\"\n",
                  so.adapters[i].name.c_str(), a.spec.ToString().c_str(),
@@ -454,6 +465,11 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
   sub->add_option("--max-lora-adapters", o->max_lora_adapters,
                   "the most LoRA adapters served at once (0 = no limit but memory; tern plan --serve "
                   "--lora-adapters N sizes them)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-loaded-loras", o->max_loaded_loras,
+                  "the most LoRA adapters kept in memory at once (0 = all): the others served stay on disk "
+                  "and are read back when a request names one, retiring the least recently used (S-LoRA; "
+                  "vLLM's --max-cpu-loras; tern_lora_loads_total in /metrics)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--tokenizer", o->tokenizer,
                   "tokenizer.model to use (default: the one next to the weights)");

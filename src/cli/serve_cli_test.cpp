@@ -120,6 +120,48 @@ TEST_F(ServeCliTest, ServesTheAdapterBesideTheBaseModel) {
   EXPECT_NE(ReadAll(log).find("LoRA adapter law (r4 alpha8 qkv,fc"), std::string::npos) << ReadAll(log);
 }
 
+// --max-loaded-loras 1 with two adapters: the second is checked at start but left on disk, read back when a
+// request names it (the first leaves), and each answers as its merged model however often they alternate.
+TEST_F(ServeCliTest, ServesMoreAdaptersThanItKeepsInMemory) {
+  const LoraAdapter gospel = testing::RandomLoraAdapter(*run_, 4, kLoraQkv | kLoraFc, 8.0f, 12);
+  fs::create_directories(fs::path(run_->dir.path()) / "gospel");
+  ASSERT_TRUE(WriteLoraAdapter(run_->dir / "gospel/adapter.safetensors", gospel).ok());
+  const int port = testing::FreePort();
+  const std::string log = run_->dir / "serve.log";
+  testing::Child serve({tern_.string(), "serve", base_.string(), "--lora", "law=" + (run_->dir / "law"),
+                        "--lora", "gospel=" + (run_->dir / "gospel"), "--max-loaded-loras", "1", "--port",
+                        std::to_string(port), "--threads", "1", "--kv-cache-mb", "16"},
+                       {}, log);
+  httplib::Client client("127.0.0.1", port);
+  ASSERT_TRUE(Up(serve, client)) << ReadAll(log);
+  const std::map<std::string, std::string> expected = {
+      {"law", testing::GreedyText(*run_, testing::MergedLoraParams(*run_, adapter_), "And God said", 6)},
+      {"gospel", testing::GreedyText(*run_, testing::MergedLoraParams(*run_, gospel), "And God said", 6)}};
+  ASSERT_NE(expected.at("law"), expected.at("gospel"))
+      << "the adapters must differ for this to mean anything";
+  for (const char* model : {"law", "gospel", "law", "gospel"}) {
+    const std::string body = json{
+        {"model", model},
+        {"prompt", "And God said"},
+        {"max_tokens", 6},
+        {"temperature", 0},
+        {"ignore_eos", true}}.dump();
+    auto r = client.Post("/v1/completions", body, "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], expected.at(model)) << model;
+  }
+  auto metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("\ntern_lora_loads_total 3\n"), std::string::npos) << metrics->body;
+  EXPECT_NE(metrics->body.find("\ntern_lora_adapters 1\n"), std::string::npos) << metrics->body;
+  serve.Signal(SIGTERM);
+  EXPECT_EQ(serve.Wait(), 0) << ReadAll(log);
+  EXPECT_NE(ReadAll(log).find("gospel: \"model\": \"gospel\", read into memory when a request names it"),
+            std::string::npos)
+      << ReadAll(log);
+}
+
 // --speculative-tokens: drafts by prompt lookup are verified by the model, so the completion is the one
 // a plain engine gives, and /metrics counts the draft tokens the model confirmed.
 TEST_F(ServeCliTest, SpeculativeDecodingAnswersWhatAPlainEngineAnswers) {

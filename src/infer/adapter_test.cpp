@@ -196,8 +196,8 @@ TEST_F(AdapterTest, EngineKeepsEachAdaptersPrefixCacheApart) {
 
 // Adapters added and removed while the engine serves (tern serve --allow-lora-updates): an added one answers
 // as its merged model; a removed one refuses new requests at once, lets the running one finish on it (the
-// merged model's tokens), and is freed after it; ids are not reused, so a later adapter never finds the
-// removed one's cached prompt blocks.
+// merged model's tokens), and is freed after it; ids are not reused, and a later adapter of other weights
+// never finds the removed one's cached prompt blocks, while the same adapter added again does.
 TEST_F(AdapterTest, EngineAddsAndRemovesAdaptersWhileServing) {
   auto be = MakeCpuFastBackend();
   const LoraAdapter a = RandomAdapter(4, kLoraAllTargets, 8.0f, 5),
@@ -234,6 +234,18 @@ TEST_F(AdapterTest, EngineAddsAndRemovesAdaptersWhileServing) {
   EXPECT_EQ(on_b.tokens, want_b.tokens);
   EXPECT_EQ(on_b.cached_tokens, 0) << "adapter 1's cached blocks must not serve adapter 2";
   EXPECT_EQ(Run(*served, 0).cached_tokens, 0) << "nor the base model";
+
+  // The same adapter again (a new id, as a read back by --max-loaded-loras): the prefix cache keys blocks by
+  // the adapter's weights, so it finds the blocks it cached before; the same matrices at another alpha are
+  // other weights and find none.
+  ASSERT_EQ(served->AddAdapter(a).value(), 3);
+  const auto again = Run(*served, 3);
+  EXPECT_EQ(again.tokens, want_a.tokens);
+  EXPECT_GT(again.cached_tokens, 0) << "the same weights must find the blocks they cached under id 1";
+  LoraAdapter scaled = a;
+  scaled.spec.alpha = 16.0f;
+  ASSERT_EQ(served->AddAdapter(scaled).value(), 4);
+  EXPECT_EQ(Run(*served, 4).cached_tokens, 0);
 }
 
 TEST_F(AdapterTest, FileRoundTripsAndRefusesAnotherBase) {

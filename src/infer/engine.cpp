@@ -62,12 +62,6 @@ uint64_t ChoiceSeed(uint64_t seed, int index) {
   return z ^ (z >> 31);
 }
 
-// The root of a request's prefix-cache hash chain: 0 for the base model, a distinct value per adapter, so
-// a prompt's blocks computed under one adapter are never found by a request for another.
-uint64_t PrefixRoot(int adapter) {
-  return adapter == 0 ? 0 : ChoiceSeed(0x6c6f7261ull, adapter);
-}
-
 // Tokens whose keys and values a request ever computes: the prompt and every generated token but the last.
 // max_tokens = 0 still computes the whole prompt (its last row ends the prefill).
 int KvTokens(const GenerationRequest& r) {
@@ -87,20 +81,27 @@ Engine::Engine(std::unique_ptr<InferenceModel> model, const Tokenizer* tokenizer
   assert(opt_.max_batch <= model_->options().max_seqs && opt_.max_batch_tokens <= model_->options().max_rows);
   assert(opt_.max_batch <= opt_.max_batch_tokens);
   assert(model_->options().max_logit_rows >= opt_.max_batch);
-  for (int id = 1; id <= model_->num_adapters(); id++) adapter_served_.push_back(model_->has_adapter(id));
+  for (int id = 1; id <= model_->num_adapters(); id++) {
+    adapter_served_.push_back(model_->has_adapter(id));
+    adapter_roots_.push_back(model_->has_adapter(id) ? model_->adapter_fingerprint(id) : 0);
+  }
   metrics_->lora_adapters = ServedAdaptersLocked();
   PublishGauges();
 }
 
 Result<int> Engine::AddAdapter(const LoraAdapter& adapter) {
   int id = 0;
+  uint64_t root = 0;
   {
     std::lock_guard<std::mutex> lock(model_mu_);
     TERN_ASSIGN_OR_RETURN(id, model_->AddAdapter(adapter));
+    root = model_->adapter_fingerprint(id);
   }
   std::lock_guard<std::mutex> lock(mu_);
   adapter_served_.resize(static_cast<size_t>(id), false);
   adapter_served_[static_cast<size_t>(id) - 1] = true;
+  adapter_roots_.resize(static_cast<size_t>(id), 0);
+  adapter_roots_[static_cast<size_t>(id) - 1] = root;
   metrics_->lora_adapters = ServedAdaptersLocked();
   return id;
 }
@@ -130,6 +131,11 @@ int Engine::adapters_served() const {
 bool Engine::adapter_weights_held(int id) const {
   std::lock_guard<std::mutex> lock(model_mu_);
   return model_->has_adapter(id);
+}
+
+bool Engine::adapter_in_use(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return adapter_active_.count(id) > 0;
 }
 
 // Frees the weights of retired adapters that no sequence names any more (engine thread; submitted_ is
@@ -269,8 +275,13 @@ Result<std::shared_ptr<RequestHandle>> Engine::Submit(GenerationRequest request)
     if (queued + n > opt_.max_queue)
       return Status::Unavailable(
           fmt::format("the server is at capacity ({} requests waiting); retry later", queued));
+    // The prefix cache roots each adapter's chain at its weights' fingerprint: a prompt's blocks computed
+    // under one adapter are found by the same weights only (again after a reload), never by another's.
+    seq->prefix_root = a == 0 ? 0 : adapter_roots_[static_cast<size_t>(a) - 1];
+    for (auto& f : seq->forks) f->prefix_root = seq->prefix_root;
     submitted_.push_back(std::move(seq));
     active_count_ += n;
+    if (a != 0) adapter_active_[a] += n;
     metrics_->queue_length += n;
   }
   cv_.notify_all();
@@ -303,7 +314,7 @@ bool Engine::Admit(Sequence* seq) {
   const int max_prefix = MaxPrefixBlocks(*seq);
   std::vector<uint64_t> hashes;
   const uint64_t q0 = blocks_.prefix_queries(), h0 = blocks_.prefix_hits();
-  const uint64_t root = PrefixRoot(seq->req.adapter);
+  const uint64_t root = seq->prefix_root;
   std::vector<int32_t> prefix = blocks_.AcquirePrefix(seq->tokens.data(), len, max_prefix, &hashes, root);
   const int n = static_cast<int>(prefix.size());
   if (!blocks_.Reserve(total - n)) {
@@ -368,7 +379,7 @@ void Engine::PreemptForWaiting() {
   // blocks someone still holds (a cached-free one it takes back costs what it saves); a victim returns its
   // promises and the blocks nobody else holds (shared prefix blocks stay with their other holders).
   const std::vector<int32_t> hits = blocks_.FindPrefix(w->tokens.data(), static_cast<int>(w->tokens.size()),
-                                                       MaxPrefixBlocks(*w), PrefixRoot(w->req.adapter));
+                                                       MaxPrefixBlocks(*w), w->prefix_root);
   std::unordered_map<int32_t, int> dropped;  // block -> holders among the victims
   int slots = opt_.max_batch - static_cast<int>(running_.size()), freed = 0;
   auto fits = [&] {
@@ -580,6 +591,7 @@ void Engine::Finish(Sequence* s, FinishReason reason) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   active_count_--;
+  if (s->req.adapter != 0 && --adapter_active_[s->req.adapter] == 0) adapter_active_.erase(s->req.adapter);
 }
 
 void Engine::PublishGauges() {

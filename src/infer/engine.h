@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -150,8 +151,9 @@ class Engine {
 
   // LoRA adapters while the engine runs (`tern serve --allow-lora-updates`); both thread-safe.
   // Adds one beside the base weights between two forwards (InferenceModel::AddAdapter) and returns its id
-  // for GenerationRequest::adapter. Ids are never reused, so a reloaded adapter never finds the prefix-cache
-  // blocks of the one it replaced.
+  // for GenerationRequest::adapter. Ids are never reused; the prefix cache keys an adapter's blocks by its
+  // weights (InferenceModel::adapter_fingerprint), so the same adapter added again finds the blocks it
+  // cached before, and a replacement with other weights never finds its predecessor's.
   Result<int> AddAdapter(const LoraAdapter& adapter);
   // Retires adapter id: requests naming it are refused from now on (NotFound), those already submitted
   // finish on it, and its weights are freed at the first iteration none of them is left. NotFound when id
@@ -159,6 +161,7 @@ class Engine {
   Status RemoveAdapter(int id);
   int adapters_served() const;              // added (at construction or since) and not removed
   bool adapter_weights_held(int id) const;  // tests: a retired adapter's weights are not freed yet
+  bool adapter_in_use(int id) const;        // a request submitted, waiting or running names it
 
   int max_seq_len() const { return max_seq_len_; }
   const InferenceModel& model() const { return *model_; }
@@ -199,8 +202,10 @@ class Engine {
   std::deque<std::unique_ptr<Sequence>> submitted_;
   bool stop_ = false;
   int active_count_ = 0, kv_used_ = 0;
-  std::vector<bool> adapter_served_;  // [id - 1]: may requests name it (guarded by mu_)
-  std::vector<int> retiring_;         // removed ids whose weights are still held (guarded by mu_)
+  std::vector<bool> adapter_served_;     // [id - 1]: may requests name it (guarded by mu_)
+  std::vector<int> retiring_;            // removed ids whose weights are still held (guarded by mu_)
+  std::map<int, int> adapter_active_;    // adapter id -> its sequences submitted and not finished (mu_)
+  std::vector<uint64_t> adapter_roots_;  // [id - 1]: its prefix-cache root, the weights' fingerprint (mu_)
   // Held by the forward and by every change to the model's adapters (which other threads make).
   mutable std::mutex model_mu_;
 

@@ -1,5 +1,7 @@
 #include "infer/inference_model.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cassert>
 #include <chrono>
@@ -231,6 +233,10 @@ Result<int> InferenceModel::AddAdapter(const LoraAdapter& adapter) {
       for (size_t i = 0; i < t.numel; i++) host[t.offset + i] *= adapter.spec.scale();
   Adapter a;
   a.rank = r;
+  const std::string spec = adapter.spec.ToString();
+  a.fingerprint = XXH3_64bits_withSeed(adapter.params.data(), adapter.params.size() * sizeof(float),
+                                       XXH3_64bits(spec.data(), spec.size()));
+  if (a.fingerprint == 0) a.fingerprint = 1;  // 0 is the base model's root
   // Beside bf16 or int8 weights the adapters are bf16 too (half their bytes; their products as the bf16
   // weights' are: activations rounded to bf16, fp32 sums); beside fp32 weights, fp32.
   const size_t elem = adapter_bytes_per_param();

@@ -85,6 +85,9 @@ class InferenceModel {
   // Bytes a served adapter takes per parameter: 4 (fp32) beside fp32 weights, 2 (bf16) beside bf16 or int8.
   size_t adapter_bytes_per_param() const { return opt_.quantize == Quantize::kNone ? 4 : 2; }
   bool has_adapter(int id) const { return id >= 1 && id <= num_adapters() && adapters_[id - 1].rank > 0; }
+  // The identity of adapter id's weights and spec (xxh3, never 0): two adds of the same adapter file give
+  // the same value, other weights another. The engine roots each adapter's prefix-cache chain at it.
+  uint64_t adapter_fingerprint(int id) const { return adapters_[id - 1].fingerprint; }
 
   // Runs the batch: writes its keys and values into the cache and returns the logits of logit_rows,
   // [logit_rows.size(), V] in host memory, valid until the next Forward. A CPU backend's buffer is returned
@@ -141,7 +144,8 @@ class InferenceModel {
   std::unique_ptr<Linear> head_;
   struct Adapter {  // one served LoRA adapter: A and s*B of each adapted matrix, [L * 4] (null: not adapted)
     int rank = 0;   // 0: removed
-    bool bf16 = false;  // its matrices in bf16 (beside bf16 or int8 weights), else fp32
+    bool bf16 = false;         // its matrices in bf16 (beside bf16 or int8 weights), else fp32
+    uint64_t fingerprint = 0;  // adapter_fingerprint
     DeviceBuffer weights;
     std::vector<const void*> a, b;
   };

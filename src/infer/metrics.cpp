@@ -142,8 +142,18 @@ std::string ServeMetrics::Render() const {
   Scalar(&out, "tern_kv_cache_blocks_reserved", "gauge",
          "KV-cache blocks promised to running sequences for their remaining tokens.", kv_blocks_reserved);
   Scalar(&out, "tern_lora_adapters", "gauge",
-         "LoRA adapters served beside the model (--lora, and loaded or unloaded at run time).",
+         "LoRA adapters in memory beside the model (--lora, and loaded or unloaded at run time; with "
+         "--max-loaded-loras the others served are read back on demand).",
          lora_adapters);
+  Scalar(&out, "tern_lora_loads_total", "counter",
+         "LoRA adapters read back into memory for a request that named one (--max-loaded-loras).",
+         lora_loads);
+  out +=
+      "# HELP tern_lora_load_seconds_total Time spent reading LoRA adapters back into memory.\n"
+      "# TYPE tern_lora_load_seconds_total counter\n";
+  out += fmt::format("tern_lora_load_seconds_total {}\n", Number(lora_load_ns * 1e-9));
+  Scalar(&out, "tern_lora_evictions_total", "counter",
+         "LoRA adapters retired from memory to make room for another (--max-loaded-loras).", lora_evictions);
   time_to_first_token.Render("tern_time_to_first_token_seconds",
                              "From request arrival to its first generated token.", &out);
   time_per_output_token.Render("tern_time_per_output_token_seconds",

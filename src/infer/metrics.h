@@ -46,10 +46,13 @@ struct ServeMetrics {
   std::atomic<uint64_t> engine_ns[kPhases] = {};
   std::atomic<uint64_t> finished_stop{0}, finished_length{0}, finished_cancelled{0};
   std::atomic<uint64_t> preemptions{0};  // running sequences sent back to wait for a lower priority value
+  // LoRA adapters read back into memory for a request (--max-loaded-loras), the time it took, and adapters
+  // retired from memory to make room (serve/adapter_pager.h)
+  std::atomic<uint64_t> lora_loads{0}, lora_load_ns{0}, lora_evictions{0};
   // engine gauges
   std::atomic<int64_t> queue_length{0}, running_sequences{0};
   std::atomic<int64_t> kv_blocks_used{0}, kv_blocks_free{0}, kv_blocks_cached{0}, kv_blocks_reserved{0};
-  std::atomic<int64_t> lora_adapters{0};  // LoRA adapters served (`--lora`, and loaded at run time)
+  std::atomic<int64_t> lora_adapters{0};  // LoRA adapters in memory (`--lora`, and loaded at run time)
   std::atomic<int> ready{0};
   Histogram time_to_first_token, time_per_output_token, request_duration, batch_size, batch_tokens;
 

@@ -65,7 +65,7 @@ std::optional<ReplicaModel> MakeReplicaModel(const GpuSpec& gpu, const ServeRequ
   r.decode_flops = 2 * matmul_params + 4 * L * C * r.ctx_mean;
   if (req.lora_adapters > 0) {  // the adapters (InferenceModel::AddAdapter); products x A^T and (.) (sB)^T
     const LoraSpec spec{req.lora_rank, 1.0f, kLoraAllTargets};
-    r.adapter_bytes = static_cast<double>(req.lora_adapters) * static_cast<double>(LoraParamCount(m, spec)) *
+    r.adapter_bytes = static_cast<double>(req.LoraInMemory()) * static_cast<double>(LoraParamCount(m, spec)) *
                       AdapterBytesPerParam(req.weights);
     r.weight_bytes += r.adapter_bytes;
     r.decode_flops += 2 * static_cast<double>(LoraParamCount(m, spec));
@@ -179,6 +179,10 @@ Result<ServePlan> MakeServePlan(const Catalog& cat, const ServeRequest& req, con
         "--calibrate with --instance local)");
   if (req.lora_adapters < 0 || (req.lora_adapters > 0 && req.lora_rank < 1))
     return Status::InvalidArgument("--lora-adapters must be 0 or more, with --lora-rank of at least 1");
+  if (req.max_loaded_loras < 0 || (req.max_loaded_loras > 0 && req.lora_adapters == 0))
+    return Status::InvalidArgument(
+        "--max-loaded-loras must be 0 (all in memory) or more, and needs --lora-adapters N (the adapters "
+        "served)");
   if (req.lora_adapters > 0) {
     const LoraSpec spec{req.lora_rank, 1.0f, kLoraAllTargets};
     TERN_RETURN_IF_ERROR(spec.Validate(req.model).WithContext("--lora-rank"));
@@ -324,12 +328,19 @@ std::string RenderServePlan(const ServePlan& p, const Catalog& cat, int top, boo
   if (r.lora_adapters > 0) {
     const double each = static_cast<double>(LoraParamCount(r.model, {r.lora_rank, 1.0f, kLoraAllTargets})) *
                         AdapterBytesPerParam(r.weights);
+    const int in_memory = r.LoraInMemory();
     out += fmt::format(
         "LoRA  {} adapters of rank {} on every block matrix (tern serve --lora), {} each in {}, on every "
-        "replica: planned as read every decode step ({:+.0f}% of the {} weights' bytes)\n",
+        "replica{}: planned as read every decode step ({:+.0f}% of the {} weights' bytes)\n",
         r.lora_adapters, r.lora_rank, fmt::format("{:.1f} MB", each / 1e6),
         AdapterBytesPerParam(r.weights) == 4 ? "fp32" : "bf16",
-        100 * r.lora_adapters * each / (static_cast<double>(GptParamCount(r.model)) * BytesOf(r.weights)),
+        in_memory < r.lora_adapters
+            ? fmt::format(
+                  ", {} of them in memory (--max-loaded-loras {}; the others read back when a request "
+                  "names one, about a decode step each: docs/finetune.md)",
+                  in_memory, in_memory)
+            : "",
+        100 * in_memory * each / (static_cast<double>(GptParamCount(r.model)) * BytesOf(r.weights)),
         r.weights);
   }
   for (const auto& n : p.notes) out += "Note  " + n + "\n";
@@ -368,6 +379,7 @@ std::string RenderServePlan(const ServePlan& p, const Catalog& cat, int top, boo
     // tern serve's flag is a whole number of drafts; a measured mean (tern diagnose --serve) is not one.
     if (r.load.speculative_tokens > 0 && r.load.speculative_tokens == std::floor(r.load.speculative_tokens))
       out += fmt::format(" --speculative-tokens {:.0f}", r.load.speculative_tokens);
+    if (r.LoraInMemory() < r.lora_adapters) out += fmt::format(" --max-loaded-loras {}", r.LoraInMemory());
     // A spot replica drains at the preemption notice (docs/serving.md, "Shutdown and spot instances").
     const std::string& provider = cat.offers[best.offer].provider;
     if (best.billing == Billing::kSpot && (provider == "aws" || provider == "gcp"))
@@ -404,7 +416,9 @@ nlohmann::json ServePlanJson(const ServePlan& p, const Catalog& cat, int top) {
                {"acceptance", r.load.acceptance}};
   j["weights"] = r.weights;
   j["kv_dtype"] = r.kv_dtype;
-  j["lora"] = r.lora_adapters > 0 ? nlohmann::json{{"adapters", r.lora_adapters}, {"rank", r.lora_rank}}
+  j["lora"] = r.lora_adapters > 0 ? nlohmann::json{{"adapters", r.lora_adapters},
+                                                   {"rank", r.lora_rank},
+                                                   {"in_memory", r.LoraInMemory()}}
                                   : nlohmann::json(nullptr);
   j["notes"] = p.notes;
   j["rows"] = nlohmann::json::array();

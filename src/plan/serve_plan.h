@@ -17,6 +17,8 @@
 // plan takes the fewest instances that are feasible at the load times the burst factor.
 #pragma once
 
+#include <algorithm>
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,6 +86,12 @@ struct ServeRequest {
   // batch covers them all); every request is on one, so each token also does the adapters' products.
   int lora_adapters = 0;
   int lora_rank = 16;
+  // tern serve --max-loaded-loras M (> 0): only M of the adapters in memory (and read per step); the others
+  // are read back when a request names one (serve/adapter_pager.h). 0: all of them.
+  int max_loaded_loras = 0;
+  int LoraInMemory() const {
+    return max_loaded_loras > 0 ? std::min(lora_adapters, max_loaded_loras) : lora_adapters;
+  }
   std::vector<std::string> providers, regions, gpus, instances;  // filters, as tern plan's
   std::vector<Billing> billing = {Billing::kOnDemand, Billing::kSpot, Billing::kReserved};
   std::optional<double> reserved_discount;

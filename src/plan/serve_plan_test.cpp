@@ -109,6 +109,23 @@ TEST(ServePlan, LoraAdaptersAreResidentAndReadEveryStep) {
   lora.lora_adapters = 4000;
   EXPECT_FALSE(MakeReplicaModel(*cat.FindGpu("V100"), lora, PlanDefaults(), &why));
   EXPECT_NE(why.find("exceed"), std::string::npos) << why;
+  // ... unless only 8 of them are in memory (tern serve --max-loaded-loras 8): then they cost what 8 do, and
+  // the command and the JSON say so.
+  lora.max_loaded_loras = 8;
+  const auto paged = MakeReplicaModel(*cat.FindGpu("V100"), lora, PlanDefaults(), &why);
+  ASSERT_TRUE(paged) << why;
+  EXPECT_DOUBLE_EQ(paged->adapter_bytes, 37748736.0);
+  auto pp = MakeServePlan(cat, lora, PlanDefaults());
+  ASSERT_TRUE(pp.ok()) << pp.status().ToString();
+  const std::string text = RenderServePlan(*pp, cat, 3, false, true);
+  EXPECT_NE(text.find("LoRA  4000 adapters of rank 16"), std::string::npos) << text;
+  EXPECT_NE(text.find("8 of them in memory"), std::string::npos) << text;
+  EXPECT_NE(text.find("--max-loaded-loras 8"), std::string::npos) << text;
+  EXPECT_EQ(ServePlanJson(*pp, cat, 3)["lora"]["in_memory"], 8);
+  lora.lora_adapters = 0;
+  EXPECT_FALSE(MakeServePlan(cat, lora, PlanDefaults()).ok()) << "--max-loaded-loras needs --lora-adapters";
+  lora.lora_adapters = 4000;
+  lora.max_loaded_loras = 0;
   lora.lora_rank = 0;
   EXPECT_FALSE(MakeServePlan(cat, lora, PlanDefaults()).ok());
 }

@@ -132,6 +132,29 @@ std::optional<Finding> SpeculativeRejects(const ServeSummary& s, const ServeDiag
   return f;
 }
 
+// Adapters read back from disk for a large share of requests: --max-loaded-loras is below the adapters in
+// use at once, and those requests waited for the reads.
+std::optional<Finding> LoraReloads(const ServeSummary& s, const ServeDiagnoseOptions& o) {
+  const double all = s.requests + s.cancelled;
+  if (s.lora_loads < 10 || all <= 0 || s.lora_loads / all <= o.lora_load_fraction) return std::nullopt;
+  Finding f;
+  f.rule = "lora_reloads";
+  f.title = fmt::format("LoRA adapters were read back into memory for {:.0f}% of requests",
+                        100 * std::min(1.0, s.lora_loads / all));
+  f.evidence = fmt::format(
+      "{:.0f} reads of adapters that had left memory for {:.0f} requests, {:.3g} ms each on average (each "
+      "request that needed one waited for it); {:.0f} adapters in memory at the scrape",
+      s.lora_loads, all, 1e3 * s.lora_load_s / s.lora_loads, s.lora_in_memory);
+  f.numbers = {{"lora_loads", s.lora_loads},
+               {"requests", all},
+               {"lora_load_seconds", s.lora_load_s},
+               {"lora_in_memory", s.lora_in_memory}};
+  f.fix =
+      "raise --max-loaded-loras above the adapters in use at once (each costs its bytes in memory: `tern "
+      "plan --serve --lora-adapters N` sizes them), or route each adapter's requests to fewer replicas";
+  return f;
+}
+
 std::optional<Finding> CheaperServing(const ServeSummary& s, const ServeDiagnoseOptions& o,
                                       const plan::Catalog& catalog) {
   if (!s.model || s.price_per_hour <= 0 || s.requests_per_s <= 0 || s.tpot_s <= 0) return std::nullopt;
@@ -205,6 +228,9 @@ ServeSummary SummarizeServe(const PromMetrics& m) {
   const double generated = m.Sum("tern_generation_tokens_total");
   if (generated > s.spec_accepted_tokens)
     s.spec_drafts_per_step = s.spec_draft_tokens / (generated - s.spec_accepted_tokens);
+  s.lora_loads = m.Sum("tern_lora_loads_total");
+  s.lora_load_s = m.Sum("tern_lora_load_seconds_total");
+  s.lora_in_memory = m.Sum("tern_lora_adapters");
   s.price_per_hour = m.Sum("tern_price_per_hour_usd");
   // The server's gauge is over its whole life; from the counters it is over what `m` covers (a window too).
   s.usd_per_mtok = generated > 0 && s.price_per_hour > 0 ? s.price_per_hour * s.hours / generated * 1e6
@@ -229,17 +255,18 @@ std::string ServeRulesHelp(const ServeDiagnoseOptions& o) {
       "  cancelled_requests   more than {:.0f}% of generations cancelled before their end\n"
       "  preemptions          more than {:.0f} preemptions per 100 requests\n"
       "  speculative_rejects  fewer than {:.0f}% of draft tokens accepted\n"
+      "  lora_reloads         a LoRA adapter read back into memory for more than {:.0f}% of requests\n"
       "  cheaper_serving      tern plan --serve serves the measured load {:.0f}% cheaper (needs "
       "--price-per-hour)\n",
       100 * o.idle_fraction, 100 * o.refused_fraction, 100 * o.cancelled_fraction, 100 * o.preempt_fraction,
-      100 * o.spec_acceptance, 100 * o.cheaper_fraction);
+      100 * o.spec_acceptance, 100 * o.lora_load_fraction, 100 * o.cheaper_fraction);
 }
 
 std::vector<Finding> DiagnoseServe(const ServeSummary& s, const ServeDiagnoseOptions& o,
                                    const plan::Catalog* catalog) {
   std::vector<Finding> out;
   for (auto f : {IdleServer(s, o), RefusedCapacity(s, o), CancelledRequests(s, o), Preemptions(s, o),
-                 SpeculativeRejects(s, o)})
+                 SpeculativeRejects(s, o), LoraReloads(s, o)})
     if (f) out.push_back(std::move(*f));
   if (catalog)
     if (auto f = CheaperServing(s, o, *catalog)) out.push_back(std::move(*f));
@@ -264,6 +291,8 @@ nlohmann::json ServeSummaryJson(const ServeSummary& s) {
                       {"spec_draft_tokens", s.spec_draft_tokens},
                       {"spec_accepted_tokens", s.spec_accepted_tokens},
                       {"spec_draft_tokens_per_step", s.spec_drafts_per_step},
+                      {"lora_loads", s.lora_loads},
+                      {"lora_load_seconds", s.lora_load_s},
                       {"price_per_hour", s.price_per_hour},
                       {"usd_per_million_generated_tokens", s.usd_per_mtok},
                       {"model", s.model_name},

@@ -33,9 +33,11 @@ struct ServeSummary {
   double SpecAcceptance() const {   // the share of draft tokens kept (0: no drafts)
     return spec_draft_tokens > 0 ? spec_accepted_tokens / spec_draft_tokens : 0;
   }
-  double price_per_hour = 0;       // --price-per-hour (0: not given)
-  double usd_per_mtok = 0;         // the server's $ per 1M generated tokens (0: no price)
-  std::optional<GptConfig> model;  // tern_model_info (servers before it: none)
+  double lora_loads = 0, lora_load_s = 0;  // adapters read back into memory (--max-loaded-loras), seconds
+  double lora_in_memory = 0;               // adapters in memory when scraped
+  double price_per_hour = 0;               // --price-per-hour (0: not given)
+  double usd_per_mtok = 0;                 // the server's $ per 1M generated tokens (0: no price)
+  std::optional<GptConfig> model;          // tern_model_info (servers before it: none)
   std::string model_name, weights = "fp32", kv_dtype = "fp32", device;
 };
 
@@ -47,6 +49,7 @@ struct ServeDiagnoseOptions {
   double cancelled_fraction = 0.05;  // cancelled_requests: 5% of generations cancelled
   double preempt_fraction = 0.05;    // preemptions: 5 per 100 requests
   double spec_acceptance = 0.3;      // speculative_rejects: fewer than 30% of draft tokens accepted
+  double lora_load_fraction = 0.1;   // lora_reloads: an adapter read back for more than 10% of requests
   double cheaper_fraction = 0.10;    // cheaper_serving: the planner serves the load for 10% fewer $ per hour
 };
 

@@ -48,7 +48,7 @@ TEST(ParsePromText, NamesTheLineOfAMalformedSample) {
 // A scrape of a server that ran `hours` at `busy` with `requests` finished, as tern serve writes it.
 struct Scrape {
   double hours = 10, busy = 0.9, requests = 36000, cancelled = 100, refused = 0, key_limited = 0,
-         preemptions = 0, drafts = 0, accepted = 0, price = 0, tpot_s = 0.02;
+         preemptions = 0, drafts = 0, accepted = 0, price = 0, tpot_s = 0.02, lora_loads = 0;
   bool model_info = true;
   std::string Text() const {
     const double total = hours * 3600;
@@ -70,6 +70,9 @@ struct Scrape {
         requests, requests * 99 * tpot_s, requests * 99, requests + cancelled, refused, key_limited,
         preemptions, drafts, accepted);
     if (price > 0) t += fmt::format("tern_price_per_hour_usd {}\n", price);
+    if (lora_loads > 0)
+      t += fmt::format("tern_lora_loads_total {}\ntern_lora_load_seconds_total {}\ntern_lora_adapters 8\n",
+                       lora_loads, lora_loads * 0.004);
     if (model_info)
       t += "tern_model_info{model=\"gpt2\",n_layer=\"12\",n_head=\"12\",n_embd=\"768\",vocab_size=\"50257\","
            "block_size=\"1024\",weights=\"bf16\",kv_dtype=\"bf16\",device=\"cuda\"} 1\n";
@@ -251,6 +254,17 @@ TEST(ServeDiagnose, EachRuleFiresOnItsCondition) {
   EXPECT_EQ(Rules(drafts), std::vector<std::string>{"speculative_rejects"});
   drafts.accepted = 6000;
   EXPECT_TRUE(Rules(drafts).empty());
+
+  // --max-loaded-loras below the adapters in use: read back for 20% of 36100 requests (10% is the line).
+  Scrape reloads;
+  reloads.lora_loads = 7220;
+  EXPECT_EQ(Rules(reloads, nullptr, &f), std::vector<std::string>{"lora_reloads"});
+  EXPECT_NE(f[0].title.find("20%"), std::string::npos) << f[0].title;
+  EXPECT_NE(f[0].evidence.find(" 4 ms each"), std::string::npos) << f[0].evidence;
+  EXPECT_NE(f[0].fix.find("--max-loaded-loras"), std::string::npos);
+  EXPECT_EQ(f[0].numbers["lora_in_memory"], 8);
+  reloads.lora_loads = 3000;  // 8%
+  EXPECT_TRUE(Rules(reloads).empty());
 }
 
 // The planner serves 1 request/s of GPT-2 124M far below $40/h within the 20 ms per token measured; the fix

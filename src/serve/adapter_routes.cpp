@@ -75,7 +75,8 @@ std::variant<std::string, ApiError> LoadAdapterRoute(std::string_view text, cons
                                 c.max_adapters),
                     "invalid_request_error", "lora_name", "too_many_adapters"};
   }
-  if (replaced) (void)c.engine->RemoveAdapter(replaced->id);  // its running requests finish on it
+  if (replaced && replaced->id != 0) (void)c.engine->RemoveAdapter(replaced->id);  // they finish on it
+  if (c.pager) c.pager->MakeRoom(c.engine, n);
   const double bytes =
       static_cast<double>(adapter->params.size() * c.engine->model().adapter_bytes_per_param());
   std::fprintf(stderr, "tern serve: LoRA adapter %s %s from %s (%s, %.1f MB) by key %s\n", n.c_str(),
@@ -106,7 +107,7 @@ std::variant<std::string, ApiError> UnloadAdapterRoute(std::string_view text, co
         404, fmt::format("no LoRA adapter '{}' is served (served: {})", n, served.empty() ? "none" : served),
         "invalid_request_error", "lora_name", "model_not_found"};
   }
-  (void)c.engine->RemoveAdapter(removed->id);
+  if (removed->id != 0) (void)c.engine->RemoveAdapter(removed->id);  // 0: not in memory
   std::fprintf(stderr, "tern serve: LoRA adapter %s unloaded by key %s\n", n.c_str(), c.who.c_str());
   return json({{"object", "lora_adapter"}, {"id", n}, {"deleted", true}}).dump();
 }

@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "infer/engine.h"
+#include "serve/adapter_pager.h"
 #include "serve/api.h"
 #include "serve/served_adapters.h"
 
@@ -20,9 +21,10 @@ struct AdapterRouteContext {
   ServedAdapters* adapters = nullptr;
   std::string model_name;  // the base model's: no adapter may take it
   std::function<Result<LoraAdapter>(const std::string& path)> loader;
-  int max_adapters = 0;   // > 0: at most this many served at once
-  std::string who;        // the key id that asked (the log line)
-  std::string lora_root;  // non-empty: lora_path must pass CheckLoraPath
+  int max_adapters = 0;           // > 0: at most this many served at once
+  std::string who;                // the key id that asked (the log line)
+  std::string lora_root;          // non-empty: lora_path must pass CheckLoraPath
+  AdapterPager* pager = nullptr;  // --max-loaded-loras: a load makes room in memory for itself
 };
 
 // `tern serve --lora-root DIR`: whether the load route may read `path`: a models:/ URI (the registry, whose

@@ -10,11 +10,33 @@ bool ServedAdapters::Put(const Entry& e, size_t limit, std::optional<Entry>* rep
   if (it != entries_.end()) {
     if (replaced) *replaced = *it;
     *it = e;
+    it->last_used = ++clock_;
     return true;
   }
   if (limit > 0 && entries_.size() >= limit) return false;
   entries_.push_back(e);
+  entries_.back().last_used = ++clock_;
   return true;
+}
+
+std::optional<ServedAdapters::Entry> ServedAdapters::Touch(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Entry& e : entries_)
+    if (e.name == name) {
+      e.last_used = ++clock_;
+      return e;
+    }
+  return std::nullopt;
+}
+
+bool ServedAdapters::SetId(const std::string& name, int expected, int id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Entry& e : entries_)
+    if (e.name == name && e.id == expected) {
+      e.id = id;
+      return true;
+    }
+  return false;
 }
 
 std::optional<ServedAdapters::Entry> ServedAdapters::Find(const std::string& name) const {

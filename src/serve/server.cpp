@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "serve/adapter_pager.h"
 #include "serve/adapter_routes.h"
 #include "serve/connection_deadlines.h"
 #include "serve/response_builder.h"
@@ -91,6 +92,7 @@ struct Server::Impl {
   std::atomic<bool> draining{false};
   ApiContext ctx;
   ServedAdapters adapters;
+  std::unique_ptr<AdapterPager> pager;
   int64_t created = 0;
 
   void Routes();
@@ -110,10 +112,14 @@ Server::Server(const ServerOptions& options, ServeMetrics* metrics) : impl_(std:
   impl_->created =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
           .count();
+  const size_t in_memory =
+      options.max_loaded_loras > 0 ? static_cast<size_t>(options.max_loaded_loras) : options.adapters.size();
   for (size_t i = 0; i < options.adapters.size(); i++)
-    (void)impl_->adapters.Put(
-        {options.adapters[i].name, static_cast<int>(i) + 1, options.adapters[i].path, impl_->created}, 0,
-        nullptr);
+    (void)impl_->adapters.Put({options.adapters[i].name, i < in_memory ? static_cast<int>(i) + 1 : 0,
+                               options.adapters[i].path, impl_->created},
+                              0, nullptr);
+  impl_->pager = std::make_unique<AdapterPager>(&impl_->adapters, options.lora_loader,
+                                                options.max_loaded_loras, metrics);
   impl_->Routes();
 }
 
@@ -324,7 +330,8 @@ void Server::Impl::UpdateAdapters(const httplib::Request& req, httplib::Response
                               opt.lora_loader,
                               opt.max_lora_adapters,
                               usage.auth_required() ? usage.KeyId(key) : "(no API key)",
-                              opt.lora_root};
+                              opt.lora_root,
+                              pager.get()};
   auto out = load ? LoadAdapterRoute(req.body, c) : UnloadAdapterRoute(req.body, c);
   if (auto* err = std::get_if<ApiError>(&out)) return Reply(res, *err);
   res.set_content(std::get<std::string>(out), "application/json");
@@ -363,7 +370,20 @@ void Server::Impl::GenerateFor(const httplib::Request& req, httplib::Response& r
     res.set_header("Retry-After", std::to_string(refused->retry_after_s));
     return Reply(res, {429, refused->message, refused->limit, "", "rate_limit_exceeded"});
   }
-  auto handle = e->Submit(r.gen);
+  Result<std::shared_ptr<RequestHandle>> handle = Status::NotFound("");
+  // An adapter's engine id: read back into memory if it is not (--max-loaded-loras). Another request may
+  // retire it again before this one is submitted (Submit: NotFound); then it is acquired again.
+  for (int attempt = 0; attempt < 4; attempt++) {
+    if (r.model != ctx.model_name) {
+      auto id = pager->Acquire(r.model, e);
+      if (!id.ok() && id.status().code() == Status::Code::kNotFound) break;
+      if (!id.ok())
+        return Reply(res, {503, id.status().message(), "server_error", "model", "adapter_unavailable"});
+      r.gen.adapter = id.value();
+    }
+    handle = e->Submit(r.gen);
+    if (handle.ok() || handle.status().code() != Status::Code::kNotFound) break;
+  }
   if (!handle.ok() && handle.status().code() == Status::Code::kNotFound)  // unloaded since it was looked up
     return Reply(res, {404, fmt::format("The model '{}' was unloaded", r.model), "invalid_request_error",
                        "model", "model_not_found"});

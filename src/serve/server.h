@@ -46,6 +46,9 @@ struct ServerOptions {
   bool allow_lora_updates = false;
   std::function<Result<LoraAdapter>(const std::string& path)> lora_loader;
   int max_lora_adapters = 0;
+  // > 0: at most this many adapters' weights in memory; `adapters` beyond the first max_loaded_loras are
+  // served but read back when a request names one (adapter_pager.h). The engine holds the first ones.
+  int max_loaded_loras = 0;
   std::string lora_root;  // non-empty: the route reads only models:/ URIs and paths inside it (CheckLoraPath)
 };
 

@@ -62,7 +62,7 @@ class ServerTest : public ::testing::Test {
   static void SetUpTestSuite() { StartServer(DefaultOptions()); }
   // A suite with other server options (API keys, usage files) defines its own SetUpTestSuite calling this.
   // so.adapters names LoRA adapters to serve: random ones (RandomLoraAdapter, seeds 1, 2, ..., rank 4 of
-  // every matrix, alpha 8), kept in adapters_.
+  // every matrix, alpha 8), kept in adapters_; the engine holds the first so.max_loaded_loras (0: all).
   static void StartServer(const ServerOptions& so) {
     if (system("curl --version >/dev/null 2>&1") != 0) return;
     run_ = testing::MakeTestRun().release();
@@ -81,7 +81,9 @@ class ServerTest : public ::testing::Test {
     adapters_.clear();
     for (size_t i = 0; i < so.adapters.size(); i++) {
       adapters_.push_back(RandomLoraAdapter(*run_, 4, kLoraAllTargets, 8.0f, static_cast<uint32_t>(i + 1)));
-      ASSERT_TRUE(model->AddAdapter(adapters_.back()).ok());
+      if (so.max_loaded_loras == 0 || static_cast<int>(i) < so.max_loaded_loras) {
+        ASSERT_TRUE(model->AddAdapter(adapters_.back()).ok());
+      }
     }
     engine_ = new Engine(std::move(model), run_->tok.get(), eo, metrics_);
     server_ = new Server(so, metrics_);
