@@ -25,6 +25,7 @@
 #include "backend/cpu/dnnl_matmul.h"
 #include "backend/cpu/fast_ops.h"
 #include "backend/peak_probe.h"
+#include "decode_steps.h"
 #include "infer/inference_model.h"
 #include "model/init.h"
 
@@ -85,42 +86,12 @@ void MatmulCompare(tern::CpuFastBackend& be) {
 
 // Tokens/s of `S` streams decoding `steps` tokens after `context` tokens each.
 double DecodeRate(tern::InferenceModel& m, int S, int context, int steps, int per_seq) {
-  const int bs = m.options().block_size;
-  std::mt19937_64 rng(1);
-  auto table = [&](int s) {
-    std::vector<int32_t> t(m.max_blocks_per_seq(), 0);
-    for (int b = 0; b < per_seq; b++) t[b] = s * per_seq + b;
-    return t;
-  };
-  for (int s = 0; s < S; s++) {
-    tern::ForwardBatch b;
-    for (int p = 0; p < context; p++) {
-      b.tokens.push_back(3 + static_cast<int32_t>(rng() % 256));
-      b.positions.push_back(p);
-      b.slots.push_back(table(s)[p / bs] * bs + p % bs);
-    }
-    b.seqs = {0, context, context};
-    b.block_tables = table(s);
-    b.logit_rows = {context - 1};
-    m.Forward(b);
-  }
+  tern::bench::DecodeSequences seqs(m, per_seq);
+  seqs.Prefill(S, context);
   double rate = 0;
   for (int round = 0; round < 2; round++) {  // round 0 warms up
     const auto t0 = Clock::now();
-    for (int step = 0; step < steps; step++) {
-      tern::ForwardBatch b;
-      for (int s = 0; s < S; s++) {
-        const int p = context + step + round * steps;
-        b.tokens.push_back(3 + static_cast<int32_t>(rng() % 256));
-        b.positions.push_back(p);
-        b.slots.push_back(table(s)[p / bs] * bs + p % bs);
-        b.seqs.insert(b.seqs.end(), {s, 1, p + 1});
-        const auto t = table(s);
-        b.block_tables.insert(b.block_tables.end(), t.begin(), t.end());
-        b.logit_rows.push_back(s);
-      }
-      m.Forward(b);
-    }
+    for (int step = 0; step < steps; step++) m.Forward(seqs.Step(S, context + step + round * steps));
     rate = static_cast<double>(S) * steps / Seconds(t0);
   }
   return rate;

@@ -24,6 +24,7 @@
 #include <CLI/CLI.hpp>
 
 #include "backend/backend.h"
+#include "decode_steps.h"
 #include "infer/adapter.h"
 #include "infer/inference_model.h"
 #include "infer/weights.h"
@@ -45,38 +46,11 @@ double Since(Clock::time_point t0) {
 // ms per decode step of `rows` sequences with `context` tokens cached each (the cache filled by one prefill
 // per sequence first), median of `steps` steps.
 double DecodeStepMs(tern::InferenceModel& m, int rows, int context, int steps, int per_seq) {
-  const int bs = m.options().block_size;
-  auto table = [&](int s) {
-    std::vector<int32_t> t(m.max_blocks_per_seq(), 0);
-    for (int b = 0; b < per_seq; b++) t[b] = s * per_seq + b;
-    return t;
-  };
-  std::mt19937_64 rng(1);
-  for (int s = 0; s < rows; s++) {
-    tern::ForwardBatch b;
-    for (int p = 0; p < context; p++) {
-      b.tokens.push_back(3 + static_cast<int32_t>(rng() % 256));
-      b.positions.push_back(p);
-      b.slots.push_back(table(s)[p / bs] * bs + p % bs);
-    }
-    b.seqs = {0, context, context};
-    b.block_tables = table(s);
-    b.logit_rows = {context - 1};
-    m.Forward(b);
-  }
+  tern::bench::DecodeSequences seqs(m, per_seq);
+  seqs.Prefill(rows, context);
   std::vector<double> ms;
   for (int step = 0; step < steps; step++) {
-    tern::ForwardBatch b;
-    for (int s = 0; s < rows; s++) {
-      const int p = context + step;
-      b.tokens.push_back(3 + static_cast<int32_t>(rng() % 256));
-      b.positions.push_back(p);
-      b.slots.push_back(table(s)[p / bs] * bs + p % bs);
-      b.seqs.insert(b.seqs.end(), {s, 1, p + 1});
-      const auto t = table(s);
-      b.block_tables.insert(b.block_tables.end(), t.begin(), t.end());
-      b.logit_rows.push_back(s);
-    }
+    const tern::ForwardBatch b = seqs.Step(rows, context + step);
     const auto t0 = Clock::now();
     m.Forward(b);
     ms.push_back(Since(t0));

@@ -41,6 +41,7 @@
 
 #include "backend/backend.h"
 #include "data/loader.h"
+#include "decode_steps.h"
 #include "infer/inference_model.h"
 #include "infer/setup.h"
 #include "infer/weights.h"
@@ -381,25 +382,8 @@ int ForwardBench(const std::string& run, const std::string& quantize, const std:
     return 1;
   }
   tern::InferenceModel& m = **model;
-  std::mt19937_64 rng(1);
-  auto table = [&](int s) {
-    std::vector<int32_t> t(m.max_blocks_per_seq(), 0);
-    for (int b = 0; b < per_seq; b++) t[b] = s * per_seq + b;
-    return t;
-  };
-  // fill every sequence's cache with `context` tokens (one prefill each)
-  for (int s = 0; s < max_s; s++) {
-    tern::ForwardBatch b;
-    for (int p = 0; p < context; p++) {
-      b.tokens.push_back(3 + static_cast<int32_t>(rng() % 256));
-      b.positions.push_back(p);
-      b.slots.push_back(table(s)[p / bs] * bs + p % bs);
-    }
-    b.seqs = {0, context, context};
-    b.block_tables = table(s);
-    b.logit_rows = {context - 1};
-    m.Forward(b);
-  }
+  tern::bench::DecodeSequences seqs(m, per_seq);
+  seqs.Prefill(max_s, context);  // every sequence's cache holds `context` tokens
   std::printf("%s, weights %s, KV %s, %d threads, context %d: decode steps\n\n", w->config.ToString().c_str(),
               quantize.c_str(), kv_dtype.c_str(), omp_get_max_threads(), context);
   std::printf("| rows | ms/step | tok/s | vs 1 row | top ops (ms/step) |\n|---:|---:|---:|---:|---|\n");
@@ -411,20 +395,7 @@ int ForwardBench(const std::string& run, const std::string& quantize, const std:
          round++) {  // round 0 warms up (and times the ops), round 1 times the steps
       m.set_profile(round == 0 ? &ops : nullptr);
       const auto t0 = Clock::now();
-      for (int step = 0; step < steps; step++) {
-        tern::ForwardBatch b;
-        for (int s = 0; s < S; s++) {
-          const int p = context + step;
-          b.tokens.push_back(3 + static_cast<int32_t>(rng() % 256));
-          b.positions.push_back(p);
-          b.slots.push_back(table(s)[p / bs] * bs + p % bs);
-          b.seqs.insert(b.seqs.end(), {s, 1, p + 1});
-          const auto t = table(s);
-          b.block_tables.insert(b.block_tables.end(), t.begin(), t.end());
-          b.logit_rows.push_back(s);
-        }
-        m.Forward(b);
-      }
+      for (int step = 0; step < steps; step++) m.Forward(seqs.Step(S, context + step));
       total = std::chrono::duration<double>(Clock::now() - t0).count();
     }
     m.set_profile(nullptr);

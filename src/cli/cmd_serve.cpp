@@ -89,6 +89,10 @@ Result<std::vector<LoraAdapter>> LoadAdapters(
   std::vector<LoraAdapter> adapters;
   for (const std::string& arg : o.lora) {
     TERN_ASSIGN_OR_RETURN(LoraModule m, ParseLoraModule(arg));
+    // models:/NAME@production -> models:/NAME@3: a read-back (--max-loaded-loras) gets the same version.
+    auto pinned = registry::PinModelUri(m.path);
+    if (!pinned.ok()) return pinned.status().WithContext("--lora " + arg);
+    m.path = *pinned;
     const bool taken = std::any_of(modules->begin(), modules->end(),
                                    [&](const LoraModule& other) { return other.name == m.name; });
     if (m.name == model_name || taken)
@@ -182,6 +186,7 @@ int RunServe(const ServeCliOptions& o) {
   so.allow_lora_updates = o.allow_lora_updates;
   so.max_lora_adapters = o.max_lora_adapters;
   so.max_loaded_loras = o.max_loaded_loras;
+  so.lora_pin = registry::PinModelUri;
   so.lora_root = o.lora_root;
   if (o.max_lora_adapters > 0 && static_cast<int>(o.lora.size()) > o.max_lora_adapters)
     return Fail(Status::InvalidArgument(fmt::format("{} --lora adapters are more than --max-lora-adapters {}",

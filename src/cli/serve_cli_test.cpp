@@ -339,6 +339,59 @@ TEST_F(ServeCliTest, ServesAnAdapterFromTheRegistry) {
   auto one = client.Get("/v1/models/law");
   ASSERT_TRUE(one);
   EXPECT_EQ(one->status, 200) << one->body;
+  EXPECT_EQ(json::parse(one->body)["root"], "models:/law@1") << "the alias pinned to the version it named";
+  serve.Signal(SIGTERM);
+  EXPECT_EQ(serve.Wait(), 0) << ReadAll(log);
+}
+
+// --max-loaded-loras with a registry adapter: when it is read back after the alias moved to another version,
+// it is still the version the server loaded first (the alias is pinned at load), not a silent swap.
+TEST_F(ServeCliTest, AReadBackAdapterIsTheVersionFirstLoaded) {
+  const std::map<std::string, std::string> env = RegistryEnv();
+  ASSERT_NO_FATAL_FAILURE(RegisterLaw(env));  // models:/law@1 = adapter_
+  const LoraAdapter other = testing::RandomLoraAdapter(*run_, 4, kLoraQkv | kLoraFc, 8.0f, 13);
+  fs::create_directories(fs::path(run_->dir.path()) / "gospel");
+  ASSERT_TRUE(WriteLoraAdapter(run_->dir / "gospel/adapter.safetensors", other).ok());
+  const int port = testing::FreePort();
+  const std::string log = run_->dir / "serve.log";
+  testing::Child serve({tern_.string(), "serve", base_.string(), "--lora", "models:/law@production", "--lora",
+                        "gospel=" + (run_->dir / "gospel"), "--max-loaded-loras", "1", "--port",
+                        std::to_string(port), "--threads", "1", "--kv-cache-mb", "16"},
+                       env, log);
+  httplib::Client client("127.0.0.1", port);
+  ASSERT_TRUE(Up(serve, client)) << ReadAll(log);
+  auto text = [&](const char* model) {
+    auto r = client.Post("/v1/completions",
+                         json{{"model", model},
+                              {"prompt", "And God said"},
+                              {"max_tokens", 6},
+                              {"temperature", 0},
+                              {"ignore_eos", true}}
+                             .dump(),
+                         "application/json");
+    return r && r->status == 200 ? json::parse(r->body)["choices"][0]["text"].get<std::string>()
+                                 : std::string("(failed)");
+  };
+  const std::string v1 =
+      testing::GreedyText(*run_, testing::MergedLoraParams(*run_, adapter_), "And God said", 6);
+  EXPECT_EQ(text("law"), v1);
+
+  // Version 2 of law (the gospel adapter's weights) takes the alias.
+  const fs::path law2 = fs::path(run_->dir.path()) / "law2";
+  fs::create_directories(law2);
+  fs::copy_file(base_ / "model.safetensors", law2 / "model.safetensors");
+  fs::copy_file(base_ / "tokenizer.model", law2 / "tokenizer.model");
+  ASSERT_TRUE(WriteLoraAdapter(law2 / "adapter.safetensors", other).ok());
+  testing::Child reg(
+      {tern_.string(), "models", "register", law2.string(), "--name", "law", "--alias", "production"}, env,
+      run_->dir / "register2.log");
+  ASSERT_EQ(reg.Wait(), 0) << ReadAll(run_->dir / "register2.log");
+
+  EXPECT_NE(text("gospel"), v1);  // law leaves memory
+  EXPECT_EQ(text("law"), v1);     // read back: still version 1
+  auto metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("\ntern_lora_loads_total 2\n"), std::string::npos) << metrics->body;
   serve.Signal(SIGTERM);
   EXPECT_EQ(serve.Wait(), 0) << ReadAll(log);
 }

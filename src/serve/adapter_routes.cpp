@@ -59,7 +59,13 @@ std::variant<std::string, ApiError> LoadAdapterRoute(std::string_view text, cons
                       fmt::format("'{}' is the served model's own name; give the adapter another", n));
   if (Status st = CheckLoraPath(p, c.lora_root); !st.ok())
     return ApiError{403, st.message(), "invalid_request_error", "lora_path", "permission_denied"};
-  auto adapter = c.loader(p);
+  std::string source = p;  // a registry alias pinned: a read-back (--max-loaded-loras) gets this version
+  if (c.pin) {
+    auto pinned = c.pin(p);
+    if (!pinned.ok()) return BadRequest("lora_path", pinned.status().message());
+    source = *pinned;
+  }
+  auto adapter = c.loader(source);
   if (!adapter.ok()) return BadRequest("lora_path", adapter.status().message());
   auto id = c.engine->AddAdapter(*adapter);
   if (!id.ok()) return BadRequest("lora_path", id.status().message());
@@ -67,7 +73,7 @@ std::variant<std::string, ApiError> LoadAdapterRoute(std::string_view text, cons
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
           .count();
   std::optional<ServedAdapters::Entry> replaced;
-  if (!c.adapters->Put({n, *id, p, now}, static_cast<size_t>(std::max(c.max_adapters, 0)), &replaced)) {
+  if (!c.adapters->Put({n, *id, source, now}, static_cast<size_t>(std::max(c.max_adapters, 0)), &replaced)) {
     (void)c.engine->RemoveAdapter(*id);
     return ApiError{400,
                     fmt::format("this server already serves {} LoRA adapters, its --max-lora-adapters; "
@@ -79,9 +85,9 @@ std::variant<std::string, ApiError> LoadAdapterRoute(std::string_view text, cons
   if (c.pager) c.pager->MakeRoom(c.engine, n);
   const double bytes =
       static_cast<double>(adapter->params.size() * c.engine->model().adapter_bytes_per_param());
-  std::fprintf(stderr, "tern serve: LoRA adapter %s %s from %s (%s, %.1f MB) by key %s\n", n.c_str(),
-               replaced ? "replaced" : "loaded", p.c_str(), adapter->spec.ToString().c_str(),
-               bytes / 1048576.0, c.who.c_str());
+  std::fprintf(stderr, "tern serve: LoRA adapter %s %s from %s%s (%s, %.1f MB) by key %s\n", n.c_str(),
+               replaced ? "replaced" : "loaded", p.c_str(), source == p ? "" : (" = " + source).c_str(),
+               adapter->spec.ToString().c_str(), bytes / 1048576.0, c.who.c_str());
   return json({{"object", "lora_adapter"},
                {"id", n},
                {"parent", c.model_name},

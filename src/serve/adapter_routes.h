@@ -25,6 +25,8 @@ struct AdapterRouteContext {
   std::string who;                // the key id that asked (the log line)
   std::string lora_root;          // non-empty: lora_path must pass CheckLoraPath
   AdapterPager* pager = nullptr;  // --max-loaded-loras: a load makes room in memory for itself
+  // models:/NAME@alias -> models:/NAME@V (ServerOptions::lora_pin): what is loaded and kept as its source
+  std::function<Result<std::string>(const std::string& path)> pin;
 };
 
 // `tern serve --lora-root DIR`: whether the load route may read `path`: a models:/ URI (the registry, whose
@@ -33,11 +35,11 @@ struct AdapterRouteContext {
 // empty root allows all.
 Status CheckLoraPath(const std::string& path, const std::string& root);
 
-// {"lora_name": NAME, "lora_path": PATH}: reads the adapter (c.loader: checked against the served weights),
-// adds it to the engine and serves it as NAME. A NAME already served is replaced: requests already running
-// finish on the old adapter, new ones get the new one (a registry alias moved: load models:/NAME@REF
-// again). The response: {"object": "lora_adapter", "id", "parent", "root", "rank", "alpha", "bytes",
-// "replaced"}.
+// {"lora_name": NAME, "lora_path": PATH}: reads the adapter (c.loader: checked against the served weights;
+// a registry alias pinned to the version it names now, c.pin), adds it to the engine and serves it as NAME. A
+// NAME already served is replaced: requests already running finish on the old adapter, new ones get the new
+// one (a registry alias moved: load models:/NAME@REF again). The response: {"object": "lora_adapter", "id",
+// "parent", "root", "rank", "alpha", "bytes", "replaced"}.
 std::variant<std::string, ApiError> LoadAdapterRoute(std::string_view body, const AdapterRouteContext& c);
 // {"lora_name": NAME}: stops serving NAME (requests already running finish on it; its weights are freed
 // after them). The response: {"object": "lora_adapter", "id", "deleted": true}.

@@ -331,7 +331,8 @@ void Server::Impl::UpdateAdapters(const httplib::Request& req, httplib::Response
                               opt.max_lora_adapters,
                               usage.auth_required() ? usage.KeyId(key) : "(no API key)",
                               opt.lora_root,
-                              pager.get()};
+                              pager.get(),
+                              opt.lora_pin};
   auto out = load ? LoadAdapterRoute(req.body, c) : UnloadAdapterRoute(req.body, c);
   if (auto* err = std::get_if<ApiError>(&out)) return Reply(res, *err);
   res.set_content(std::get<std::string>(out), "application/json");

@@ -46,6 +46,10 @@ struct ServerOptions {
   bool allow_lora_updates = false;
   std::function<Result<LoraAdapter>(const std::string& path)> lora_loader;
   int max_lora_adapters = 0;
+  // A lora_path as the server keeps it (registry::PinModelUri: models:/NAME@production -> models:/NAME@3),
+  // so that an adapter read back later (--max-loaded-loras) is the version first loaded, not wherever the
+  // alias has moved since. Null: paths are kept as given.
+  std::function<Result<std::string>(const std::string& path)> lora_pin;
   // > 0: at most this many adapters' weights in memory; `adapters` beyond the first max_loaded_loras are
   // served but read back when a request names one (adapter_pager.h). The engine holds the first ones.
   int max_loaded_loras = 0;
