@@ -1,15 +1,31 @@
 // The decode benchmarks' shared setup (serve_load forward, decode_bound, lora_paging): sequences of an
 // InferenceModel with their own KV blocks, in order (sequence s holds blocks s * per_seq ...), a prefill of
 // random tokens each, then decode steps of one token per sequence. No engine, no sampling: the forward alone.
+// And the --shape flag of the benchmarks that make a random model.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "infer/inference_model.h"
 
 namespace tern::bench {
+
+// "L,H,C,V,T" (e.g. 12,12,768,50257,1024) -> a valid model shape; nothing when it is not one.
+inline std::optional<GptConfig> ParseShape(const std::string& shape) {
+  GptConfig cfg;
+  std::istringstream in(shape);
+  char comma;
+  if (!(in >> cfg.n_layer >> comma >> cfg.n_head >> comma >> cfg.n_embd >> comma >> cfg.vocab_size >> comma >>
+        cfg.block_size) ||
+      !cfg.Validate().ok())
+    return std::nullopt;
+  return cfg;
+}
 
 class DecodeSequences {
  public:

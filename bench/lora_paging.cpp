@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -74,15 +73,12 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "decode steps timed per batch size (median)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  tern::GptConfig cfg;
-  std::istringstream in(shape);
-  char comma;
-  if (!(in >> cfg.n_layer >> comma >> cfg.n_head >> comma >> cfg.n_embd >> comma >> cfg.vocab_size >> comma >>
-        cfg.block_size) ||
-      !cfg.Validate().ok()) {
+  const std::optional<tern::GptConfig> parsed = tern::bench::ParseShape(shape);
+  if (!parsed) {
     std::fprintf(stderr, "lora_paging: --shape wants L,H,C,V,T (e.g. 12,12,768,50257,1024)\n");
     return 2;
   }
+  const tern::GptConfig cfg = *parsed;
   auto q = tern::ParseWeights(weights);
   if (!q.ok()) {
     std::fprintf(stderr, "lora_paging: %s\n", q.status().message().c_str());

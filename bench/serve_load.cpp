@@ -286,15 +286,12 @@ int RunLoad(const Options& o) {
 }
 
 int MakeRun(const std::string& shape, const std::string& tokenizer, const std::string& out) {
-  tern::GptConfig cfg;
-  std::istringstream in(shape);
-  char comma;
-  if (!(in >> cfg.n_layer >> comma >> cfg.n_head >> comma >> cfg.n_embd >> comma >> cfg.vocab_size >> comma >>
-        cfg.block_size) ||
-      !cfg.Validate().ok()) {
+  const std::optional<tern::GptConfig> parsed = tern::bench::ParseShape(shape);
+  if (!parsed) {
     std::fprintf(stderr, "serve_load make-run: --shape wants L,H,C,V,T (e.g. 12,12,768,50257,1024)\n");
     return 2;
   }
+  const tern::GptConfig cfg = *parsed;
   std::filesystem::create_directories(out);
   std::filesystem::copy_file(tokenizer, out + "/tokenizer.model",
                              std::filesystem::copy_options::overwrite_existing);
