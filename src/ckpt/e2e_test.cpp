@@ -190,6 +190,65 @@ TEST_F(E2eTest, DurableS3TierSurvivesLosingTheLocalDisk) {
   EXPECT_EQ(bad.output.find("wrong"), std::string::npos) << "the secret is never printed";
 }
 
+// The data goes where the checkpoints go: prepared once and published to S3, a run's data.dir names it, and a
+// relaunch on a machine that has neither the run's disk nor the data fetches both and continues exactly.
+TEST_F(E2eTest, DataOnS3FollowsTheJobToAFreshMachine) {
+  auto moto = testing::StartMoto("ckpt");
+  if (!moto->skip_reason.empty()) TERN_SKIP_OR_FAIL_IN_CI("no S3 server: " << moto->skip_reason);
+  const std::string creds = "AWS_ACCESS_KEY_ID=" + moto->key_id + " AWS_SECRET_ACCESS_KEY=" + moto->secret +
+                            " AWS_REGION=us-east-1";
+  std::ofstream(root_ / "corpus.txt") << testing::SmallCorpus();
+  CommandResult prep =
+      RunCommand(creds + " " + tern_ + " prepare --input " + (root_ / "corpus.txt").string() +
+                 " --out s3://ckpt/data/small --vocab-size 300 --val-fraction 0.1 --threads 1" +
+                 " --s3-endpoint " + moto->endpoint + " --cache-dir " + (root_ / "machine_a").string());
+  ASSERT_EQ(prep.code, 0) << prep.output;
+  EXPECT_NE(prep.output.find("published"), std::string::npos) << prep.output;
+  EXPECT_NE(prep.output.find("data.dir=s3://ckpt/data/small"), std::string::npos) << "the next command";
+
+  const std::string on_s3 = "--set data.dir=s3://ckpt/data/small --set ckpt.s3_endpoint=" + moto->endpoint;
+  auto on = [&](const std::string& machine) { return " --set data.cache_dir=" + (root_ / machine).string(); };
+  const std::string durable = " --set ckpt.durable=s3://ckpt/data-run --set ckpt.durable_every=5";
+  CommandResult a = Train("s3data", on_s3 + on("machine_a") + durable, creds);
+  ASSERT_EQ(a.code, 0) << a.output;
+  EXPECT_EQ(Event("s3data", "start").value("data_fetch_bytes", -1), 0)
+      << "prepare kept its copy on machine A";
+  // Machine B: no run disk, no data.
+  fs::remove_all(root_ / "s3data/checkpoints");
+  CommandResult b =
+      Train("s3data", on_s3 + on("machine_b") + durable + " --resume auto --set train.steps=14", creds);
+  ASSERT_EQ(b.code, 0) << b.output;
+  EXPECT_EQ(Event("s3data", "resume")["from"], "s3://ckpt/data-run/step_00000010");
+  EXPECT_GT(Event("s3data", "start").value("data_fetch_bytes", 0), 1000) << "machine B fetched the data";
+  CommandResult ref = Train("s3data_ref", on_s3 + on("machine_a") + " --set train.steps=14", creds);
+  ASSERT_EQ(ref.code, 0) << ref.output;
+  EXPECT_EQ(Losses("s3data"), Losses("s3data_ref"));
+
+  // --verify reads the store afresh: a flipped byte in a shard there is named, though both machines hold
+  // good copies.
+  CommandResult v = RunCommand(creds + " " + tern_ + " prepare --verify s3://ckpt/data/small --s3-endpoint " +
+                               moto->endpoint + " --cache-dir " + (root_ / "machine_c").string());
+  EXPECT_EQ(v.code, 0) << v.output;
+  EXPECT_NE(v.output.find("verified s3://ckpt/data/small"), std::string::npos) << v.output;
+  const fs::path shard = root_ / "shard.bin";
+  ASSERT_EQ(RunCommand(moto->AwsCli() + " s3 cp --only-show-errors s3://ckpt/data/small/train_000.bin " +
+                       shard.string())
+                .code,
+            0);
+  std::string bytes = ReadAll(shard);
+  bytes[bytes.size() - 2] ^= 1;
+  std::ofstream(shard, std::ios::binary | std::ios::trunc) << bytes;
+  ASSERT_EQ(RunCommand(moto->AwsCli() + " s3 cp --only-show-errors " + shard.string() +
+                       " s3://ckpt/data/small/train_000.bin")
+                .code,
+            0);
+  CommandResult bad =
+      RunCommand(creds + " " + tern_ + " prepare --verify s3://ckpt/data/small --s3-endpoint " +
+                 moto->endpoint + " --cache-dir " + (root_ / "machine_c").string());
+  EXPECT_EQ(bad.code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("train_000.bin"), std::string::npos) << bad.output;
+}
+
 TEST_F(E2eTest, CkptCliListsVerifiesExportsAndCollects) {
   ASSERT_EQ(Train("cli", "--set train.steps=12 --set ckpt.every=4 --set ckpt.keep_last=0").code, 0);
   const std::string run = (root_ / "cli").string();

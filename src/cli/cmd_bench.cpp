@@ -16,6 +16,7 @@
 #include "plan/gpu_specs.h"
 #include "plan/workload.h"
 #include "train/bench.h"
+#include "train/remote_data.h"
 #include "train/train_config.h"
 
 namespace tern::cli {
@@ -57,9 +58,16 @@ Status ApplyConfig(BenchCliOptions* o) {
   TrainConfig cfg;
   TERN_RETURN_IF_ERROR(LoadTrainConfigFile(o->config_path, &cfg));
   for (const auto& kv : o->overrides) TERN_RETURN_IF_ERROR(ApplyOverride(kv, &cfg));
+  const bool remote = IsRemoteData(cfg.data_dir);  // s3://: the bench reads this machine's copy of it
   if (cfg.model.vocab_size == 0) {  // the trainer takes the tokenizer's; so do we when it is there
-    auto tok = Tokenizer::Load(cfg.data_dir + "/tokenizer.model");
-    cfg.model.vocab_size = tok.ok() ? tok->vocab_size() : 4096;
+    if (remote) {
+      TERN_ASSIGN_OR_RETURN(const RemoteDataInfo info,
+                            ReadRemoteDataInfo(cfg.data_dir, DataMirrorOptionsFor(cfg).s3));
+      cfg.model.vocab_size = info.vocab_size;
+    } else {
+      auto tok = Tokenizer::Load(cfg.data_dir + "/tokenizer.model");
+      cfg.model.vocab_size = tok.ok() ? tok->vocab_size() : 4096;
+    }
   }
   BenchOptions& b = o->bench;
   b.train = cfg;
@@ -71,7 +79,7 @@ Status ApplyConfig(BenchCliOptions* o) {
   if (!o->device_given) b.device = cfg.device;
   if (!o->recompute_given) b.recompute = cfg.recompute;
   if (o->attention) b.train.attention = *o->attention;
-  if (std::filesystem::exists(cfg.data_dir + "/tokenizer.model")) b.data_dir = cfg.data_dir;
+  if (remote || std::filesystem::exists(cfg.data_dir + "/tokenizer.model")) b.data_dir = cfg.data_dir;
   b.sample_tokens = cfg.sample_tokens;
   b.sample_choices = cfg.num_samples > 0 ? cfg.num_samples : 1;
   b.sample_prompt = cfg.sample_prompt;

@@ -16,6 +16,7 @@
 #include "infer/evaluate.h"
 #include "infer/weights.h"
 #include "registry/model_uri.h"
+#include "train/remote_data.h"
 #include "train/train_config.h"
 
 namespace tern::cli {
@@ -60,7 +61,8 @@ int RunEval(EvalCmdOptions o) {
   const bool other_scores = !o.prompts.empty() || !o.choices.empty();
   std::error_code ec;
   const bool skip_loss =
-      other_scores && (o.data.empty() || (data_from_config && !std::filesystem::exists(o.data, ec)));
+      other_scores &&
+      (o.data.empty() || (data_from_config && !IsRemoteData(o.data) && !std::filesystem::exists(o.data, ec)));
   if (o.data.empty() && !skip_loss)
     return Fail(
         Status::InvalidArgument("no --data: give the directory `tern prepare` wrote (its val_*.bin)"));
@@ -78,7 +80,9 @@ int RunEval(EvalCmdOptions o) {
         stderr, "tern eval: no loss: %s (--data DIR scores one)\n",
         o.data.empty() ? "no data directory" : ("the run's data.dir " + o.data + " is not here").c_str());
   } else {
-    auto shards = FindShards(o.data, o.split);
+    auto local = LocalDataDir(o.data, DataMirrorOptionsFor(train));  // s3://: this machine's verified copy
+    if (!local.ok()) return Fail(local.status());
+    auto shards = FindShards(*local, o.split);
     if (!shards.ok())
       return Fail(shards.status().WithContext(data_from_config
                                                   ? "the run's data.dir " + o.data +

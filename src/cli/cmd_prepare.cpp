@@ -1,4 +1,6 @@
 // tern prepare: raw text -> tokenizer + train/val token shards (the library call is data/prepare.h).
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -7,6 +9,7 @@
 #include "core/progress.h"
 #include "data/prepare.h"
 #include "registry/model_uri.h"
+#include "train/remote_data.h"
 
 namespace tern::cli {
 
@@ -16,8 +19,16 @@ struct PrepareArgs {
   PrepareOptions options;
   int64_t shard_tokens = 100'000'000;
   int64_t max_sentences = 2'000'000;
-  std::string verify;  // --verify DIR
+  std::string verify;                  // --verify DIR
+  std::string s3_endpoint, cache_dir;  // --out/--verify s3://...
+  bool force_remote = false;           // --force (options.force for a local --out)
 };
+
+ckpt::S3Options S3For(const PrepareArgs& a) {
+  ckpt::S3Options s3;
+  s3.endpoint = a.s3_endpoint;
+  return s3;
+}
 
 std::string Plural(size_t n, const char* word) {
   return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
@@ -51,8 +62,25 @@ bool IsModel(const std::string& given) {
          std::filesystem::exists(std::filesystem::path(given) / "config.yaml", ec);
 }
 
-int RunVerify(const std::string& dir) {
-  auto r = VerifyPrepared(dir, stderr);
+// --verify s3://...: the store's objects, fetched afresh into a scratch cache (a copy cached earlier proves
+// nothing about the store now) and checked as a run's fetch checks them.
+Result<VerifySummary> VerifyRemote(const PrepareArgs& a) {
+  DataMirrorOptions m;
+  m.s3 = S3For(a);
+  m.cache_dir = (std::filesystem::path(a.cache_dir.empty() ? DefaultDataCache() : a.cache_dir) / "verify" /
+                 std::to_string(::getpid()))
+                    .string();
+  auto copy = MirrorPreparedData(a.verify, m);
+  Result<VerifySummary> r =
+      copy.ok() ? VerifyPrepared(copy->local_dir) : Result<VerifySummary>(copy.status());
+  std::error_code ec;
+  std::filesystem::remove_all(m.cache_dir, ec);
+  return r;
+}
+
+int RunVerify(const PrepareArgs& args) {
+  const std::string& dir = args.verify;
+  auto r = IsRemoteData(dir) ? VerifyRemote(args) : VerifyPrepared(dir, stderr);
   if (!r.ok()) {
     std::fprintf(stderr, "tern prepare --verify: %s\n", r.status().message().c_str());
     return 1;
@@ -71,7 +99,7 @@ int RunVerify(const std::string& dir) {
 }
 
 int RunPrepare(PrepareArgs& args) {
-  if (!args.verify.empty()) return RunVerify(args.verify);
+  if (!args.verify.empty()) return RunVerify(args);
   PrepareOptions& o = args.options;
   if (o.inputs.empty() || o.out_dir.empty()) {
     std::fprintf(stderr, "tern prepare: --input and --out are required (or --verify DIR); see --help\n");
@@ -81,6 +109,7 @@ int RunPrepare(PrepareArgs& args) {
     std::fprintf(stderr, "tern prepare: --shard-tokens and --max-sentences must be positive\n");
     return 2;
   }
+  o.force = args.force_remote;
   o.shard_tokens = static_cast<uint64_t>(args.shard_tokens);
   o.max_sentences = static_cast<uint64_t>(args.max_sentences);
   if (o.tokenizer.empty() && o.vocab_size == 0) {
@@ -99,12 +128,47 @@ int RunPrepare(PrepareArgs& args) {
     o.tokenizer = *path;
   }
   o.progress = stderr;
+  // --out s3://...: prepared in a staging folder of the data cache, published (prepare.json last), and then
+  // kept as this machine's cached copy, so a run here does not fetch what it just wrote.
+  const std::string target = o.out_dir;
+  const bool remote = IsRemoteData(target);
+  const std::string cache = args.cache_dir.empty() ? DefaultDataCache() : args.cache_dir;
+  if (remote) {
+    o.out_dir = (std::filesystem::path(cache) / "staging" / fmt::format("prepare-{}", ::getpid())).string();
+    o.force = true;  // the staging folder is ours; --force decides about the store (below)
+  }
   auto r = Prepare(o);
+  std::error_code ec;
   if (!r.ok()) {
+    if (remote) std::filesystem::remove_all(o.out_dir, ec);
     std::fprintf(stderr, "tern prepare: %s\n", r.status().message().c_str());
     return 1;
   }
-  const PrepareSummary& s = *r;
+  PrepareSummary s = *r;
+  if (remote) {
+    auto pub = PublishPreparedData(o.out_dir, target, args.force_remote, S3For(args), stderr);
+    Status kept = pub.ok() ? AdoptIntoDataCache(o.out_dir, target, cache) : pub.status();
+    std::filesystem::remove_all(o.out_dir, ec);
+    if (!kept.ok()) {
+      std::fprintf(stderr, "tern prepare: %s\n", kept.message().c_str());
+      return 1;
+    }
+    if (pub->files == 0)
+      std::fprintf(stderr, "tern prepare: %s already holds this dataset: nothing uploaded\n", target.c_str());
+    else
+      std::fprintf(stderr, "tern prepare: published %d files (%s) to %s in %.1f s%s\n", pub->files,
+                   ProgressBar::FormatAmount(static_cast<double>(pub->bytes), "B").c_str(), target.c_str(),
+                   pub->seconds,
+                   pub->removed
+                       ? fmt::format("; {} objects of the replaced dataset deleted", pub->removed).c_str()
+                       : "");
+    auto in_store = [&](std::string& path) { path = target + path.substr(o.out_dir.size()); };
+    for (auto& p : s.train_shards) in_store(p);
+    for (auto& p : s.val_shards) in_store(p);
+    in_store(s.tokenizer_path);
+    in_store(s.summary_path);
+    o.out_dir = target;
+  }
   for (const auto& w : s.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   auto tokens = [](uint64_t n) { return ProgressBar::FormatAmount(static_cast<double>(n), "tokens"); };
   auto where = [](const std::vector<std::string>& shards) {
@@ -127,7 +191,9 @@ int RunPrepare(PrepareArgs& args) {
                                : "reused from " + s.tokenizer_from,
       tokens(s.train_tokens), Plural(s.train_shards.size(), "shard"), where(s.train_shards),
       tokens(s.val_tokens), Plural(s.val_shards.size(), "shard"), where(s.val_shards), s.bytes_per_token,
-      s.summary_path, o.out_dir,
+      s.summary_path,
+      remote && !args.s3_endpoint.empty() ? o.out_dir + " --set ckpt.s3_endpoint=" + args.s3_endpoint
+                                          : o.out_dir,
       IsModel(model) ? " --set train.init_from=" + model + "   (docs/finetune.md)" : "");
   if (o.chat)
     fmt::print(
@@ -200,8 +266,16 @@ void AddPrepareCommand(CLI::App& root, CommandTable& table) {
       "Inputs are conversations, one {\"messages\": [...]} per line (OpenAI's fine-tuning format): "
       "rendered with tern serve's chat template, with loss masks so training learns the assistant's "
       "replies only; needs --tokenizer (docs/finetune.md)");
-  sub->add_flag("--force", args->options.force,
-                "Replace an output directory prepared with different options");
+  sub->add_flag("--force", args->force_remote,
+                "Replace an output directory prepared with different options (or, for s3://, a prefix "
+                "holding another dataset)");
+  sub->add_option("--s3-endpoint", args->s3_endpoint,
+                  "S3-compatible endpoint for --out/--verify s3://... (MinIO, R2, moto); default "
+                  "$AWS_ENDPOINT_URL_S3, else AWS");
+  sub->add_option(
+      "--cache-dir", args->cache_dir,
+      "Where --out s3://... prepares before uploading and keeps its copy (the data cache runs read; "
+      "default $TERN_DATA_CACHE, else ~/.cache/tern/data)");
   sub->add_option("--verify", args->verify,
                   "Check a prepared DIR instead: read every shard and loss mask and compare it with the hash "
                   "tern prepare recorded in its header, and the splits with prepare.json (exit 1 names the "

@@ -6,6 +6,7 @@
 
 #include "data/tokenizer.h"
 #include "plan/units.h"
+#include "train/remote_data.h"
 #include "train/train_config.h"
 
 namespace tern::cli {
@@ -18,6 +19,14 @@ Status ApplyTrainConfig(const std::string& config, const std::vector<std::string
   TrainConfig cfg;
   TERN_RETURN_IF_ERROR(LoadTrainConfigFile(config, &cfg).WithContext("--config"));
   for (const auto& kv : overrides) TERN_RETURN_IF_ERROR(ApplyOverride(kv, &cfg).WithContext("--set"));
+  if (IsRemoteData(cfg.data_dir)) {  // s3://: each new instance fetches it; its prepare.json says how much
+    auto info = ReadRemoteDataInfo(cfg.data_dir, DataMirrorOptionsFor(cfg).s3);
+    if (!info.ok()) return info.status().WithContext("--config " + config);
+    if (cfg.model.vocab_size == 0) cfg.model.vocab_size = info->vocab_size;
+    req->fetch_data = true;
+    if (!req->dataset_gb && info->shard_bytes > 0)
+      req->dataset_gb = static_cast<double>(info->shard_bytes) / 1e9;
+  }
   if (cfg.model.vocab_size == 0) {  // the trainer takes the tokenizer's: so does the plan, or the bench's
     auto tok = Tokenizer::Load(cfg.data_dir + "/tokenizer.model");
     cfg.model.vocab_size = tok.ok() ? tok->vocab_size() : bench ? bench->model.vocab_size : 4096;

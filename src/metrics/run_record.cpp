@@ -37,6 +37,8 @@ Result<StartRecord> ReadStart(const json& j, std::string_view where) {
   f.Maybe("zero", &r.zero);
   f.Maybe("gpu_metrics", &r.gpu_metrics);
   f.Maybe("init_from", &r.init_from);
+  f.Maybe("data_fetch_s", &r.data_fetch_s);
+  f.Maybe("data_fetch_bytes", &r.data_fetch_bytes);
   f.Maybe("loss_scale", &r.loss_scale);
   if (!f.status().ok()) return f.status();
   return r;
@@ -115,6 +117,8 @@ json ToJson(const StartRecord& r) {
             {"zero", r.zero}};
   if (r.gpu_metrics) j["gpu_metrics"] = *r.gpu_metrics;
   if (r.init_from) j["init_from"] = *r.init_from;
+  if (r.data_fetch_s) j["data_fetch_s"] = *r.data_fetch_s;
+  if (r.data_fetch_bytes) j["data_fetch_bytes"] = *r.data_fetch_bytes;
   if (r.loss_scale) j["loss_scale"] = *r.loss_scale;
   StampRecordVersion(&j);
   return j;

@@ -39,6 +39,10 @@ struct StartRecord {
   std::optional<std::string> gpu_metrics;  // GPU runs: "NVML ok: ..." / "NVML unavailable: ..."
   std::optional<double> loss_scale;        // fp16: the starting scale
   std::optional<std::string> init_from;    // fine-tuning: the weights the run started from (train.init_from)
+  // data.dir (or data.mix) on object storage: seconds spent making this machine's verified copy before the
+  // first step (0.0x when it was already cached) and the bytes read from the store for it.
+  std::optional<double> data_fetch_s;
+  std::optional<int64_t> data_fetch_bytes;
 };
 
 // The four GPU fields of a step row; all present or none.

@@ -17,6 +17,7 @@
 #include "infer/weights.h"
 #include "registry/registry.h"
 #include "registry/source.h"
+#include "train/remote_data.h"
 #include "train/train_config.h"
 
 extern char** environ;
@@ -67,7 +68,9 @@ Result<EvalInputs> ResolveEvalInputs(const PipelineSpec& spec, const std::string
   if (in.data.empty())
     return Status::InvalidArgument("evaluate.data is missing and " + run_dir +
                                    " has no config.yaml naming its data");
-  TERN_ASSIGN_OR_RETURN(in.shards, FindShards(in.data, spec.split));
+  // s3:// data (data.dir or evaluate.data): this machine's verified copy of it (train/remote_data.h).
+  TERN_ASSIGN_OR_RETURN(const std::string local, LocalDataDir(in.data, DataMirrorOptionsFor(train)));
+  TERN_ASSIGN_OR_RETURN(in.shards, FindShards(local, spec.split));
   in.options.seq_len = spec.seq_len > 0 ? spec.seq_len : have ? train.seq_len : 0;
   in.options.max_windows = spec.windows;
   if (!spec.prompts.empty()) {

@@ -55,6 +55,9 @@ std::vector<DefaultEntry> DescribeDefaults(const PlanDefaults& d) {
        "buckets"},
       {"checkpoint_write_gb_per_s", fmt::format("{:g}", d.checkpoint_write_gb_per_s), kAssume},
       {"restart_minutes", fmt::format("{:g}", d.restart_minutes), kAssume},
+      {"data_fetch_gbps", fmt::format("{:g}", d.data_fetch_gbps),
+       "tern fetches 4 objects at a time; AWS's S3 performance guidelines: ~85-90 MB/s per connection "
+       "(tern assumption)"},
       {"startup_s", fmt::format("{:g}", d.startup_s), kAssume},
       {"peak_probe_s", fmt::format("{:g}", d.peak_probe_s),
        "trainer.cpp: MeasurePeakGflops(backend, compute, 0.5) + warm-up"},

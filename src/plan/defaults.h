@@ -45,6 +45,8 @@ struct PlanDefaults {
   double spot_mtbf_hours = 6;              // per instance, when the catalog has no spot_hazard_per_hr
   double checkpoint_write_gb_per_s = 1.0;  // blocking checkpoint write bandwidth
   double restart_minutes = 10;             // re-acquire + boot + load checkpoint after a preemption
+  // data.dir on S3 (docs/formats.md): a new instance fetches the dataset at min(its network, this)
+  double data_fetch_gbps = 3.2;
   // A `tern train` run besides its steps (run_model.h), for devices no bench has measured
   double startup_s = 5;                 // process start to the first step, without the peak probe
   double peak_probe_s = 0.6;            // the trainer's MeasurePeakGflops(0.5 s) + its warm-up

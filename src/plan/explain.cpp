@@ -19,6 +19,9 @@ std::string ExplainRun(const RunBreakdown& b, const PlanRequest& req) {
                               spec.config_file, b.source);
   s += fmt::format("           steps        {} steps: {} tokens at the rate above = {:.1f} s\n", sc.steps,
                    FormatCount(req.workload.tokens), b.steps_s);
+  if (b.data_fetch_s > 0)
+    s += fmt::format("           data fetch   {:.1f} s: data.dir on S3, fetched before the first step\n",
+                     b.data_fetch_s);
   s += fmt::format(
       "           start-up     {:.2f} s (process, backend, model init, data) + peak probe {:.2f} s{}\n",
       b.startup_s, b.probe_s, spec.probe_peak ? "" : " (train.peak_gflops set)");

@@ -219,6 +219,7 @@ class Planner {
         const Workload& w = out_->workload;
         s.run = ModelRun(*req_.run, schedule_, *overheads, s.step.wall_s, s.step.step_s,
                          s.step.tokens_per_step, w.checkpoint_bytes(), w.model_bytes());
+        s.run->data_fetch_s = FetchSeconds(o);
       }
       for (Billing b : billings) Cost(s, b);
       if (local) break;
@@ -285,13 +286,18 @@ class Planner {
       r.price_hr = *o.price_spot_hr;
       const double hazard =
           req_.spot_hazard_per_hr.value_or(o.spot_hazard_per_hr.value_or(1.0 / d_.spot_mtbf_hours));
-      r.spot = ModelSpot(s.work_s(), out_->workload.checkpoint_bytes(), s.nodes, hazard,
-                         s.calibrated ? measured_d_ : d_);
+      PlanDefaults spot_d = s.calibrated ? measured_d_ : d_;
+      const double fetch_s = FetchSeconds(o);
+      spot_d.restart_minutes += fetch_s / 60;
+      r.spot = ModelSpot(s.work_s(), out_->workload.checkpoint_bytes(), s.nodes, hazard, spot_d);
       r.spot.checkpoint_source =
           s.calibrated && measured_save_
               ? fmt::format("measured: {} (state copy + persist)", req_.calibration->file)
               : fmt::format("default: checkpoint_write_gb_per_s {:g}", d_.checkpoint_write_gb_per_s);
       r.spot.restart_source = (s.calibrated ? restart_ : default_restart_).source;
+      if (fetch_s > 0)
+        r.spot.restart_source += fmt::format(" + data fetch {:.0f} s ({:.1f} GB at {:g} Gbit/s)", fetch_s,
+                                             DatasetGb(), fetch_s > 0 ? DatasetGb() * 8 / fetch_s : 0.0);
       r.hourly_usd = r.price_hr * s.nodes;
       if (!req_.spot_traces.empty()) {
         r.wall_s = r.spot.feasible ? r.spot.expected_wall_s : s.work_s();  // until ReplaySpotRows
@@ -332,6 +338,19 @@ class Planner {
     out_->rows.push_back(std::move(r));
   }
 
+  double DatasetGb() const {
+    const WorkloadSpec& spec = out_->workload.spec();
+    return req_.dataset_gb.value_or(spec.tokens * d_.dataset_bytes_per_token *
+                                    (spec.cfg.vocab_size > 65535 ? 2 : 1) / 1e9);
+  }
+
+  // data.dir on S3: the seconds a new instance of `o` spends fetching the dataset (0 for local data).
+  double FetchSeconds(const InstanceOffer& o) const {
+    if (!req_.fetch_data) return 0;
+    const double gbps = std::min(o.network_gbps.value_or(d_.default_network_gbps), d_.data_fetch_gbps);
+    return DatasetGb() * 8 / gbps;
+  }
+
   // The row's $ from its wall time (or its replayed p95 cost), storage and egress, and its summary; the
   // exclusion category and reason when it misses the deadline or the budget.
   std::optional<std::pair<const char*, std::string>> Finish(PlanRow& r) const {
@@ -339,9 +358,7 @@ class Planner {
     const double wall_h = r.wall_s / 3600;
     r.compute_usd = r.spot_sim ? r.spot_sim->p95_cost : r.hourly_usd * wall_h;
     const Workload& w = out_->workload;
-    const double dataset_gb = req_.dataset_gb.value_or(w.spec().tokens * d_.dataset_bytes_per_token *
-                                                       (w.spec().cfg.vocab_size > 65535 ? 2 : 1) / 1e9);
-    r.storage = ModelStorageEgress(o.provider, wall_h, w.checkpoint_bytes(), dataset_gb,
+    r.storage = ModelStorageEgress(o.provider, wall_h, w.checkpoint_bytes(), DatasetGb(),
                                    req_.dataset_egress_usd_per_gb.value_or(d_.dataset_egress_usd_per_gb),
                                    w.model_bytes(), d_);
     r.total_usd = r.compute_usd + r.storage.total();

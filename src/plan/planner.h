@@ -44,6 +44,9 @@ struct PlanRequest {
   std::optional<double> reserved_discount;
   double reserved_utilization = 0;   // 0: only this job uses the commitment
   std::optional<double> dataset_gb;  // default: tokens x bytes/token
+  // data.dir on S3 (--config): every new instance fetches the dataset before it trains, so each spot restart
+  // takes dataset_gb at min(the instance's network, data_fetch_gbps) on top of the restart (docs/formats.md)
+  bool fetch_data = false;
   std::optional<double> dataset_egress_usd_per_gb;
   bool strict_catalog = false;  // exclude options whose catalog row has warnings
   // --spot-traces: spot rows are replayed on these (spot_sim.h; the zones of the row's region, else all of

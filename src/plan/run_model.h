@@ -80,9 +80,10 @@ struct RunBreakdown {
   double eval_s = 0, sample_s = 0;
   double ckpt_copy_s = 0, ckpt_stall_s = 0, ckpt_final_s = 0;  // stalls of the async saves / the last save
   double model_save_s = 0;
+  double data_fetch_s = 0;  // data.dir on S3: the first instance fetches the dataset (docs/formats.md)
   double checkpoint_s() const { return ckpt_copy_s + ckpt_stall_s + ckpt_final_s; }
   double overhead_s() const {
-    return startup_s + probe_s + eval_s + sample_s + checkpoint_s() + model_save_s;
+    return data_fetch_s + startup_s + probe_s + eval_s + sample_s + checkpoint_s() + model_save_s;
   }
   double total_s() const { return steps_s + overhead_s(); }
 };

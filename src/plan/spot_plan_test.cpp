@@ -85,5 +85,37 @@ TEST(SpotPlan, AlwaysUpCostsTheSpotPriceNeverUpTheOnDemandPrice) {
   EXPECT_TRUE(deadline);
 }
 
+// data.dir on S3: every new instance fetches the dataset before it trains, so each restart of a spot row
+// takes dataset_gb at min(the instance's network, data_fetch_gbps) more, and the row says so.
+TEST(SpotPlan, DataOnS3AddsItsFetchToEveryRestart) {
+  const Catalog catalog = OneOffer();  // no network row: default_network_gbps 25 > data_fetch_gbps 3.2
+  PlanRequest req = SpotRequest({});
+  req.deadline_h.reset();
+  req.dataset_gb = 40;
+  TrainRunSpec run;  // --config: the whole run, whose first instance fetches the data too
+  run.config_file = "gpt2.yaml";
+  run.steps = 1000;
+  run.micro_batch = 16;
+  run.seq = 1024;
+  req.run = run;
+  auto local = MakePlan(catalog, req, PlanDefaults());
+  req.fetch_data = true;
+  auto fetched = MakePlan(catalog, req, PlanDefaults());
+  ASSERT_TRUE(local.ok() && fetched.ok());
+  ASSERT_FALSE(local->rows.empty());
+  ASSERT_EQ(local->rows.size(), fetched->rows.size());
+  const PlanRow& a = local->rows[0];
+  const PlanRow& b = fetched->rows[0];
+  EXPECT_NEAR(b.spot.restart_s - a.spot.restart_s, 40 * 8 / 3.2, 1e-9);  // 100 s
+  EXPECT_NE(b.spot.restart_source.find("+ data fetch 100 s (40.0 GB at 3.2 Gbit/s)"), std::string::npos)
+      << b.spot.restart_source;
+  EXPECT_GT(b.spot.expected_wall_s, a.spot.expected_wall_s);
+  ASSERT_TRUE(a.run && b.run);
+  EXPECT_EQ(a.run->data_fetch_s, 0);
+  EXPECT_NEAR(b.run->data_fetch_s, 100, 1e-9) << "the first instance fetches it too";
+  EXPECT_NEAR(b.run->total_s() - a.run->total_s(), 100, 1e-6);
+  EXPECT_GT(b.compute_usd, a.compute_usd);
+}
+
 }  // namespace
 }  // namespace tern::plan

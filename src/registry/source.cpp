@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include "ckpt/storage.h"
 #include "core/file_util.h"
 #include "infer/adapter.h"
 #include "infer/weights.h"
@@ -70,12 +71,31 @@ Status ReadRunFacts(ModelSource* s) {
     TERN_ASSIGN_OR_RETURN(s->config, FlattenYaml(text, (run / "config.yaml").string()));
   }
   if (s->config.contains("data.dir") && s->config["data.dir"].is_string()) {
-    fs::path data = s->config["data.dir"].get<std::string>();
-    if (data.is_relative() && !fs::exists(data, ec)) data = run / data;
-    if (fs::is_regular_file(data / "prepare.json", ec)) {
-      TERN_ASSIGN_OR_RETURN(std::string text, ReadFileToString((data / "prepare.json").string()));
+    const std::string given = s->config["data.dir"].get<std::string>();
+    fs::path data = given;
+    std::string text, dir;
+    if (ckpt::IsS3Uri(given)) {  // data published with `tern prepare --out s3://...`: its prepare.json there
+      ckpt::S3Options s3;
+      if (s->config.contains("ckpt.s3_endpoint") && s->config["ckpt.s3_endpoint"].is_string())
+        s3.endpoint = s->config["ckpt.s3_endpoint"].get<std::string>();
+      if (s->config.contains("ckpt.s3_region") && s->config["ckpt.s3_region"].is_string())
+        s3.region = s->config["ckpt.s3_region"].get<std::string>();
+      auto store = ckpt::OpenStorage(given, s3);
+      auto got = store.ok() ? (*store)->Get("prepare.json") : Result<std::string>(store.status());
+      if (got.ok()) {  // unreadable: no data lineage, as for a local data.dir that is gone
+        text = std::move(got).value();
+        dir = given;
+      }
+    } else {
+      if (data.is_relative() && !fs::exists(data, ec)) data = run / data;
+      if (fs::is_regular_file(data / "prepare.json", ec)) {
+        TERN_ASSIGN_OR_RETURN(text, ReadFileToString((data / "prepare.json").string()));
+        dir = fs::absolute(data).lexically_normal().string();
+      }
+    }
+    if (!dir.empty()) {
       nlohmann::json prepare = nlohmann::json::parse(text, nullptr, false);
-      s->data = {{"dir", fs::absolute(data).lexically_normal().string()},
+      s->data = {{"dir", dir},
                  {"prepare_sha256", Sha256Hex(text)},
                  {"prepare", prepare.is_discarded() ? nlohmann::json(nullptr) : prepare}};
       // The train split's content identity (XXH3 of its tokens; docs/formats.md): the same for the same

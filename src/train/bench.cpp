@@ -256,7 +256,8 @@ Result<BenchResult> RunBench(const BenchOptions& o) {
   auto t0 = Clock::now();
   if (real_data) {
     cfg.data_dir = o.data_dir;
-    TERN_RETURN_IF_ERROR(t->OpenTokenizer());  // the tokenizer's vocabulary must fit the model's
+    TERN_RETURN_IF_ERROR(t->MirrorRemoteData());  // s3:// data: this machine's verified copy
+    TERN_RETURN_IF_ERROR(t->OpenTokenizer());     // the tokenizer's vocabulary must fit the model's
     TERN_RETURN_IF_ERROR(t->OpenLoaders(o.data_dir));
     if (o.measure_run) r.run.data_open_s = Since(t0);
   }

@@ -221,12 +221,18 @@ const std::vector<Key>& Registry() {
       ModelNumber("model.n_embd", &GptConfig::n_embd, 1, "channels"),
       ModelNumber("model.vocab_size", &GptConfig::vocab_size, 0, "vocabulary; 0 = the tokenizer's"),
       ModelNumber("model.block_size", &GptConfig::block_size, 1, "maximum sequence length (positions)"),
-      String("data.dir", &C::data_dir, "directory written by `tern prepare` (tokenizer.model, *_NNN.bin)"),
+      String(
+          "data.dir", &C::data_dir,
+          "directory written by `tern prepare` (tokenizer.model, *_NNN.bin), or s3://BUCKET/PREFIX where "
+          "`tern prepare --out` published one: fetched, verified and cached on this machine before the first "
+          "step (S3 settings: ckpt.s3_endpoint, ckpt.s3_region; docs/formats.md)"),
+      String("data.cache_dir", &C::data_cache_dir,
+             "where s3:// datasets are copied; empty = $TERN_DATA_CACHE, else ~/.cache/tern/data"),
       String(
           "data.mix", &C::data_mix,
           "other prepared datasets mixed in, DIR:SHARE[,DIR:SHARE...] (e.g. data/web:0.3): each gives that "
           "share of the training windows, data.dir the rest; same tokenizer; each one's val loss is "
-          "reported (val_loss_mix); empty = data.dir alone"),
+          "reported (val_loss_mix); a DIR may be s3:// as data.dir; empty = data.dir alone"),
       Number("train.batch_size", &C::batch_size, 1, "micro-batch size B in sequences"),
       Number("train.seq_len", &C::seq_len, 1, "sequence length T (<= model.block_size)"),
       Number<int64_t>("train.total_batch_tokens", &C::total_batch_tokens, 0,

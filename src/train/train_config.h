@@ -124,6 +124,7 @@ struct TrainConfig {
   // Other prepared datasets mixed into the training windows (ParseDataMix); data.dir keeps the rest of the
   // windows and is the validation loss's data; each source's own validation loss is reported beside it.
   std::string data_mix;
+  std::string data_cache_dir;  // where s3:// datasets are copied (train/remote_data.h); empty = the default
 
   // optimisation
   int batch_size = 8;              // micro-batch B (sequences)

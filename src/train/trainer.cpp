@@ -38,7 +38,7 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 }  // namespace
 
 Status Trainer::OpenTokenizer() {
-  const std::string tok_path = cfg_.data_dir + "/tokenizer.model";
+  const std::string tok_path = LocalData(cfg_.data_dir) + "/tokenizer.model";
   TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(tok_path));
   tokenizer_ = std::make_unique<Tokenizer>(std::move(tok));
   if (cfg_.model.vocab_size == 0) cfg_.model.vocab_size = tokenizer_->vocab_size();
@@ -165,6 +165,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   const TrainConfig& cfg = t->cfg_;
 
   const bool vocab_unset = cfg.model.vocab_size == 0;
+  TERN_RETURN_IF_ERROR(t->MirrorRemoteData());
   TERN_RETURN_IF_ERROR(t->OpenTokenizer());
   // A source that cannot be read is an error only for a run that does not resume (below): a relaunch that
   // resumes from its own checkpoint no longer needs it.
@@ -210,7 +211,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, bool
   }
   if (t->gpu_ && t->gpu_->available()) t->gpu_meter_ = std::make_unique<GpuStepMeter>(t->gpu_.get());
 
-  const std::string tok_path = cfg.data_dir + "/tokenizer.model";
+  const std::string tok_path = t->LocalData(cfg.data_dir) + "/tokenizer.model";
   TERN_RETURN_IF_ERROR(MakeDirs(cfg.run_dir));
   if (t->writer()) {
     TERN_RETURN_IF_ERROR(WriteFileAtomic(cfg.run_dir + "/config.yaml", TrainConfigToYaml(cfg)));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -141,6 +142,11 @@ class Trainer {
   // trainer's own Step, Evaluate and Samples; it opens no run directory, metrics log, checkpoints or
   // preemption watcher.
   friend Result<BenchResult> RunBench(const BenchOptions& options);
+  // data.dir and data.mix entries on object storage (s3://): a verified local copy of each
+  // (train/remote_data.h), made before anything reads them; LocalData(dir) is where to read `dir` (itself
+  // when it is local).
+  Status MirrorRemoteData();
+  const std::string& LocalData(const std::string& dir) const;
   Status OpenTokenizer();                 // cfg_.data_dir's; model.vocab_size 0 becomes its size
   Status LoadInitFrom(bool vocab_unset);  // train.init_from's weights into init_ (checked, not applied)
   bool ShapeFromEarlierAttempt(bool vocab_unset);  // a relaunch: the model's shape from run_dir's config.yaml
@@ -209,6 +215,9 @@ class Trainer {
   size_t shard_exchanges_ = 0;                           // rank 0: exchanges done by the save in progress
   Status shard_comm_failure_;                            // rank 0: a collective of theirs failed
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::map<std::string, std::string> local_data_;  // MirrorRemoteData: s3:// URI -> its verified local copy
+  double data_fetch_s_ = 0;
+  uint64_t data_fetch_bytes_ = 0;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::vector<std::pair<std::string, std::unique_ptr<DataLoader>>> mix_val_;  // data.mix: {dir, val loader}
   std::vector<ChoiceItem> choices_;  // eval.choices: this rank's share of the items

@@ -3,15 +3,50 @@
 #include <fmt/format.h>
 
 #include "core/progress.h"
+#include "train/remote_data.h"
 #include "train/trainer.h"
 
 namespace tern {
 
+// Every rank makes (or finds) the copy: ranks sharing a machine take the cache's lock in turn, so the data is
+// fetched once per machine; a rank on another machine fetches its own.
+Status Trainer::MirrorRemoteData() {
+  std::vector<std::string> dirs = {cfg_.data_dir};
+  if (auto mix = ParseDataMix(cfg_.data_mix, cfg_.data_dir); mix.ok())  // a bad mixture fails in OpenLoaders
+    for (const DataMixEntry& e : *mix) dirs.push_back(e.dir);
+  const DataMirrorOptions o = DataMirrorOptionsFor(cfg_, quiet_ ? nullptr : stderr);
+  for (const std::string& dir : dirs) {
+    if (!IsRemoteData(dir) || local_data_.count(dir)) continue;
+    auto m = MirrorPreparedData(dir, o);
+    if (!m.ok()) return m.status().WithContext("data.dir " + dir);
+    local_data_[dir] = m->local_dir;
+    data_fetch_s_ += m->seconds;
+    data_fetch_bytes_ += m->fetched_bytes;
+    if (!quiet_)
+      std::fprintf(
+          stderr, "tern train: data %s: %s\n", dir.c_str(),
+          m->fetched == 0
+              ? fmt::format("the verified copy in {} ({}, {:.2f} s)", m->local_dir,
+                            ProgressBar::FormatAmount(static_cast<double>(m->bytes), "B"), m->seconds)
+                    .c_str()
+              : fmt::format("{} of {} files fetched ({}) in {:.1f} s, verified, into {}", m->fetched,
+                            m->files, ProgressBar::FormatAmount(static_cast<double>(m->fetched_bytes), "B"),
+                            m->seconds, m->local_dir)
+                    .c_str());
+  }
+  return Status::Ok();
+}
+
+const std::string& Trainer::LocalData(const std::string& dir) const {
+  const auto it = local_data_.find(dir);
+  return it == local_data_.end() ? dir : it->second;
+}
+
 // Data parallel: each rank reads its run of every step's micro-batches, and every world()-th validation
 // batch. A mixture's sources must have been encoded by data.dir's tokenizer: the same ids, the same text.
 Status Trainer::OpenLoaders(const std::string& dir) {
-  TERN_ASSIGN_OR_RETURN(auto train_shards, FindShards(dir, "train"));
-  TERN_ASSIGN_OR_RETURN(auto val_shards, FindShards(dir, "val"));
+  TERN_ASSIGN_OR_RETURN(auto train_shards, FindShards(LocalData(dir), "train"));
+  TERN_ASSIGN_OR_RETURN(auto val_shards, FindShards(LocalData(dir), "val"));
   TERN_ASSIGN_OR_RETURN(const std::vector<DataMixEntry> mix, ParseDataMix(cfg_.data_mix, dir));
   const int W = world(), r = rank();
   const DataSlice train_slice{r, W, std::max(1, cfg_.grad_accum_steps() / W)}, val_slice{r, W, 1};
@@ -20,7 +55,7 @@ Status Trainer::OpenLoaders(const std::string& dir) {
   std::vector<MixSource> sources = {{train_shards, rest}};
   mix_val_.clear();
   for (const DataMixEntry& e : mix) {
-    auto tok = Tokenizer::Load(e.dir + "/tokenizer.model");
+    auto tok = Tokenizer::Load(LocalData(e.dir) + "/tokenizer.model");
     if (!tok.ok()) return tok.status().WithContext(fmt::format("data.mix {}", e.dir));
     if (tok->fingerprint() != tokenizer_->fingerprint())
       return Status::InvalidArgument(fmt::format(
@@ -28,8 +63,8 @@ Status Trainer::OpenLoaders(const std::string& dir) {
           "mean other text. Prepare it again with data.dir's: tern prepare --input TEXT --out {} --tokenizer "
           "{} --force",
           e.dir, dir, tok->fingerprint(), tokenizer_->fingerprint(), e.dir, dir));
-    TERN_ASSIGN_OR_RETURN(auto shards, FindShards(e.dir, "train"));
-    TERN_ASSIGN_OR_RETURN(auto val, FindShards(e.dir, "val"));
+    TERN_ASSIGN_OR_RETURN(auto shards, FindShards(LocalData(e.dir), "train"));
+    TERN_ASSIGN_OR_RETURN(auto val, FindShards(LocalData(e.dir), "val"));
     sources.push_back({shards, e.share});
     TERN_ASSIGN_OR_RETURN(
         auto loader, DataLoader::Open(val, cfg_.batch_size, cfg_.seq_len, cfg_.seed, false, 2, val_slice));

@@ -27,6 +27,10 @@ StartRecord Trainer::StartRow() const {
   r.zero = world() > 1 ? cfg_.dist.zero : 0;
   if (gpu_) r.gpu_metrics = gpu_->status();
   if (!init_from_.empty()) r.init_from = init_from_;
+  if (!local_data_.empty()) {
+    r.data_fetch_s = data_fetch_s_;
+    r.data_fetch_bytes = static_cast<int64_t>(data_fetch_bytes_);
+  }
   if (setup_.compute == Compute::kF16) r.loss_scale = scaler_.scale();
   return r;
 }
