@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 
+#include "ckpt/storage.h"
 #include "registry/registry.h"
 #include "testing/moto_suite.h"
 #include "testing/processes.h"
@@ -57,6 +58,24 @@ TEST_F(RegistryS3, AVersionRegisteredOnOneMachineResolvesOnAnother) {
   EXPECT_EQ(dir->rfind(b.path(), 0), 0u) << *dir;  // resolved into this machine's cache
   EXPECT_EQ(testing::ReadFile(*dir + "/model.safetensors"),
             testing::ReadFile(run->dir / "model.safetensors"));
+}
+
+// A run trained on data published to S3 (data.dir: s3://...) gets its lineage from the prepare.json there,
+// with the store the run's config names (ckpt.s3_endpoint).
+TEST_F(RegistryS3, ARunOnS3DataRecordsItsLineageFromTheStore) {
+  auto run = testing::MakeTestRun(1, 32, 2, 32);
+  auto store = ckpt::OpenStorage("s3://models/data/web", {.endpoint = moto_->endpoint});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const std::string prepare =
+      R"({"format": "tern-prepare", "vocab_size": 300, "content": {"train": "00112233aabbccdd"}})";
+  ASSERT_TRUE((*store)->Put("prepare.json", prepare).ok());
+  testing::WriteFile(run->dir / "config.yaml",
+                     "data:\n  dir: s3://models/data/web\nckpt:\n  s3_endpoint: " + moto_->endpoint + "\n");
+  auto src = ReadModelSource(run->dir.path());
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  EXPECT_EQ(src->data.value("dir", ""), "s3://models/data/web") << src->data.dump();
+  EXPECT_EQ(src->data.value("content", ""), "00112233aabbccdd") << src->data.dump();
+  EXPECT_EQ(src->data["prepare"].value("vocab_size", 0), 300);
 }
 
 }  // namespace

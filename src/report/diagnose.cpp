@@ -80,10 +80,12 @@ std::string RulesHelp(const DiagnoseOptions& o) {
       "  memory_headroom   the planner's memory model fits a {}x larger train.batch_size on the device\n"
       "  cheaper_instance  a catalog instance does the measured work >= {:.0f}% cheaper (peak FLOPs scaled)\n"
       "  forgetting        a data.mix dataset's val loss > {:.0f}% above its best evaluation (val_loss_mix)\n"
+      "  data_fetch        fetching data.dir's s3:// dataset > {:.0f}% of fetch + training time (start "
+      "rows)\n"
       "Findings are ranked by $ cost: $/h at the start row's price_per_hour, else $ already lost.",
       o.data_wait_fraction * 100, o.ckpt_stall_fraction * 100, o.comm_fraction * 100, o.mfu_ratio * 100,
       o.gpu_util_pct, o.spike_factor, o.spike_window, o.rising_window, o.rising_factor, o.rising_window,
-      o.headroom_factor, o.cheaper_fraction * 100, o.forget_rise * 100);
+      o.headroom_factor, o.cheaper_fraction * 100, o.forget_rise * 100, o.data_fetch_fraction * 100);
 }
 
 std::optional<Finding> DataBoundRule(const RunInput& run, const DiagnoseOptions& o) {
@@ -343,10 +345,44 @@ std::optional<Finding> ForgettingRule(const RunInput& run, const DiagnoseOptions
   return worst;
 }
 
+// data.dir on S3: the attempts' fetches before their first steps. Several attempts that each fetched mean the
+// copy did not outlive the machine (or its disk); one long fetch means a slow link for the data's size.
+std::optional<Finding> DataFetchRule(const RunInput& run, const DiagnoseOptions& o) {
+  const double train_s = TrainSeconds(run);
+  const double total = train_s + run.data_fetch_s;
+  if (run.data_fetch_attempts == 0 || total <= 0) return std::nullopt;
+  const double frac = run.data_fetch_s / total;
+  if (frac <= o.data_fetch_fraction) return std::nullopt;
+  Finding f;
+  f.rule = "data_fetch";
+  f.title = "fetching the data from S3 takes a share of the run";
+  const double mb_s = run.data_fetch_s > 0 ? run.data_fetch_bytes / 1e6 / run.data_fetch_s : 0;
+  f.evidence = fmt::format(
+      "{} of {} attempt(s) fetched data.dir: {:.1f} MB in {:.1f} s ({:.1f} MB/s), {:.1f}% of fetch + "
+      "training "
+      "time {:.1f} s (threshold {:.0f}%)",
+      run.data_fetch_attempts, run.attempts_started, run.data_fetch_bytes / 1e6, run.data_fetch_s, mb_s,
+      100 * frac, total, 100 * o.data_fetch_fraction);
+  f.numbers = {{"fetch_s", run.data_fetch_s},
+               {"fetch_bytes", run.data_fetch_bytes},
+               {"fetch_attempts", run.data_fetch_attempts},
+               {"attempts", run.attempts_started},
+               {"train_s", train_s},
+               {"threshold", o.data_fetch_fraction}};
+  f.usd_spent = run.start ? run.start->price_per_hour * run.data_fetch_s / 3600 : 0;
+  f.fix = run.data_fetch_attempts > 1
+              ? "keep the copy across relaunches: data.cache_dir on a disk that outlives the instance (an "
+                "attached volume, a shared filesystem under Slurm), so later attempts fetch nothing"
+              : "an instance with more network bandwidth (tern plan prices the fetch: data_fetch_gbps), or "
+                "data.dir on the machine's disk for runs this short";
+  return f;
+}
+
 std::vector<Finding> Diagnose(const RunInput& run, const DiagnoseOptions& o) {
   std::vector<Finding> out;
-  for (auto* rule : {DataBoundRule, CheckpointStallRule, ExposedCommRule, LowMfuRule, GpuIdleRule,
-                     PreemptionLossRule, MemoryHeadroomRule, CheaperInstanceRule, ForgettingRule})
+  for (auto* rule :
+       {DataBoundRule, CheckpointStallRule, ExposedCommRule, LowMfuRule, GpuIdleRule, PreemptionLossRule,
+        MemoryHeadroomRule, CheaperInstanceRule, ForgettingRule, DataFetchRule})
     if (auto f = rule(run, o)) out.push_back(std::move(*f));
   for (auto& f : LossRules(run, o)) out.push_back(std::move(f));
   std::stable_sort(out.begin(), out.end(), [](const Finding& a, const Finding& b) {

@@ -61,6 +61,11 @@ struct RunInput {
   std::optional<MfuCalibration> calibration;
   std::optional<InstanceOption> instance;  // the run's, from RUN_DIR/ledger.sqlite's job and the catalog
   std::vector<InstanceOption> offers;      // the catalog's (data/catalog), each billing it prices
+  // data.dir on S3 (docs/formats.md): every attempt's start row's data_fetch_s and data_fetch_bytes, summed,
+  // and the attempts that fetched bytes (a copy already on the machine fetches none).
+  double data_fetch_s = 0;
+  int64_t data_fetch_bytes = 0;
+  int data_fetch_attempts = 0, attempts_started = 0;
 };
 
 // The thresholds (docs/report.md gives each one's source).
@@ -77,11 +82,13 @@ struct DiagnoseOptions {
   int headroom_factor = 2;         // memory headroom: a micro-batch this many times larger fits
   double cheaper_fraction = 0.10;  // cheaper instance: the same work for at least 10% fewer $
   double forget_rise = 0.05;       // forgetting: a data.mix dataset's val loss 5% above its best evaluation
+  double data_fetch_fraction = 0.05;  // data fetch: fetching s3:// data > 5% of fetch + training time
 };
 
 struct Finding {
   std::string rule;      // data_bound | checkpoint_stall | exposed_comm | low_mfu | gpu_idle | loss_spike
                          // | divergence | preemption_loss | memory_headroom | cheaper_instance | forgetting
+                         // | data_fetch
   std::string title;     // one line
   std::string evidence;  // the numbers, in words
   nlohmann::json numbers = nlohmann::json::object();  // the same numbers as data
@@ -109,6 +116,7 @@ std::optional<Finding> GpuIdleRule(const RunInput& run, const DiagnoseOptions& o
 std::vector<Finding> LossRules(const RunInput& run, const DiagnoseOptions& o);  // spike, divergence
 std::optional<Finding> PreemptionLossRule(const RunInput& run, const DiagnoseOptions& o);
 std::optional<Finding> ForgettingRule(const RunInput& run, const DiagnoseOptions& o);  // data.mix
+std::optional<Finding> DataFetchRule(const RunInput& run, const DiagnoseOptions& o);   // s3:// data
 // diagnose_plan.cpp: the planner's models (src/plan/) applied to the run.
 std::optional<Finding> MemoryHeadroomRule(const RunInput& run, const DiagnoseOptions& o);
 std::optional<Finding> CheaperInstanceRule(const RunInput& run, const DiagnoseOptions& o);

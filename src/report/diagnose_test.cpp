@@ -75,6 +75,28 @@ TEST(Diagnose, DataBound) {
   EXPECT_EQ(Rules(in), std::vector<std::string>{"data_bound"});
 }
 
+// data.dir on S3: three attempts each fetched 2 GB for 2 s of 4 s of training (steps 0.1 s x 40): the copy
+// did not outlive the machines; one attempt's 0.1 s fetch is not worth a finding.
+TEST(Diagnose, DataFetchedByEveryAttempt) {
+  RunInput in = Healthy();
+  in.attempts_started = 3;
+  in.data_fetch_attempts = 3;
+  in.data_fetch_s = 2;
+  in.data_fetch_bytes = 2'000'000'000;
+  auto f = DataFetchRule(in, DiagnoseOptions{});
+  ASSERT_TRUE(f);
+  EXPECT_NE(f->evidence.find("3 of 3 attempt(s)"), std::string::npos) << f->evidence;
+  EXPECT_NE(f->evidence.find("1000.0 MB/s"), std::string::npos) << f->evidence;
+  EXPECT_NE(f->evidence.find("33.3%"), std::string::npos) << f->evidence;  // 2 of 2 + 4 s
+  EXPECT_NEAR(f->usd_spent, 4.0 * 2 / 3600, 1e-12);
+  EXPECT_NE(f->fix.find("data.cache_dir"), std::string::npos) << f->fix;
+  EXPECT_EQ(Rules(in), std::vector<std::string>{"data_fetch"});
+  in.data_fetch_attempts = 1;
+  EXPECT_NE(DataFetchRule(in, DiagnoseOptions{})->fix.find("network"), std::string::npos);
+  in.data_fetch_s = 0.1;
+  EXPECT_FALSE(DataFetchRule(in, DiagnoseOptions{})) << "2.4% of the time";
+}
+
 TEST(Diagnose, CheckpointStall) {
   RunInput in = Healthy();
   in.events[0].fields["stall_ms"] = 200.0;  // 0.2 s of a 4 s run: 5%
@@ -358,7 +380,10 @@ TEST_F(RunDirTest, ResumedRunIsReadStitched) {
       s.data_wait_ms = 30;
       out << ToJson(RunRecord(s)).dump() << "\n";
     }
-    out << ToJson(RunRecord(*h.start)).dump() << "\n";
+    StartRecord second = *h.start;  // attempt 2 fetched data.dir from S3; attempt 1 found it cached
+    second.data_fetch_s = 1.5;
+    second.data_fetch_bytes = 3'000'000;
+    out << ToJson(RunRecord(second)).dump() << "\n";
     EventRecord resume;
     resume.event = "resume";
     resume.step = 20;
@@ -376,6 +401,10 @@ TEST_F(RunDirTest, ResumedRunIsReadStitched) {
   // Steps 2..20 at 30 ms and 21..40 at 1 ms (the first row is start-up): 590 of 3900 ms. Read as written
   // (steps 21..30 twice) it would be 890 of 4900 ms.
   EXPECT_NEAR(f->step_fraction, 590.0 / 3900, 1e-9);
+  EXPECT_EQ(in->attempts_started, 2);  // every attempt's start row is read for the data fetch
+  EXPECT_EQ(in->data_fetch_attempts, 1);
+  EXPECT_EQ(in->data_fetch_s, 1.5);
+  EXPECT_EQ(in->data_fetch_bytes, 3'000'000);
 }
 
 TEST_F(RunDirTest, MissingMetricsSaysWhatToDo) {

@@ -87,6 +87,10 @@ Result<RunInput> LoadRunInput(const std::string& run_dir, const std::string& cal
           using T = std::decay_t<decltype(r)>;
           if constexpr (std::is_same_v<T, StartRecord>) {
             if (!in.start) in.start = r;  // a resumed run writes one per attempt: the first names the shape
+            ++in.attempts_started;
+            in.data_fetch_s += r.data_fetch_s.value_or(0);
+            in.data_fetch_bytes += r.data_fetch_bytes.value_or(0);
+            if (r.data_fetch_bytes.value_or(0) > 0) ++in.data_fetch_attempts;
           } else if constexpr (std::is_same_v<T, EndRecord>) {
             in.end = r;
           } else if constexpr (std::is_same_v<T, EventRecord>) {

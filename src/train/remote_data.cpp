@@ -56,7 +56,8 @@ Result<std::string> CacheFolder(const std::string& uri) {
     if (!part.empty()) out += "/" + part;
     pos = end + 1;
   }
-  if (out == "s3") return Status::InvalidArgument(fmt::format("{} names no bucket: use s3://BUCKET/PREFIX", uri));
+  if (out == "s3")
+    return Status::InvalidArgument(fmt::format("{} names no bucket: use s3://BUCKET/PREFIX", uri));
   return out;
 }
 
@@ -116,7 +117,8 @@ Result<uint64_t> FetchAll(ckpt::Storage* store, const std::vector<ckpt::ObjectIn
       if (st.ok()) st = WriteFileAtomic((fs::path(dir) / o.key).string(), *bytes);
       std::lock_guard<std::mutex> lock(mu);
       if (!st.ok()) {
-        if (first_error.ok()) first_error = st.WithContext(fmt::format("fetching {}/{}", store->uri(), o.key));
+        if (first_error.ok())
+          first_error = st.WithContext(fmt::format("fetching {}/{}", store->uri(), o.key));
         return;
       }
       read += o.size;
@@ -167,7 +169,9 @@ std::string ShardOfMask(const std::string& mask) {
 
 }  // namespace
 
-bool IsRemoteData(const std::string& dir) { return dir.rfind("s3://", 0) == 0; }
+bool IsRemoteData(const std::string& dir) {
+  return dir.rfind("s3://", 0) == 0;
+}
 
 std::string DefaultDataCache() {
   if (const char* c = std::getenv("TERN_DATA_CACHE"); c && *c) return c;
@@ -183,14 +187,16 @@ Result<DataMirror> MirrorPreparedData(const std::string& uri, const DataMirrorOp
   auto manifest = store->Get("prepare.json");
   if (!manifest.ok()) {
     if (manifest.status().code() == Status::Code::kNotFound)
-      return Status::NotFound(fmt::format(
-          "{} holds no prepare.json: it is not a dataset written by tern prepare (or its upload did not finish); "
-          "publish one with `tern prepare --input TEXT --out {}`",
-          uri, uri));
+      return Status::NotFound(
+          fmt::format("{} holds no prepare.json: it is not a dataset written by tern prepare (or its upload "
+                      "did not finish); "
+                      "publish one with `tern prepare --input TEXT --out {}`",
+                      uri, uri));
     return manifest.status().WithContext(fmt::format("reading {}/prepare.json", uri));
   }
   const std::string id = fmt::format("{:016x}", XXH3_64bits(manifest->data(), manifest->size()));
-  const std::string root = (fs::path(o.cache_dir.empty() ? DefaultDataCache() : o.cache_dir) / folder).string();
+  const std::string root =
+      (fs::path(o.cache_dir.empty() ? DefaultDataCache() : o.cache_dir) / folder).string();
   TERN_RETURN_IF_ERROR(MakeDirs(root));
   TERN_ASSIGN_OR_RETURN(FileLock lock, FileLock::Take(root + "/.lock"));
   DataMirror m;
@@ -222,14 +228,16 @@ Result<DataMirror> MirrorPreparedData(const std::string& uri, const DataMirrorOp
   TERN_RETURN_IF_ERROR(MakeDirs(partial));
   std::unique_ptr<ProgressBar> bar;
   if (o.progress) bar = std::make_unique<ProgressBar>("fetch data", m.bytes, "B", o.progress);
-  TERN_ASSIGN_OR_RETURN(m.fetched_bytes, FetchAll(store.get(), objects, partial, o.parallel, bar.get(), &m.fetched));
+  TERN_ASSIGN_OR_RETURN(m.fetched_bytes,
+                        FetchAll(store.get(), objects, partial, o.parallel, bar.get(), &m.fetched));
   TERN_RETURN_IF_ERROR(WriteFileAtomic(partial + "/prepare.json", *manifest));
   m.fetched_bytes += manifest->size();
   ++m.fetched;
   if (bar) bar->Finish();
   auto verified = VerifyPrepared(partial);
   if (!verified.ok()) {
-    // A damaged object stays in the store; nothing of this fetch is kept (the next attempt reads it all again).
+    // A damaged object stays in the store; nothing of this fetch is kept (the next attempt reads it all
+    // again).
     fs::remove_all(partial, ec);
     return Status::Corruption(fmt::format(
         "{} failed its check after the fetch: {}. The copy in the store is damaged or was changed while it "
@@ -252,13 +260,15 @@ DataMirrorOptions DataMirrorOptionsFor(const TrainConfig& cfg, FILE* progress) {
   return o;
 }
 
-Status AdoptIntoDataCache(const std::string& local_dir, const std::string& uri, const std::string& cache_dir) {
+Status AdoptIntoDataCache(const std::string& local_dir, const std::string& uri,
+                          const std::string& cache_dir) {
   TERN_ASSIGN_OR_RETURN(const std::string folder, CacheFolder(uri));
   TERN_ASSIGN_OR_RETURN(const std::string manifest, ReadFileToString(local_dir + "/prepare.json"));
   const std::string root = (fs::path(cache_dir.empty() ? DefaultDataCache() : cache_dir) / folder).string();
   TERN_RETURN_IF_ERROR(MakeDirs(root));
   TERN_ASSIGN_OR_RETURN(FileLock lock, FileLock::Take(root + "/.lock"));
-  const std::string target = root + "/" + fmt::format("{:016x}", XXH3_64bits(manifest.data(), manifest.size()));
+  const std::string target =
+      root + "/" + fmt::format("{:016x}", XXH3_64bits(manifest.data(), manifest.size()));
   std::error_code ec;
   if (fs::exists(target, ec)) return Status::Ok();
   fs::rename(local_dir, target, ec);
@@ -305,10 +315,11 @@ Result<DataPublish> PublishPreparedData(const std::string& local_dir, const std:
     return out;
   }
   if (old.ok() && !force)
-    return Status::InvalidArgument(fmt::format(
-        "{} already holds another prepared dataset (its prepare.json differs); pass --force to replace it, or "
-        "choose another prefix. Runs reading it keep their verified local copies",
-        uri));
+    return Status::InvalidArgument(
+        fmt::format("{} already holds another prepared dataset (its prepare.json differs); pass --force to "
+                    "replace it, or "
+                    "choose another prefix. Runs reading it keep their verified local copies",
+                    uri));
   if (!old.ok() && old.status().code() != Status::Code::kNotFound) return old.status();
   std::vector<std::string> names;
   uint64_t total = 0;

@@ -8,7 +8,8 @@
 // Layout of the cache (DefaultDataCache(), or data.cache_dir):
 //   CACHE/s3/BUCKET/PREFIX/<xxh3 of prepare.json>/   a complete, verified copy (renamed into place whole)
 //   CACHE/s3/BUCKET/PREFIX/<...>.partial/            a fetch in progress: each file appears whole (temp +
-//                                                    rename), so an interrupted fetch resumes where it stopped
+//                                                    rename), so an interrupted fetch resumes where it
+//                                                    stopped
 //   CACHE/s3/BUCKET/PREFIX/.lock                     flock: ranks of one machine fetch once
 // prepare.json names a dataset's content: a re-prepared dataset (another prepare.json) gets its own copy.
 #pragma once

@@ -43,8 +43,8 @@ class RemoteDataTest : public testing::MotoSuite<kBucket> {
 
   // A unique prefix per test: the suite shares one bucket.
   std::string Uri(const std::string& name) const {
-    return std::string("s3://") + kBucket + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
-           "/" + name;
+    return std::string("s3://") + kBucket + "/" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/" + name;
   }
 
   std::unique_ptr<ckpt::Storage> Store(const std::string& uri) const {
@@ -146,7 +146,8 @@ TEST_F(RemoteDataTest, APrefixWithoutADatasetOrWithAnotherOneIsRefused) {
   auto none = MirrorPreparedData(Uri("nothing"), Mirror("cache"));
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), Status::Code::kNotFound);
-  EXPECT_NE(none.status().message().find("tern prepare --input TEXT --out " + Uri("nothing")), std::string::npos)
+  EXPECT_NE(none.status().message().find("tern prepare --input TEXT --out " + Uri("nothing")),
+            std::string::npos)
       << none.status().message();
 
   // Another dataset (another prepare.json, fewer shards) over a published one: refused without force; with
