@@ -223,6 +223,11 @@ TEST_F(E2eTest, DataOnS3FollowsTheJobToAFreshMachine) {
   CommandResult ref = Train("s3data_ref", on_s3 + on("machine_a") + " --set train.steps=14", creds);
   ASSERT_EQ(ref.code, 0) << ref.output;
   EXPECT_EQ(Losses("s3data"), Losses("s3data_ref"));
+  // tern eval on the run reads its data.dir from the store too (its config names the endpoint).
+  CommandResult ev = RunCommand(creds + " TERN_DATA_CACHE=" + (root_ / "machine_d").string() + " " + tern_ +
+                                " eval " + (root_ / "s3data").string());
+  EXPECT_EQ(ev.code, 0) << ev.output;
+  EXPECT_NE(ev.output.find("on s3://ckpt/data/small/val_*.bin: loss"), std::string::npos) << ev.output;
 
   // --verify reads the store afresh: a flipped byte in a shard there is named, though both machines hold
   // good copies.
