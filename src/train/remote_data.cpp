@@ -157,6 +157,12 @@ Result<std::set<std::string>> NamedFiles(const std::string& manifest, const std:
       if (!n.is_string() || !IsDatasetFile(n.get<std::string>()))
         return Status::Corruption(fmt::format("{}/prepare.json: shards.{} holds a bad name", uri, split));
       names.insert(n.get<std::string>());
+      // A chat dataset (tern prepare --chat) trains on its replies only by its loss masks: one per shard, all
+      // required (without them a run would silently learn the prompts too).
+      if (j.contains("chat")) {
+        const std::string& shard = n.get_ref<const std::string&>();
+        names.insert(shard.substr(0, shard.size() - std::string(".bin").size()) + ".mask.bin");
+      }
     }
   }
   return names;
@@ -201,24 +207,25 @@ Result<DataMirror> MirrorPreparedData(const std::string& uri, const DataMirrorOp
   TERN_ASSIGN_OR_RETURN(FileLock lock, FileLock::Take(root + "/.lock"));
   DataMirror m;
   m.local_dir = root + "/" + id;
-  TERN_ASSIGN_OR_RETURN(std::set<std::string> wanted, NamedFiles(*manifest, uri));
+  TERN_ASSIGN_OR_RETURN(const std::set<std::string> wanted, NamedFiles(*manifest, uri));
+  std::set<std::string> missing = wanted;
   TERN_ASSIGN_OR_RETURN(std::vector<ckpt::ObjectInfo> listed, store->List(""));
   std::vector<ckpt::ObjectInfo> objects;
   m.bytes = manifest->size();
   m.files = 1;
   for (ckpt::ObjectInfo& x : listed) {
     if (!wanted.count(x.key) && !(x.key.ends_with(".mask.bin") && wanted.count(ShardOfMask(x.key)))) continue;
-    wanted.erase(x.key);
+    missing.erase(x.key);
     m.bytes += x.size;
     ++m.files;
     objects.push_back(std::move(x));
   }
-  wanted.erase("tokenizer.vocab");  // a convenience copy, not needed to train
-  if (!wanted.empty())
+  missing.erase("tokenizer.vocab");  // a convenience copy, not needed to train
+  if (!missing.empty())
     return Status::NotFound(fmt::format(
         "{} lacks {} that its prepare.json names (an upload that stopped part way?): publish it again with "
         "`tern prepare --out {} --force`",
-        uri, *wanted.begin(), uri));
+        uri, *missing.begin(), uri));
   std::error_code ec;
   if (fs::is_regular_file(m.local_dir + "/prepare.json", ec)) {  // made (and verified) before
     m.seconds = ElapsedS(t0);

@@ -98,6 +98,37 @@ TEST_F(RemoteDataTest, PublishedDataIsMirroredVerifiedAndCached) {
   EXPECT_EQ(same->files, 0);
 }
 
+// A chat dataset's loss masks travel with their shards, and are checked as they are.
+TEST_F(RemoteDataTest, ChatDataKeepsItsLossMasks) {
+  std::string lines;
+  for (int i = 0; i < 100; i++)
+    lines += R"({"messages": [{"role": "user", "content": "Verse )" + std::to_string(i) +
+             R"(?"}, {"role": "assistant", "content": "Amen."}]})" + "\n";
+  testing::WriteFile(tmp_ / "chats.jsonl", lines);
+  const std::string chat = tmp_ / "chat";
+  ASSERT_TRUE(testing::PrepareChatWithTokenizerOf(data_, tmp_ / "chats.jsonl", chat, 0.1));
+  ASSERT_TRUE(fs::exists(chat + "/train_000.mask.bin"));
+  const std::string uri = Uri("chat");
+  ASSERT_TRUE(PublishPreparedData(chat, uri, false, s3_, nullptr).ok());
+  auto m = MirrorPreparedData(uri, Mirror("cache"));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(Names(m->local_dir), Names(chat));
+  EXPECT_EQ(Read(m->local_dir + "/train_000.mask.bin"), Read(chat + "/train_000.mask.bin"));
+
+  std::string mask = Read(chat + "/train_000.mask.bin");  // a flipped mask value is caught too
+  mask[mask.size() - 1] ^= 0x01;
+  ASSERT_TRUE(Store(uri)->Put("train_000.mask.bin", mask).ok());
+  auto bad = MirrorPreparedData(uri, Mirror("fresh-cache"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("train_000.mask.bin"), std::string::npos) << bad.status().message();
+  // A mask missing from the store is not a dataset without masks: refused by name.
+  ASSERT_TRUE(Store(uri)->Delete("train_000.mask.bin").ok());
+  auto lacking = MirrorPreparedData(uri, Mirror("fresh-cache"));
+  ASSERT_FALSE(lacking.ok());
+  EXPECT_NE(lacking.status().message().find("lacks train_000.mask.bin"), std::string::npos)
+      << lacking.status().message();
+}
+
 TEST_F(RemoteDataTest, AnInterruptedFetchResumesWhereItStopped) {
   const std::string uri = Uri("small");
   ASSERT_TRUE(PublishPreparedData(data_, uri, false, s3_, nullptr).ok());
