@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -83,56 +84,67 @@ class FileLock {
   int fd_ = -1;
 };
 
-// Fetches `keys` from `store` into `dir` (each written whole: temp file + rename) on `parallel` threads. A
-// file already in `dir` with the listed size is kept (an interrupted fetch resumes). Returns the bytes read.
-Result<uint64_t> FetchAll(ckpt::Storage* store, const std::vector<ckpt::ObjectInfo>& objects,
-                          const std::string& dir, int parallel, ProgressBar* bar, int* fetched) {
-  std::vector<const ckpt::ObjectInfo*> todo;
-  uint64_t have = 0;
-  for (const ckpt::ObjectInfo& o : objects) {
-    std::error_code ec;
-    const fs::path p = fs::path(dir) / o.key;
-    if (fs::is_regular_file(p, ec) && fs::file_size(p, ec) == o.size) {
-      have += o.size;
-    } else {
-      todo.push_back(&o);
-    }
-  }
+// Runs task(0..n-1) on up to `parallel` threads, each task once; stops handing out tasks after the first
+// error, which it returns. `done(i)` runs under one lock after task i succeeded (progress, counters).
+Status RunParallel(size_t n, int parallel, const std::function<Status(size_t)>& task,
+                   const std::function<void(size_t)>& done) {
   std::atomic<size_t> next{0};
-  std::atomic<uint64_t> done{have}, read{0};
   std::mutex mu;
   Status first_error;
   auto worker = [&] {
-    for (size_t i = next++; i < todo.size(); i = next++) {
+    for (size_t i = next++; i < n; i = next++) {
       {
         std::lock_guard<std::mutex> lock(mu);
         if (!first_error.ok()) return;
       }
-      const ckpt::ObjectInfo& o = *todo[i];
-      Result<std::string> bytes = store->Get(o.key);
-      Status st = bytes.status();
-      if (st.ok() && bytes->size() != o.size)
-        st = Status::Corruption(fmt::format("{}/{}: {} bytes read, the listing says {}", store->uri(), o.key,
-                                            bytes->size(), o.size));
-      if (st.ok()) st = WriteFileAtomic((fs::path(dir) / o.key).string(), *bytes);
+      Status st = task(i);
       std::lock_guard<std::mutex> lock(mu);
       if (!st.ok()) {
-        if (first_error.ok())
-          first_error = st.WithContext(fmt::format("fetching {}/{}", store->uri(), o.key));
+        if (first_error.ok()) first_error = st;
         return;
       }
-      read += o.size;
-      done += o.size;
-      ++*fetched;
-      if (bar) bar->Update(done);
+      done(i);
     }
   };
   std::vector<std::thread> threads;
-  const int n = std::max(1, std::min<int>(parallel, static_cast<int>(todo.size())));
-  for (int t = 0; t < n; ++t) threads.emplace_back(worker);
-  for (auto& t : threads) t.join();
-  TERN_RETURN_IF_ERROR(first_error);
-  return read.load();
+  const int t = std::max(1, std::min<int>(parallel, static_cast<int>(n)));
+  for (int k = 0; k < t; ++k) threads.emplace_back(worker);
+  for (auto& th : threads) th.join();
+  return first_error;
+}
+
+// Fetches `objects` from `store` into `dir` (each written whole: temp file + rename) on `parallel` threads. A
+// file already in `dir` with the listed size is kept (an interrupted fetch resumes). Returns the bytes read.
+Result<uint64_t> FetchAll(ckpt::Storage* store, const std::vector<ckpt::ObjectInfo>& objects,
+                          const std::string& dir, int parallel, ProgressBar* bar, int* fetched) {
+  std::vector<const ckpt::ObjectInfo*> todo;
+  uint64_t done = 0, read = 0;
+  for (const ckpt::ObjectInfo& o : objects) {
+    std::error_code ec;
+    const fs::path p = fs::path(dir) / o.key;
+    if (fs::is_regular_file(p, ec) && fs::file_size(p, ec) == o.size) {
+      done += o.size;
+    } else {
+      todo.push_back(&o);
+    }
+  }
+  auto fetch = [&](size_t i) -> Status {
+    const ckpt::ObjectInfo& o = *todo[i];
+    Result<std::string> bytes = store->Get(o.key);
+    Status st = bytes.status();
+    if (st.ok() && bytes->size() != o.size)
+      st = Status::Corruption(fmt::format("{}/{}: {} bytes read, the listing says {}", store->uri(), o.key,
+                                          bytes->size(), o.size));
+    if (st.ok()) st = WriteFileAtomic((fs::path(dir) / o.key).string(), *bytes);
+    return st.ok() ? st : st.WithContext(fmt::format("fetching {}/{}", store->uri(), o.key));
+  };
+  TERN_RETURN_IF_ERROR(RunParallel(todo.size(), parallel, fetch, [&](size_t i) {
+    read += todo[i]->size;
+    done += todo[i]->size;
+    ++*fetched;
+    if (bar) bar->Update(done);
+  }));
+  return read;
 }
 
 // The files a dataset's prepare.json names: the tokenizer and every shard of both splits (their loss masks
@@ -310,7 +322,7 @@ Result<RemoteDataInfo> ReadRemoteDataInfo(const std::string& uri, const ckpt::S3
 }
 
 Result<DataPublish> PublishPreparedData(const std::string& local_dir, const std::string& uri, bool force,
-                                        const ckpt::S3Options& s3, FILE* progress) {
+                                        const ckpt::S3Options& s3, FILE* progress, int parallel) {
   const auto t0 = std::chrono::steady_clock::now();
   TERN_ASSIGN_OR_RETURN(const std::string manifest, ReadFileToString(local_dir + "/prepare.json"));
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<ckpt::Storage> store, ckpt::OpenStorage(uri, s3));
@@ -342,13 +354,17 @@ Result<DataPublish> PublishPreparedData(const std::string& local_dir, const std:
   if (old.ok()) TERN_RETURN_IF_ERROR(store->Delete("prepare.json"));
   std::unique_ptr<ProgressBar> bar;
   if (progress) bar = std::make_unique<ProgressBar>("upload", total + manifest.size(), "B", progress);
-  for (const std::string& name : names) {
-    TERN_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(local_dir + "/" + name));
-    TERN_RETURN_IF_ERROR(store->Put(name, bytes).WithContext(fmt::format("uploading {}", name)));
-    out.bytes += bytes.size();
+  std::vector<uint64_t> sizes(names.size());
+  auto upload = [&](size_t i) -> Status {
+    TERN_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(local_dir + "/" + names[i]));
+    sizes[i] = bytes.size();
+    return store->Put(names[i], bytes).WithContext(fmt::format("uploading {}", names[i]));
+  };
+  TERN_RETURN_IF_ERROR(RunParallel(names.size(), parallel, upload, [&](size_t i) {
+    out.bytes += sizes[i];
     ++out.files;
     if (bar) bar->Update(out.bytes);
-  }
+  }));
   TERN_RETURN_IF_ERROR(store->Put("prepare.json", manifest).WithContext("uploading prepare.json"));
   out.bytes += manifest.size();
   ++out.files;

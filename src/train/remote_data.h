@@ -74,12 +74,13 @@ struct DataPublish {
   double seconds = 0;
 };
 
-// Uploads the prepared directory `local_dir` to `uri`: every file but prepare.json first, then prepare.json,
+// Uploads the prepared directory `local_dir` to `uri` (`parallel` objects at a time): every file but
+// prepare.json first, then prepare.json,
 // which marks the dataset complete (a reader never sees a prepare.json whose shards are not all there). A
 // prefix that already holds a different dataset is refused unless `force`; the same dataset again uploads
 // nothing.
 Result<DataPublish> PublishPreparedData(const std::string& local_dir, const std::string& uri, bool force,
-                                        const ckpt::S3Options& s3, FILE* progress = stderr);
+                                        const ckpt::S3Options& s3, FILE* progress = stderr, int parallel = 4);
 
 // After a publish: moves the prepared directory `local_dir` (on the cache's filesystem) into the cache as
 // the copy of `uri`, so a run on this machine finds it without a fetch. Nothing to do when one is there.
