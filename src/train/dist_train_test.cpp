@@ -22,6 +22,7 @@
 #include "testing/processes.h"
 #include "testing/skip.h"
 #include "testing/tern_binary.h"
+#include "train/remote_data.h"
 
 namespace tern {
 namespace {
@@ -147,6 +148,32 @@ TEST_F(DistTrainTest, TwoRanksMatchOneProcessWithTheSameGlobalBatch) {
   EXPECT_EQ(Rows("two", "step_ms_max").size(), 8u);
   for (const auto& [step, lo] : Rows("two", "step_ms_min")) EXPECT_LE(lo, Rows("two", "step_ms_max")[step]);
   EXPECT_TRUE(Rows("one", "step_ms_max").empty()) << "one rank: no per-rank spread";
+}
+
+// data.dir on S3 with 2 ranks on one machine: the ranks take the cache's lock in turn, so the data is
+// fetched once into one verified copy, and pass the start barrier (dist.start_timeout_s); the job trains as
+// one process on the local directory does.
+TEST_F(DistTrainTest, TwoRanksFetchS3DataOnceAndMatchOneProcess) {
+  auto moto = testing::StartMoto("dist");
+  if (!moto->skip_reason.empty()) TERN_SKIP_OR_FAIL_IN_CI("no S3 server: " << moto->skip_reason);
+  ::setenv("AWS_ACCESS_KEY_ID", moto->key_id.c_str(), 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", moto->secret.c_str(), 1);
+  ::setenv("AWS_REGION", "us-east-1", 1);
+  auto pub = PublishPreparedData(data_, "s3://dist/small", false, {.endpoint = moto->endpoint}, nullptr);
+  ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+  auto one = Train(1, "one");
+  ASSERT_EQ(one.code, 0) << one.output;
+  const fs::path cache = root() / "cache";
+  auto two = Train(2, "two",
+                   "--set data.dir=s3://dist/small --set ckpt.s3_endpoint=" + moto->endpoint +
+                       " --set data.cache_dir=" + cache.string());
+  ASSERT_EQ(two.code, 0) << two.output;
+  EXPECT_LT(MaxRel(Rows("one", "loss"), Rows("two", "loss")), 1e-6);
+  std::vector<std::string> copies;
+  for (const auto& e : fs::directory_iterator(cache / "s3/dist/small"))
+    if (e.is_directory()) copies.push_back(e.path().filename().string());
+  ASSERT_EQ(copies.size(), 1u) << "one verified copy, no .partial left";
+  EXPECT_EQ(copies[0].find(".partial"), std::string::npos);
 }
 
 // data.mix with 2 ranks: the mixed stream is sliced like a single dataset's, so the ranks together train on

@@ -403,6 +403,9 @@ const std::vector<Key>& Registry() {
                  "gradient all-reduce bucket (MiB), started during the backward; 0 = one after it"),
       DistNumber("dist.timeout_s", &DistConfig::timeout_s, 0.001, 1e7,
                  "seconds a collective may wait for a rank before the job fails naming it"),
+      DistNumber("dist.start_timeout_s", &DistConfig::start_timeout_s, 0.001, 1e7,
+                 "with data.dir on S3: seconds the ranks wait at start for each other to fetch their data "
+                 "(one machine may have a copy, another fetch it), before dist.timeout_s applies"),
       {"dist.nccl_id_file",
        "nccl launched without MPI: a file on a shared filesystem through which rank 0 hands out its NCCL id",
        {},

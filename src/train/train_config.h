@@ -101,6 +101,9 @@ struct DistConfig {
   int zero = 0;                              // 1: ZeRO-1, AdamW moments sharded across ranks
   double bucket_mb = 25;   // gradients all-reduced in buckets of this size during the backward; 0 = after it
   double timeout_s = 300;  // a collective unfinished after this long fails naming the missing rank
+  // With data on S3: the ranks' set-up and a first barrier wait this long for every rank to have fetched its
+  // data (a relaunch may put a machine with the copy beside one without), then timeout_s applies.
+  double start_timeout_s = 3600;
   std::string nccl_id_file;  // nccl without MPI: a shared file that hands rank 0's NCCL id to the others
 };
 

@@ -110,11 +110,21 @@ Status Trainer::OpenComm() {
   dist::CommSetup cs;
   TERN_ASSIGN_OR_RETURN(cs.backend,
                         dist::ParseCommBackend(DistBackendName(cfg_.dist.backend)));  // same names
-  cs.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg_.dist.timeout_s * 1000));
+  // Data on S3: a rank that found its copy on the machine starts long before one that fetches it, so the
+  // set-up and a first barrier wait dist.start_timeout_s for the others; then dist.timeout_s.
+  const auto ms = [](double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); };
+  const bool fetching = !local_data_.empty() && launch_.world > 1;
+  cs.timeout = ms(fetching ? std::max(cfg_.dist.timeout_s, cfg_.dist.start_timeout_s) : cfg_.dist.timeout_s);
   cs.compute = setup_.backend.get();
   cs.cuda_stream = setup_.backend->native_stream();
   cs.nccl_id_file = cfg_.dist.nccl_id_file;
   TERN_ASSIGN_OR_RETURN(comm_, dist::MakeCommunicator(cs, launch_));
+  if (fetching) {
+    TERN_RETURN_IF_ERROR(comm_->Barrier().WithContext(
+        fmt::format("waiting {:g} s (dist.start_timeout_s) for every rank to have data.dir's copy",
+                    cfg_.dist.start_timeout_s)));
+    comm_->set_timeout(ms(cfg_.dist.timeout_s));
+  }
   const int W = comm_->world(), accum = cfg_.grad_accum_steps();
   if (accum % W != 0) {
     const int64_t micro = static_cast<int64_t>(cfg_.batch_size) * cfg_.seq_len;
