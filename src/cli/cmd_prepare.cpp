@@ -238,12 +238,18 @@ void AddPrepareCommand(CLI::App& root, CommandTable& table) {
       "  tern prepare --input kjv.txt --out data/kjv --vocab-size 4096\n"
       "Data to fine-tune a trained model on keeps its tokenizer (docs/finetune.md):\n"
       "  tern prepare --input psalms.txt --out data/psalms --tokenizer runs/demo\n"
+      "Published to S3, for runs on machines that do not have it (fetched, verified and cached by each):\n"
+      "  tern prepare --input kjv.txt --out s3://my-bucket/data/kjv --vocab-size 4096\n"
       "Conversations to teach a trained model to chat (JSON Lines, {\"messages\": [...]} per line):\n"
       "  tern prepare --chat --input chats.jsonl --out data/chat --tokenizer runs/demo\n");
   sub->add_option("--input,-i", args->options.inputs,
                   "Text files or directories to read (one or more; required unless --verify)")
       ->expected(1, -1);
-  sub->add_option("--out,-o", args->options.out_dir, "Output directory (created if missing; required)");
+  sub->add_option(
+      "--out,-o", args->options.out_dir,
+      "Output directory (created if missing; required), or s3://BUCKET/PREFIX: prepared here, then "
+      "published there with prepare.json last, for runs on any machine (data.dir: s3://...; "
+      "docs/formats.md)");
   sub->add_option(
       "--vocab-size", args->options.vocab_size,
       "Tokenizer vocabulary size: at least 260 + the number of distinct characters; 4096-8192 suits a "
@@ -276,10 +282,11 @@ void AddPrepareCommand(CLI::App& root, CommandTable& table) {
       "--cache-dir", args->cache_dir,
       "Where --out s3://... prepares before uploading and keeps its copy (the data cache runs read; "
       "default $TERN_DATA_CACHE, else ~/.cache/tern/data)");
-  sub->add_option("--verify", args->verify,
-                  "Check a prepared DIR instead: read every shard and loss mask and compare it with the hash "
-                  "tern prepare recorded in its header, and the splits with prepare.json (exit 1 names the "
-                  "first file that differs)");
+  sub->add_option(
+      "--verify", args->verify,
+      "Check a prepared DIR instead: read every shard and loss mask and compare it with the hash "
+      "tern prepare recorded in its header, and the splits with prepare.json (exit 1 names the "
+      "first file that differs); an s3://BUCKET/PREFIX is fetched afresh into a scratch folder and checked");
   table.Add(sub, [args] { return RunPrepare(*args); });
 }
 
