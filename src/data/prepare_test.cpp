@@ -180,6 +180,15 @@ TEST(Prepare, VerifyReadsEveryShardAndNamesWhatChanged) {
   v = VerifyPrepared(out);
   ASSERT_FALSE(v.ok());
   EXPECT_NE(v.status().message().find("prepare.json says"), std::string::npos) << v.status().message();
+
+  // A prepare.json that is not one (a non-string format, a list) is an error, not an exception (a dataset
+  // fetched from S3 reads it from the store).
+  for (const char* bad : {R"({"format": 5})", R"([1, 2])", R"({"format": null})"}) {
+    WriteFile(out + "/prepare.json", bad);
+    v = VerifyPrepared(out);
+    ASSERT_FALSE(v.ok()) << bad;
+    EXPECT_EQ(v.status().code(), Status::Code::kCorruption) << bad;
+  }
 }
 
 void ExpectErrorNaming(const PrepareOptions& o, const std::string& name, const std::string& also = "") {

@@ -17,7 +17,8 @@ Result<VerifySummary> VerifyPrepared(const std::string& dir, FILE* progress) {
   const std::string summary = dir + "/prepare.json";
   TERN_ASSIGN_OR_RETURN(std::string text, ReadFileToString(summary));
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || j.value("format", "") != "tern-prepare")
+  const auto format = j.find("format");  // not value(): it throws on a "format" that is not a string
+  if (!j.is_object() || format == j.end() || !format->is_string() || *format != "tern-prepare")
     return Status::Corruption(fmt::format("{} is not a tern prepare summary; re-run tern prepare", summary));
   VerifySummary out;
   const char* splits[2] = {"train", "val"};

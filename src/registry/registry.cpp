@@ -303,7 +303,8 @@ Result<Entry> Registry::Get(const ModelRef& ref) {
     return Status::Corruption(what + ": the manifest in " + store_->uri() +
                               " differs from the one registered (its SHA-256 changed): tampered or damaged");
   nlohmann::json m = nlohmann::json::parse(*stored, nullptr, false);
-  if (m.is_discarded() || m.value("format", "") != kFormat)
+  const auto format = m.find("format");  // not value(): it throws on a non-object or a non-string format
+  if (m.is_discarded() || format == m.end() || !format->is_string() || *format != kFormat)
     return Status::Corruption(what + ": the manifest is not a tern-model manifest");
   TERN_RETURN_IF_ERROR(VerifyManifest(m, key_, row->signed_entry, what));
   return Entry{ref.name, version, m, row->signed_entry};

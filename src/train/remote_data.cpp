@@ -19,11 +19,10 @@
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "core/file_util.h"
 #include "core/progress.h"
 #include "data/prepare.h"
+#include "data/prepare_manifest.h"
 #include "train/train_config.h"
 
 namespace tern {
@@ -147,39 +146,6 @@ Result<uint64_t> FetchAll(ckpt::Storage* store, const std::vector<ckpt::ObjectIn
   return read;
 }
 
-// The files a dataset's prepare.json names: the tokenizer and every shard of both splits (their loss masks
-// go with them when the store has them). Objects under the prefix that it does not name (a replaced
-// dataset's left-overs) are not fetched.
-Result<std::set<std::string>> NamedFiles(const std::string& manifest, const std::string& uri) {
-  const nlohmann::json j = nlohmann::json::parse(manifest, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || j.value("format", "") != "tern-prepare")
-    return Status::Corruption(fmt::format("{}/prepare.json is not a tern prepare summary", uri));
-  std::set<std::string> names = {"tokenizer.model", "tokenizer.vocab"};
-  const auto shards = j.find("shards");
-  if (shards == j.end() || !shards->is_object())
-    return Status::InvalidArgument(fmt::format(
-        "{}/prepare.json lists no shards (written by an older tern): prepare the data again and publish it",
-        uri));
-  for (const char* split : {"train", "val"}) {
-    const auto list = shards->find(split);
-    if (list == shards->end()) continue;
-    if (!list->is_array())
-      return Status::Corruption(fmt::format("{}/prepare.json: shards.{} is not a list", uri, split));
-    for (const auto& n : *list) {
-      if (!n.is_string() || !IsDatasetFile(n.get<std::string>()))
-        return Status::Corruption(fmt::format("{}/prepare.json: shards.{} holds a bad name", uri, split));
-      names.insert(n.get<std::string>());
-      // A chat dataset (tern prepare --chat) trains on its replies only by its loss masks: one per shard, all
-      // required (without them a run would silently learn the prompts too).
-      if (j.contains("chat")) {
-        const std::string& shard = n.get_ref<const std::string&>();
-        names.insert(shard.substr(0, shard.size() - std::string(".bin").size()) + ".mask.bin");
-      }
-    }
-  }
-  return names;
-}
-
 // "train_000.mask.bin" -> "train_000.bin".
 std::string ShardOfMask(const std::string& mask) {
   return mask.substr(0, mask.size() - std::string(".mask.bin").size()) + ".bin";
@@ -219,7 +185,19 @@ Result<DataMirror> MirrorPreparedData(const std::string& uri, const DataMirrorOp
   TERN_ASSIGN_OR_RETURN(FileLock lock, FileLock::Take(root + "/.lock"));
   DataMirror m;
   m.local_dir = root + "/" + id;
-  TERN_ASSIGN_OR_RETURN(const std::set<std::string> wanted, NamedFiles(*manifest, uri));
+  std::error_code ec;
+  if (fs::is_regular_file(m.local_dir + "/prepare.json", ec)) {  // made (and verified) before: used as it is,
+    for (const auto& e : fs::directory_iterator(m.local_dir, ec)) {  // whatever the store holds now
+      m.bytes += e.is_regular_file(ec) ? e.file_size(ec) : 0;
+      ++m.files;
+    }
+    m.seconds = ElapsedS(t0);
+    return m;
+  }
+  // Only the files prepare.json names are fetched: a replaced dataset's left-overs under the prefix are not.
+  TERN_ASSIGN_OR_RETURN(const PreparedManifest named,
+                        ParsePreparedManifest(*manifest, uri + "/prepare.json"));
+  const std::set<std::string>& wanted = named.files;
   std::set<std::string> missing = wanted;
   TERN_ASSIGN_OR_RETURN(std::vector<ckpt::ObjectInfo> listed, store->List(""));
   std::vector<ckpt::ObjectInfo> objects;
@@ -238,11 +216,6 @@ Result<DataMirror> MirrorPreparedData(const std::string& uri, const DataMirrorOp
         "{} lacks {} that its prepare.json names (an upload that stopped part way?): publish it again with "
         "`tern prepare --out {} --force`",
         uri, *missing.begin(), uri));
-  std::error_code ec;
-  if (fs::is_regular_file(m.local_dir + "/prepare.json", ec)) {  // made (and verified) before
-    m.seconds = ElapsedS(t0);
-    return m;
-  }
   const std::string partial = m.local_dir + ".partial";
   TERN_RETURN_IF_ERROR(MakeDirs(partial));
   std::unique_ptr<ProgressBar> bar;
@@ -305,20 +278,8 @@ Result<RemoteDataInfo> ReadRemoteDataInfo(const std::string& uri, const ckpt::S3
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<ckpt::Storage> store, ckpt::OpenStorage(uri, s3));
   auto text = store->Get("prepare.json");
   if (!text.ok()) return text.status().WithContext(fmt::format("reading {}/prepare.json", uri));
-  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  const auto v = j.is_object() ? j.find("vocab_size") : j.end();
-  if (v == j.end() || !v->is_number_integer() || v->get<int64_t>() <= 0 || v->get<int64_t>() > (1 << 30))
-    return Status::Corruption(fmt::format("{}/prepare.json records no vocab_size", uri));
-  RemoteDataInfo info;
-  info.vocab_size = static_cast<int>(v->get<int64_t>());
-  const auto tokens = j.find("tokens");
-  if (tokens != j.end() && tokens->is_object())
-    for (const char* split : {"train", "val"}) {
-      const auto n = tokens->find(split);
-      if (n != tokens->end() && n->is_number_unsigned())
-        info.shard_bytes += n->get<uint64_t>() * (info.vocab_size > 65536 ? 4 : 2);
-    }
-  return info;
+  TERN_ASSIGN_OR_RETURN(const PreparedManifest m, ParsePreparedManifest(*text, uri + "/prepare.json"));
+  return RemoteDataInfo{m.vocab_size, m.shard_bytes};
 }
 
 Result<DataPublish> PublishPreparedData(const std::string& local_dir, const std::string& uri, bool force,

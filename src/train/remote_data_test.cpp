@@ -171,9 +171,25 @@ TEST_F(RemoteDataTest, ADamagedObjectIsRefusedByNameAndNothingOfItKept) {
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("lacks train_000.bin"), std::string::npos)
       << missing.status().message();
+  // A machine that verified its copy before keeps it, whatever the store holds now (one GET, no listing).
+  auto kept = MirrorPreparedData(uri, Mirror("good-cache"));
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(kept->local_dir, good->local_dir);
+  EXPECT_EQ(kept->fetched, 0);
+  EXPECT_EQ(kept->files, good->files);
+  EXPECT_EQ(kept->bytes, good->bytes);
 }
 
 TEST_F(RemoteDataTest, APrefixWithoutADatasetOrWithAnotherOneIsRefused) {
+  // A prepare.json in the store that is not one: an error naming it, not an exception.
+  for (const char* bad :
+       {R"({"format": 5})", R"([1])", R"({"format": "tern-prepare", "shards": {"train": [3]}})"}) {
+    ASSERT_TRUE(Store(Uri("bad"))->Put("prepare.json", bad).ok());
+    auto m = MirrorPreparedData(Uri("bad"), Mirror("cache"));
+    ASSERT_FALSE(m.ok()) << bad;
+    EXPECT_NE(m.status().message().find("prepare.json"), std::string::npos) << m.status().message();
+  }
+
   auto none = MirrorPreparedData(Uri("nothing"), Mirror("cache"));
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), Status::Code::kNotFound);
