@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/loader.h"
+
 namespace tern {
 
 namespace {
@@ -45,7 +47,7 @@ Result<PreparedManifest> ParsePreparedManifest(const std::string& text, const st
       const std::string& shard = n.get_ref<const std::string&>();
       m.files.insert(shard);
       // A chat dataset trains on its replies only by its loss masks: one per shard, all required.
-      if (m.chat) m.files.insert(shard.substr(0, shard.size() - 4) + ".mask.bin");
+      if (m.chat) m.files.insert(MaskPathFor(shard));
     }
   }
   const auto tokens = j.find("tokens");

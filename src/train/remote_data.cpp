@@ -146,11 +146,6 @@ Result<uint64_t> FetchAll(ckpt::Storage* store, const std::vector<ckpt::ObjectIn
   return read;
 }
 
-// "train_000.mask.bin" -> "train_000.bin".
-std::string ShardOfMask(const std::string& mask) {
-  return mask.substr(0, mask.size() - std::string(".mask.bin").size()) + ".bin";
-}
-
 }  // namespace
 
 bool IsRemoteData(const std::string& dir) {
@@ -204,7 +199,7 @@ Result<DataMirror> MirrorPreparedData(const std::string& uri, const DataMirrorOp
   m.bytes = manifest->size();
   m.files = 1;
   for (ckpt::ObjectInfo& x : listed) {
-    if (!wanted.count(x.key) && !(x.key.ends_with(".mask.bin") && wanted.count(ShardOfMask(x.key)))) continue;
+    if (!wanted.count(x.key)) continue;  // (a chat dataset's masks are named too)
     missing.erase(x.key);
     m.bytes += x.size;
     ++m.files;
