@@ -5,7 +5,8 @@
 // 1. The bound: a STREAM-like read (sum of a buffer far larger than the caches) on the same OpenMP threads.
 // 2. The bf16-weight matmul on GPT-2's decode shapes (1 and 16 rows): tern's kernel (cpu/bf16_matmul.cpp)
 //    against oneDNN's bf16 x bf16 (when this CPU has one) and oneDNN fp32 on weights widened beforehand.
-// 3. GPT-2 124M and the demo model (random init) decode with fp32, bf16 and int8 weights: tokens/s at one
+// 3. GPT-2 124M and the demo model (random init) decode with fp32, bf16, int8 and int4 weights: tokens/s at
+// one
 //    stream (an engine of one stream, as `tern serve --max-batch 1` runs, and one stream in a 16-stream
 //    engine), the weight bytes one token reads, the achieved GB/s and its ratio to the bound; then 16 streams
 //    vs 1.
@@ -98,7 +99,7 @@ double DecodeRate(tern::InferenceModel& m, int S, int context, int steps, int pe
 }
 
 // The decode table of one model: tokens/s at one stream (an engine of one stream, and one stream in a
-// 16-stream engine) against the bound, and at 16 streams, for fp32, bf16 and int8 weights.
+// 16-stream engine) against the bound, and at 16 streams, for fp32, bf16, int8 and int4 weights.
 bool DecodeTable(tern::CpuFastBackend& be, const tern::GptConfig& cfg, double bound, int context, int steps) {
   const std::vector<float> params = tern::GptInitialWeights(cfg, 1);
   std::printf("\n## %s decode, context %d, %d steps\n\n", cfg.ToString().c_str(), context, steps);
@@ -110,7 +111,8 @@ bool DecodeTable(tern::CpuFastBackend& be, const tern::GptConfig& cfg, double bo
       "16-stream "
       "engine | of the bound | tok/s, 16 streams | 16 vs 1 |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  for (tern::Quantize q : {tern::Quantize::kNone, tern::Quantize::kBF16, tern::Quantize::kInt8}) {
+  for (tern::Quantize q :
+       {tern::Quantize::kNone, tern::Quantize::kBF16, tern::Quantize::kInt8, tern::Quantize::kInt4}) {
     const int bs = 16, S = 16, per_seq = (context + 2 * steps + bs - 1) / bs;
     auto make = [&](int max_seqs) {
       tern::InferenceModelOptions mo;

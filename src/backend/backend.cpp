@@ -202,5 +202,8 @@ void Backend::MatmulF32Weights(float* out, const float* inp, const float* w, con
 void Backend::MatmulInt8(float*, const float*, const int8_t*, const float*, const float*, int, int, int) {
   NotImplemented("MatmulInt8", *this);
 }
+void Backend::MatmulInt4(float*, const float*, const uint8_t*, const float*, const float*, int, int, int) {
+  NotImplemented("MatmulInt4", *this);
+}
 
 }  // namespace tern

@@ -90,6 +90,9 @@ struct Capabilities {
   std::vector<std::string> attention_kinds = {"naive"};
   // A GPU: NVML can sample it through PciBusId(), and names and messages may say so.
   bool is_gpu = false;
+  // MatmulInt4 runs at serving speed (tern serve --weights int4): the CPU backends with AVX-512 VNNI. false:
+  // not implemented (it aborts), or only as the reference computes it (the fast CPU backend without VNNI).
+  bool int4_weights = false;
 
   bool HasKvDType(DType t) const {
     return std::find(kv_dtypes.begin(), kv_dtypes.end(), t) != kv_dtypes.end();
@@ -303,6 +306,18 @@ class Backend {
   // w is packed for int8 dot products (VNNI, dp4a): OC in groups of 16 (zero-padded), K in groups of 4;
   // w(o,k) is byte ((o / 16) * (K / 4) + k / 4) * 64 + (o % 16) * 4 + k % 4. K % 4 == 0.
   virtual void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale,
+                          const float* bias, int N, int OC, int K);
+  // out[N,OC] = inp[N,K] * W[OC,K]^T + bias (bias may be null) with 4-bit weights in groups of 64 k, each
+  // group of a channel with its own scale, and the int8 activations of MatmulInt8:
+  //   W[o,k] ~= w(o,k) * w_scale(o, k / 64), w in [-8, 7]   (infer/quantize.h makes them)
+  //   s_j(n,o) = sum over the 64 k of group j of a(n,k) * w(o,k)          (int32: exact)
+  //   acc = 0; for j = 0 .. K/64 - 1 in order: acc = fma(float(s_j), w_scale(o,j), acc)
+  //   out[n,o] = fma(acc, m_n / 127, bias[o])                            (acc * (m_n / 127) without bias)
+  // Packing: OC in groups of 16 (zero-padded, scale 0). Channel group g, k-group j is 512 bytes at
+  // (g * K/64 + j) * 512; its byte p * 64 + (o % 16) * 4 + i (p = 0..7, i = 0..3) holds w + 8 of k = 64 j +
+  // 8 p + i in the low nibble and of k = 64 j + 8 p + 4 + i in the high one. w_scale(o, j) is float
+  // (g * K/64 + j) * 16 + o % 16. K % 64 == 0. Row independent; Capabilities::int4_weights says it runs.
+  virtual void MatmulInt4(float* out, const float* inp, const uint8_t* w, const float* w_scale,
                           const float* bias, int N, int OC, int K);
   // out[N,OC] = bf16(inp)[N,K] * W[OC,K]^T + bias (bias may be null) with bf16 weights (serving with
   // --weights bf16): each activation rounded to bf16 (nearest even), the bf16 x bf16 products exact, summed

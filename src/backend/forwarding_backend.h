@@ -167,6 +167,10 @@ class ForwardingBackend : public Backend {
                   int N, int OC, int K) override {
     inner_->MatmulInt8(out, inp, w, w_scale, bias, N, OC, K);
   }
+  void MatmulInt4(float* out, const float* inp, const uint8_t* w, const float* w_scale, const float* bias,
+                  int N, int OC, int K) override {
+    inner_->MatmulInt4(out, inp, w, w_scale, bias, N, OC, K);
+  }
 
  private:
   std::unique_ptr<Backend> inner_;

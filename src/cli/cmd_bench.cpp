@@ -359,7 +359,9 @@ void AddBenchCommand(CLI::App& root, CommandTable& table) {
       "--serve", o->serve,
       "time tern serve's forward (random weights): a prompt's prefill and decode steps of --batches "
       "sequences over --context cached tokens each");
-  serve->add_option("--weights", o->serve_flags.weights, "--serve: fp32 | bf16 | int8 (tern serve --weights)")
+  serve
+      ->add_option("--weights", o->serve_flags.weights,
+                   "--serve: fp32 | bf16 | int8 | int4 (tern serve --weights)")
       ->capture_default_str();
   serve
       ->add_option("--kv-dtype", o->serve_flags.kv_dtype,

@@ -184,7 +184,8 @@ void AddEvalCommand(CLI::App& root, CommandTable& table) {
       "val_loss\n"
       "  tern eval runs/demo --data data/other --windows 0 --prompts prompts.txt --json\n"
       "  tern eval models:/mine@production --choices hellaswag_val.jsonl   # accuracy, as lm-eval scores it\n"
-      "The forward is the server's (infer/), with the weights it would serve: --weights bf16|int8 measures "
+      "The forward is the server's (infer/), with the weights it would serve: --weights bf16|int8|int4 "
+      "measures "
       "what "
       "they cost in quality.");
   sub->add_option("model", o->model,
@@ -203,7 +204,7 @@ void AddEvalCommand(CLI::App& root, CommandTable& table) {
                   "HellaSwag's files as they are): acc and acc_norm (docs/mlops.md)");
   sub->add_option("--device", o->device, "cpu | cpu-ref | cuda | auto");
   auto* weights = sub->add_option("--weights", o->weights,
-                                  "fp32 | bf16 | int8 matmul weights, as tern serve would use them");
+                                  "fp32 | bf16 | int8 | int4 matmul weights, as tern serve would use them");
   sub->add_option("--quantize", o->quantize, "the older name of --weights: none (= fp32) | int8")
       ->excludes(weights);
   sub->add_flag("--json", o->json, "print JSON (loss, perplexity, windows, prompts, choices)");

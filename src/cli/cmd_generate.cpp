@@ -127,8 +127,9 @@ void AddGenerateCommand(CLI::App& root, CommandTable& table) {
   sub->add_option("--samples", o->num_samples, "number of samples (generated as one batch)")
       ->check(CLI::Range(1, kMaxChoices));
   sub->add_option("--device", o->device, "cpu | cpu-ref | cuda | auto");
-  auto* weights = sub->add_option("--weights", o->weights, "fp32 | bf16 | int8 matmul weights, as tern serve")
-                      ->capture_default_str();
+  auto* weights =
+      sub->add_option("--weights", o->weights, "fp32 | bf16 | int8 | int4 matmul weights, as tern serve")
+          ->capture_default_str();
   sub->add_option("--quantize", o->quantize, "the older name of --weights: none (= fp32) | int8")
       ->excludes(weights);
   AddSpeculativeOptions(sub, &o->speculative);

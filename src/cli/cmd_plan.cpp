@@ -449,7 +449,8 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
   serve->add_option("--burst", flags->burst,
                     "plan for the mean rate times this (default 1.3, `tern plan --show-defaults`)");
   serve->add_option("--weights", flags->weights,
-                    "tern serve --weights: fp32 | bf16 | int8 (default bf16, or the --calibrate bench's)");
+                    "tern serve --weights: fp32 | bf16 | int8 | int4 (int4: CPU, from a --calibrate bench; "
+                    "default bf16, or the bench's)");
   serve->add_option("--kv-dtype", flags->kv_dtype,
                     "tern serve --kv-dtype: fp32 | bf16 (default bf16, or the --calibrate bench's)");
   serve->add_option("--speculative-tokens", flags->speculative_tokens,

@@ -426,16 +426,18 @@ void AddServeCommand(CLI::App& root, CommandTable& table) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   auto* weights =
-      sub->add_option("--weights", o->weights,
-                      "matmul weights and the token table: fp32, bf16 (half the bytes, loss "
-                      "within 0.1%) or int8 (a quarter, per-channel); docs/serving-speed.md compares them")
+      sub->add_option(
+             "--weights", o->weights,
+             "matmul weights and the token table: fp32, bf16 (half the bytes, loss "
+             "within 0.1%), int8 (a quarter, per-channel) or int4 (4.5 bits a weight, a scale per 64; CPU "
+             "only); docs/serving-speed.md compares them")
           ->capture_default_str();
   sub->add_option("--quantize", o->quantize, "the older name of --weights: none (= fp32) or int8")
       ->excludes(weights);
   sub->add_option("--kv-dtype", o->kv_dtype,
                   "KV cache elements: fp32, bf16 (half the memory per token), int8 (about a quarter; CPU "
                   "only) or auto "
-                  "(bf16 with bf16 or int8 weights)")
+                  "(bf16 with bf16, int8 or int4 weights)")
       ->capture_default_str();
   sub->add_option("--threads", o->threads, "compute threads (0 = OMP_NUM_THREADS or all cores)")
       ->check(CLI::NonNegativeNumber);

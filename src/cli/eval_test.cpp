@@ -106,6 +106,11 @@ TEST_F(EvalCliTest, OptionsChooseWhatIsScored) {
   const nlohmann::json q = Eval("--quantize int8");
   EXPECT_EQ(q["weights"], "int8");
   EXPECT_NE(q["loss"], Eval("")["loss"]);
+  // int4 takes a scale per 64 weights: this model's 32-wide rows are refused, naming the format that fits.
+  auto int4 = testing::RunCommand(tern_ + " eval " + (root_ / "run").string() + " --weights int4 2>&1");
+  EXPECT_EQ(int4.code, 1);
+  EXPECT_NE(int4.output.find("n_embd divisible by 64"), std::string::npos) << int4.output;
+  EXPECT_NE(int4.output.find("--weights int8"), std::string::npos) << int4.output;
 
   auto bad = testing::RunCommand(tern_ + " eval " + (root_ / "run").string() + " --data /nonexistent 2>&1");
   EXPECT_EQ(bad.code, 1);

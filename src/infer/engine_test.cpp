@@ -102,7 +102,7 @@ TEST_F(EngineTest, LogitsMatchTheTrainingModel) {
 
 // With bf16 weights the device holds no fp32 copy of them: bf16 matmul weights and token table, fp32 for the
 // rest only. int8 keeps the fp32 token table (its embedding reads it) and drops the fp32 matmul weights.
-TEST_F(EngineTest, Bf16AndInt8ModelsHoldNoFp32CopyOfTheirWeights) {
+TEST_F(EngineTest, Bf16Int8AndInt4ModelsHoldNoFp32CopyOfTheirWeights) {
   auto be = MakeCpuFastBackend();
   size_t matmul = 0, wte = 0;
   for (const auto& t : GptParamLayout(run_->cfg)) {
@@ -123,13 +123,23 @@ TEST_F(EngineTest, Bf16AndInt8ModelsHoldNoFp32CopyOfTheirWeights) {
   const size_t int8 = bytes(Quantize::kInt8), floor = (rest + wte) * 4 + matmul + wte;
   EXPECT_GE(int8, floor);
   EXPECT_LT(int8, floor + (matmul + wte) / 4);
+  // int4: the same with a nibble a weight and an fp32 scale per 64 (4.5 bits; channels padded to 16).
+  if (be->capabilities().int4_weights) {
+    const size_t int4 = bytes(Quantize::kInt4), floor4 = (rest + wte) * 4 + (matmul + wte) * 9 / 16;
+    EXPECT_GE(int4, floor4);
+    EXPECT_LT(int4, floor4 + (matmul + wte) / 16);
+  }
 }
 
 TEST_F(EngineTest, GreedyIsTheSameAloneOrBatchedWithSevenOthers) {
   for (auto [q, kv] : {std::pair{Quantize::kNone, DType::kF32}, std::pair{Quantize::kNone, DType::kBF16},
                        std::pair{Quantize::kBF16, DType::kBF16}, std::pair{Quantize::kInt8, DType::kBF16},
-                       std::pair{Quantize::kInt8, DType::kI8}}) {
+                       std::pair{Quantize::kInt8, DType::kI8}, std::pair{Quantize::kInt4, DType::kBF16}}) {
     auto be = MakeCpuFastBackend();
+    if (q == Quantize::kInt4 && !be->capabilities().int4_weights) {
+      std::printf("int4 not run: this CPU has no AVX-512 VNNI\n");
+      continue;
+    }
     std::vector<GenerationRequest> reqs;
     for (int i = 0; i < 8; i++) reqs.push_back(Greedy(Prompt(3 + 11 * i, i), 20 + 3 * i));
     std::vector<Outcome> alone;

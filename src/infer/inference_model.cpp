@@ -16,7 +16,8 @@ Result<Quantize> ParseWeights(const std::string& name) {
   if (name == "fp32") return Quantize::kNone;
   if (name == "bf16") return Quantize::kBF16;
   if (name == "int8") return Quantize::kInt8;
-  return Status::InvalidArgument("unknown --weights '" + name + "'; use fp32, bf16 or int8");
+  if (name == "int4") return Quantize::kInt4;
+  return Status::InvalidArgument("unknown --weights '" + name + "'; use fp32, bf16, int8 or int4");
 }
 
 Result<Quantize> ParseQuantize(const std::string& name) {
@@ -28,7 +29,10 @@ Result<Quantize> ParseQuantize(const std::string& name) {
 }
 
 const char* QuantizeName(Quantize q) {
-  return q == Quantize::kInt8 ? "int8" : q == Quantize::kBF16 ? "bf16" : "none";
+  return q == Quantize::kInt8   ? "int8"
+         : q == Quantize::kBF16 ? "bf16"
+         : q == Quantize::kInt4 ? "int4"
+                                : "none";
 }
 
 const char* WeightsName(Quantize q) {
@@ -123,6 +127,16 @@ Result<std::unique_ptr<InferenceModel>> InferenceModel::Create(Backend* backend,
     return Status::InvalidArgument("block size, KV blocks, rows and sequences per batch must be positive");
   if (options.quantize == Quantize::kInt8 && cfg.n_embd % 4 != 0)
     return Status::InvalidArgument("int8 needs n_embd divisible by 4 (int8 dot products take 4 at a time)");
+  if (options.quantize == Quantize::kInt4 && cfg.n_embd % 64 != 0)
+    return Status::InvalidArgument(
+        fmt::format("int4 needs n_embd divisible by 64 (a scale per 64 weights); this model has {}: use "
+                    "--weights int8",
+                    cfg.n_embd));
+  if (options.quantize == Quantize::kInt4 && !backend->capabilities().int4_weights)
+    return Status::InvalidArgument(fmt::format(
+        "int4 weights do not run on backend {} (they need a CPU with AVX-512 VNNI; the CUDA backend has no "
+        "int4 kernel yet); use --weights int8 or bf16",
+        backend->name()));
   std::unique_ptr<InferenceModel> m(new InferenceModel(backend, cfg, options));
   m->Init(params);
   return m;
@@ -132,13 +146,13 @@ void InferenceModel::Init(const std::vector<float>& params) {
   const int L = cfg_.n_layer, C = cfg_.n_embd, V = cfg_.vocab_size, bs = opt_.block_size;
   max_blocks_ = (cfg_.block_size + bs - 1) / bs;
   // fp32 on the device: every tensor with fp32 weights; with bf16 or int8 weights, only what stays fp32
-  // (biases, layernorms, positions, and the token table for int8's fp32 embedding), so that a bf16 model
-  // does not keep an fp32 copy of the weights it serves (GPT-2 124M: 0.5 GB).
+  // (biases, layernorms, positions, and the token table for int8's and int4's fp32 embedding), so that a bf16
+  // model does not keep an fp32 copy of the weights it serves (GPT-2 124M: 0.5 GB).
   const std::vector<ParamTensor> host_layout = GptParamLayout(cfg_);
   auto device_f32 = [&](const std::string& name) {
     if (opt_.quantize == Quantize::kNone) return true;
     if (name == "qkvw" || name == "attprojw" || name == "fcw" || name == "fcprojw") return false;
-    return name != "wte" || opt_.quantize == Quantize::kInt8;
+    return name != "wte" || opt_.quantize == Quantize::kInt8 || opt_.quantize == Quantize::kInt4;
   };
   layout_.clear();
   std::vector<float> kept;
@@ -175,14 +189,21 @@ void InferenceModel::Init(const std::vector<float>& params) {
       weight_bytes_ += n * sizeof(uint16_t);
       return w;
     }
-    Int8Matrix q = QuantizeInt8(params.data() + host_off, OC, K);
-    weight_buffers_.emplace_back(backend_, q.packed.size());
-    backend_->Upload(weight_buffers_.back().data(), q.packed.data(), q.packed.size());
-    w.q = weight_buffers_.back().as<int8_t>();
-    weight_buffers_.emplace_back(backend_, q.scale.size() * sizeof(float));
-    backend_->Upload(weight_buffers_.back().data(), q.scale.data(), q.scale.size() * sizeof(float));
-    w.scale = weight_buffers_.back().as<float>();
-    weight_bytes_ += q.packed.size() + q.scale.size() * sizeof(float);
+    // int8 or int4: the packed weights and their fp32 scales.
+    auto upload = [&](const auto& q) {
+      weight_buffers_.emplace_back(backend_, q.packed.size());
+      backend_->Upload(weight_buffers_.back().data(), q.packed.data(), q.packed.size());
+      const size_t packed = weight_buffers_.size() - 1;
+      weight_buffers_.emplace_back(backend_, q.scale.size() * sizeof(float));
+      backend_->Upload(weight_buffers_.back().data(), q.scale.data(), q.scale.size() * sizeof(float));
+      w.scale = weight_buffers_.back().as<float>();
+      weight_bytes_ += q.packed.size() + q.scale.size() * sizeof(float);
+      return packed;
+    };
+    if (opt_.quantize == Quantize::kInt4)
+      w.q4 = weight_buffers_[upload(QuantizeInt4(params.data() + host_off, OC, K))].as<uint8_t>();
+    else
+      w.q = weight_buffers_[upload(QuantizeInt8(params.data() + host_off, OC, K))].as<int8_t>();
     return w;
   };
   weight_buffers_.reserve(2 * (4 * L + 1));  // no reallocation: Linear keeps raw pointers into them
@@ -325,7 +346,9 @@ const float* InferenceModel::P(const char* name, int layer) const {
 
 void InferenceModel::RunLinear(float* out, const float* inp, const Linear& w, const float* bias, int N,
                                int OC, int K) {
-  if (w.q) {
+  if (w.q4) {
+    backend_->MatmulInt4(out, inp, w.q4, w.scale, bias, N, OC, K);
+  } else if (w.q) {
     backend_->MatmulInt8(out, inp, w.q, w.scale, bias, N, OC, K);
   } else if (w.bf16) {
     // Activations rounded to bf16, bf16 x bf16 products, fp32 sums: CPU vdpbf16ps or FMA tiles

@@ -8,7 +8,8 @@
 //
 // Every op is row-independent (backend.h), so a sequence gets bitwise the same logits whichever sequences
 // share its batch. With quantize = int8 the five matmul weights per layer and the tied LM head are
-// per-output-channel int8 (Backend::MatmulInt8); embeddings, biases and layernorms stay fp32. With bf16 the
+// per-output-channel int8 (Backend::MatmulInt8); with int4, 4-bit in groups of 64 k with a scale each
+// (Backend::MatmulInt4); embeddings, biases and layernorms stay fp32. With bf16 the
 // four matmul weights per layer and the tied token table (LM head and embedding) are bf16, rounded to
 // nearest even: Backend::Matmul of fp32 activations by bf16 weights with fp32 sums (Compute::kBF16 on a GPU,
 // where cuBLASLt multiplies bf16 by bf16), and Backend::EmbedTokensBF16.
@@ -28,13 +29,14 @@
 namespace tern {
 
 // The matmul weights' format (`--weights`): kNone is fp32.
-enum class Quantize { kNone, kInt8, kBF16 };
-Result<Quantize> ParseWeights(const std::string& name);   // "fp32" | "bf16" | "int8"
+enum class Quantize { kNone, kInt8, kBF16, kInt4 };
+Result<Quantize> ParseWeights(const std::string& name);   // "fp32" | "bf16" | "int8" | "int4"
 Result<Quantize> ParseQuantize(const std::string& name);  // the older --quantize: "none" | "int8" (| "bf16")
-const char* QuantizeName(Quantize q);                     // "none" | "int8" | "bf16"
-const char* WeightsName(Quantize q);                      // "fp32" | "int8" | "bf16"
-// "fp32" | "bf16" | "int8" | "auto": bf16 keys and values once the weights are bf16 or int8 anyway (half the
-// cache bytes per token, loss within 1e-5), fp32 with fp32 weights (the logits of the training forward).
+const char* QuantizeName(Quantize q);                     // "none" | "int8" | "bf16" | "int4"
+const char* WeightsName(Quantize q);                      // "fp32" | "int8" | "bf16" | "int4"
+// "fp32" | "bf16" | "int8" | "auto": bf16 keys and values once the weights are bf16, int8 or int4 anyway
+// (half the cache bytes per token, loss within 1e-5), fp32 with fp32 weights (the logits of the training
+// forward).
 Result<DType> ParseKvDtype(const std::string& name, Quantize weights);
 const char* KvDtypeName(DType t);
 
@@ -112,10 +114,11 @@ class InferenceModel {
   size_t param_bytes() const;
 
  private:
-  struct Linear {  // one matmul weight [OC, K]: fp32, bf16, or packed int8 with per-row scales
+  struct Linear {  // one matmul weight [OC, K]: fp32, bf16, packed int8 or int4 with their scales
     const float* f32 = nullptr;
     const uint16_t* bf16 = nullptr;
     const int8_t* q = nullptr;
+    const uint8_t* q4 = nullptr;
     const float* scale = nullptr;
   };
   InferenceModel(Backend* backend, const GptConfig& cfg, const InferenceModelOptions& options);
@@ -137,7 +140,7 @@ class InferenceModel {
   size_t weight_bytes_ = 0;
   std::vector<ParamTensor> layout_;  // the tensors of params_, offsets into it
   DeviceBuffer params_;              // the fp32 tensors of layout_ (all of them with fp32 weights; see Init)
-  std::vector<DeviceBuffer> weight_buffers_;  // bf16 weights, or packed int8 weights and their scales
+  std::vector<DeviceBuffer> weight_buffers_;  // bf16 weights, or packed int8/int4 weights and their scales
   std::vector<Linear> qkvw_, attprojw_, fcw_, fcprojw_;
   std::vector<LayerParams> layer_params_;
   std::map<std::string, double>* profile_ = nullptr;

@@ -35,4 +35,60 @@ std::vector<float> DequantizeInt8(const Int8Matrix& m) {
   return w;
 }
 
+namespace {
+
+// Byte of w(o, k) in the packed int4 layout (backend.h, MatmulInt4); *shift: 0 the low nibble, 4 the high.
+size_t Int4Byte(int o, int k, int K, int* shift) {
+  const int r = k % 64;
+  *shift = r % 8 < 4 ? 0 : 4;
+  return (static_cast<size_t>(o / 16) * (K / 64) + k / 64) * 512 + (r / 8) * 64 + (o % 16) * 4 + r % 4;
+}
+
+size_t Int4ScaleIndex(int o, int j, int K) {
+  return (static_cast<size_t>(o / 16) * (K / 64) + j) * 16 + o % 16;
+}
+
+}  // namespace
+
+Int4Matrix QuantizeInt4(const float* w, int OC, int K) {
+  assert(K % 64 == 0);
+  Int4Matrix m;
+  m.OC = OC;
+  m.K = K;
+  const int padded = (OC + 15) / 16 * 16;
+  m.packed.assign(static_cast<size_t>(padded) * K / 2, 0x88);  // w = 0 in both nibbles
+  m.scale.assign(static_cast<size_t>(padded) * (K / 64), 0.0f);
+  for (int o = 0; o < OC; o++) {
+    const float* row = w + static_cast<size_t>(o) * K;
+    for (int j = 0; j < K / 64; j++) {
+      float extreme = 0.0f;
+      for (int k = 64 * j; k < 64 * (j + 1); k++)
+        if (std::fabs(row[k]) > std::fabs(extreme)) extreme = row[k];
+      const float d = extreme / -8.0f;
+      m.scale[Int4ScaleIndex(o, j, K)] = d;
+      const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+      for (int k = 64 * j; k < 64 * (j + 1); k++) {
+        const int q = static_cast<int>(std::clamp(std::nearbyint(row[k] * inv), -8.0f, 7.0f));
+        int shift = 0;
+        uint8_t& byte = m.packed[Int4Byte(o, k, K, &shift)];
+        byte = static_cast<uint8_t>((byte & ~(0x0F << shift)) | ((q + 8) << shift));
+      }
+    }
+  }
+  return m;
+}
+
+int Int4At(const Int4Matrix& m, int o, int k) {
+  int shift = 0;
+  return ((m.packed[Int4Byte(o, k, m.K, &shift)] >> shift) & 0x0F) - 8;
+}
+
+std::vector<float> DequantizeInt4(const Int4Matrix& m) {
+  std::vector<float> w(static_cast<size_t>(m.OC) * m.K);
+  for (int o = 0; o < m.OC; o++)
+    for (int k = 0; k < m.K; k++)
+      w[static_cast<size_t>(o) * m.K + k] = Int4At(m, o, k) * m.scale[Int4ScaleIndex(o, k / 64, m.K)];
+  return w;
+}
+
 }  // namespace tern

@@ -59,9 +59,9 @@ Result<ServeBenchProfile> ParseServeBenchJson(const std::string& text, const std
   if (b.gpu.empty() && b.device == "cuda") b.gpu = CatalogGpuId(b.gpu_name);
   TERN_RETURN_IF_ERROR(Read(j, "weights", file, &b.weights));
   TERN_RETURN_IF_ERROR(Read(j, "kv_dtype", file, &b.kv_dtype));
-  if (b.weights != "fp32" && b.weights != "bf16" && b.weights != "int8")
+  if (b.weights != "fp32" && b.weights != "bf16" && b.weights != "int8" && b.weights != "int4")
     return Status::InvalidArgument(
-        fmt::format("{}: weights '{}' is not fp32, bf16 or int8", file, b.weights));
+        fmt::format("{}: weights '{}' is not fp32, bf16, int8 or int4", file, b.weights));
   if (b.kv_dtype != "fp32" && b.kv_dtype != "bf16" && b.kv_dtype != "int8")
     return Status::InvalidArgument(
         fmt::format("{}: kv_dtype '{}' is not fp32, bf16 or int8", file, b.kv_dtype));

@@ -180,6 +180,13 @@ TEST(ServeCalibration, TheLocalCpuIsAnInstanceWithItsMeasuredSteps) {
   EXPECT_TRUE(plan->rows[0].runs);
   EXPECT_TRUE(plan->rows[0].calibrated);
   EXPECT_NE(RenderServePlan(*plan, cat, 5, false, true).find("--device cpu"), std::string::npos);
+  req.weights = "int4";  // int4 weights, tern serve's CPU path: allowed for the local CPU too
+  auto p4 = MakeServePlan(cat, req, PlanDefaults());
+  ASSERT_TRUE(p4.ok()) << p4.status().message();
+  EXPECT_LT(p4->rows[0].state.step_s, plan->rows[0].state.step_s)
+      << "a decode step reads 4.5 bits a weight, not the default bf16's 16";
+  EXPECT_NE(RenderServePlan(*p4, cat, 5, false, true).find("--weights int4"), std::string::npos);
+  req.weights = "bf16";
   req.calibration.reset();
   EXPECT_FALSE(MakeServePlan(cat, req, PlanDefaults()).ok()) << "an int8 KV cache without a CPU calibration";
 }
@@ -249,6 +256,38 @@ TEST(ServeCalibrationCli, BenchThenPlanTheLocalMachine) {
   auto [lcode, ltext] = run("plan --serve --model gpt2-124m --instance local --requests-per-s 1", true);
   EXPECT_EQ(lcode, 1);
   EXPECT_NE(ltext.find("tern bench --serve --json"), std::string::npos) << ltext;
+}
+
+// int4 weights (CPU only): tern bench --serve measures them, tern plan --serve plans the local CPU with them,
+// its command line carries --weights int4. On a CPU without AVX-512 VNNI the bench refuses, naming the fix.
+TEST(ServeCalibrationCli, Int4WeightsBenchThenPlanTheLocalMachine) {
+  const auto tern = testing::FindTernBinary();
+  ASSERT_FALSE(tern.empty());
+  auto run = [&](const std::string& args) {  // exit code and stdout + stderr
+    std::string out;
+    FILE* p = popen((tern.string() + " " + args).c_str(), "r");
+    char buf[4096];
+    while (p && fgets(buf, sizeof buf, p)) out += buf;
+    const int st = p ? pclose(p) : -1;
+    return std::make_pair(WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
+  };
+  const auto path = std::filesystem::path(::testing::TempDir()) / "serve_bench_int4.json";
+  auto [bcode, btext] =
+      run("bench --serve --model gpt2-124m --n-layer 2 --n-embd 128 --n-head 4 --vocab-size 512 --device cpu "
+          "--weights int4 --batches 1,4 --context 64 --steps 3 --json 2>&1 > " +
+          path.string());
+  if (bcode != 0 && btext.find("AVX-512 VNNI") != std::string::npos)
+    GTEST_SKIP() << "this CPU has no AVX-512 VNNI: " << btext;
+  ASSERT_EQ(bcode, 0) << btext;
+  auto [pcode, plan] = run("plan --serve --calibrate " + path.string() +
+                           " --instance local --price-per-hour 0.05 --requests-per-s 0.5 --prompt-tokens 32 "
+                           "--completion-tokens 16 --max-tpot-ms 1000 2>&1");
+  ASSERT_EQ(pcode, 0) << plan;
+  EXPECT_NE(plan.find("--weights int4"), std::string::npos) << plan;
+  // Without a CPU's measurement, int4 is refused with the way to get one.
+  auto [gcode, gtext] = run("plan --serve --model gpt2-124m --weights int4 --requests-per-s 1 2>&1");
+  EXPECT_EQ(gcode, 1);
+  EXPECT_NE(gtext.find("tern bench --serve --weights int4"), std::string::npos) << gtext;
 }
 
 }  // namespace

@@ -14,7 +14,8 @@ namespace tern::plan {
 namespace {
 
 double BytesOf(const std::string& dtype) {
-  return dtype == "fp32" ? 4 : dtype == "bf16" ? 2 : 1;  // int8: per-channel scales are a rounding error
+  // int8: per-channel scales are a rounding error; int4: a nibble and a 4-byte scale per 64 weights.
+  return dtype == "fp32" ? 4 : dtype == "bf16" ? 2 : dtype == "int4" ? 0.5 + 4.0 / 64 : 1;
 }
 
 // A served LoRA adapter's bytes per parameter: fp32 beside fp32 weights, bf16 beside bf16 or int8 ones
@@ -170,9 +171,14 @@ Result<ServePlan> MakeServePlan(const Catalog& cat, const ServeRequest& req, con
     return Status::InvalidArgument(
         "--speculative-tokens must be 0..64 (mean draft tokens per decode step) and --acceptance 0..1 (the "
         "share of them kept; `tern diagnose --serve` measures both on a server)");
-  if (req.weights != "fp32" && req.weights != "bf16" && req.weights != "int8")
-    return Status::InvalidArgument("--weights must be fp32, bf16 or int8 (tern serve --weights)");
+  if (req.weights != "fp32" && req.weights != "bf16" && req.weights != "int8" && req.weights != "int4")
+    return Status::InvalidArgument("--weights must be fp32, bf16, int8 or int4 (tern serve --weights)");
   const bool cpu_calibrated = req.calibration && req.calibration->device == "cpu";
+  if (req.weights == "int4" && !cpu_calibrated)
+    return Status::InvalidArgument(
+        "--weights int4 runs on tern serve's CPU path only: plan it from a CPU's measurement (tern bench "
+        "--serve --weights int4 --json > serve.json, then --calibrate serve.json --instance local), or plan "
+        "GPUs with --weights int8 or bf16");
   if (req.kv_dtype != "fp32" && req.kv_dtype != "bf16" && !(cpu_calibrated && req.kv_dtype == "int8"))
     return Status::InvalidArgument(
         "--kv-dtype must be fp32 or bf16 (tern serve's int8 KV cache runs on the CPU only: a CPU's "

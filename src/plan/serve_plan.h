@@ -79,7 +79,7 @@ struct ServeRequest {
   GptConfig model;
   std::string model_label;
   ServeLoad load;
-  std::string weights = "bf16";   // fp32 | bf16 | int8 (tern serve --weights)
+  std::string weights = "bf16";   // fp32 | bf16 | int8 | int4 (CPU-calibrated only; tern serve --weights)
   std::string kv_dtype = "bf16";  // fp32 | bf16 (tern serve --kv-dtype; int8 is CPU only)
   // LoRA fine-tunes served beside the model on every replica (tern serve --lora): their fp32 adapters of
   // every block matrix are resident and, conservatively, all read every decode step (exact once a step's

@@ -214,6 +214,13 @@ TEST(ServePlan, TargetsAndMemoryExcludeWithTheReason) {
   auto kv = MakeServePlan(cat, bad, PlanDefaults());
   ASSERT_FALSE(kv.ok());
   EXPECT_NE(kv.status().message().find("CPU only"), std::string::npos);
+  // int4 weights: tern serve runs them on the CPU only, so a plan needs a CPU's measurement.
+  bad = Request(1);
+  bad.weights = "int4";
+  auto w4 = MakeServePlan(cat, bad, PlanDefaults());
+  ASSERT_FALSE(w4.ok());
+  EXPECT_NE(w4.status().message().find("--calibrate serve.json --instance local"), std::string::npos)
+      << w4.status().message();
 }
 
 // Speculative decoding: 4 draft tokens a step, half kept = 3 tokens per step of 5 rows. Memory-bound (GPT-2

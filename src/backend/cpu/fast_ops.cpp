@@ -56,6 +56,9 @@ CpuFastBackend::~CpuFastBackend() = default;
 Capabilities CpuFastBackend::capabilities() const {
   Capabilities c;
   c.host_addressable_memory = true;
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  c.int4_weights = true;  // int4_matmul.cpp; without VNNI its fallback is the (slow) reference
+#endif
   c.kv_dtypes = {DType::kF32, DType::kBF16, DType::kI8};  // fast_paged_attention.cpp
   c.attention_kinds = {"naive", "flash"};                 // fast_attention.cpp
   return c;

@@ -88,6 +88,9 @@ class CpuFastBackend : public CpuReferenceBackend {
                              int max_blocks, int N, int C, int NH, int bs) override;
   void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias,
                   int N, int OC, int K) override;
+  // int4_matmul.cpp: vpdpbusd over nibbles unpacked in registers (AVX-512 VNNI), else the reference.
+  void MatmulInt4(float* out, const float* inp, const uint8_t* w, const float* w_scale, const float* bias,
+                  int N, int OC, int K) override;
 
   // bf16_matmul.cpp: AMX tiles where granted, else vdpbf16ps tiles on CPUs with AVX512-BF16, else FMA tiles
   // on widened bf16. row_independent = false (an engine of one stream): vdpbf16ps below kBf16AmxMinRows rows.

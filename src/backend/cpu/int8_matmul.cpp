@@ -36,6 +36,7 @@
 
 #include "backend/cpu/amx.h"
 #include "backend/cpu/fast_ops.h"
+#include "backend/cpu/vnni.h"
 
 namespace tern {
 
@@ -89,13 +90,7 @@ struct Int8Args {
   int N, OC, K;
 };
 
-// acc += the unsigned bytes of w times the 4 signed bytes at a, broadcast: one instruction with an embedded
-// broadcast. As an intrinsic, GCC 12 broadcast into a register first and copied every accumulator to another
-// register each step (the tied destination of vpdpbusd), ~3 instructions per multiply-add instruction.
-inline __m512i DotBroadcast(__m512i acc, __m512i w, const int32_t* a) {
-  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*a));
-  return acc;
-}
+using fast::DotBroadcast;  // vnni.h
 
 // Rows [r0, r0 + MR) x groups [g0, g0 + NG) of 16 output channels; r0 is a multiple of 16 (a panel's first
 // row). With `next` set, also asks for the weights of the NG groups at `next` to be brought into the cache, a

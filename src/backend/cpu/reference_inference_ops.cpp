@@ -71,6 +71,24 @@ size_t PackedInt8Index(int o, int k, int K) {
   return (static_cast<size_t>(o / 16) * (K / 4) + k / 4) * 64 + (o % 16) * 4 + k % 4;
 }
 
+// Byte of w(o, k) in the packed int4 layout (backend.h, MatmulInt4); *shift gets 0 for its low nibble, 4 for
+// the high one.
+size_t PackedInt4Byte(int o, int k, int K, int* shift) {
+  const int r = k % 64;
+  *shift = r % 8 < 4 ? 0 : 4;
+  return (static_cast<size_t>(o / 16) * (K / 64) + k / 64) * 512 + (r / 8) * 64 + (o % 16) * 4 + r % 4;
+}
+
+// a(k) = nearbyint(x[k] * 127 / max|x|) (0 when x is all zero): MatmulInt8's and MatmulInt4's activations.
+// Returns the row scale max|x| / 127.
+float QuantizeActivationRow(const float* x, int K, int32_t* a) {
+  float m = 0.0f;
+  for (int k = 0; k < K; k++) m = std::max(m, std::fabs(x[k]));
+  const float inv = m > 0.0f ? 127.0f / m : 0.0f;
+  for (int k = 0; k < K; k++) a[k] = static_cast<int32_t>(std::nearbyint(x[k] * inv));
+  return m / 127.0f;
+}
+
 }  // namespace
 
 void CpuReferenceBackend::EmbedTokens(float* out, const int32_t* tokens, const int32_t* positions,
@@ -155,17 +173,35 @@ void CpuReferenceBackend::MatmulInt8(float* out, const float* inp, const int8_t*
                                      const float* bias, int N, int OC, int K) {
   std::vector<int32_t> a(K);
   for (int n = 0; n < N; n++) {
-    const float* x = inp + static_cast<size_t>(n) * K;
-    float m = 0.0f;
-    for (int k = 0; k < K; k++) m = std::max(m, std::fabs(x[k]));
-    const float inv = m > 0.0f ? 127.0f / m : 0.0f;
-    for (int k = 0; k < K; k++) a[k] = static_cast<int32_t>(std::nearbyint(x[k] * inv));
-    const float row_scale = m / 127.0f;
+    const float row_scale = QuantizeActivationRow(inp + static_cast<size_t>(n) * K, K, a.data());
     for (int o = 0; o < OC; o++) {
       int32_t acc = 0;
       for (int k = 0; k < K; k++) acc += a[k] * w[PackedInt8Index(o, k, K)];
       const float y = static_cast<float>(acc) * (row_scale * w_scale[o]);
       out[static_cast<size_t>(n) * OC + o] = bias ? y + bias[o] : y;
+    }
+  }
+}
+
+void CpuReferenceBackend::MatmulInt4(float* out, const float* inp, const uint8_t* w, const float* w_scale,
+                                     const float* bias, int N, int OC, int K) {
+  const int G = K / 64;
+  std::vector<int32_t> a(K);
+  for (int n = 0; n < N; n++) {
+    const float row_scale = QuantizeActivationRow(inp + static_cast<size_t>(n) * K, K, a.data());
+    for (int o = 0; o < OC; o++) {
+      float acc = 0.0f;
+      for (int j = 0; j < G; j++) {
+        int32_t sum = 0;
+        for (int k = 64 * j; k < 64 * (j + 1); k++) {
+          int shift = 0;
+          const size_t byte = PackedInt4Byte(o, k, K, &shift);
+          sum += a[k] * (((w[byte] >> shift) & 0x0F) - 8);
+        }
+        acc = std::fma(static_cast<float>(sum), w_scale[(static_cast<size_t>(o / 16) * G + j) * 16 + o % 16],
+                       acc);
+      }
+      out[static_cast<size_t>(n) * OC + o] = bias ? std::fma(acc, row_scale, bias[o]) : acc * row_scale;
     }
   }
 }

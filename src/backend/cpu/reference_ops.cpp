@@ -320,6 +320,7 @@ void CpuReferenceBackend::CastF32ToBF16(uint16_t* dst, const float* src, size_t 
 Capabilities CpuReferenceBackend::capabilities() const {
   Capabilities c;
   c.host_addressable_memory = true;
+  c.int4_weights = true;
   c.kv_dtypes = {DType::kF32, DType::kBF16, DType::kI8};
   return c;
 }

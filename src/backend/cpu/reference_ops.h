@@ -55,6 +55,8 @@ class CpuReferenceBackend : public CpuMemoryBackend {
                              int max_blocks, int N, int C, int NH, int bs) override;
   void MatmulInt8(float* out, const float* inp, const int8_t* w, const float* w_scale, const float* bias,
                   int N, int OC, int K) override;
+  void MatmulInt4(float* out, const float* inp, const uint8_t* w, const float* w_scale, const float* bias,
+                  int N, int OC, int K) override;
 };
 
 }  // namespace tern
