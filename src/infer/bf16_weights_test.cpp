@@ -200,7 +200,8 @@ TEST(Weights, ParsingAndTheQuantizeAlias) {
   EXPECT_FALSE(ParseWeights("none").ok());
   auto bad = ParseWeights("fp8");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("fp32, bf16 or int8"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("fp32, bf16, int8 or int4"), std::string::npos)
+      << bad.status().message();
   EXPECT_EQ(ParseQuantize("none").value(), Quantize::kNone);
   EXPECT_EQ(ParseQuantize("int8").value(), Quantize::kInt8);
   EXPECT_STREQ(WeightsName(Quantize::kBF16), "bf16");

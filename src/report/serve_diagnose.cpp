@@ -35,7 +35,7 @@ std::string Hours(double h) {
 
 // `tern plan --serve` for the load the server saw (what the cheaper-serving fix prints): the preset of the
 // model's shape, else its run's config.yaml.
-std::string PlanCommand(const ServeSummary& s, double max_tpot_ms) {
+std::string PlanCommand(const ServeSummary& s, const std::string& weights, double max_tpot_ms) {
   const GptConfig& c = *s.model;
   std::string model = "RUN_DIR/config.yaml";
   for (const GptPresetEntry& p : GptPresets())
@@ -45,7 +45,7 @@ std::string PlanCommand(const ServeSummary& s, double max_tpot_ms) {
   std::string command = fmt::format(
       "tern plan --serve --model {} --weights {} --requests-per-s {:.3g} --prompt-tokens {:.0f} "
       "--completion-tokens {:.0f} --max-tpot-ms {:.0f}",
-      model, s.weights, s.requests_per_s, s.prompt_tokens, s.completion_tokens, max_tpot_ms);
+      model, weights, s.requests_per_s, s.prompt_tokens, s.completion_tokens, max_tpot_ms);
   if (s.spec_draft_tokens > 0)
     command += fmt::format(" --speculative-tokens {:.2g} --acceptance {:.2g}", s.spec_drafts_per_step,
                            s.SpecAcceptance());
@@ -164,8 +164,8 @@ std::optional<Finding> CheaperServing(const ServeSummary& s, const ServeDiagnose
   req.load.requests_per_s = s.requests_per_s;
   req.load.prompt_tokens = std::max(1, static_cast<int>(std::lround(s.prompt_tokens)));
   req.load.completion_tokens = std::max(1, static_cast<int>(std::lround(s.completion_tokens)));
-  req.load.max_tpot_ms = std::max(1.0, 1000 * s.tpot_s);  // no slower per token than it was
-  req.weights = s.weights;
+  req.load.max_tpot_ms = std::max(1.0, 1000 * s.tpot_s);      // no slower per token than it was
+  req.weights = s.weights == "int4" ? "int8" : s.weights;     // the GPU path has no int4 kernel
   req.kv_dtype = s.kv_dtype == "int8" ? "bf16" : s.kv_dtype;  // the GPU path has no int8 cache
   if (s.spec_draft_tokens > 0) {  // the same speculation there: its rows and its accepted tokens per step
     req.load.speculative_tokens = s.spec_drafts_per_step;
@@ -193,7 +193,7 @@ std::optional<Finding> CheaperServing(const ServeSummary& s, const ServeDiagnose
                {"hourly_usd", row.hourly_usd},
                {"tpot_s", row.state.tpot_s}};
   f.usd_per_hour = s.price_per_hour - row.hourly_usd;
-  f.fix = PlanCommand(s, req.load.max_tpot_ms);
+  f.fix = PlanCommand(s, req.weights, req.load.max_tpot_ms);
   return f;
 }
 

@@ -50,6 +50,7 @@ struct Scrape {
   double hours = 10, busy = 0.9, requests = 36000, cancelled = 100, refused = 0, key_limited = 0,
          preemptions = 0, drafts = 0, accepted = 0, price = 0, tpot_s = 0.02, lora_loads = 0;
   bool model_info = true;
+  std::string weights = "bf16";
   std::string Text() const {
     const double total = hours * 3600;
     std::string t = fmt::format(
@@ -75,7 +76,8 @@ struct Scrape {
                        lora_loads, lora_loads * 0.004);
     if (model_info)
       t += "tern_model_info{model=\"gpt2\",n_layer=\"12\",n_head=\"12\",n_embd=\"768\",vocab_size=\"50257\","
-           "block_size=\"1024\",weights=\"bf16\",kv_dtype=\"bf16\",device=\"cuda\"} 1\n";
+           "block_size=\"1024\",weights=\"" +
+           weights + "\",kv_dtype=\"bf16\",device=\"cuda\"} 1\n";
     return t;
   }
 };
@@ -297,6 +299,11 @@ TEST(ServeDiagnose, CheaperServingPlansTheMeasuredLoad) {
   EXPECT_NE(f[0].fix.find("--max-tpot-ms 20 --speculative-tokens 0.24 --acceptance 0.75"), std::string::npos)
       << f[0].fix;
   Scrape no_price = dear;
+  // A server of int4 weights (tern serve's CPU path): GPUs are planned with int8, which they run.
+  Scrape int4 = dear;
+  int4.weights = "int4";
+  EXPECT_EQ(Rules(int4, &*cat, &f), std::vector<std::string>{"cheaper_serving"});
+  EXPECT_NE(f[0].fix.find("--weights int8 --requests-per-s 1 "), std::string::npos) << f[0].fix;
   no_price.price = 0;
   EXPECT_TRUE(Rules(no_price, &*cat).empty());
   Scrape no_shape = dear;
