@@ -125,12 +125,13 @@ TEST_F(AdapterTest, AdaptedLogitsAreTheMergedModels) {
 
 // Four sequences, adapters 0, 1, 2, 1, in one forward: each gets bitwise the logits it gets alone, and the
 // base sequence those of a model serving no adapter at all; with fp32 weights (fp32 adapters) and bf16 ones
-// (bf16 adapters, half the bytes).
+// (bf16 adapters, half the bytes), and int4 ones (bf16 adapters) where the CPU runs them.
 TEST_F(AdapterTest, BatchedSequencesWithDifferentAdaptersMatchEachAlone) {
   auto be = MakeCpuFastBackend();
   const std::vector<LoraAdapter> adapters = {RandomAdapter(4, kLoraAllTargets, 8.0f, 3),
                                              RandomAdapter(3, kLoraQkv | kLoraFc, 6.0f, 4)};
-  for (Quantize q : {Quantize::kNone, Quantize::kBF16}) {
+  for (Quantize q : {Quantize::kNone, Quantize::kBF16, Quantize::kInt4}) {
+    if (q == Quantize::kInt4 && !be->capabilities().int4_weights) continue;  // no AVX-512 VNNI
     SCOPED_TRACE(WeightsName(q));
     auto model = Model(be.get(), run_->params, adapters, q);
     const int ids[4] = {0, 1, 2, 1}, lens[4] = {5, 19, 3, 6};

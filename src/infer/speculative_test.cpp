@@ -171,9 +171,13 @@ testing::TestRun* SpeculativeTest::run_ = nullptr;
 
 TEST_F(SpeculativeTest, SameOutputInFewerForwardsInEveryFormat) {
   for (auto [q, kv] : {std::pair{Quantize::kNone, DType::kF32}, std::pair{Quantize::kBF16, DType::kBF16},
-                       std::pair{Quantize::kInt8, DType::kI8}}) {
+                       std::pair{Quantize::kInt8, DType::kI8}, std::pair{Quantize::kInt4, DType::kBF16}}) {
     SCOPED_TRACE(std::string(QuantizeName(q)) + " KV " + KvDtypeName(kv));
     auto be = MakeCpuFastBackend();
+    if (q == Quantize::kInt4 && !be->capabilities().int4_weights) {
+      std::printf("int4 not run: this CPU has no AVX-512 VNNI\n");
+      continue;
+    }
     const auto reqs = Requests();
     metrics_.forward_steps = 0;
     auto plain = MakeEngine(be.get(), q, kv, 0);
