@@ -427,12 +427,16 @@ int Quality(const std::string& run, const std::string& data, int windows) {
     tern::DType kv;
   };
   const Variant variants[] = {
-      {tern::Quantize::kNone, tern::DType::kF32}, {tern::Quantize::kNone, tern::DType::kBF16},
-      {tern::Quantize::kInt8, tern::DType::kF32}, {tern::Quantize::kInt8, tern::DType::kBF16},
-      {tern::Quantize::kNone, tern::DType::kI8},  {tern::Quantize::kInt8, tern::DType::kI8},
-      {tern::Quantize::kBF16, tern::DType::kBF16}};
+      {tern::Quantize::kNone, tern::DType::kF32},  {tern::Quantize::kNone, tern::DType::kBF16},
+      {tern::Quantize::kInt8, tern::DType::kF32},  {tern::Quantize::kInt8, tern::DType::kBF16},
+      {tern::Quantize::kNone, tern::DType::kI8},   {tern::Quantize::kInt8, tern::DType::kI8},
+      {tern::Quantize::kBF16, tern::DType::kBF16}, {tern::Quantize::kInt4, tern::DType::kBF16}};
   std::vector<double> loss;
   for (const Variant& v : variants) {
+    if (v.q == tern::Quantize::kInt4 && !be->capabilities().int4_weights) {
+      loss.push_back(std::nan(""));  // no AVX-512 VNNI: printed as nan
+      continue;
+    }
     auto l = ValLoss(be.get(), *w, v.q, v.kv, *shards, windows);
     if (!l.ok()) {
       std::fprintf(stderr, "serve_load quality: %s\n", l.status().message().c_str());
