@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
   tc.model = *preset;
   tc.batch_size = B;
   tc.seq_len = T;
-  const DataIdentity data{"bench", 0, 0};
+  const DataIdentity data{"bench", 0, 0, ""};
   TrainProgress progress;
   auto capture = [&](ckpt::Snapshot& s) { return CaptureTrainMeta(model, tc, data, progress, &s); };
   auto copy = [&](ckpt::Snapshot& s) { return CopyModelState(model, &s); };

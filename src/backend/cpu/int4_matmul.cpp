@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <cmath>
 #include <utility>
 
@@ -168,6 +169,7 @@ constexpr int kInt4BlockRows = 64;   // rows a work item, so that large prefills
 void CpuFastBackend::MatmulInt4(float* out, const float* inp, const uint8_t* w, const float* w_scale,
                                 const float* bias, int N, int OC, int K) {
   if (N <= 0 || OC <= 0) return;
+  assert(K % kInt4Group == 0);
   // Scratch: the quantised rows in panels of 16 rows as MatmulInt8's, then the row scales and group sums.
   const int K4 = K / 4, G = K / kInt4Group, panels = (N + 15) / 16;
   const size_t panel_bytes = fast::RoundUp(static_cast<size_t>(N) * K, 64);

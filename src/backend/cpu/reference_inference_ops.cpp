@@ -1,6 +1,7 @@
 // The plain reference of the inference ops (backend.h, "inference ops"): the oracle for the fast CPU
 // versions and any GPU kernel. Written like reference_ops.cpp: loops in the order the math reads.
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -185,6 +186,7 @@ void CpuReferenceBackend::MatmulInt8(float* out, const float* inp, const int8_t*
 
 void CpuReferenceBackend::MatmulInt4(float* out, const float* inp, const uint8_t* w, const float* w_scale,
                                      const float* bias, int N, int OC, int K) {
+  assert(K % 64 == 0);
   const int G = K / 64;
   std::vector<int32_t> a(K);
   for (int n = 0; n < N; n++) {
