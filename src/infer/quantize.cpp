@@ -37,11 +37,16 @@ std::vector<float> DequantizeInt8(const Int8Matrix& m) {
 
 namespace {
 
-// Byte of w(o, k) in the packed int4 layout (backend.h, MatmulInt4); *shift: 0 the low nibble, 4 the high.
-size_t Int4Byte(int o, int k, int K, int* shift) {
+// Where w(o, k) lies in the packed int4 layout (backend.h, MatmulInt4): its byte, and shift 0 for the low
+// nibble, 4 for the high one.
+struct Nibble {
+  size_t byte;
+  int shift;
+};
+Nibble Int4Nibble(int o, int k, int K) {
   const int r = k % 64;
-  *shift = r % 8 < 4 ? 0 : 4;
-  return (static_cast<size_t>(o / 16) * (K / 64) + k / 64) * 512 + (r / 8) * 64 + (o % 16) * 4 + r % 4;
+  return {(static_cast<size_t>(o / 16) * (K / 64) + k / 64) * 512 + (r / 8) * 64 + (o % 16) * 4 + r % 4,
+          r % 8 < 4 ? 0 : 4};
 }
 
 size_t Int4ScaleIndex(int o, int j, int K) {
@@ -69,9 +74,9 @@ Int4Matrix QuantizeInt4(const float* w, int OC, int K) {
       const float inv = d != 0.0f ? 1.0f / d : 0.0f;
       for (int k = 64 * j; k < 64 * (j + 1); k++) {
         const int q = static_cast<int>(std::clamp(std::nearbyint(row[k] * inv), -8.0f, 7.0f));
-        int shift = 0;
-        uint8_t& byte = m.packed[Int4Byte(o, k, K, &shift)];
-        byte = static_cast<uint8_t>((byte & ~(0x0F << shift)) | ((q + 8) << shift));
+        const Nibble at = Int4Nibble(o, k, K);
+        uint8_t& byte = m.packed[at.byte];
+        byte = static_cast<uint8_t>((byte & ~(0x0F << at.shift)) | ((q + 8) << at.shift));
       }
     }
   }
@@ -79,8 +84,10 @@ Int4Matrix QuantizeInt4(const float* w, int OC, int K) {
 }
 
 int Int4At(const Int4Matrix& m, int o, int k) {
-  int shift = 0;
-  return ((m.packed[Int4Byte(o, k, m.K, &shift)] >> shift) & 0x0F) - 8;
+  // (The shift was an out-parameter read in the expression of the call that set it: the ASan build's code
+  // read it first, and every high nibble came back as the low one.)
+  const Nibble at = Int4Nibble(o, k, m.K);
+  return ((m.packed[at.byte] >> at.shift) & 0x0F) - 8;
 }
 
 std::vector<float> DequantizeInt4(const Int4Matrix& m) {

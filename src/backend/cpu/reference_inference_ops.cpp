@@ -72,12 +72,12 @@ size_t PackedInt8Index(int o, int k, int K) {
   return (static_cast<size_t>(o / 16) * (K / 4) + k / 4) * 64 + (o % 16) * 4 + k % 4;
 }
 
-// Byte of w(o, k) in the packed int4 layout (backend.h, MatmulInt4); *shift gets 0 for its low nibble, 4 for
-// the high one.
-size_t PackedInt4Byte(int o, int k, int K, int* shift) {
+// w(o, k) in the packed int4 layout (backend.h, MatmulInt4): the nibble of its byte, w + 8, less 8.
+int PackedInt4(const uint8_t* w, int o, int k, int K) {
   const int r = k % 64;
-  *shift = r % 8 < 4 ? 0 : 4;
-  return (static_cast<size_t>(o / 16) * (K / 64) + k / 64) * 512 + (r / 8) * 64 + (o % 16) * 4 + r % 4;
+  const size_t byte =
+      (static_cast<size_t>(o / 16) * (K / 64) + k / 64) * 512 + (r / 8) * 64 + (o % 16) * 4 + r % 4;
+  return ((w[byte] >> (r % 8 < 4 ? 0 : 4)) & 0x0F) - 8;
 }
 
 // a(k) = nearbyint(x[k] * 127 / max|x|) (0 when x is all zero): MatmulInt8's and MatmulInt4's activations.
@@ -195,11 +195,7 @@ void CpuReferenceBackend::MatmulInt4(float* out, const float* inp, const uint8_t
       float acc = 0.0f;
       for (int j = 0; j < G; j++) {
         int32_t sum = 0;
-        for (int k = 64 * j; k < 64 * (j + 1); k++) {
-          int shift = 0;
-          const size_t byte = PackedInt4Byte(o, k, K, &shift);
-          sum += a[k] * (((w[byte] >> shift) & 0x0F) - 8);
-        }
+        for (int k = 64 * j; k < 64 * (j + 1); k++) sum += a[k] * PackedInt4(w, o, k, K);
         acc = std::fma(static_cast<float>(sum), w_scale[(static_cast<size_t>(o / 16) * G + j) * 16 + o % 16],
                        acc);
       }
