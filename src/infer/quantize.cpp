@@ -4,6 +4,8 @@
 #include <cassert>
 #include <cmath>
 
+#include "backend/packing.h"
+
 namespace tern {
 
 Int8Matrix QuantizeInt8(const float* w, int OC, int K) {
@@ -35,26 +37,6 @@ std::vector<float> DequantizeInt8(const Int8Matrix& m) {
   return w;
 }
 
-namespace {
-
-// Where w(o, k) lies in the packed int4 layout (backend.h, MatmulInt4): its byte, and shift 0 for the low
-// nibble, 4 for the high one.
-struct Nibble {
-  size_t byte;
-  int shift;
-};
-Nibble Int4Nibble(int o, int k, int K) {
-  const int r = k % 64;
-  return {(static_cast<size_t>(o / 16) * (K / 64) + k / 64) * 512 + (r / 8) * 64 + (o % 16) * 4 + r % 4,
-          r % 8 < 4 ? 0 : 4};
-}
-
-size_t Int4ScaleIndex(int o, int j, int K) {
-  return (static_cast<size_t>(o / 16) * (K / 64) + j) * 16 + o % 16;
-}
-
-}  // namespace
-
 Int4Matrix QuantizeInt4(const float* w, int OC, int K) {
   assert(K % 64 == 0);
   Int4Matrix m;
@@ -74,7 +56,7 @@ Int4Matrix QuantizeInt4(const float* w, int OC, int K) {
       const float inv = d != 0.0f ? 1.0f / d : 0.0f;
       for (int k = 64 * j; k < 64 * (j + 1); k++) {
         const int q = static_cast<int>(std::clamp(std::nearbyint(row[k] * inv), -8.0f, 7.0f));
-        const Nibble at = Int4Nibble(o, k, K);
+        const Int4Nibble at = Int4NibbleOf(o, k, K);
         uint8_t& byte = m.packed[at.byte];
         byte = static_cast<uint8_t>((byte & ~(0x0F << at.shift)) | ((q + 8) << at.shift));
       }
@@ -86,7 +68,7 @@ Int4Matrix QuantizeInt4(const float* w, int OC, int K) {
 int Int4At(const Int4Matrix& m, int o, int k) {
   // (The shift was an out-parameter read in the expression of the call that set it: the ASan build's code
   // read it first, and every high nibble came back as the low one.)
-  const Nibble at = Int4Nibble(o, k, m.K);
+  const Int4Nibble at = Int4NibbleOf(o, k, m.K);
   return ((m.packed[at.byte] >> at.shift) & 0x0F) - 8;
 }
 

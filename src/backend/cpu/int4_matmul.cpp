@@ -13,8 +13,7 @@
 //    group sum removes the excess exactly. (Shifting every high nibble down cost a third more instructions
 //    per weight byte: one stream's layer matmuls read 21 GB/s on one core that way, 31 GB/s this way.)
 // 3. At the end of each group of 64 k the exact int32 sums are converted and added into fp32 accumulators
-// with
-//    the group's 16 channel scales (one FMA, as the reference's std::fma), so the result is bitwise the
+//    with the group's 16 channel scales (one FMA, as the reference's std::fma), so the result is bitwise the
 //    reference's whatever the tiling, the threads or the rows that share the batch.
 // A micro-tile is MR rows x NG groups of 16 channels (1 x 4, 2-4 x 2, 5-8 x 1): 2 MR NG int32 and MR NG fp32
 // accumulators and the 2 NG unpacked weight vectors stay in the 32 zmm registers. A block's first row tile

@@ -8,6 +8,7 @@
 
 #include "backend/bf16.h"
 #include "backend/cpu/reference_ops.h"
+#include "backend/packing.h"
 
 namespace tern {
 namespace {
@@ -74,10 +75,8 @@ size_t PackedInt8Index(int o, int k, int K) {
 
 // w(o, k) in the packed int4 layout (backend.h, MatmulInt4): the nibble of its byte, w + 8, less 8.
 int PackedInt4(const uint8_t* w, int o, int k, int K) {
-  const int r = k % 64;
-  const size_t byte =
-      (static_cast<size_t>(o / 16) * (K / 64) + k / 64) * 512 + (r / 8) * 64 + (o % 16) * 4 + r % 4;
-  return ((w[byte] >> (r % 8 < 4 ? 0 : 4)) & 0x0F) - 8;
+  const Int4Nibble at = Int4NibbleOf(o, k, K);
+  return ((w[at.byte] >> at.shift) & 0x0F) - 8;
 }
 
 // a(k) = nearbyint(x[k] * 127 / max|x|) (0 when x is all zero): MatmulInt8's and MatmulInt4's activations.
@@ -196,8 +195,7 @@ void CpuReferenceBackend::MatmulInt4(float* out, const float* inp, const uint8_t
       for (int j = 0; j < G; j++) {
         int32_t sum = 0;
         for (int k = 64 * j; k < 64 * (j + 1); k++) sum += a[k] * PackedInt4(w, o, k, K);
-        acc = std::fma(static_cast<float>(sum), w_scale[(static_cast<size_t>(o / 16) * G + j) * 16 + o % 16],
-                       acc);
+        acc = std::fma(static_cast<float>(sum), w_scale[Int4ScaleIndex(o, j, K)], acc);
       }
       out[static_cast<size_t>(n) * OC + o] = bias ? std::fma(acc, row_scale, bias[o]) : acc * row_scale;
     }
